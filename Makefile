@@ -1,0 +1,40 @@
+# The two commands of the README are `make run` and `make test`; both set up what they need.
+VENV ?= .venv
+BIN := $(VENV)/bin
+export NGB_VENV := $(VENV)
+
+.PHONY: setup run test test-all check lint format types wheel-test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
+	$(BIN)/ngb-tui
+
+test: setup  ## the CI subset: everything but tests marked slow
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-all: setup  ## every test, slow ones included (full timm models, TVM tuning)
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+types: setup
+	$(BIN)/mypy core devices sweeps tui
+
+check: lint types test  ## format, lint, types, tests
+
+wheel-test: setup  ## build the wheel, install it in a fresh venv, run the fast tests against it
+	bash scripts/wheel_test.sh
+
+bench: setup
+	$(BIN)/ngb bench all
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

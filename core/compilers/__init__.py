@@ -1,0 +1,70 @@
+"""The compilers registry, with timm-style verbs: ``list_compilers(pattern)``, ``get_compiler``.
+
+Backends are registered by module path and imported on first use, so listing compilers imports no
+compiler library. Adding a compiler = one module + one line here; the contract test in
+``tests/test_compilers_contract.py`` then covers it automatically.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from ngb.core.compilers.base import (
+    CompileContext,
+    Compiled,
+    Compiler,
+    CompilerConfig,
+    LoopResult,
+)
+from ngb.core.errors import UnknownNameError
+
+__all__ = [
+    "CompileContext",
+    "Compiled",
+    "Compiler",
+    "CompilerConfig",
+    "LoopResult",
+    "compiler_class",
+    "get_compiler",
+    "list_compilers",
+]
+
+# name -> "module:Class"; the order is the paper's (identity baseline first).
+_REGISTRY: dict[str, str] = {
+    "identity": "ngb.core.compilers.identity:IdentityCompiler",
+    "torchscript": "ngb.core.compilers.torchscript:TorchScriptCompiler",
+    "inductor": "ngb.core.compilers.inductor:InductorCompiler",
+    "onnxruntime": "ngb.core.compilers.onnxruntime:OnnxRuntimeCompiler",
+    "openvino": "ngb.core.compilers.openvino:OpenVinoCompiler",
+    "tvm": "ngb.core.compilers.tvm:TvmCompiler",
+    "tvm-ms": "ngb.core.compilers.tvm:TvmMetaScheduleCompiler",
+    "tensorrt": "ngb.core.compilers.tensorrt:TensorRtCompiler",
+    "noop": "ngb.core.compilers.noop:NoopCompiler",
+}
+_INTERNAL = {"noop"}
+
+
+def list_compilers(pattern: str = "*", *, include_internal: bool = False) -> list[str]:
+    """Registered compiler names matching a shell-style ``pattern`` (e.g. ``"tvm*"``)."""
+    return [
+        name
+        for name in _REGISTRY
+        if fnmatch.fnmatch(name, pattern) and (include_internal or name not in _INTERNAL)
+    ]
+
+
+def compiler_class(name: str) -> type[Compiler]:
+    try:
+        target = _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError("compiler", name, list(_REGISTRY)) from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_compiler(name: str, options: Mapping[str, Any] | None = None) -> Compiler:
+    """A configured compiler instance; bad options raise ``ConfigError`` with the valid ones."""
+    return compiler_class(name)(options)

@@ -1,0 +1,178 @@
+"""The compiler contract every backend implements.
+
+A ``Compiler`` turns a torch module plus one example batch into a ``Compiled`` object bound to that
+batch (static shapes, as the paper compiles per batch size, and as vendor tools bind their input
+buffers once). The harness times ``Compiler.compile`` and the phases it reports through
+``CompileContext.phase``, then drives ``Compiled.timed_loop``.
+
+Heavy libraries are imported inside methods only, so importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ngb.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CompilerConfig:
+    """Base for per-compiler flags. Subclasses add fields and validate in ``__post_init__``."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> CompilerConfig:
+        options = dict(options or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            valid = ", ".join(sorted(names)) or "(none)"
+            raise ConfigError(f"unknown option {unknown[0]!r} for {cls.__name__}; valid: {valid}")
+        try:
+            return cls(**options)
+        except TypeError as exc:
+            raise ConfigError(f"bad option for {cls.__name__}: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    """Validation helper: ``value`` must be one of ``allowed`` (actionable error otherwise)."""
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+@dataclass
+class LoopResult:
+    """One timed repetition: calls completed, wall time, and per-call latencies in nanoseconds."""
+
+    iters: int
+    elapsed_s: float
+    latencies_ns: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CompileContext:
+    """What a compiler gets besides the model: a scratch dir, settings, and reporting hooks."""
+
+    workdir: Path
+    device: str = "cpu"  # "cpu" or "cuda"
+    threads: int | None = None
+    emit: Callable[..., None] = lambda type_, **fields: None  # progress events (e.g. tuning)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per named phase
+    cache_dir: Path | None = None  # long-lived cache (TVM tuning databases), survives runs
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a named phase (``export``, ``tune`` ...); nested repeats accumulate."""
+        self.emit("phase", phase=name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+
+
+class Compiled(ABC):
+    """A compiled model bound to one example batch."""
+
+    #: extra facts worth recording with the result (e.g. number of infer requests in flight)
+    extra: dict[str, Any]
+
+    def __init__(self) -> None:
+        self.extra = {}
+
+    @abstractmethod
+    def run(self) -> Any:
+        """One synchronous inference on the bound batch; returns the output (tensor or array)."""
+
+    def timed_loop(self, min_iters: int, min_duration_s: float) -> LoopResult:
+        """Call ``run`` until both ``min_iters`` calls and ``min_duration_s`` seconds are reached.
+
+        Throughput-oriented runtimes override this to keep several requests in flight, the way
+        their vendors' benchmark tools do.
+        """
+        run = self.run
+        clock = time.perf_counter_ns
+        lat: list[int] = []
+        append = lat.append
+        min_ns = int(min_duration_s * 1e9)
+        start = clock()
+        now = start
+        while len(lat) < min_iters or now - start < min_ns:
+            t0 = clock()
+            run()
+            now = clock()
+            append(now - t0)
+        return LoopResult(iters=len(lat), elapsed_s=(now - start) / 1e9, latencies_ns=lat)
+
+    def output_numpy(self) -> Any:
+        """Run once and return the (first) output as a numpy array, for correctness checks."""
+        return to_numpy(self.run())
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release runtime resources."""
+
+
+def to_numpy(out: Any) -> Any:
+    import numpy as np
+
+    if isinstance(out, list | tuple):
+        out = out[0]
+    if isinstance(out, dict):
+        out = next(iter(out.values()))
+    if hasattr(out, "detach"):
+        out = out.detach().float().cpu().numpy()
+    elif hasattr(out, "numpy") and not isinstance(out, np.ndarray):
+        out = out.numpy()
+    return np.asarray(out)
+
+
+class Compiler(ABC):
+    """One graph compiler / runtime. Subclasses set ``name``, ``description``, ``Config``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Config: ClassVar[type[CompilerConfig]] = CompilerConfig
+    #: False for compilers that need no torch model (the harness's ``noop``)
+    needs_model: ClassVar[bool] = True
+    #: devices this compiler can target
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+
+    def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
+        if isinstance(config, CompilerConfig):
+            if not isinstance(config, self.Config):
+                raise ConfigError(f"{self.name} takes {self.Config.__name__}, not {type(config).__name__}")
+            self.config = config
+        else:
+            self.config = self.Config.from_options(config)
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether this compiler can run here, and if not, why (one line, actionable)."""
+
+    @abstractmethod
+    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        """Compile ``model`` for the ``example`` batch; time sub-phases with ``ctx.phase``."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries this compiler uses (recorded with every result)."""
+        return {}
+
+
+def module_available(module: str) -> tuple[bool, str]:
+    """``available()`` helper: is a module importable (without importing it)?"""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return (True, "") if found else (False, f"python package {module!r} is not installed")

@@ -1,0 +1,60 @@
+"""The agent's JSON-lines event protocol (device → workstation).
+
+One JSON object per line, always with ``v`` (protocol version), ``ts`` (unix seconds) and ``type``.
+Unknown types and fields are ignored by readers, so the agent and the workstation can be upgraded
+one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+RUN_STARTED = "run_started"  # run_id, total, skipped (already in the checkpoint)
+TRIAL_STARTED = "trial_started"  # key, label, index, total
+PHASE = "phase"  # key, phase: export | compile | tune | first_call | warmup | measure
+PROGRESS = "progress"  # key, rep, reps (repetitions done / planned)
+CPU = "cpu"  # key, percent (system 0..100), proc_percent
+TUNING = "tuning"  # key, trials_done, budget, best_ms, tasks: [{name, trials, best_ms}]
+TRIAL_DONE = "trial_done"  # key, result (TrialResult.to_dict())
+TRIAL_FAILED = "trial_failed"  # key, error, error_kind, result
+LOG = "log"  # level, msg
+RUN_DONE = "run_done"  # ok, failed, skipped
+
+ALL_TYPES = (RUN_STARTED, TRIAL_STARTED, PHASE, PROGRESS, CPU, TUNING, TRIAL_DONE, TRIAL_FAILED,
+             LOG, RUN_DONE)
+
+
+def make_event(type_: str, **fields: Any) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "ts": time.time(), "type": type_, **fields}
+
+
+def encode(event: dict[str, Any]) -> str:
+    """One line, no trailing newline. NaN becomes null so any JSON reader accepts it."""
+    return json.dumps(_nan_to_none(event), separators=(",", ":"), allow_nan=False)
+
+
+def decode(line: str | bytes) -> dict[str, Any] | None:
+    """Parse one line; ``None`` for blank, partial (e.g. cut by kill -9) or foreign lines."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or "type" not in obj:
+        return None
+    return obj
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and obj != obj:  # NaN
+        return None
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nan_to_none(v) for v in obj]
+    return obj

@@ -1,0 +1,217 @@
+"""Trial and result records shared by the harness, the agent, the orchestrator and the store.
+
+Everything here is plain data that round-trips through JSON (the agent's checkpoint and event
+stream are JSON lines), so a record written on a Jetson reads back identically on the workstation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ngb.core.errors import ConfigError
+
+BLOCK_MODELS = ("conv", "mha")
+
+
+def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    if not ok or (isinstance(value, float) and math.isnan(value)):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be {bound}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How one trial is timed.
+
+    Each repetition is a timed loop that runs until *both* ``min_iters`` calls and
+    ``min_duration_s`` seconds are reached; throughput is computed per repetition. Defaults suit a
+    2-core CPU; the paper's presets raise ``repetitions`` to 100.
+    """
+
+    warmup_iters: int = 3
+    warmup_s: float = 0.2
+    min_iters: int = 5
+    min_duration_s: float = 0.5
+    repetitions: int = 5
+    threads: int | None = None  # intra-op threads for the runtime; None = library default
+    cpu_interval_s: float = 0.1  # CPU sampler period during the timed loops
+    cov_threshold: float = 0.05  # coefficient of variation above which a result is "unstable"
+    timeout_s: float = 3600.0  # per trial, compile included; the agent kills a trial past it
+    verify: bool = True  # compare one output against torch eager and record the max abs error
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_iters", "min_iters"):
+            _check_positive(name, getattr(self, name), allow_zero=True)
+        for name in ("repetitions", "cpu_interval_s", "cov_threshold", "timeout_s"):
+            _check_positive(name, getattr(self, name))
+        for name in ("warmup_s", "min_duration_s"):
+            _check_positive(name, getattr(self, name), allow_zero=True)
+        if self.threads is not None:
+            _check_positive("threads", self.threads)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> MeasureSettings:
+        return _from_mapping(cls, data or {}, "measure setting")
+
+
+@dataclass(frozen=True, eq=True)
+class TrialSpec:
+    """One point of a sweep: a model, compiled by one compiler, at one batch size on one device.
+
+    For the synthetic blocks (``model`` is ``conv`` or ``mha``) ``width`` is the channel count or
+    embedding size and ``depth`` the number of stacked blocks. ``input_size`` overrides the image
+    side (timm models default to their pretrained config, the conv block to 56).
+    """
+
+    model: str
+    compiler: str
+    batch: int = 1
+    depth: int = 1
+    width: int | None = None
+    optimisation: str = "none"
+    device: str = "cpu"
+    input_size: int | None = None
+    compiler_options: Mapping[str, Any] = field(default_factory=dict)
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+
+    def __post_init__(self) -> None:
+        if not self.model or not isinstance(self.model, str):
+            raise ConfigError("model must be a non-empty string")
+        _check_positive("batch", self.batch)
+        _check_positive("depth", self.depth)
+        if self.model in BLOCK_MODELS and self.width is None:
+            raise ConfigError(f"block model {self.model!r} needs a width")
+        if self.width is not None:
+            _check_positive("width", self.width)
+        if self.input_size is not None:
+            _check_positive("input_size", self.input_size)
+        # Freeze options into a plain sorted dict so equal specs compare and hash equal.
+        object.__setattr__(self, "compiler_options", dict(sorted(dict(self.compiler_options).items())))
+
+    @property
+    def is_block(self) -> bool:
+        return self.model in BLOCK_MODELS
+
+    @property
+    def model_label(self) -> str:
+        if self.is_block:
+            return f"{self.model}{self.width}x{self.depth}"
+        return self.model
+
+    @property
+    def label(self) -> str:
+        opt = "" if self.optimisation == "none" else f"/{self.optimisation}"
+        return f"{self.model_label}/{self.compiler}{opt}/b{self.batch}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
+        data = dict(data)
+        measure = MeasureSettings.from_dict(data.pop("measure", None))
+        spec = _from_mapping(cls, data, "trial field", extra={"measure": measure})
+        return spec
+
+    @property
+    def key(self) -> str:
+        """Stable identity: the same spec gives the same key on every machine and every run."""
+        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def _from_mapping(cls: type, data: Mapping[str, Any], what: str, extra: dict | None = None) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown {what} {unknown[0]!r}; valid: {', '.join(sorted(names))}")
+    try:
+        return cls(**{**dict(data), **(extra or {})})
+    except TypeError as exc:  # e.g. a list where a number belongs
+        raise ConfigError(f"bad {what}: {exc}") from None
+
+
+@dataclass
+class Stats:
+    """Summary of a sample (throughputs per repetition, or per-call latencies)."""
+
+    n: int = 0
+    mean: float = math.nan
+    std: float = math.nan
+    median: float = math.nan
+    min: float = math.nan
+    max: float = math.nan
+    p50: float = math.nan
+    p90: float = math.nan
+    p99: float = math.nan
+    cov: float = math.nan
+
+
+@dataclass
+class TrialResult:
+    """What one trial produced. ``status`` is ``ok`` or ``failed`` (then ``error`` says why).
+
+    Times are seconds, throughput is samples per second, latency is milliseconds per call (per
+    inference request for runtimes that keep several in flight).
+    """
+
+    key: str
+    spec: dict[str, Any]
+    status: str = "ok"
+    error: str | None = None
+    error_kind: str | None = None  # unavailable | unsupported | oom | crash | timeout | error
+    host: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    export_s: float | None = None
+    compile_s: float | None = None  # compile incl. tuning, export excluded
+    tune_s: float | None = None
+    first_call_s: float | None = None
+    throughput: Stats = field(default_factory=Stats)
+    latency_ms: Stats = field(default_factory=Stats)
+    unstable: bool = False
+    repetitions: list[dict[str, float]] = field(default_factory=list)  # iters, elapsed_s, throughput
+    cpu_percent_mean: float | None = None  # system-wide, 0..100 (100 = every core busy)
+    cpu_percent_max: float | None = None
+    proc_cpu_percent_mean: float | None = None  # this process, 100 per busy core
+    cpu_samples: list[list[float]] = field(default_factory=list)  # [t_offset_s, sys %, proc %]
+    peak_rss_mb: float | None = None
+    gpu_mem_mb: float | None = None
+    max_abs_err: float | None = None
+    params: int | None = None
+    macs: int | None = None
+    threads: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
+        data = dict(data)
+        for name in ("throughput", "latency_ms"):
+            if isinstance(data.get(name), Mapping):
+                data[name] = Stats(**data[name])
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def failed(
+        cls, spec: TrialSpec, error: str, kind: str = "error", **extra: Any
+    ) -> TrialResult:
+        return cls(key=spec.key, spec=spec.to_dict(), status="failed", error=error,
+                   error_kind=kind, **extra)

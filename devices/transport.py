@@ -1,0 +1,70 @@
+"""The transport contract: how the workstation talks to one device.
+
+``LocalTransport`` (the built-in ``localhost`` device: subprocesses, no SSH) and ``SshTransport``
+(asyncssh) both implement it, so the orchestrator never knows which it has. Commands are argv
+lists, never shell strings: implementations quote every argument (``shlex.join``) before a remote
+shell sees it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class TransportError(Exception):
+    """Connection-level failure (unreachable, auth, host key, dropped link). One-line message."""
+
+
+class HostKeyError(TransportError):
+    """The device's host key is unknown or has changed; carries the offered fingerprint."""
+
+    def __init__(self, message: str, host: str = "", fingerprint: str = "", changed: bool = False):
+        super().__init__(message)
+        self.host, self.fingerprint, self.changed = host, fingerprint, changed
+
+
+class Transport(ABC):
+    """One connection to one device. Async; safe to use from Textual's event loop."""
+
+    name: str  # the device name, for messages
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Open the connection (no-op for local). Raises ``TransportError``/``HostKeyError``."""
+
+    @abstractmethod
+    async def run(self, argv: Sequence[str], *, timeout: float | None = None,
+                  input: str | None = None) -> CommandResult:
+        """Run a command to completion."""
+
+    @abstractmethod
+    def stream(self, argv: Sequence[str]) -> AsyncIterator[str]:
+        """Run a command and yield its stdout line by line (no trailing newline)."""
+
+    @abstractmethod
+    async def put(self, local_path: str, remote_path: str) -> None:
+        """Copy a file to the device (SFTP for ssh)."""
+
+    @abstractmethod
+    async def get(self, remote_path: str, local_path: str) -> None:
+        """Copy a file from the device."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the connection; idempotent."""
+
+    async def __aenter__(self) -> Transport:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: Debian packages the tests need (openssh-server for the
+# loopback sshd fixture), a virtual environment in .venv with the pinned lock, and ngb installed
+# editable. Re-running is cheap: it does nothing when the lock and pyproject are unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${NGB_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+  echo "setup: need root to run: $*" >&2; return 1; fi; }
+
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+  echo "setup: installing openssh-server (Debian) for the sshd test fixture" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server >/dev/null
+fi
+
+stamp="$VENV/.ngb-setup-stamp"
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/ngb" ]; then
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+echo "setup: installing pinned dependencies into $VENV (first time: a few minutes, ~6 GB)" >&2
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.lock
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+echo "$want" > "$stamp"

@@ -1,0 +1,1 @@
+"""ngb.sweeps — sweep specs and presets, the orchestrator, the DuckDB store, reports, and the CLI."""

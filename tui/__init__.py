@@ -1,0 +1,1 @@
+"""ngb.tui — the Textual operator console (``ngb-tui``)."""
