@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "attach": ("ngb.sweeps.cli.runs", "attach", "Re-attach to a run still going on devices."),
     "status": ("ngb.sweeps.cli.runs", "status", "Show runs and their progress."),
     "cancel": ("ngb.sweeps.cli.runs", "cancel", "Cancel a run on its devices."),
-    "sweeps": ("ngb.sweeps.cli.runs", "sweeps", "List sweep presets or validate a sweep file."),
+    "sweeps": ("ngb.sweeps.cli.data", "sweeps", "List sweep presets or validate a sweep file."),
     "query": ("ngb.sweeps.cli.data", "query", "Run read-only SQL over the results."),
     "export": ("ngb.sweeps.cli.data", "export", "Export results as Parquet or CSV."),
     "report": ("ngb.sweeps.cli.report", "report", "Regenerate a paper table from the results."),
