@@ -205,7 +205,8 @@ class TrialResult:
         data = dict(data)
         for name in ("throughput", "latency_ms"):
             if isinstance(data.get(name), Mapping):
-                data[name] = Stats(**data[name])
+                # NaN travels as JSON null; bring it back so arithmetic on stats stays numeric.
+                data[name] = Stats(**{k: math.nan if v is None else v for k, v in data[name].items()})
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -2,7 +2,7 @@
 
 Subcommands live in their own modules and are imported only when invoked (``LazyGroup``), so
 ``ngb --help`` imports neither torch nor duckdb nor asyncssh. ``NgbError`` becomes a one-line
-``error: ...`` on stderr and exit status 2; anything else is a bug and keeps its traceback.
+``Error: ...`` on stderr and exit status 1 (click's convention); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

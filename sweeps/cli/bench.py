@@ -1,0 +1,63 @@
+"""``ngb bench``: run ngb's own benchmarks (the scripts in the checkout's ``benchmarks/`` folder).
+
+Speed and memory goals live in these scripts, which print figures, rather than in timed unit tests.
+They are run from a source checkout (they are not part of the installed package).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from ngb.core.errors import NgbError
+
+
+def benchmarks_dir() -> Path:
+    import ngb.sweeps
+
+    folder = Path(ngb.sweeps.__file__).resolve().parents[1] / "benchmarks"
+    if not folder.is_dir():
+        raise NgbError("benchmarks live in the ngb source checkout; run `ngb bench` from one")
+    return folder
+
+
+def available() -> dict[str, str]:
+    """Benchmark name -> first line of its docstring."""
+    found = {}
+    for path in sorted(benchmarks_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        doc = ""
+        for line in path.read_text().splitlines():
+            stripped = line.strip().strip('"').strip()
+            if stripped and not stripped.startswith("#"):
+                doc = stripped
+                break
+        found[path.stem] = doc
+    return found
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(name: str | None, args: tuple[str, ...]) -> None:
+    """Run benchmark NAME (or `all`); with no NAME, list them. Extra ARGS go to the script."""
+    names = available()
+    if not name:
+        for bench_name, doc in names.items():
+            click.echo(f"{bench_name:24} {doc}")
+        return
+    chosen = list(names) if name == "all" else [name]
+    for bench_name in chosen:
+        if bench_name not in names:
+            from ngb.core.errors import UnknownNameError
+
+            raise UnknownNameError("benchmark", bench_name, list(names))
+        click.echo(f"== {bench_name}", err=True)
+        script = benchmarks_dir() / f"{bench_name}.py"
+        rc = subprocess.call([sys.executable, str(script), *args])
+        if rc != 0:
+            raise NgbError(f"benchmark {bench_name} exited with status {rc}")
