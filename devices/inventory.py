@@ -1,0 +1,713 @@
+"""The device inventory: a human-editable TOML file of devices and groups.
+
+The file lives at ``get_paths().inventory`` (``devices.toml``)::
+
+    [groups.edge]                 # optional: explicit members and nested groups
+    members = ["nano1"]
+    children = ["jetsons"]
+
+    [devices.nano1]
+    host = "10.0.0.5"
+    user = "ubuntu"
+    groups = ["jetsons"]          # a device may also name its groups itself
+
+``localhost`` is built in (transport ``"local"``) and exists even without a file; a
+``[devices.localhost]`` table may adjust it (python, workdir, groups...).
+
+Why the strictness: the file is edited by hand, and a typo (``hots = ...``) or a group that names a
+missing device would otherwise surface much later as a confusing connection failure. Every error is
+one line naming the file and the device. Loading never modifies the file, and saving writes a
+temporary file and renames it, so a malformed or half-written inventory is never lost.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.devices.paths import get_paths
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
+TRANSPORTS = ("ssh", "local")
+LOCALHOST = "localhost"
+ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
+
+HEADER = (
+    "# ngb device inventory. Edit by hand or with `ngb devices add/remove/import`;\n"
+    "# check it with `ngb devices check`. One [devices.NAME] table per device.\n\n"
+)
+
+
+@dataclass
+class Device:
+    """One device of the testbed. Only ``name`` and ``host`` are required.
+
+    ``port`` 22, ``user`` None and ``identity_file`` None mean "let ~/.ssh/config (and ssh-agent)
+    decide", so host aliases from the operator's ssh config keep working.
+    """
+
+    name: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    jump_host: str | None = None  # another device's name, or [user@]host[:port]
+    python: str = "python3"  # the interpreter on the device (one argv word, never a shell string)
+    workdir: str = "~/.ngb"
+    groups: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    notes: str = ""
+    transport: str = "ssh"
+
+    @property
+    def is_local(self) -> bool:
+        return self.transport == "local"
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields, JSON/TOML friendly (for ``--json`` output and the store)."""
+        return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
+
+    def to_table(self) -> dict[str, Any]:
+        """The TOML table for this device: only fields that differ from the defaults."""
+        default = Device(name=self.name, host="")
+        table: dict[str, Any] = {"host": self.host}
+        for f in fields(self):
+            if f.name in ("name", "host"):
+                continue
+            value = getattr(self, f.name)
+            if value != getattr(default, f.name) and value is not None:
+                table[f.name] = _copy(value)
+        return table
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+DEVICE_KEYS = tuple(f.name for f in fields(Device) if f.name != "name")
+GROUP_KEYS = ("members", "children", "notes")
+
+
+def builtin_localhost() -> Device:
+    """The embedded default device: this machine, reached without SSH.
+
+    Its python is the interpreter running ngb, which has the agent's dependencies (psutil, numpy),
+    whereas a bare ``python3`` on PATH may not.
+    """
+    return Device(
+        name=LOCALHOST, host=LOCALHOST, transport="local", python=sys.executable, notes="built-in"
+    )
+
+
+@dataclass
+class Group:
+    name: str
+    members: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    notes: str = ""
+
+    def to_table(self) -> dict[str, Any]:
+        table: dict[str, Any] = {}
+        if self.members:
+            table["members"] = list(self.members)
+        if self.children:
+            table["children"] = list(self.children)
+        if self.notes:
+            table["notes"] = self.notes
+        return table
+
+
+class Inventory:
+    """Devices and groups, validated. ``localhost`` is always present."""
+
+    def __init__(
+        self,
+        devices: Iterable[Device] = (),
+        groups: Iterable[Group] = (),
+        *,
+        path: Path | None = None,
+    ) -> None:
+        self.path = path
+        self.devices: dict[str, Device] = {}
+        self.groups: dict[str, Group] = {g.name: g for g in groups}
+        for dev in devices:
+            self.devices[dev.name] = dev
+        if LOCALHOST not in self.devices:
+            self.devices = {LOCALHOST: builtin_localhost(), **self.devices}
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.devices
+
+    def __iter__(self):
+        return iter(self.devices.values())
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def get(self, name: str) -> Device:
+        try:
+            return self.devices[name]
+        except KeyError:
+            raise UnknownNameError("device", name, list(self.devices)) from None
+
+    def group_names(self) -> list[str]:
+        """Every group: declared in [groups] or named by a device, plus the implicit ``all``."""
+        names = set(self.groups)
+        for dev in self.devices.values():
+            names.update(dev.groups)
+        return sorted(names | {ALL_GROUP})
+
+    def group_members(self, group: str) -> list[Device]:
+        """Devices of a group, following nested ``children`` groups, in inventory order."""
+        if group == ALL_GROUP:
+            return list(self.devices.values())
+        if group not in self.group_names():
+            raise UnknownNameError("group", group, self.group_names())
+        wanted: set[str] = set()
+        for name in self._expand_groups(group):
+            wanted.update(d.name for d in self.devices.values() if name in d.groups)
+            if name in self.groups:
+                wanted.update(self.groups[name].members)
+        return [d for d in self.devices.values() if d.name in wanted]
+
+    def groups_of(self, device: str) -> list[str]:
+        """Every group a device belongs to, directly or through a parent group's children."""
+        return [
+            g
+            for g in self.group_names()
+            if g != ALL_GROUP and device in {d.name for d in self.group_members(g)}
+        ]
+
+    def _expand_groups(self, group: str) -> list[str]:
+        seen: list[str] = []
+        stack = [group]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.append(name)
+            if name in self.groups:
+                stack.extend(self.groups[name].children)
+        return seen
+
+    def resolve(self, targets: str | Sequence[str] | None) -> list[Device]:
+        """Turn ``"A,B"``, a group name, or a list of those into devices (order kept, no dups).
+
+        ``None`` or empty means every device. Unknown names raise ``UnknownNameError`` with close
+        matches among devices and groups.
+        """
+        if targets is None:
+            return list(self.devices.values())
+        tokens = [targets] if isinstance(targets, str) else list(targets)
+        names = [t.strip() for tok in tokens for t in tok.split(",") if t.strip()]
+        if not names:
+            return list(self.devices.values())
+        out: dict[str, Device] = {}
+        for name in names:
+            if name in self.devices:
+                out.setdefault(name, self.devices[name])
+            elif name in self.group_names():
+                for dev in self.group_members(name):
+                    out.setdefault(dev.name, dev)
+            else:
+                choices = list(self.devices) + self.group_names()
+                raise UnknownNameError("device or group", name, choices)
+        return list(out.values())
+
+    # -- edits ----------------------------------------------------------------------------------
+
+    def add(self, device: Device, *, replace_existing: bool = False) -> None:
+        if not replace_existing and _find_casefold(self.devices, device.name):
+            raise ConfigError(f"device {device.name!r} already exists (remove it first)")
+        merged = {**self.devices, device.name: device}
+        Inventory(merged.values(), self.groups.values(), path=self.path).validate()
+        self.devices = merged
+
+    def remove(self, name: str) -> Device:
+        if name == LOCALHOST and self.devices[LOCALHOST] == builtin_localhost():
+            raise ConfigError("'localhost' is built in and cannot be removed")
+        dev = self.get(name)
+        del self.devices[name]
+        for group in self.groups.values():
+            if name in group.members:
+                group.members.remove(name)
+        if name == LOCALHOST:  # removing an override restores the built-in default
+            self.devices = {LOCALHOST: builtin_localhost(), **self.devices}
+        return dev
+
+    # -- validation and persistence ---------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` (one line naming the file and device) for the first problem."""
+        where = f"{self.path}: " if self.path else ""
+        seen: dict[str, str] = {}
+        for dev in self.devices.values():
+            _check_device(dev, where)
+            key = dev.name.casefold()
+            if key in seen:
+                raise ConfigError(
+                    f"{where}duplicate device name {dev.name!r} (also {seen[key]!r}; names are "
+                    "case-insensitive)"
+                )
+            seen[key] = dev.name
+        for group in self.groups.values():
+            gwhere = f"{where}group {group.name!r}: "
+            if not NAME_RE.match(group.name):
+                raise ConfigError(f"{gwhere}bad name (use letters, digits, '.', '_', '-')")
+            if group.name.casefold() in seen:
+                raise ConfigError(f"{gwhere}a device has the same name")
+            if group.name == ALL_GROUP:
+                raise ConfigError(f"{gwhere}'all' is the implicit group of every device")
+            for member in group.members:
+                if member not in self.devices:
+                    hint = _hint(member, self.devices)
+                    raise ConfigError(f"{gwhere}unknown device {member!r} in members{hint}")
+            for child in group.children:
+                if child not in self.group_names():
+                    hint = _hint(child, self.group_names())
+                    raise ConfigError(f"{gwhere}unknown group {child!r} in children{hint}")
+            if group.name in self._expand_groups(group.name)[1:] or any(
+                group.name in self._expand_groups(c) for c in group.children
+            ):
+                raise ConfigError(f"{gwhere}groups nest in a cycle")
+        for dev in self.devices.values():
+            for g in dev.groups:
+                if g.casefold() in seen:
+                    raise ConfigError(
+                        f"{where}device {dev.name!r}: group {g!r} has the name of a device"
+                    )
+            jump = dev.jump_host
+            if jump and NAME_RE.match(jump) and "." not in jump and jump not in self.devices:
+                # A bare word is meant as a device name; a dotted one may be a host name.
+                hint = _hint(jump, self.devices)
+                raise ConfigError(
+                    f"{where}device {dev.name!r}: unknown jump_host {jump!r}{hint} (a bare word "
+                    "names a device; write [user@]host:port for a host outside the inventory)"
+                )
+            if jump == dev.name:
+                raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
+
+    def to_toml(self) -> str:
+        import tomli_w
+
+        doc: dict[str, Any] = {}
+        if self.groups:
+            doc["groups"] = {g.name: g.to_table() for g in self.groups.values()}
+        devices = {
+            d.name: d.to_table()
+            for d in self.devices.values()
+            if not (d.name == LOCALHOST and d == builtin_localhost())
+        }
+        doc["devices"] = devices
+        return HEADER + tomli_w.dumps(doc)
+
+    def save(self, path: Path | None = None) -> Path:
+        """Validate, then write atomically (temp file in the same folder + rename)."""
+        target = Path(path or self.path or get_paths().inventory)
+        self.validate()
+        text = self.to_toml()
+        atomic_write_text(target, text)
+        self.path = target
+        return target
+
+
+def _find_casefold(names: Iterable[str], name: str) -> str | None:
+    for n in names:
+        if n.casefold() == name.casefold():
+            return n
+    return None
+
+
+def _hint(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _check_device(dev: Device, where: str) -> None:
+    dwhere = f"{where}device {dev.name!r}: "
+    if not isinstance(dev.name, str) or not NAME_RE.match(dev.name):
+        raise ConfigError(
+            f"{where}bad device name {dev.name!r} (use letters, digits, '.', '_', '-'; "
+            "not starting with '-')"
+        )
+    if not isinstance(dev.host, str) or not dev.host.strip():
+        raise ConfigError(f"{dwhere}host is empty")
+    if any(c.isspace() for c in dev.host):
+        raise ConfigError(f"{dwhere}host {dev.host!r} contains whitespace")
+    if isinstance(dev.port, bool) or not isinstance(dev.port, int) or not 1 <= dev.port <= 65535:
+        raise ConfigError(f"{dwhere}bad port {dev.port!r} (must be an integer 1-65535)")
+    if dev.transport not in TRANSPORTS:
+        raise ConfigError(
+            f"{dwhere}bad transport {dev.transport!r} (one of: {', '.join(TRANSPORTS)})"
+        )
+    for key in ("user", "identity_file", "jump_host"):
+        value = getattr(dev, key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{dwhere}{key} must be a non-empty string")
+    for key in ("python", "workdir"):
+        value = getattr(dev, key)
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{dwhere}{key} must be a non-empty string")
+    if not isinstance(dev.notes, str):
+        raise ConfigError(f"{dwhere}notes must be a string")
+    for key in ("groups", "tags"):
+        value = getattr(dev, key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{dwhere}{key} must be a list of strings")
+    for g in dev.groups:
+        if not NAME_RE.match(g):
+            raise ConfigError(f"{dwhere}bad group name {g!r} (use letters, digits, '.', '_', '-')")
+
+
+def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -> Device:
+    """Build a Device from one TOML table, refusing unknown keys (typos) with a suggestion."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}device {name!r}: expected a table, got {type(table).__name__}")
+    for key in table:
+        if key not in DEVICE_KEYS:
+            hint = _hint(key, DEVICE_KEYS)
+            raise ConfigError(f"{where}device {name!r}: unknown key {key!r}{hint}")
+    if name == LOCALHOST:  # an override of the built-in: unspecified fields keep its values
+        base = builtin_localhost().to_dict()
+        del base["name"]
+        table = {**base, **table}
+    if "host" not in table:
+        raise ConfigError(f"{where}device {name!r}: host is missing")
+    dev = Device(name=name, **dict(table))
+    _check_device(dev, where)
+    return dev
+
+
+def inventory_from_dict(doc: Mapping[str, Any], *, path: Path | None = None) -> Inventory:
+    where = f"{path}: " if path else ""
+    for key in doc:
+        if key not in ("devices", "groups"):
+            raise ConfigError(
+                f"{where}unknown top-level key {key!r}{_hint(key, ['devices', 'groups'])}"
+            )
+    devices_doc = doc.get("devices", {})
+    groups_doc = doc.get("groups", {})
+    if not isinstance(devices_doc, Mapping) or not isinstance(groups_doc, Mapping):
+        raise ConfigError(f"{where}'devices' and 'groups' must be tables")
+    devices = [device_from_table(n, t, where=where) for n, t in devices_doc.items()]
+    groups = []
+    for name, table in groups_doc.items():
+        if isinstance(table, list):  # shorthand: groups.NAME = ["dev1", "dev2"]
+            table = {"members": table}
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where}group {name!r}: expected a table or a list of devices")
+        for key in table:
+            if key not in GROUP_KEYS:
+                raise ConfigError(
+                    f"{where}group {name!r}: unknown key {key!r}{_hint(key, GROUP_KEYS)}"
+                )
+        members, children = table.get("members", []), table.get("children", [])
+        for label, value in (("members", members), ("children", children)):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}group {name!r}: {label} must be a list of names")
+        groups.append(Group(name, list(members), list(children), str(table.get("notes", ""))))
+    inv = Inventory(devices, groups, path=path)
+    inv.validate()
+    return inv
+
+
+def load_inventory(path: Path | str | None = None) -> Inventory:
+    """Load and validate the inventory; a missing file gives just the built-in localhost."""
+    target = Path(path) if path else get_paths().inventory
+    if not target.exists():
+        return Inventory(path=target)
+    try:
+        text = target.read_text(encoding="utf-8")
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{target}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{target}: cannot read: {exc}") from None
+    try:
+        return inventory_from_dict(doc, path=target)
+    except TypeError as exc:  # a value of the wrong type reaching the dataclass
+        raise ConfigError(f"{target}: {exc}") from None
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` so readers see either the old or the new file, never half."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o777)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def with_changes(device: Device, **changes: Any) -> Device:
+    """A copy of ``device`` with some fields changed (None values are ignored)."""
+    return replace(device, **{k: v for k, v in changes.items() if v is not None})
+
+
+# -- Ansible inventory import --------------------------------------------------------------------
+
+# Ansible host variables ngb understands (old ``ansible_ssh_*`` spellings included).
+ANSIBLE_VARS = {
+    "ansible_host": "host",
+    "ansible_ssh_host": "host",
+    "ansible_port": "port",
+    "ansible_ssh_port": "port",
+    "ansible_user": "user",
+    "ansible_ssh_user": "user",
+    "ansible_python_interpreter": "python",
+    "ansible_ssh_private_key_file": "identity_file",
+    "ansible_private_key_file": "identity_file",
+}
+_RANGE_RE = re.compile(r"\[(\d+):(\d+)\]")
+
+
+@dataclass
+class _AnsibleTree:
+    """Groups with their hosts, vars and children, as both Ansible formats describe them."""
+
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
+    group_hosts: dict[str, list[str]] = field(default_factory=dict)
+    group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    children: dict[str, list[str]] = field(default_factory=dict)
+
+    def group(self, name: str) -> None:
+        self.group_hosts.setdefault(name, [])
+        self.group_vars.setdefault(name, {})
+        self.children.setdefault(name, [])
+
+    def add_host(self, group: str, host: str, hostvars: Mapping[str, Any]) -> None:
+        self.group(group)
+        for name in _expand_range(host):
+            self.hosts.setdefault(name, {}).update(hostvars)
+            if name not in self.group_hosts[group]:
+                self.group_hosts[group].append(name)
+
+
+def _expand_range(pattern: str) -> list[str]:
+    """Ansible's numeric host ranges: ``node[01:03]`` -> node01, node02, node03."""
+    m = _RANGE_RE.search(pattern)
+    if not m:
+        return [pattern]
+    lo, hi = m.group(1), m.group(2)
+    width = len(lo) if lo.startswith("0") else 0
+    out = []
+    for i in range(int(lo), int(hi) + 1):
+        out.extend(_expand_range(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]))
+    return out
+
+
+def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}invalid YAML: {first}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{where}expected a YAML mapping of groups (e.g. 'all:')")
+    tree = _AnsibleTree()
+
+    def walk(name: str, body: Any) -> None:
+        tree.group(name)
+        if body is None:
+            return
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{where}group {name!r}: expected a mapping")
+        for key in body:
+            if key not in ("hosts", "vars", "children"):
+                raise ConfigError(f"{where}group {name!r}: unknown key {key!r}")
+        for host, hostvars in (body.get("hosts") or {}).items():
+            if hostvars is not None and not isinstance(hostvars, Mapping):
+                raise ConfigError(f"{where}host {host!r}: vars must be a mapping")
+            tree.add_host(name, str(host), hostvars or {})
+        tree.group_vars[name].update(body.get("vars") or {})
+        for child, child_body in (body.get("children") or {}).items():
+            if child not in tree.children[name]:
+                tree.children[name].append(str(child))
+            walk(str(child), child_body)
+
+    for name, body in doc.items():
+        walk(str(name), body)
+    return tree
+
+
+def _parse_ansible_ini(text: str, where: str) -> _AnsibleTree:
+    import shlex
+
+    tree = _AnsibleTree()
+    section, kind = "ungrouped", "hosts"
+    tree.group("ungrouped")
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise ConfigError(f"{where}line {lineno}: unclosed section header {line!r}")
+            header = line[1:-1].strip()
+            section, _, kind = header.partition(":")
+            kind = kind or "hosts"
+            if kind not in ("hosts", "vars", "children"):
+                raise ConfigError(f"{where}line {lineno}: unknown section kind {kind!r}")
+            tree.group(section)
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise ConfigError(f"{where}line {lineno}: {exc}") from None
+        if kind == "children":
+            tree.group(words[0])
+            if words[0] not in tree.children[section]:
+                tree.children[section].append(words[0])
+            continue
+        pairs = {}
+        for word in words[1:] if kind == "hosts" else words:
+            key, eq, value = word.partition("=")
+            if not eq:
+                raise ConfigError(f"{where}line {lineno}: expected key=value, got {word!r}")
+            pairs[key.strip()] = value
+        if kind == "vars":
+            tree.group_vars[section].update(pairs)
+        else:
+            host = words[0]
+            # INI shorthand host:port
+            m = re.fullmatch(r"(.+):(\d+)", host)
+            if m and ":" not in m.group(1):
+                host = m.group(1)
+                pairs.setdefault("ansible_port", m.group(2))
+            tree.add_host(section, host, pairs)
+    return tree
+
+
+def _device_from_ansible(
+    name: str, merged: Mapping[str, Any], groups: list[str], where: str
+) -> Device:
+    values: dict[str, Any] = {}
+    for var, key in ANSIBLE_VARS.items():
+        if var in merged and key not in values:
+            values[key] = merged[var]
+    if "port" in values:
+        try:
+            values["port"] = int(values["port"])
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{where}host {name!r}: bad port {values['port']!r} (must be 1-65535)"
+            ) from None
+    for key in ("host", "user", "python", "identity_file"):
+        if key in values:
+            values[key] = str(values[key])
+    dev = Device(name=name, host=values.pop("host", name), groups=groups, **values)
+    _check_device(dev, where)
+    return dev
+
+
+def import_ansible(path: Path | str) -> list[Device]:
+    """Read an Ansible inventory (YAML or INI) and return ngb devices.
+
+    Groups become device groups (a host in ``jetsons``, a child of ``edge``, is in both); variables
+    apply in Ansible's order: ``all`` < parent group < child group < host. ``all`` and
+    ``ungrouped`` are not copied as groups (ngb has its own implicit ``all``).
+    """
+    src = Path(path)
+    where = f"{src}: "
+    try:
+        text = src.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}cannot read: {exc}") from None
+    looks_yaml = src.suffix in (".yml", ".yaml") or (
+        src.suffix not in (".ini", ".cfg") and re.search(r"^\s*\w+\s*:\s*$", text, re.M)
+    )
+    tree = _parse_ansible_yaml(text, where) if looks_yaml else _parse_ansible_ini(text, where)
+
+    parents: dict[str, list[str]] = {}
+    for parent, kids in tree.children.items():
+        for kid in kids:
+            if kid not in tree.group_hosts:
+                raise ConfigError(f"{where}group {parent!r}: unknown child group {kid!r}")
+            parents.setdefault(kid, []).append(parent)
+
+    def depth(group: str, seen: tuple[str, ...] = ()) -> int:
+        if group in seen:
+            raise ConfigError(f"{where}group {group!r}: groups nest in a cycle")
+        ups = parents.get(group, [])
+        return 1 + max((depth(p, (*seen, group)) for p in ups), default=0)
+
+    def ancestors(group: str) -> set[str]:
+        out, stack = set(), [group]
+        while stack:
+            g = stack.pop()
+            if g not in out:
+                out.add(g)
+                stack.extend(parents.get(g, []))
+        return out
+
+    devices = []
+    for host, hostvars in tree.hosts.items():
+        direct = [g for g, hs in tree.group_hosts.items() if host in hs]
+        all_groups: set[str] = set()
+        for g in direct:
+            all_groups |= ancestors(g)
+        merged: dict[str, Any] = dict(tree.group_vars.get("all", {}))
+        for g in sorted(all_groups - {"all"}, key=lambda g: (depth(g), g)):
+            merged.update(tree.group_vars.get(g, {}))
+        merged.update(hostvars)
+        groups = sorted(all_groups - {"all", "ungrouped"})
+        devices.append(_device_from_ansible(host, merged, groups, where))
+    if not devices:
+        raise ConfigError(f"{where}no hosts found")
+    return devices
+
+
+def merge_devices(inv: Inventory, devices: Sequence[Device], *, replace_existing: bool) -> dict:
+    """Add imported devices; returns {"added": [...], "replaced": [...], "unchanged": [...]}.
+
+    A name that exists with different settings is an error unless ``replace_existing``.
+    """
+    report: dict[str, list[str]] = {"added": [], "replaced": [], "unchanged": []}
+    conflicts = []
+    for dev in devices:
+        old = _find_casefold(inv.devices, dev.name)
+        if old is None:
+            report["added"].append(dev.name)
+        elif inv.devices[old] == dev:
+            report["unchanged"].append(dev.name)
+        elif replace_existing:
+            report["replaced"].append(dev.name)
+        else:
+            conflicts.append(dev.name)
+    if conflicts:
+        raise ConfigError(
+            f"devices already in the inventory with other settings: {', '.join(conflicts)} "
+            "(use --replace to overwrite them)"
+        )
+    merged = dict(inv.devices)
+    for dev in devices:
+        if dev.name in report["unchanged"]:
+            continue
+        old = _find_casefold(merged, dev.name)
+        if old is not None:
+            del merged[old]
+        merged[dev.name] = dev
+    # validate the result before touching ``inv``, so a failed import changes nothing
+    Inventory(merged.values(), inv.groups.values(), path=inv.path).validate()
+    inv.devices = merged
+    return report

@@ -1,0 +1,368 @@
+"""``ngb paths`` and ``ngb devices ...``: the inventory, host-key trust and probing.
+
+Every edit loads and validates the inventory first, so a malformed file is reported (one line) and
+never overwritten; saves are atomic. ``probe`` talks to all devices concurrently: one failing
+device prints its one-line error while the others still report, and the exit status says whether
+any failed.
+Probe answers go into the DuckDB store when ``ngb.sweeps.store`` is importable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from ngb.core.errors import NgbError
+from ngb.devices.inventory import (
+    Device,
+    Inventory,
+    import_ansible,
+    load_inventory,
+    merge_devices,
+)
+from ngb.devices.paths import get_paths
+from ngb.devices.transport import TransportError
+
+
+def _render(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _address(dev: Device) -> str:
+    if dev.is_local:
+        return "(local)"
+    user = f"{dev.user}@" if dev.user else ""
+    port = f":{dev.port}" if dev.port != 22 else ""
+    return f"{user}{dev.host}{port}"
+
+
+def _store() -> Any | None:
+    """The results store, or None when it is not importable here (or has no file yet)."""
+    try:
+        from ngb.sweeps.store import Store
+    except ImportError:
+        return None
+    return Store()
+
+
+def _last_probes() -> dict[str, dict[str, Any]]:
+    if not get_paths().database.exists():
+        return {}
+    store = _store()
+    if store is None:
+        return {}
+    try:
+        rows = store.probes()
+    except Exception:  # noqa: BLE001 - a busy or foreign file must not break `devices list`
+        return {}
+    return {row["device"]: row for row in rows}  # ordered by time: the last one wins
+
+
+@click.command("paths")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def paths(as_json: bool) -> None:
+    """Print where config, data and cache live."""
+    p = get_paths()
+    rows = {
+        "config": p.config,
+        "data": p.data,
+        "cache": p.cache,
+        "inventory": p.inventory,
+        "known_hosts": p.known_hosts,
+        "database": p.database,
+        "runs": p.runs,
+    }
+    if as_json:
+        click.echo(json.dumps({k: str(v) for k, v in rows.items()}, indent=2))
+        return
+    for key, value in rows.items():
+        click.echo(f"{key:<12} {value}")
+
+
+@click.group("devices")
+def devices() -> None:
+    """Manage the device inventory (devices.toml) and probe devices."""
+
+
+@devices.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_devices(as_json: bool) -> None:
+    """List devices with their groups and last probe."""
+    inv = load_inventory()
+    probes = _last_probes()
+    if as_json:
+        out = []
+        for dev in inv:
+            item = dev.to_dict()
+            item["all_groups"] = inv.groups_of(dev.name)
+            probe = probes.get(dev.name)
+            item["last_probe"] = str(probe["probed_at"]) if probe else None
+            out.append(item)
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    rows = []
+    for dev in inv:
+        probe = probes.get(dev.name)
+        last = "-"
+        if probe:
+            stamp = str(probe.get("probed_at", ""))[:19]
+            last = f"{stamp} {probe.get('cpu_model') or ''}".strip()
+        rows.append(
+            [dev.name, _address(dev), ",".join(inv.groups_of(dev.name)) or "-", dev.python, last]
+        )
+    for line in _render(["NAME", "ADDRESS", "GROUPS", "PYTHON", "LAST PROBE"], rows):
+        click.echo(line)
+
+
+@devices.command("add")
+@click.argument("name")
+@click.option("--host", required=True, help="Host name, IP address or ~/.ssh/config alias.")
+@click.option("--port", type=int, default=22, show_default=True)
+@click.option("--user", default=None, help="Login user (default: ~/.ssh/config or yours).")
+@click.option("--identity", default=None, help="Private key file (default: ssh-agent/config).")
+@click.option("--jump", default=None, help="Jump host: a device name or [user@]host[:port].")
+@click.option("--python", "python", default="python3", show_default=True)
+@click.option("--workdir", default="~/.ngb", show_default=True)
+@click.option("--group", "groups", multiple=True, help="Group (repeatable).")
+@click.option("--tag", "tags", multiple=True, help="Tag (repeatable).")
+@click.option("--notes", default="")
+@click.option("--local", "local", is_flag=True, help="Reach it without SSH (this machine).")
+def add(
+    name: str,
+    host: str,
+    port: int,
+    user: str | None,
+    identity: str | None,
+    jump: str | None,
+    python: str,
+    workdir: str,
+    groups: tuple[str, ...],
+    tags: tuple[str, ...],
+    notes: str,
+    local: bool,
+) -> None:
+    """Add a device to the inventory."""
+    inv = load_inventory()
+    dev = Device(
+        name=name,
+        host=host,
+        port=port,
+        user=user,
+        identity_file=identity,
+        jump_host=jump,
+        python=python,
+        workdir=workdir,
+        groups=list(groups),
+        tags=list(tags),
+        notes=notes,
+        transport="local" if local else "ssh",
+    )
+    inv.add(dev)
+    path = inv.save()
+    click.echo(f"added {name} ({_address(dev)}) to {path}")
+    if not local:
+        click.echo(f"next: `ngb devices trust {name}` to check and accept its host key")
+
+
+@devices.command("remove")
+@click.argument("name")
+def remove(name: str) -> None:
+    """Remove a device from the inventory."""
+    inv = load_inventory()
+    inv.remove(name)
+    path = inv.save()
+    click.echo(f"removed {name} from {path}")
+
+
+@devices.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def show(name: str, as_json: bool) -> None:
+    """Show one device's settings."""
+    inv = load_inventory()
+    dev = inv.get(name)
+    data = dev.to_dict()
+    data["all_groups"] = inv.groups_of(name)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for key, value in data.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        click.echo(f"{key:<14} {'-' if value in (None, '') else value}")
+
+
+@devices.command("check")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+def check(file: Path | None) -> None:
+    """Validate the inventory file (or FILE)."""
+    target = file or get_paths().inventory
+    if file is not None and not file.exists():
+        raise NgbError(f"{file}: no such file")
+    inv = load_inventory(target)
+    where = target if target.exists() else f"{target} (absent: only the built-in localhost)"
+    n_groups = len([g for g in inv.group_names() if g != "all"])
+    click.echo(f"ok: {where}: {len(inv)} devices, {n_groups} groups")
+
+
+@devices.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--replace", is_flag=True, help="Overwrite devices that already exist.")
+def import_(file: Path, dry_run: bool, replace: bool) -> None:
+    """Import an Ansible inventory (YAML or INI)."""
+    inv = load_inventory()
+    imported = import_ansible(file)
+    report = merge_devices(inv, imported, replace_existing=replace)
+    for dev in imported:
+        state = next(k for k, names in report.items() if dev.name in names)
+        groups = ",".join(dev.groups) or "-"
+        click.echo(f"{state:<9} {dev.name:<20} {_address(dev):<28} groups={groups}")
+    summary = ", ".join(f"{len(v)} {k}" for k, v in report.items())
+    if dry_run:
+        click.echo(f"dry run: {summary}; nothing written")
+        return
+    path = inv.save()
+    click.echo(f"{summary}; saved {path}")
+
+
+# -- trust --------------------------------------------------------------------------------------
+
+
+async def _fetch(inv: Inventory, dev: Device) -> tuple[str, str, Any]:
+    from ngb.devices.hostkeys import fetch_host_key
+    from ngb.devices.ssh import SshTransport
+
+    via = SshTransport(dev, inventory=inv)
+    jump = await via.open_jump()
+    try:
+        return await fetch_host_key(dev, tunnel=jump.connection if jump else None)
+    finally:
+        if jump is not None:
+            await jump.close()
+
+
+@devices.command("trust")
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Accept without asking (scripts).")
+@click.option("--hashed", is_flag=True, help="Write a hashed known_hosts entry.")
+def trust(name: str, yes: bool, hashed: bool) -> None:
+    """Show a device's host key fingerprint and, once confirmed, trust it."""
+    from ngb.devices import hostkeys
+
+    inv = load_inventory()
+    dev = inv.get(name)
+    if dev.is_local:
+        raise NgbError(f"{name} is reached without SSH; there is no host key to trust")
+    try:
+        key_type, fingerprint, key = asyncio.run(_fetch(inv, dev))
+    except TransportError as exc:
+        raise NgbError(str(exc)) from None
+    status = hostkeys.key_status(dev, key)
+    click.echo(f"{name} ({dev.host}:{dev.port}) offers a {key_type} key")
+    click.echo(f"fingerprint: {fingerprint}")
+    if status == "trusted":
+        click.echo("this key is already trusted; nothing to do")
+        return
+    if status == "changed":
+        click.echo(
+            "WARNING: this host's key has CHANGED since it was trusted. Unless the device was "
+            "reinstalled, someone may be intercepting the connection."
+        )
+    if not yes:
+        if not sys.stdin.isatty():
+            raise NgbError(
+                "refusing to trust a host key without confirmation (stdin is not a terminal); "
+                "check the fingerprint and re-run with --yes"
+            )
+        if not click.confirm("Does this fingerprint match the device's? Trust it", default=False):
+            raise NgbError("not trusted")
+    path = hostkeys.trust(dev, key, hashed=hashed)
+    click.echo(f"trusted: added {fingerprint} for {name} to {path}")
+
+
+# -- probe --------------------------------------------------------------------------------------
+
+
+async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, Any]:
+    from ngb.devices.deploy import probe_device
+    from ngb.devices.ssh import make_transport
+
+    transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
+    try:
+        await transport.connect()
+        return await probe_device(transport, dev, timeout=timeout)
+    finally:
+        await transport.close()
+
+
+async def _probe_all(
+    inv: Inventory, devs: list[Device], timeout: float
+) -> list[tuple[Device, dict | None, str | None]]:
+    async def one(dev: Device) -> tuple[Device, dict | None, str | None]:
+        try:
+            return dev, await _probe_one(inv, dev, timeout), None
+        except (TransportError, NgbError) as exc:
+            return dev, None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except OSError as exc:
+            return dev, None, f"{dev.name}: {exc}"
+
+    return list(await asyncio.gather(*(one(d) for d in devs)))
+
+
+def _summary(facts: dict[str, Any]) -> str:
+    compilers = facts.get("compilers") or {}
+    ok = sorted(n for n, c in compilers.items() if isinstance(c, dict) and c.get("available"))
+    ram = facts.get("ram_mb")
+    ram_text = f"{ram / 1024:.1f} GiB" if isinstance(ram, int | float) else "? GiB"
+    return (
+        f"{facts.get('cpu_model', '?')}, {facts.get('cores_logical', '?')} cores, {ram_text}, "
+        f"python {facts.get('python', '?')}; compilers: {', '.join(ok) or 'none'}"
+    )
+
+
+@devices.command("probe")
+@click.argument("targets", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print every answer as JSON.")
+@click.option("--timeout", type=float, default=180.0, show_default=True, help="Per device (s).")
+def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
+    """Deploy the agent and probe devices (NAME..., GROUP or A,B; default: all) concurrently."""
+    inv = load_inventory()
+    devs = inv.resolve(list(targets) or None)
+    results = asyncio.run(_probe_all(inv, devs, timeout))
+    store = _store()
+    failed = 0
+    out: dict[str, Any] = {}
+    for dev, facts, error in results:
+        if error is not None:
+            failed += 1
+            out[dev.name] = {"error": error}
+            if not as_json:
+                msg = error if error.startswith(f"{dev.name}:") else f"{dev.name}: {error}"
+                click.echo(f"FAIL {msg}", err=True)
+            continue
+        assert facts is not None
+        out[dev.name] = facts
+        if store is not None:
+            try:
+                store.upsert_device(dev.to_dict())
+                store.record_probe(dev.name, facts)
+            except NgbError as exc:
+                click.echo(f"warning: probe of {dev.name} not stored: {exc}", err=True)
+        if not as_json:
+            click.echo(f"ok   {dev.name}: {_summary(facts)}")
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+    if store is None and not as_json:
+        click.echo("(results store unavailable: probes were not recorded)", err=True)
+    if failed:
+        raise click.exceptions.Exit(1)
