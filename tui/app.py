@@ -1,13 +1,180 @@
-"""Entry point for ``ngb-tui`` (the console itself is built in the TUI issue)."""
+"""``ngb-tui``: the operator's console (Textual).
+
+Four screens, installed once and kept alive so a run keeps updating while the operator looks at
+charts: 1 Devices, 2 Run, 3 Results, 4 SQL. The app owns the subscription to the orchestrator's
+event stream (an async worker on Textual's own loop) and hands each event to the Run screen, which
+folds it into plain state and redraws at most ~10 times a second.
+
+Start-up imports only Textual and ngb.core: the store (duckdb), SSH (asyncssh) and every compiler
+library are imported lazily by ``ngb.tui.backend`` when first needed, after the first frame.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ngb.core.errors import NgbError
+from ngb.tui.backend import Backend
+from ngb.tui.screens.devices import DevicesScreen
+from ngb.tui.screens.help import HelpScreen
+from ngb.tui.screens.results import ResultsScreen
+from ngb.tui.screens.run import RunScreen
+from ngb.tui.screens.sql import SqlScreen
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen, Screen
+
+SCREENS_BY_KEY = {"1": "devices", "2": "run", "3": "results", "4": "sql"}
 
 
-def main() -> int:
-    print("ngb-tui: the terminal console is not built yet; use the `ngb` CLI meanwhile.")
-    return 0
+class NgbApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "ngb"
+    SUB_TITLE = "neural graph compiler bench"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("1", "show('devices')", "Devices"),
+        Binding("2", "show('run')", "Run"),
+        Binding("3", "show('results')", "Results"),
+        Binding("4", "show('sql')", "SQL"),
+    ]
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        start_screen: str = "run",
+        attach_on_start: bool = True,
+    ) -> None:
+        super().__init__()
+        self.backend = backend or Backend()
+        self.start_screen = start_screen
+        self.attach_on_start = attach_on_start
+        self._subscribed = False
+
+    # -- screens ---------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.install_screen(DevicesScreen(), "devices")
+        self.install_screen(RunScreen(), "run")
+        self.install_screen(ResultsScreen(), "results")
+        self.install_screen(SqlScreen(), "sql")
+        self.push_screen(self.start_screen)
+        if self.attach_on_start:
+            self.reattach_runs()
+
+    @property
+    def run_screen(self) -> RunScreen:
+        screen = self.get_screen("run")
+        assert isinstance(screen, RunScreen)
+        return screen
+
+    def action_show(self, name: str) -> None:
+        target = self.get_screen(name)
+        # Modal screens (help, forms) sit on top of a main screen: close them first.
+        while isinstance(self.screen, ModalScreen) and len(self.screen_stack) > 1:
+            self.pop_screen()
+        if self.screen is not target:
+            self.switch_screen(name)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for key, name in SCREENS_BY_KEY.items():
+            yield SystemCommand(
+                f"Show {name.title()} ({key})",
+                f"Switch to the {name} screen",
+                lambda name=name: self.action_show(name),
+            )
+        yield SystemCommand(
+            "Start the selected sweep",
+            "Run screen: start on selected devices",
+            self._start_from_palette,
+        )
+        yield SystemCommand("Help", "Keys and screens", self.action_help)
+
+    def _start_from_palette(self) -> None:
+        self.action_show("run")
+        self.run_screen.action_start()
+
+    # -- orchestrator events ---------------------------------------------------------------------
+    def orchestrator(self) -> Any:
+        """The orchestrator, created on first use, with this app subscribed to its events."""
+        orch = self.backend.orchestrator()
+        if not self._subscribed:
+            self._subscribed = True
+            self.follow_events(orch)
+        return orch
+
+    async def action_quit(self) -> None:
+        """Quit the console; runs go on on their devices and are re-attached at next start."""
+        if self.backend.has_orchestrator():
+            self.notify("detaching from runs (they go on on their devices)...")
+            await self.backend.close()
+        self.exit()
+
+    @work(group="events", exclusive=True)
+    async def follow_events(self, orch: Any) -> None:
+        async for ev in orch.subscribe():
+            self.run_screen.handle_run_event(ev)
+
+    @work(group="attach", exit_on_error=False)
+    async def reattach_runs(self) -> None:
+        """Runs the store says are still going get their devices followed again."""
+        import asyncio
+
+        try:
+            runs = await asyncio.to_thread(self.backend.runs_sync)
+        except NgbError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        live = [r for r in runs if str(r.get("status", "")) in ("running", "starting")]
+        if not live:
+            return
+        await asyncio.to_thread(self.backend.import_orchestrator_sync)
+        orch = self.orchestrator()  # subscribe before attaching, so no event is missed
+        for run in live:
+            run_id = str(run.get("run_id"))
+            try:
+                await orch.attach(run_id)
+            except NgbError as exc:
+                self.notify(f"re-attach {run_id}: {exc}", severity="warning")
+                continue
+            self.run_screen.follow_run(run_id)
+            self.notify(f"re-attached to run {run_id}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngb-tui", description="ngb operator console")
+    parser.add_argument("--db", type=Path, help="results database (default: the data dir)")
+    parser.add_argument("--inventory", type=Path, help="devices TOML (default: the config dir)")
+    parser.add_argument(
+        "--screen",
+        choices=sorted(SCREENS_BY_KEY.values()),
+        default="run",
+        help="screen to open first",
+    )
+    parser.add_argument(
+        "--no-attach", action="store_true", help="do not re-attach to runs still going at start-up"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    backend = Backend(db_path=args.db, inventory_path=args.inventory)
+    app = NgbApp(backend, start_screen=args.screen, attach_on_start=not args.no_attach)
+    app.run()
+    return app.return_code or 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,225 @@
+"""SVG snapshots of each screen (pytest-textual-snapshot), with time and cursor blink frozen.
+
+Every input is fixed: the inventory, a results database filled with synthetic but real
+``TrialResult`` rows, RunEvents with fixed timestamps (rendered in UTC) and a MockClock under the
+progress bars. Update after an intended change with ``pytest --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.store import Store
+from ngb.tui.app import NgbApp
+from ngb.tui.backend import Backend
+from ngb.tui.widgets.device_panel import DevicePanel
+from textual.widgets import Input, TextArea
+
+from tests.test_tui_support import SIZE, wait_for
+
+INVENTORY = """\
+[devices.localhost]
+python = "/usr/bin/python3"
+
+[devices.jetson-1]
+host = "10.0.0.7"
+port = 2222
+user = "ubuntu"
+groups = ["edge"]
+
+[devices.xeon]
+host = "xeon.lab"
+groups = ["cloud"]
+"""
+
+# identity / onnxruntime / openvino throughput (samples/s) of a conv w16 block by depth and batch
+TPUT = {
+    ("identity", 1, 1): 900.0,
+    ("identity", 1, 8): 4000.0,
+    ("identity", 1, 32): 9000.0,
+    ("onnxruntime", 1, 1): 1500.0,
+    ("onnxruntime", 1, 8): 7800.0,
+    ("onnxruntime", 1, 32): 15000.0,
+    ("openvino", 1, 1): 1300.0,
+    ("openvino", 1, 8): 9100.0,
+    ("openvino", 1, 32): 21000.0,
+    ("identity", 2, 32): 5000.0,
+    ("onnxruntime", 2, 32): 7600.0,
+    ("openvino", 2, 32): 10500.0,
+    ("identity", 4, 32): 2600.0,
+    ("onnxruntime", 4, 32): 3700.0,
+    ("openvino", 4, 32): 5000.0,
+}
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setattr(DevicePanel, "clock", lambda: 1.7e9 + 600)
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def filled_store(path: Path) -> Path:
+    store = Store(path)
+    store.create_run("demo-snap", "demo", "", ["localhost"], len(TPUT), {})
+    results = []
+    for (compiler, depth, batch), tput in TPUT.items():
+        spec = TrialSpec(model="conv", width=16, depth=depth, compiler=compiler, batch=batch)
+        results.append(
+            TrialResult(
+                key=spec.key,
+                spec=spec.to_dict(),
+                host="lab",
+                started_at=1.7e9,
+                finished_at=1.7e9 + 1,
+                throughput=Stats(n=3, mean=tput, std=tput * 0.01),
+            )
+        )
+    store.ingest_results("demo-snap", "localhost", results)
+    store.set_run_status("demo-snap", "done")
+    return path
+
+
+def snapshot_app(tmp_path: Path, screen: str) -> NgbApp:
+    inventory = tmp_path / "devices.toml"
+    inventory.write_text(INVENTORY)
+    db = filled_store(tmp_path / "r.duckdb")
+    return NgbApp(
+        Backend(db_path=db, inventory_path=inventory), start_screen=screen, attach_on_start=False
+    )
+
+
+def no_blink(app: NgbApp) -> None:
+    for widget in app.screen.query("Input, TextArea"):
+        assert isinstance(widget, Input | TextArea)
+        widget.cursor_blink = False
+
+
+def test_devices_screen(snap_compare, tmp_path: Path, frozen) -> None:
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#devices-table").row_count == 3)
+        no_blink(pilot.app)
+
+    assert snap_compare(snapshot_app(tmp_path, "devices"), terminal_size=SIZE, run_before=ready)
+
+
+def test_run_screen_live(snap_compare, tmp_path: Path, frozen) -> None:
+    events = [
+        RunEvent(
+            "demo-snap",
+            "localhost",
+            "connection",
+            state="running",
+            message="following the agent",
+            ts=1.7e9,
+        ),
+        RunEvent(
+            "demo-snap",
+            "localhost",
+            "agent",
+            state="running",
+            total=24,
+            done=9,
+            failed=1,
+            event={"type": "trial_started", "label": "conv32x2/openvino/b8"},
+            ts=1.7e9,
+        ),
+        RunEvent(
+            "demo-snap", "localhost", "agent", event={"type": "phase", "phase": "measure"}, ts=1.7e9
+        ),
+        RunEvent(
+            "demo-snap",
+            "localhost",
+            "agent",
+            event={"type": "progress", "rep": 2, "reps": 3},
+            ts=1.7e9,
+        ),
+        *[
+            RunEvent(
+                "demo-snap",
+                "localhost",
+                "agent",
+                ts=1.7e9 + i,
+                event={"type": "cpu", "percent": float(30 + (i * 37) % 70)},
+            )
+            for i in range(30)
+        ],
+        RunEvent("demo-snap", "jetson-1", "connection", state="running", ts=1.7e9),
+        RunEvent(
+            "demo-snap",
+            "jetson-1",
+            "agent",
+            total=4,
+            done=1,
+            ts=1.7e9 + 5,
+            event={
+                "type": "tuning",
+                "trials_done": 48,
+                "budget": 200,
+                "best_ms": 4.125,
+                "tasks": [
+                    {"name": "fused_conv2d_add_relu", "trials": 32, "best_ms": 3.5},
+                    {"name": "fused_matmul", "trials": 16, "best_ms": 0.625},
+                ],
+            },
+        ),
+        RunEvent(
+            "demo-snap",
+            "jetson-1",
+            "agent",
+            ts=1.7e9 + 6,
+            event={"type": "log", "level": "info", "msg": "MetaSchedule round 3 of 10"},
+        ),
+    ]
+
+    async def ready(pilot) -> None:
+        screen = pilot.app.run_screen
+        await wait_for(pilot, lambda: screen.sweep_choice() == "demo")
+        await wait_for(
+            pilot, lambda: "trials per device" in str(screen.query_one("#sweep-summary").render())
+        )
+        for ev in events:
+            screen.handle_run_event(ev)
+        await wait_for(pilot, lambda: len(screen._panels) == 2)
+        await pilot.pause(0.3)
+        no_blink(pilot.app)
+
+    assert snap_compare(snapshot_app(tmp_path, "run"), terminal_size=SIZE, run_before=ready)
+
+
+@pytest.mark.parametrize("tab", ["throughput", "depth", "table"])
+def test_results_screen(snap_compare, tmp_path: Path, frozen, tab: str) -> None:
+    async def ready(pilot) -> None:
+        screen = pilot.app.screen
+        await wait_for(pilot, lambda: len(screen.rows) == len(TPUT))
+        screen.query_one("#results-tabs").active = f"tab-{tab}"
+        await pilot.pause(0.3)
+        no_blink(pilot.app)
+
+    assert snap_compare(snapshot_app(tmp_path, "results"), terminal_size=SIZE, run_before=ready)
+
+
+def test_sql_screen_with_a_result(snap_compare, tmp_path: Path, frozen) -> None:
+    async def ready(pilot) -> None:
+        await pilot.press("ctrl+j")
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#sql-results").row_count == 3)
+        await pilot.pause(0.3)
+        no_blink(pilot.app)
+
+    assert snap_compare(snapshot_app(tmp_path, "sql"), terminal_size=SIZE, run_before=ready)
+
+
+def test_help_modal(snap_compare, tmp_path: Path, frozen) -> None:
+    async def ready(pilot) -> None:
+        await pilot.pause(0.2)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    assert snap_compare(snapshot_app(tmp_path, "devices"), terminal_size=SIZE, run_before=ready)

@@ -1,0 +1,213 @@
+"""Per-device live state of runs, folded from the orchestrator's ``RunEvent`` stream.
+
+Pure Python, no Textual: the Run screen feeds every event into ``RunModel.apply`` (cheap, O(1) per
+event) and redraws only the devices it reports as changed, at most ~10 times a second. Keeping the
+fold apart from the widgets is what lets 100 devices x 10 events/s stay smooth, and makes the
+logic testable without a terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+#: CPU samples kept per device for the sparkline (about a minute at one sample per second)
+CPU_HISTORY = 60
+#: log lines kept in memory for the log tail (older ones are dropped; the store keeps errors)
+LOG_HISTORY = 2000
+
+TERMINAL_STATES = frozenset({"finished", "failed", "cancelled", "lost", "detached"})
+
+
+@dataclass
+class TuningState:
+    """Latest TVM MetaSchedule progress of the trial being tuned on one device."""
+
+    key: str = ""
+    trials_done: int = 0
+    budget: int = 0
+    best_ms: float | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DeviceState:
+    """What the operator sees for one device of one run."""
+
+    run_id: str
+    device: str
+    connection: str = "connecting"
+    total: int = 0
+    done: int = 0  # finished trials, ok or failed (skipped ones included: they are done)
+    failed: int = 0
+    skipped: int = 0
+    current: str = ""  # label of the trial in flight
+    phase: str = ""
+    rep: int = 0
+    reps: int = 0
+    cpu: float | None = None  # latest system-wide percent (0..100) from the device itself
+    proc_cpu: float | None = None
+    cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
+    tuning: TuningState | None = None
+    message: str = ""  # last one-line connection message (errors, reconnects)
+    started_at: float = field(default_factory=time.time)
+    finished: bool = False
+
+    @property
+    def finished_ok(self) -> int:
+        return self.done - self.failed
+
+
+@dataclass
+class LogLine:
+    ts: float
+    device: str
+    text: str
+    level: str = "info"
+
+    def render(self) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.ts))
+        return f"{stamp} {self.device:>12}  {self.text}"
+
+
+class RunModel:
+    """Folds RunEvents into ``DeviceState`` per (run, device) and a bounded log."""
+
+    def __init__(self) -> None:
+        self.devices: dict[tuple[str, str], DeviceState] = {}
+        self.log: deque[LogLine] = deque(maxlen=LOG_HISTORY)
+        self.run_states: dict[str, str] = {}
+        self.events_seen = 0
+        self.log_total = 0  # lines ever logged: a view appends the ones it has not shown yet
+
+    def add_log(self, line: LogLine) -> None:
+        self.log.append(line)
+        self.log_total += 1
+
+    def log_since(self, seen: int) -> list[LogLine]:
+        """Lines logged after the first ``seen`` (at most what is still held)."""
+        missing = min(self.log_total - seen, len(self.log))
+        return list(self.log)[-missing:] if missing > 0 else []
+
+    def device(self, run_id: str, device: str, ts: float | None = None) -> DeviceState:
+        key = (run_id, device)
+        state = self.devices.get(key)
+        if state is None:
+            state = self.devices[key] = DeviceState(run_id=run_id, device=device)
+            if ts is not None:
+                state.started_at = ts  # the ETA counts from the first word of the device
+        return state
+
+    def devices_of(self, run_id: str) -> list[DeviceState]:
+        return [s for (rid, _), s in self.devices.items() if rid == run_id]
+
+    def apply(self, ev: Any) -> tuple[str, str] | None:
+        """Fold one RunEvent; returns the (run_id, device) whose display changed, if any."""
+        self.events_seen += 1
+        run_id, device = ev.run_id, ev.device or ""
+        ts = ev.ts or time.time()
+        if ev.kind == "run":
+            self.run_states[run_id] = ev.state or ""
+            if ev.message:
+                self.add_log(LogLine(ts, device or "run", ev.message))
+            return None
+        state = self.device(run_id, device, ts)
+        if ev.kind == "connection":
+            state.connection = ev.state or state.connection
+            if ev.message:
+                state.message = ev.message
+                level = "error" if ev.state in ("failed", "lost") else "info"
+                self.add_log(LogLine(ts, device, f"[{ev.state}] {ev.message}", level))
+            if ev.state in TERMINAL_STATES:
+                state.finished = True
+                state.current, state.phase = "", ""
+            else:
+                state.finished = False
+            self._apply_counts(state, ev)
+            return run_id, device
+        if ev.kind == "ingest":
+            if ev.message:
+                self.add_log(LogLine(ts, device, ev.message, "debug"))
+            return None
+        if ev.kind == "agent" and ev.event:
+            self._apply_agent(state, ev.event, ts)
+            self._apply_counts(state, ev)
+            return run_id, device
+        return None
+
+    @staticmethod
+    def _apply_counts(state: DeviceState, ev: Any) -> None:
+        """The orchestrator's own counts (when it sends them) win over our tally."""
+        total, done, failed = (
+            getattr(ev, "total", None),
+            getattr(ev, "done", None),
+            getattr(ev, "failed", None),
+        )
+        if total:
+            state.total = int(total)
+        if done is not None:
+            state.done = int(done)
+        if failed is not None:
+            state.failed = int(failed)
+
+    def _apply_agent(self, s: DeviceState, e: dict[str, Any], ts: float) -> None:
+        kind = e.get("type")
+        if kind == "cpu":
+            pct = e.get("percent")
+            if isinstance(pct, int | float):
+                s.cpu = float(pct)
+                s.cpu_history.append(float(pct))
+            proc = e.get("proc_percent")
+            s.proc_cpu = float(proc) if isinstance(proc, int | float) else s.proc_cpu
+        elif kind == "progress":
+            s.rep, s.reps = int(e.get("rep") or 0), int(e.get("reps") or 0)
+        elif kind == "phase":
+            s.phase = str(e.get("phase") or "")
+        elif kind == "tuning":
+            s.tuning = TuningState(
+                key=str(e.get("key") or ""),
+                trials_done=int(e.get("trials_done") or 0),
+                budget=int(e.get("budget") or 0),
+                best_ms=e.get("best_ms"),
+                tasks=list(e.get("tasks") or []),
+            )
+        elif kind == "trial_started":
+            s.current = str(e.get("label") or e.get("key") or "")
+            s.phase, s.rep, s.reps = "", 0, 0
+            if e.get("total"):
+                s.total = max(s.total, int(e["total"]))
+        elif kind == "trial_done":
+            s.done += 1
+            s.current, s.phase = "", ""
+        elif kind == "trial_failed":
+            s.done += 1
+            s.failed += 1
+            label = s.current or str(e.get("key") or "")
+            s.current, s.phase = "", ""
+            kind_ = e.get("error_kind") or "error"
+            self.add_log(
+                LogLine(ts, s.device, f"FAILED {label} ({kind_}): {e.get('error')}", "error")
+            )
+        elif kind == "run_started":
+            s.total = int(e.get("total") or s.total)
+            s.skipped = int(e.get("skipped") or 0)
+            s.done = max(s.done, s.skipped)
+            s.started_at = ts
+        elif kind == "run_done":
+            s.finished = True
+            s.current, s.phase = "", ""
+            note = " (cancelled)" if e.get("cancelled") else ""
+            self.add_log(
+                LogLine(
+                    ts,
+                    s.device,
+                    f"run done: ok={e.get('ok')} "
+                    f"failed={e.get('failed')} skipped={e.get('skipped')}{note}",
+                )
+            )
+        elif kind == "log":
+            self.add_log(
+                LogLine(ts, s.device, str(e.get("msg") or ""), str(e.get("level") or "info"))
+            )

@@ -1,0 +1,1 @@
+"""The console's screens: one module per screen or modal."""

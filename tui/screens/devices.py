@@ -1,0 +1,277 @@
+"""Devices screen: the inventory with connection status and what each device can run.
+
+Add / edit / remove go through validated forms and the inventory's atomic save; probe connects,
+deploys the agent and lists the compilers available there; an unknown host key opens the trust
+modal (fingerprint shown, explicit yes) instead of failing silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from ngb.core.errors import NgbError
+from ngb.devices.transport import HostKeyError, TransportError
+from ngb.tui.screens.confirm import ConfirmScreen
+from ngb.tui.screens.device_form import DeviceFormScreen
+from ngb.tui.screens.host_key import HostKeyScreen
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label
+
+COLUMNS = ("name", "transport", "address", "groups", "status", "compilers")
+
+
+def address_of(device: Any) -> str:
+    if getattr(device, "transport", "ssh") == "local":
+        return "this machine"
+    user = f"{device.user}@" if device.user else ""
+    port = f":{device.port}" if device.port and device.port != 22 else ""
+    return f"{user}{device.host}{port}"
+
+
+def compilers_of(probe: dict[str, Any]) -> list[str]:
+    """Available compiler names from a probe, whichever shape the agent reports."""
+    comps = probe.get("compilers") or probe.get("available_compilers") or {}
+    if isinstance(comps, dict):
+        out = []
+        for name, info in comps.items():
+            ok = info.get("available", info.get("ok")) if isinstance(info, dict) else info
+            if isinstance(ok, list | tuple):
+                ok = ok[0] if ok else False
+            if ok:
+                out.append(name)
+        return out
+    return [
+        c if isinstance(c, str) else str(c.get("name"))
+        for c in comps
+        if isinstance(c, str) or c.get("available", True)
+    ]
+
+
+class DevicesScreen(Screen[None]):
+    AUTO_FOCUS = "#devices-table"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "add", "Add"),
+        Binding("e", "edit", "Edit"),
+        Binding("d", "remove", "Remove"),
+        Binding("p", "probe", "Probe"),
+        Binding("t", "trust", "Trust key"),
+        Binding("r", "reload", "Reload"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    filter_text: reactive[str] = reactive("")
+
+    def __init__(self) -> None:
+        super().__init__(id="devices")
+        self.devices: list[Any] = []
+        self.status: dict[str, str] = {}
+        self.compilers: dict[str, list[str]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(
+            placeholder="filter devices (name, host, group)", id="devices-filter", classes="filter"
+        )
+        table: DataTable[str] = DataTable(id="devices-table", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*COLUMNS)
+        yield table
+        yield Label("", id="devices-error")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_reload()
+
+    # -- loading ---------------------------------------------------------------------------------
+    def action_reload(self) -> None:
+        self.load_devices()
+
+    @work(thread=True, group="load", exclusive=True, exit_on_error=False)
+    def load_devices(self) -> None:
+        try:
+            devices = self.app.backend.devices_sync()  # type: ignore[attr-defined]
+            error = ""
+        except NgbError as exc:  # a bad file: show why, keep the last good list, touch nothing
+            devices, error = self.devices, str(exc)
+        self.app.call_from_thread(self._show_devices, devices, error)
+
+    def _show_devices(self, devices: list[Any], error: str = "") -> None:
+        self.devices = devices
+        self.query_one("#devices-error", Label).update(f"[red]{error}[/]" if error else "")
+        self._render_table()
+
+    def _render_table(self) -> None:
+        table = self.query_one("#devices-table", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        needle = self.filter_text.casefold()
+        for dev in self.devices:
+            row = (
+                dev.name,
+                dev.transport,
+                address_of(dev),
+                ",".join(dev.groups),
+                self.status.get(dev.name, "-"),
+                " ".join(self.compilers.get(dev.name, [])),
+            )
+            if needle and not any(needle in str(cell).casefold() for cell in row):
+                continue
+            table.add_row(*row, key=dev.name)
+        if table.row_count:
+            table.move_cursor(row=min(cursor, table.row_count - 1))
+
+    def selected(self) -> Any | None:
+        table = self.query_one("#devices-table", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((d for d in self.devices if d.name == key), None)
+
+    # -- filter ----------------------------------------------------------------------------------
+    def action_filter(self) -> None:
+        box = self.query_one("#devices-filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#devices-filter", Input)
+        box.value = ""
+        box.remove_class("-visible")
+        self.query_one("#devices-table", DataTable).focus()
+
+    @on(Input.Changed, "#devices-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+
+    @on(Input.Submitted, "#devices-filter")
+    def _filter_done(self) -> None:
+        self.query_one("#devices-table", DataTable).focus()
+
+    def watch_filter_text(self) -> None:
+        if self.is_mounted:
+            self._render_table()
+
+    # -- add / edit / remove ---------------------------------------------------------------------
+    def action_add(self) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        self.app.push_screen(
+            DeviceFormScreen(backend.make_device), lambda dev: self._saved(dev, None)
+        )
+
+    def action_edit(self) -> None:
+        dev = self.selected()
+        if dev is None:
+            return
+        backend = self.app.backend  # type: ignore[attr-defined]
+        self.app.push_screen(
+            DeviceFormScreen(backend.make_device, dev), lambda new: self._saved(new, dev.name)
+        )
+
+    def _saved(self, device: Any, replace: str | None) -> None:
+        if device is not None:
+            self.save_device(device, replace)
+
+    @work(thread=True, group="save", exit_on_error=False)
+    def save_device(self, device: Any, replace: str | None) -> None:
+        try:
+            self.app.backend.save_device_sync(device, replace)  # type: ignore[attr-defined]
+        except NgbError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self.notify, f"saved device {device.name}")
+        self.load_devices()
+        self.app.call_from_thread(self._refresh_run_choices)
+
+    def _refresh_run_choices(self) -> None:
+        run = self.app.get_screen("run")
+        loader = getattr(run, "load_choices", None)
+        if loader is not None and run.is_mounted:
+            loader()
+
+    def action_remove(self) -> None:
+        dev = self.selected()
+        if dev is None:
+            return
+        self.app.push_screen(
+            ConfirmScreen(f"Remove device {dev.name!r} from the inventory?", yes="Remove"),
+            lambda ok: self.remove_device(dev.name) if ok else None,
+        )
+
+    @work(thread=True, group="save", exit_on_error=False)
+    def remove_device(self, name: str) -> None:
+        try:
+            self.app.backend.remove_device_sync(name)  # type: ignore[attr-defined]
+        except NgbError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self.notify, f"removed device {name}")
+        self.load_devices()
+        self.app.call_from_thread(self._refresh_run_choices)
+
+    # -- probe and host keys ---------------------------------------------------------------------
+    def _set_status(self, name: str, status: str) -> None:
+        self.status[name] = status
+        self._render_table()
+
+    def action_probe(self) -> None:
+        dev = self.selected()
+        if dev is not None:
+            self.probe(dev)
+
+    @work(group="probe", exit_on_error=False)
+    async def probe(self, device: Any) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        self._set_status(device.name, "probing...")
+        try:
+            probe = await backend.probe(device)
+        except HostKeyError as exc:
+            what = "CHANGED" if exc.changed else "unknown"
+            self._set_status(device.name, f"host key {what}: press t")
+            return
+        except (TransportError, NgbError) as exc:
+            self._set_status(device.name, f"error: {exc}")
+            return
+        self.compilers[device.name] = compilers_of(probe)
+        self._set_status(device.name, "ok")
+        await asyncio.to_thread(self._record_probe, device.name, probe)
+
+    def _record_probe(self, name: str, probe: dict[str, Any]) -> None:
+        try:
+            self.app.backend.store().record_probe(name, probe)  # type: ignore[attr-defined]
+        except NgbError as exc:  # the store is optional for a probe: say so, lose nothing
+            self.app.call_from_thread(self.notify, f"probe not recorded: {exc}", severity="warning")
+
+    def action_trust(self) -> None:
+        dev = self.selected()
+        if dev is None:
+            return
+        if dev.transport == "local":
+            self.notify(f"{dev.name} is reached without SSH: no host key", severity="warning")
+            return
+        self.fetch_key(dev)
+
+    @work(group="trust", exclusive=True, exit_on_error=False)
+    async def fetch_key(self, device: Any) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        try:
+            key_type, fingerprint, key, status = await backend.fetch_host_key(device)
+        except (TransportError, NgbError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        modal = HostKeyScreen(device.name, address_of(device), key_type, fingerprint, status)
+        trusted = await self.app.push_screen_wait(modal)
+        if not trusted:
+            self.notify(f"host key of {device.name} not trusted")
+            return
+        try:
+            await asyncio.to_thread(backend.trust_sync, device, key)
+        except (OSError, NgbError) as exc:
+            self.notify(f"could not save the host key: {exc}", severity="error")
+            return
+        self._set_status(device.name, "key trusted")
+        self.notify(f"trusted {key_type} {fingerprint} for {device.name}")

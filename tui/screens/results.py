@@ -1,0 +1,311 @@
+"""Results screen: charts and a table of one run's numbers.
+
+Database reads run in thread workers (DuckDB calls block). While the screen is shown it polls
+Dolphie-style: one read in a worker, render on success, and only then re-arm a timer, so a slow or
+busy database never stacks reads; a hidden screen does not poll at all. Only the active chart tab
+is drawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ngb.core.errors import NgbError
+from ngb.tui import results_data as rd
+from ngb.tui.widgets.result_chart import ResultChart
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Select,
+    SelectionList,
+    TabbedContent,
+    TabPane,
+)
+
+POLL_S = 5.0
+TABS = (
+    ("throughput", "Throughput"),
+    ("speedup", "Speed-up"),
+    ("bsr", "BSR"),
+    ("ase", "ASE heatmap"),
+    ("depth", "Depth"),
+)
+ALL = "(all)"
+
+
+def _options(values: list[str]) -> list[tuple[str, str]]:
+    return [(v, v) for v in values]
+
+
+class ResultsScreen(Screen[None]):
+    AUTO_FOCUS = "#results-run"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "reload", "Reload"),
+        Binding("slash", "filter", "Filter table", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    run_id: reactive[str] = reactive("")
+    filter_text: reactive[str] = reactive("")
+
+    def __init__(self) -> None:
+        super().__init__(id="results")
+        self.runs: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self._poll_timer: Any = None
+        self._want_run: str | None = None
+        self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
+        self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="results-controls"):
+            with Vertical():
+                yield Select[str]([], prompt="run", id="results-run")
+                yield Select[str]([], prompt="device", id="results-device")
+            with Vertical():
+                yield Select[str]([], prompt="family", id="results-family")
+                yield Select[str]([], prompt="model", id="results-variant")
+            yield SelectionList[str](id="results-compilers")
+        yield Label("", id="results-note")
+        with TabbedContent(id="results-tabs"):
+            for tab_id, title in TABS:
+                with TabPane(title, id=f"tab-{tab_id}"):
+                    yield ResultChart(id=f"chart-{tab_id}")
+            with TabPane("Table", id="tab-table"):
+                yield Input(placeholder="filter rows", id="results-filter", classes="filter")
+                table: DataTable[str] = DataTable(id="results-table", zebra_stripes=True)
+                table.add_columns(*rd.TABLE_COLUMNS)
+                yield table
+        yield Footer()
+
+    # -- polling ---------------------------------------------------------------------------------
+    def on_screen_resume(self) -> None:
+        self.refresh_runs()
+
+    def on_screen_suspend(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+            self._poll_timer = None
+
+    def _rearm(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        if self.is_current:
+            self._poll_timer = self.set_timer(POLL_S, self.refresh_runs)
+
+    def action_reload(self) -> None:
+        self.refresh_runs()
+
+    def refresh_runs(self, select: str | None = None) -> None:
+        if select:
+            self._want_run = select
+        if self.is_mounted:
+            self.load_runs()
+
+    @work(thread=True, group="runs", exclusive=True, exit_on_error=False)
+    def load_runs(self) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        try:
+            runs = backend.runs_sync()
+        except NgbError as exc:
+            self.app.call_from_thread(self._poll_failed, str(exc))
+            return
+        self.app.call_from_thread(self._show_runs, runs)
+
+    def _poll_failed(self, message: str) -> None:
+        self.query_one("#results-note", Label).update(f"[yellow]{message}[/]")
+        self._rearm()
+
+    def _show_runs(self, runs: list[dict[str, Any]]) -> None:
+        self.runs = runs
+        select = self.query_one("#results-run", Select)
+        ids = [str(r.get("run_id")) for r in runs]
+        labels = [
+            (
+                f"{r.get('run_id')}  {r.get('sweep_name', r.get('sweep', ''))}  "
+                f"{r.get('status', '')}",
+                str(r.get("run_id")),
+            )
+            for r in runs
+        ]
+        current = select.value
+        label_texts = [text for text, _ in labels]
+        if self._choices.get("#results-run") != label_texts:
+            self._choices["#results-run"] = label_texts
+            with select.prevent(Select.Changed):
+                select.set_options(labels)
+                if current in ids:
+                    select.value = current
+        want = self._want_run if self._want_run in ids else None
+        if want:
+            self._want_run = None
+            select.value = want
+        elif select.is_blank() and ids:
+            select.value = ids[0]  # the store lists the newest run first
+        if not ids:
+            self.query_one("#results-note", Label).update(
+                "No runs in the database yet: start one on the Run screen (2)."
+            )
+        if self.run_id:
+            self.load_trials(self.run_id, self._device())
+        else:
+            self._rearm()
+
+    @on(Select.Changed, "#results-run")
+    def _run_changed(self, event: Select.Changed) -> None:
+        value = "" if event.value is Select.NULL else str(event.value)
+        if value != self.run_id:
+            self.run_id = value
+            self._choices.pop("#results-device", None)
+            if value:
+                self.load_trials(value, None)
+
+    @on(Select.Changed, "#results-device")
+    def _device_changed(self, event: Select.Changed) -> None:
+        if self.run_id:
+            self.load_trials(self.run_id, self._device())
+
+    def _device(self) -> str | None:
+        value = self.query_one("#results-device", Select).value
+        return None if value is Select.NULL or value == ALL else str(value)
+
+    @work(thread=True, group="trials", exclusive=True, exit_on_error=False)
+    def load_trials(self, run_id: str, device: str | None) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        try:
+            devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
+            rows = backend.trials_sync(run_id=run_id, device=device)
+        except NgbError as exc:
+            self.app.call_from_thread(self._poll_failed, str(exc))
+            return
+        self.app.call_from_thread(self._show_trials, run_id, devices, rows)
+
+    # -- rendering -------------------------------------------------------------------------------
+    def _show_trials(self, run_id: str, devices: list[str], rows: list[dict[str, Any]]) -> None:
+        self._rearm()
+        if run_id != self.run_id:
+            return
+        if self._choices.get("#results-device") != [ALL, *devices]:
+            device_select = self.query_one("#results-device", Select)
+            keep = device_select.value
+            self._choices["#results-device"] = [ALL, *devices]
+            with device_select.prevent(Select.Changed):
+                device_select.set_options(_options([ALL, *devices]))
+                device_select.value = keep if keep in devices else ALL
+        failed = sum(1 for r in rows if r.get("status") not in (None, "ok"))
+        self.rows = rd.ok_rows(rows)
+        self.query_one("#results-note", Label).update(
+            f"{len(rows)} trials ({failed} failed) in run {run_id}"
+        )
+        self._set_choices("#results-family", rd.families(self.rows))
+        self._refresh_variants()
+        compilers = rd.compilers(self.rows)
+        sel = self.query_one("#results-compilers", SelectionList)
+        if self._choices.get("#results-compilers") != compilers:
+            known = set(self._choices.get("#results-compilers", []))
+            self._choices["#results-compilers"] = compilers
+            # Keep what the operator unticked; new compilers (e.g. another run's) start ticked.
+            chosen = set(sel.selected) | (set(compilers) - known)
+            with sel.prevent(SelectionList.SelectedChanged):
+                sel.clear_options()
+                sel.add_options([(c, c, c in chosen) for c in compilers])
+        self.redraw()
+
+    def _set_choices(self, selector: str, values: list[str]) -> bool:
+        """Update a Select's options only when they changed; keep the choice when possible."""
+        select = self.query_one(selector, Select)
+        if self._choices.get(selector) == values and not select.is_blank():
+            return False
+        self._choices[selector] = values
+        keep = select.value
+        with select.prevent(Select.Changed):
+            select.set_options(_options(values))
+            if keep in values:
+                select.value = keep
+            elif values:
+                select.value = values[0]
+        return True
+
+    def _refresh_variants(self) -> None:
+        family = self.query_one("#results-family", Select).value
+        values = rd.variants(self.rows, str(family)) if family is not Select.NULL else []
+        self._set_choices("#results-variant", values)
+
+    @on(Select.Changed, "#results-family")
+    def _family_changed(self) -> None:
+        self._refresh_variants()
+        self.redraw()
+
+    @on(Select.Changed, "#results-variant")
+    @on(SelectionList.SelectedChanged, "#results-compilers")
+    @on(TabbedContent.TabActivated, "#results-tabs")
+    def _selection_changed(self) -> None:
+        self.redraw()
+
+    def selection(self) -> rd.Selection:
+        def value(selector: str) -> str:
+            v = self.query_one(selector, Select).value
+            return "" if v is Select.NULL else str(v)
+
+        return rd.Selection(
+            family=value("#results-family"),
+            variant=value("#results-variant"),
+            compilers=list(self.query_one("#results-compilers", SelectionList).selected),
+        )
+
+    def active_tab(self) -> str:
+        active = self.query_one("#results-tabs", TabbedContent).active or ""
+        return active.removeprefix("tab-")
+
+    def redraw(self) -> None:
+        """Draw only the visible tab: hidden charts are redrawn when their tab is opened."""
+        tab = self.active_tab()
+        sel = self.selection()
+        if tab == "table":
+            self._fill_table(sel)
+            return
+        builder = rd.CHARTS.get(tab)
+        if builder is None:
+            return
+        if not self.rows or not sel.variant:
+            chart = rd.Chart(title=dict(TABS).get(tab, tab), note="no results to show yet")
+        else:
+            chart = builder(self.rows, sel)
+        self.query_one(f"#chart-{tab}", ResultChart).draw(chart)
+        self.draws += 1
+
+    def _fill_table(self, sel: rd.Selection) -> None:
+        table = self.query_one("#results-table", DataTable)
+        table.clear()
+        needle = self.filter_text.casefold()
+        for row in rd.metrics_table(self.rows, sel) if sel.family else []:
+            if needle and not any(needle in cell.casefold() for cell in row):
+                continue
+            table.add_row(*row)
+
+    # -- filter ----------------------------------------------------------------------------------
+    def action_filter(self) -> None:
+        self.query_one("#results-tabs", TabbedContent).active = "tab-table"
+        box = self.query_one("#results-filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#results-filter", Input)
+        box.value = ""
+        box.remove_class("-visible")
+
+    @on(Input.Changed, "#results-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.redraw()

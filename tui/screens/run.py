@@ -1,0 +1,294 @@
+"""Run screen: pick a sweep and devices, start, and watch every device live.
+
+Events arrive through ``handle_run_event`` (called by the app for each orchestrator RunEvent).
+Handling is a cheap fold into ``RunModel`` plus marking the device dirty; a 10 Hz timer redraws
+only dirty panels and only while this screen is shown, so a burst of events costs one redraw and a
+hidden screen costs nothing but the fold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from ngb.core.errors import NgbError
+from ngb.tui.run_model import RunModel
+from ngb.tui.widgets.device_panel import DevicePanel
+from ngb.tui.widgets.log_tail import LogTail
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header, Input, Label, Select, SelectionList
+
+REFRESH_HZ = 10
+DEFAULT_SWEEP = "demo"
+
+
+class RunScreen(Screen[None]):
+    AUTO_FOCUS = "#sweep-select"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "start", "Start"),
+        Binding("p", "pause", "Pause/resume"),
+        Binding("c", "cancel", "Cancel run"),
+    ]
+
+    current_run: reactive[str] = reactive("")
+    paused: reactive[bool] = reactive(False)
+
+    class RunFinished(Message):
+        """A followed run reached a final state (the app and Results screen refresh on it)."""
+
+        def __init__(self, run_id: str, state: str) -> None:
+            super().__init__()
+            self.run_id, self.state = run_id, state
+
+    def __init__(self) -> None:
+        super().__init__(id="run")
+        self.model = RunModel()
+        self._dirty: set[tuple[str, str]] = set()
+        self._panels: dict[tuple[str, str], DevicePanel] = {}
+        self._log_seen = 0
+        self._announced: set[str] = set()
+        self.redraws = 0  # how many throttled redraws ran (benchmark and tests read it)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="run-controls"):
+            with Vertical(id="run-sweep"):
+                yield Label("Sweep", classes="section-title")
+                yield Select[str]([], prompt="preset", id="sweep-select", allow_blank=True)
+                yield Input(placeholder="...or a sweep file path", id="sweep-file")
+                yield Label("", id="sweep-summary")
+            with Vertical(id="run-devices"):
+                yield Label("Devices", classes="section-title")
+                yield SelectionList[str](id="device-list")
+            with Vertical(id="run-buttons"):
+                yield Button("Start (s)", id="start", variant="success")
+                yield Button("Pause (p)", id="pause")
+                yield Button("Cancel (c)", id="cancel", variant="error")
+        yield Label("No run yet: choose a sweep and devices, then press s.", id="run-status")
+        yield VerticalScroll(id="device-panels")
+        yield LogTail(id="run-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1 / REFRESH_HZ, self._tick)
+        self.load_choices()
+
+    def _tick(self) -> None:
+        self.flush()  # looked up each time, so a benchmark can wrap ``flush`` with a timer
+
+    # -- choices -------------------------------------------------------------------------------
+    @work(thread=True, group="choices", exclusive=True, exit_on_error=False)
+    def load_choices(self) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        try:
+            presets = backend.presets()
+            devices = backend.devices_sync()
+        except NgbError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self._show_choices, presets, devices)
+
+    def _show_choices(self, presets: list[str], devices: list[Any]) -> None:
+        select = self.query_one("#sweep-select", Select)
+        select.set_options([(p, p) for p in presets])
+        if select.is_blank() and DEFAULT_SWEEP in presets:
+            select.value = DEFAULT_SWEEP
+        chosen = set(self.query_one(SelectionList).selected)
+        names = [d.name for d in devices]
+        if not chosen and names:
+            # Embedded default: the first device (the built-in localhost when nothing else is set).
+            chosen = {"localhost" if "localhost" in names else names[0]}
+        sel = self.query_one(SelectionList)
+        sel.clear_options()
+        sel.add_options([(f"{d.name} ({d.transport})", d.name, d.name in chosen) for d in devices])
+
+    @on(Select.Changed, "#sweep-select")
+    @on(Input.Submitted, "#sweep-file")
+    def _sweep_changed(self) -> None:
+        self.describe_sweep(self.sweep_choice())
+
+    def sweep_choice(self) -> str:
+        path = self.query_one("#sweep-file", Input).value.strip()
+        if path:
+            return path
+        value = self.query_one("#sweep-select", Select).value
+        return "" if value is Select.NULL else str(value)
+
+    @work(thread=True, group="describe", exclusive=True, exit_on_error=False)
+    def describe_sweep(self, choice: str) -> None:
+        if not choice:
+            return
+        try:
+            sweep = self.app.backend.load_sweep_sync(choice)  # type: ignore[attr-defined]
+            text = f"{sweep.name}: {len(sweep.trials())} trials per device"
+        except NgbError as exc:
+            text = f"[red]{exc}[/]"
+        self.app.call_from_thread(self.query_one("#sweep-summary", Label).update, text)
+
+    # -- actions ---------------------------------------------------------------------------------
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        actions = {
+            "start": self.action_start,
+            "pause": self.action_pause,
+            "cancel": self.action_cancel,
+        }
+        if event.button.id in actions:
+            actions[event.button.id]()
+
+    def action_start(self) -> None:
+        choice = self.sweep_choice()
+        devices = list(self.query_one(SelectionList).selected)
+        if not choice:
+            self.notify("choose a sweep preset or enter a sweep file first", severity="warning")
+            return
+        if not devices:
+            self.notify("select at least one device", severity="warning")
+            return
+        self.start_run(choice, devices)
+
+    @work(group="start", exclusive=True, exit_on_error=False)
+    async def start_run(self, choice: str, devices: list[str]) -> None:
+        backend = self.app.backend  # type: ignore[attr-defined]
+        try:
+            sweep = await asyncio.to_thread(backend.load_sweep_sync, choice)
+            await asyncio.to_thread(backend.import_orchestrator_sync)
+            self.app.orchestrator()  # type: ignore[attr-defined]  (subscribes before start)
+            run_id = await backend.start_run(sweep, devices)
+        except NgbError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.follow_run(run_id, total=len(sweep.trials()), devices=devices)
+        self.notify(f"run {run_id} started on {', '.join(devices)}")
+
+    def follow_run(self, run_id: str, total: int = 0, devices: list[str] | None = None) -> None:
+        """Show ``run_id`` (panels appear as its devices report)."""
+        for name in devices or []:
+            state = self.model.device(run_id, name)
+            state.total = state.total or total
+            self._dirty.add((run_id, name))
+        self.current_run = run_id
+        self.paused = False
+
+    def action_pause(self) -> None:
+        if not self.current_run:
+            self.notify("no run to pause", severity="warning")
+            return
+        self.toggle_pause(self.current_run, not self.paused)
+
+    @work(group="control", exit_on_error=False)
+    async def toggle_pause(self, run_id: str, pause: bool) -> None:
+        orch = self.app.orchestrator()  # type: ignore[attr-defined]
+        try:
+            await (orch.pause(run_id) if pause else orch.resume(run_id))
+        except NgbError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.paused = pause
+        self.notify(f"run {run_id} {'paused after the trial in flight' if pause else 'resumed'}")
+
+    def action_cancel(self) -> None:
+        if not self.current_run:
+            self.notify("no run to cancel", severity="warning")
+            return
+        self.cancel_run(self.current_run)
+
+    @work(group="control", exit_on_error=False)
+    async def cancel_run(self, run_id: str) -> None:
+        orch = self.app.orchestrator()  # type: ignore[attr-defined]
+        try:
+            await orch.cancel(run_id)
+        except NgbError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.notify(f"run {run_id} cancelled")
+
+    def watch_paused(self, paused: bool) -> None:
+        if self.is_mounted:
+            self.query_one("#pause", Button).label = "Resume (p)" if paused else "Pause (p)"
+
+    def watch_current_run(self, run_id: str) -> None:
+        if not self.is_mounted:
+            return
+        for key, panel in self._panels.items():
+            panel.display = key[0] == run_id
+        self._dirty.update(k for k in self.model.devices if k[0] == run_id)
+
+    # -- events ----------------------------------------------------------------------------------
+    def handle_run_event(self, ev: Any) -> None:
+        """Fold one orchestrator RunEvent (cheap; the redraw happens in ``flush``)."""
+        changed = self.model.apply(ev)
+        if changed is not None:
+            self._dirty.add(changed)
+            if not self.current_run:
+                self.current_run = changed[0]
+        if ev.kind == "run" and ev.state in ("finished", "failed", "cancelled"):
+            self._run_ended(ev.run_id, ev.state)
+        elif changed is not None and self._all_finished(ev.run_id):
+            self._run_ended(ev.run_id, "finished")
+
+    def _all_finished(self, run_id: str) -> bool:
+        states = self.model.devices_of(run_id)
+        return bool(states) and all(s.finished for s in states)
+
+    def _run_ended(self, run_id: str, state: str) -> None:
+        if run_id in self._announced:
+            return
+        self._announced.add(run_id)
+        self.post_message(self.RunFinished(run_id, state))
+
+    def on_run_screen_run_finished(self, message: RunFinished) -> None:
+        self.notify(
+            f"run {message.run_id} {message.state}: press 3 for charts, 4 for SQL", timeout=8
+        )
+        results = self.app.get_screen("results")
+        refresh = getattr(results, "refresh_runs", None)
+        if refresh is not None:
+            refresh(select=message.run_id)
+
+    def flush(self) -> None:
+        """Redraw what changed since the last flush (skipped while the screen is hidden)."""
+        if not self.is_current or not self.is_mounted:
+            return
+        self.redraws += 1
+        dirty, self._dirty = self._dirty, set()
+        container = self.query_one("#device-panels", VerticalScroll)
+        new_panels = []
+        for key in sorted(dirty):
+            state = self.model.devices.get(key)
+            if state is None:
+                continue
+            panel = self._panels.get(key)
+            if panel is None:
+                panel = self._panels[key] = DevicePanel(state, classes="device-panel")
+                panel.display = key[0] == self.current_run
+                new_panels.append(panel)
+            panel.show(state)
+        if new_panels:
+            container.mount_all(new_panels)
+        lines = self.model.log_since(self._log_seen)
+        self._log_seen = self.model.log_total
+        if lines:
+            self.query_one(LogTail).append(line.render() for line in lines)
+        self._update_status()
+
+    def _update_status(self) -> None:
+        run_id = self.current_run
+        if not run_id:
+            return
+        states = self.model.devices_of(run_id)
+        done = sum(s.done for s in states)
+        total = sum(s.total for s in states)
+        run_state = self.model.run_states.get(run_id) or (
+            "finished" if self._all_finished(run_id) else "running"
+        )
+        pause = "  [yellow]paused[/]" if self.paused else ""
+        self.query_one("#run-status", Label).update(
+            f"Run [b]{run_id}[/b]  {run_state}{pause}  {done}/{total} trials on "
+            f"{len(states)} device(s)"
+        )

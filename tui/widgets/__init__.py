@@ -1,0 +1,1 @@
+"""Reusable widgets of the console, one per module (own look in ``DEFAULT_CSS`` only)."""

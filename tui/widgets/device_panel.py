@@ -1,0 +1,120 @@
+"""One device's live view in the Run screen: connection state, progress with ETA, the trial in
+flight, a CPU meter with sparkline fed by the device's own samples, and (while TVM tunes) the
+tuning progress with a per-task table.
+
+One widget that renders its lines itself, rather than a tree of labels and bars: the Run screen
+may show hundreds of devices redrawn ten times a second, and a single fixed-height widget costs a
+repaint, never a relayout (the height changes only when the tuning table appears or goes).
+The panel is a pure view of a ``DeviceState`` (``ngb.tui.run_model``); ``show`` is called by the
+Run screen's throttled refresh, never per event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ngb.tui.run_model import DeviceState
+from ngb.tui.widgets.cpu_meter import cpu_line
+from ngb.tui.widgets.tuning_panel import tuning_lines
+from rich.text import Text
+from textual.widget import Widget
+
+STATE_STYLE = {
+    "running": "green",
+    "finished": "bold green",
+    "pending": "yellow",
+    "connecting": "yellow",
+    "deploying": "yellow",
+    "reconnecting": "yellow",
+    "lost": "red",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "detached": "magenta",
+}
+
+
+def headline(state: DeviceState) -> Text:
+    text = Text.assemble(
+        (state.device, "bold"),
+        "  ",
+        (state.connection, STATE_STYLE.get(state.connection, "")),
+        f"  {state.done}/{state.total} trials",
+    )
+    if state.failed:
+        text.append(f"  {state.failed} failed", "red")
+    return text
+
+
+def current_line(state: DeviceState) -> str:
+    if state.finished:
+        return state.message or "done"
+    if not state.current:
+        return state.message or "waiting for the next trial"
+    reps = f" rep {state.rep}/{state.reps}" if state.reps else ""
+    phase = f" [{state.phase}]" if state.phase else ""
+    return f"{state.current}{phase}{reps}"
+
+
+def eta_text(state: DeviceState, now: float) -> str:
+    """Remaining time from this run's own pace (skipped trials do not count as speed)."""
+    if state.finished or not state.total:
+        return ""
+    ran = state.done - state.skipped
+    remaining = state.total - state.done
+    elapsed = now - state.started_at
+    if ran <= 0 or elapsed <= 0 or remaining <= 0:
+        return "ETA --:--:--"
+    secs = int(elapsed / ran * remaining)
+    return f"ETA {secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+
+
+def progress_line(state: DeviceState, width: int, now: float) -> Text:
+    eta = eta_text(state, now)
+    frac = state.done / state.total if state.total else 0.0
+    bar_w = max(4, width - len(eta) - 8)
+    filled = int(round(frac * bar_w))
+    text = Text()
+    text.append("━" * filled, "green" if state.finished else "cyan")
+    text.append("━" * (bar_w - filled), "grey30")
+    text.append(f" {frac * 100:3.0f}%  {eta}")
+    return text
+
+
+class DevicePanel(Widget):
+    DEFAULT_CSS = """
+    DevicePanel { height: 6; border: round $panel; padding: 0 1; }
+    """
+
+    #: wall clock for the ETA; snapshot tests freeze it
+    clock: ClassVar[Callable[[], float]] = time.time
+
+    def __init__(self, state: DeviceState, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+
+    def show(self, state: DeviceState) -> None:
+        self.state = state
+        tuning = state.tuning is not None and not state.finished
+        self.set_class(tuning, "-tuning")
+        lines = 4 + (len(self._tuning_lines()) if tuning else 0)
+        if self.styles.height is None or self.styles.height.value != lines + 2:
+            self.styles.height = lines + 2  # + the border
+        self.refresh()
+
+    def _tuning_lines(self) -> list[str]:
+        t = self.state.tuning
+        return tuning_lines(t.trials_done, t.budget, t.best_ms, t.tasks) if t else []
+
+    def render(self) -> Text:
+        state, width = self.state, max(20, self.content_size.width)
+        lines = [
+            headline(state),
+            progress_line(state, width, type(self).clock()),
+            Text(current_line(state), "italic"),
+            Text(cpu_line(state.cpu, state.cpu_history, width)),
+        ]
+        if state.tuning is not None and not state.finished:
+            lines.extend(Text(line, "yellow") for line in self._tuning_lines())
+        return Text("\n").join(lines)
