@@ -1,0 +1,224 @@
+"""The results database schema (DuckDB) and its migrations.
+
+The file is meant to be read by people too (``duckdb results.duckdb``), so tables and columns have
+plain names and units in their names (``_s`` seconds, ``_ms`` milliseconds, ``_mb`` MiB).
+Timestamps are UTC. JSON values are stored as VARCHAR holding JSON text (DuckDB's ``json_*``
+functions read them) so reading needs no extension and CSV export stays flat.
+
+Migrations are an append-only list: migration ``i`` (1-based) moves the file from version ``i-1``
+to ``i``. Never edit a released step; add one. ``schema_version`` keeps one row per applied step.
+"""
+
+from __future__ import annotations
+
+# Columns of `trials`, in table order, with their SQL types. The store builds its Arrow batches
+# from this list, so the DDL and the ingest code cannot drift apart.
+TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "VARCHAR NOT NULL"),
+    ("device", "VARCHAR NOT NULL"),  # testbed device name (inventory)
+    ("key", "VARCHAR NOT NULL"),  # TrialSpec.key: stable across runs and machines
+    ("label", "VARCHAR"),
+    ("model", "VARCHAR"),
+    ("family", "VARCHAR"),  # resnet, efficientnet, deit, swin, convnext; block (conv, mha)
+    ("compiler", "VARCHAR"),
+    ("batch", "INTEGER"),
+    ("depth", "INTEGER"),
+    ("width", "INTEGER"),
+    ("optimisation", "VARCHAR"),
+    ("target", "VARCHAR"),  # cpu | cuda (TrialSpec.device)
+    ("input_size", "INTEGER"),
+    ("status", "VARCHAR"),  # ok | failed
+    ("error", "VARCHAR"),
+    ("error_kind", "VARCHAR"),
+    ("export_s", "DOUBLE"),
+    ("compile_s", "DOUBLE"),
+    ("tune_s", "DOUBLE"),
+    ("first_call_s", "DOUBLE"),
+    ("repetitions", "INTEGER"),
+    ("throughput_mean", "DOUBLE"),  # samples per second
+    ("throughput_std", "DOUBLE"),
+    ("throughput_median", "DOUBLE"),
+    ("throughput_min", "DOUBLE"),
+    ("throughput_max", "DOUBLE"),
+    ("throughput_p50", "DOUBLE"),
+    ("throughput_p90", "DOUBLE"),
+    ("throughput_p99", "DOUBLE"),
+    ("throughput_cov", "DOUBLE"),
+    ("latency_mean_ms", "DOUBLE"),
+    ("latency_p50_ms", "DOUBLE"),
+    ("latency_p90_ms", "DOUBLE"),
+    ("latency_p99_ms", "DOUBLE"),
+    ("unstable", "BOOLEAN"),
+    ("cpu_percent_mean", "DOUBLE"),
+    ("cpu_percent_max", "DOUBLE"),
+    ("proc_cpu_percent_mean", "DOUBLE"),
+    ("peak_rss_mb", "DOUBLE"),
+    ("gpu_mem_mb", "DOUBLE"),
+    ("params", "BIGINT"),
+    ("macs", "BIGINT"),
+    ("max_abs_err", "DOUBLE"),
+    ("host", "VARCHAR"),
+    ("versions", "VARCHAR"),  # JSON
+    ("threads", "VARCHAR"),  # JSON
+    ("compiler_options", "VARCHAR"),  # JSON
+    ("measure", "VARCHAR"),  # JSON (MeasureSettings)
+    ("spec", "VARCHAR"),  # JSON (TrialSpec.to_dict())
+    ("extra", "VARCHAR"),  # JSON
+    ("started_at", "TIMESTAMP"),
+    ("finished_at", "TIMESTAMP"),
+    ("ingested_at", "TIMESTAMP"),
+)
+
+# One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
+# dictionary-compressed, almost free) so the common aggregates -- throughput by compiler and batch
+# over millions of repetitions -- need no join and the table reads on its own in the duckdb CLI.
+MEASUREMENT_COLUMNS = (
+    ("run_id", "VARCHAR NOT NULL"),
+    ("device", "VARCHAR NOT NULL"),
+    ("key", "VARCHAR NOT NULL"),
+    ("model", "VARCHAR"),
+    ("compiler", "VARCHAR"),
+    ("batch", "INTEGER"),
+    ("depth", "INTEGER"),
+    ("width", "INTEGER"),
+    ("optimisation", "VARCHAR"),
+    ("rep", "INTEGER NOT NULL"),  # 0-based repetition index
+    ("iters", "BIGINT"),
+    ("elapsed_s", "DOUBLE"),
+    ("throughput", "DOUBLE"),  # samples per second in this repetition
+)
+
+CPU_SAMPLE_COLUMNS = (
+    ("run_id", "VARCHAR NOT NULL"),
+    ("device", "VARCHAR NOT NULL"),
+    ("key", "VARCHAR"),
+    ("source", "VARCHAR"),  # trial: from the finished result; live: from the event stream
+    ("ts", "TIMESTAMP"),  # absolute time where known
+    ("t_s", "DOUBLE"),  # offset from the start of the timed loop (trial samples)
+    ("sys_percent", "DOUBLE"),  # system-wide, 0..100
+    ("proc_percent", "DOUBLE"),  # the benchmark process, 100 per busy core
+)
+
+
+def _ddl(table: str, columns: tuple[tuple[str, str], ...], extra: str = "") -> str:
+    body = ",\n  ".join(f"{name} {typ}" for name, typ in columns)
+    return f"CREATE TABLE {table} (\n  {body}{extra}\n)"
+
+
+_V1 = [
+    """CREATE TABLE devices (
+  name VARCHAR PRIMARY KEY,
+  host VARCHAR,
+  port INTEGER,
+  "user" VARCHAR,
+  jump_host VARCHAR,
+  python VARCHAR,
+  workdir VARCHAR,
+  groups VARCHAR,   -- JSON list
+  notes VARCHAR,
+  extra VARCHAR,    -- JSON: other inventory fields (never key material or passwords)
+  updated_at TIMESTAMP
+)""",
+    """CREATE TABLE probes (
+  device VARCHAR NOT NULL,
+  probed_at TIMESTAMP NOT NULL,
+  hostname VARCHAR,
+  cpu_model VARCHAR,
+  cpu_cores INTEGER,
+  ram_gb DOUBLE,
+  gpu VARCHAR,
+  os VARCHAR,
+  python VARCHAR,
+  compilers VARCHAR,  -- JSON: which compilers are available there
+  versions VARCHAR,   -- JSON: library versions
+  probe VARCHAR       -- JSON: the whole probe answer
+)""",
+    """CREATE TABLE runs (
+  run_id VARCHAR PRIMARY KEY,
+  sweep_name VARCHAR,
+  sweep_toml VARCHAR,
+  devices VARCHAR,    -- JSON list of device names
+  n_trials INTEGER,   -- trials per device
+  status VARCHAR,     -- created | running | done | failed | cancelled ...
+  created_at TIMESTAMP,
+  updated_at TIMESTAMP,
+  finished_at TIMESTAMP,
+  meta VARCHAR        -- JSON
+)""",
+    """CREATE TABLE run_devices (
+  run_id VARCHAR NOT NULL,
+  device VARCHAR NOT NULL,
+  state VARCHAR,
+  workdir VARCHAR,    -- remote work directory on the device
+  n_trials INTEGER,
+  n_done INTEGER,
+  n_failed INTEGER,
+  n_skipped INTEGER,
+  message VARCHAR,
+  started_at TIMESTAMP,
+  finished_at TIMESTAMP,
+  updated_at TIMESTAMP,
+  extra VARCHAR,      -- JSON: further fields the orchestrator records
+  PRIMARY KEY (run_id, device)
+)""",
+    # (run_id, device, key) is unique, but enforced by the store's ingest (an anti-join inside
+    # the writer's transaction; DuckDB admits one writer process) rather than a PRIMARY KEY:
+    # the key index cost ~40 % of ingest time and grows with every stored trial.
+    _ddl("trials", TRIAL_COLUMNS),
+    _ddl("measurements", MEASUREMENT_COLUMNS),
+    _ddl("cpu_samples", CPU_SAMPLE_COLUMNS),
+    """CREATE TABLE tuning_progress (
+  run_id VARCHAR NOT NULL,
+  device VARCHAR NOT NULL,
+  key VARCHAR NOT NULL,
+  ts TIMESTAMP,
+  trials_done INTEGER,
+  budget INTEGER,
+  best_ms DOUBLE,
+  tasks VARCHAR       -- JSON list of {name, trials, best_ms}
+)""",
+    """CREATE TABLE errors (
+  run_id VARCHAR,
+  device VARCHAR,
+  key VARCHAR,        -- NULL for connection-level errors
+  ts TIMESTAMP,
+  kind VARCHAR,       -- connection | transport | agent | trial kinds (oom, crash, timeout ...)
+  message VARCHAR
+)""",
+    # Successful trials, the table most charts and reports start from.
+    """CREATE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at
+FROM trials WHERE status = 'ok'""",
+    # Progress of each run on each device, counted from what actually reached the database.
+    """CREATE VIEW run_progress AS
+SELECT r.run_id, r.sweep_name, r.status AS run_status, d.device, d.state, d.n_trials,
+       count(t.key) FILTER (WHERE t.status = 'ok') AS ok,
+       count(t.key) FILTER (WHERE t.status <> 'ok') AS failed,
+       d.started_at, d.finished_at
+FROM runs r JOIN run_devices d USING (run_id)
+LEFT JOIN trials t ON t.run_id = d.run_id AND t.device = d.device
+GROUP BY ALL""",
+    # Failed trials with their reasons, newest first when ordered by finished_at.
+    """CREATE VIEW failures AS
+SELECT run_id, device, model, compiler, batch, depth, width, error_kind, error, finished_at, key
+FROM trials WHERE status <> 'ok'""",
+]
+
+# Append-only. Each entry: (description, statements).
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    ("initial schema", _V1),
+]
+
+
+def latest_version() -> int:
+    return len(MIGRATIONS)
+
+
+VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
+  version INTEGER PRIMARY KEY,
+  description VARCHAR,
+  applied_at TIMESTAMP
+)"""

@@ -1,0 +1,447 @@
+"""Sweep files: a TOML description of many trials, validated, expanded deterministically.
+
+A sweep is the cartesian product of a few axes, written as one or more ``[[matrix]]`` tables so a
+single file can mix timm models (no width/depth) and synthetic blocks (width and depth required)::
+
+    name = "demo"                      # defaults to the file's stem
+    description = "What this sweep is for"
+    device = "cpu"                     # target on each testbed device: "cpu" or "cuda"
+
+    [measure]                          # ngb.core.types.MeasureSettings fields
+    repetitions = 3
+    min_duration_s = 0.2
+
+    [compiler_options.openvino]        # per-compiler options, checked against its Config
+    hint = "THROUGHPUT"
+
+    [[matrix]]                         # one cartesian product
+    models = ["resnet18", "convnext_tiny"]
+    compilers = ["identity", "onnxruntime"]
+    batches = [1, 8]
+
+    [[matrix]]
+    models = ["conv", "mha"]           # synthetic blocks
+    widths = [64]                      # required for blocks, refused for timm models
+    depths = [1, 2, 4]                 # default [1]; refused (other than 1) for timm models
+    optimisations = ["none"]           # default ["none"]; later axis for DLAS (fp16, int8, ...)
+    compilers = ["identity", "openvino"]
+    batches = [8]
+    input_sizes = [56]                 # optional image side override
+    measure = { repetitions = 5 }      # optional: overrides [measure] for this matrix only
+    compiler_options.openvino = { hint = "LATENCY" }   # optional per-matrix override
+
+Why matrices: the paper's grids are rectangular per family, and one product per table keeps the
+file short while still allowing blocks and timm models side by side. Axis values may be written as
+a single value (``batches = 8``) or a list.
+
+Expansion order is fixed (matrix order, then model, width, depth, optimisation, input size,
+compiler, batch) and trials are deduplicated by ``TrialSpec.key``, so the same file always gives the
+same list and a re-run or resume never repeats work. Model names are checked against timm in a
+separate step (``Sweep.check_models()``) so parsing stays fast and needs no torch.
+
+Presets ship in ``ngb/sweeps/presets/*.toml``; ``load_sweep("demo")`` finds them by name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+TARGETS = ("cpu", "cuda")
+
+_TOP_KEYS = ("name", "description", "device", "measure", "compiler_options", "matrix")
+# matrix key -> (TrialSpec field, element type); the order here is the expansion order.
+_AXES: dict[str, tuple[str, type]] = {
+    "models": ("model", str),
+    "widths": ("width", int),
+    "depths": ("depth", int),
+    "optimisations": ("optimisation", str),
+    "input_sizes": ("input_size", int),
+    "compilers": ("compiler", str),
+    "batches": ("batch", int),
+}
+_MATRIX_KEYS = (*_AXES, "measure", "compiler_options", "device")
+_REQUIRED_AXES = ("models", "compilers", "batches")
+
+
+def _unknown_key(where: str, key: str, valid: Iterable[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return ConfigError(f"{where}: unknown key {key!r}{hint} (valid: {', '.join(valid)})")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One cartesian product of axis values (already validated)."""
+
+    models: tuple[str, ...]
+    compilers: tuple[str, ...]
+    batches: tuple[int, ...]
+    widths: tuple[int | None, ...] = (None,)
+    depths: tuple[int, ...] = (1,)
+    optimisations: tuple[str, ...] = ("none",)
+    input_sizes: tuple[int | None, ...] = (None,)
+    measure: Mapping[str, Any] = field(default_factory=dict)  # overrides of the sweep's [measure]
+    compiler_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    device: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """TOML-ready: defaults left out so a written file looks like a hand-written one."""
+        out: dict[str, Any] = {}
+        for name in _AXES:
+            value = getattr(self, name)
+            if value != getattr(Matrix, name, None) and None not in value:
+                out[name] = list(value)
+        for name in ("measure", "compiler_options"):
+            if getattr(self, name):
+                out[name] = {
+                    k: (dict(v) if isinstance(v, Mapping) else v)
+                    for k, v in getattr(self, name).items()
+                }
+        if self.device:
+            out["device"] = self.device
+        return out
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep. ``trials()`` expands it; ``to_toml()`` writes it back."""
+
+    name: str
+    matrices: tuple[Matrix, ...]
+    description: str = ""
+    device: str = "cpu"
+    measure: Mapping[str, Any] = field(default_factory=dict)
+    compiler_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str = "<string>"  # file path or "preset:NAME", for messages
+
+    @property
+    def measure_settings(self) -> MeasureSettings:
+        return MeasureSettings.from_dict(self.measure)
+
+    def trials(self) -> list[TrialSpec]:
+        """Every trial, in a fixed order, each key once (first occurrence wins)."""
+        seen: dict[str, TrialSpec] = {}
+        for matrix in self.matrices:
+            measure = MeasureSettings.from_dict({**self.measure, **matrix.measure})
+            device = matrix.device or self.device
+            axes = [getattr(matrix, name) for name in _AXES]
+            for values in itertools.product(*axes):
+                point = {_AXES[name][0]: v for name, v in zip(_AXES, values, strict=True)}
+                compiler = point["compiler"]
+                options = {
+                    **self.compiler_options.get(compiler, {}),
+                    **matrix.compiler_options.get(compiler, {}),
+                }
+                spec = TrialSpec(**point, device=device, compiler_options=options, measure=measure)
+                seen.setdefault(spec.key, spec)
+        return list(seen.values())
+
+    def models(self) -> list[str]:
+        """Distinct timm model names (blocks excluded), in first-seen order."""
+        names = (m for matrix in self.matrices for m in matrix.models)
+        return list(dict.fromkeys(n for n in names if n not in BLOCK_MODELS))
+
+    def check_models(self) -> None:
+        """Check that every timm model name exists (imports timm; slower than parsing)."""
+        try:
+            from ngb.core.models import resolve_model
+        except ImportError as exc:
+            raise NgbError(f"{self.source}: cannot check models here: {exc}") from None
+        for name in self.models():
+            try:
+                resolve_model(name)
+            except NgbError as exc:
+                raise ConfigError(f"{self.source}: models: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out["device"] = self.device
+        if self.measure:
+            out["measure"] = dict(self.measure)
+        if self.compiler_options:
+            out["compiler_options"] = {k: dict(v) for k, v in self.compiler_options.items()}
+        out["matrix"] = [m.to_dict() for m in self.matrices]
+        return out
+
+    def to_toml(self) -> str:
+        """The sweep as TOML that ``loads_sweep`` reads back to the same trials.
+
+        Written by hand rather than with a generic writer so the result looks like the files
+        people write (short arrays on one line, per-matrix overrides as inline tables).
+        """
+        data = self.to_dict()
+        lines = [
+            f"{_toml_key(k)} = {_toml_value(v)}"
+            for k, v in data.items()
+            if not isinstance(v, Mapping | list)
+        ]
+        if "measure" in data:
+            lines += ["", "[measure]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data["measure"].items()]
+        for compiler, options in data.get("compiler_options", {}).items():
+            lines += ["", f"[compiler_options.{_toml_key(compiler)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in options.items()]
+        for matrix in data["matrix"]:
+            lines += ["", "[[matrix]]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in matrix.items()]
+        return "\n".join(lines) + "\n"
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    """One TOML value; JSON's string escapes and number forms are valid TOML."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{ " + items + " }" if items else "{}"
+    raise ConfigError(f"cannot write {value!r} to TOML")
+
+
+# ---------------------------------------------------------------- parsing and validation
+
+
+def loads_sweep(text: str, *, source: str = "<string>", default_name: str = "sweep") -> Sweep:
+    """Parse and validate sweep TOML text; errors name ``source`` and the offending key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    return parse_sweep(data, source=source, default_name=default_name)
+
+
+def parse_sweep(
+    data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "sweep"
+) -> Sweep:
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _unknown_key(source, key, _TOP_KEYS)
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{source}: name must be a non-empty string, got {name!r}")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(f"{source}: description must be a string")
+    device = _parse_device(data.get("device", "cpu"), f"{source}: device")
+    measure = _parse_measure(data.get("measure", {}), f"{source}: [measure]")
+    options = _parse_compiler_options(
+        data.get("compiler_options", {}), f"{source}: [compiler_options]"
+    )
+    raw_matrices = data.get("matrix")
+    if raw_matrices is None:
+        raise ConfigError(f"{source}: no [[matrix]] table; a sweep needs at least one")
+    if not isinstance(raw_matrices, list) or not raw_matrices:
+        raise ConfigError(f"{source}: matrix must be one or more [[matrix]] tables")
+    matrices = tuple(
+        _parse_matrix(raw, f"{source}: matrix[{i}]", measure) for i, raw in enumerate(raw_matrices)
+    )
+    sweep = Sweep(
+        name=name.strip(),
+        matrices=matrices,
+        description=description,
+        device=device,
+        measure=measure,
+        compiler_options=options,
+        source=source,
+    )
+    try:
+        sweep.trials()  # catches what only a combination can break (e.g. an option type)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return sweep
+
+
+def _parse_device(value: Any, where: str) -> str:
+    if value not in TARGETS:
+        raise ConfigError(f"{where} must be one of {', '.join(TARGETS)}; got {value!r}")
+    return value
+
+
+def _parse_measure(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    valid = [f.name for f in fields(MeasureSettings)]
+    for key in value:
+        if key not in valid:
+            raise _unknown_key(where, key, valid)
+    try:
+        MeasureSettings.from_dict(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return dict(value)
+
+
+def _known_compilers() -> list[str]:
+    from ngb.core.compilers import list_compilers
+
+    return list_compilers(include_internal=True)
+
+
+def _check_compiler(name: Any, where: str) -> str:
+    known = _known_compilers()
+    if not isinstance(name, str) or name not in known:
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ConfigError(f"{where}: unknown compiler {name!r}{hint} (known: {', '.join(known)})")
+    return name
+
+
+def _check_optimisation(name: str, where: str) -> None:
+    """Optimisation names are checked here (``ngb.core.optimise.parse``), not on the device."""
+    from ngb.core.optimise import parse
+
+    try:
+        parse(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _parse_compiler_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table of tables, e.g. [compiler_options.openvino]")
+    out: dict[str, dict[str, Any]] = {}
+    for compiler, options in value.items():
+        _check_compiler(compiler, where)
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{where}.{compiler} must be a table of options")
+        _check_options(compiler, options, f"{where}.{compiler}")
+        out[compiler] = dict(options)
+    return out
+
+
+def _check_options(compiler: str, options: Mapping[str, Any], where: str) -> None:
+    """Validate options against the compiler's Config when its module can be imported.
+
+    Compiler modules import their heavy library lazily, so this stays cheap; a module that cannot
+    be imported here (e.g. not installed on the workstation) is left to the device to judge.
+    """
+    from ngb.core.compilers import compiler_class
+
+    try:
+        cls = compiler_class(compiler)
+    except (ImportError, AttributeError):
+        return
+    try:
+        cls.Config.from_options(options)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ConfigError(f"{where} is empty; give at least one value")
+    for v in values:
+        # bool is an int in Python; `batches = [true]` is a mistake, not a batch of 1.
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise ConfigError(f"{where}: expected {typ.__name__} values, got {v!r}")
+        if isinstance(v, int) and v <= 0:
+            raise ConfigError(f"{where}: values must be positive, got {v}")
+        if isinstance(v, str) and not v.strip():
+            raise ConfigError(f"{where}: values must be non-empty strings")
+    return tuple(dict.fromkeys(values))  # drop repeats, keep order
+
+
+def _parse_matrix(raw: Any, where: str, sweep_measure: Mapping[str, Any]) -> Matrix:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    for key in raw:
+        if key not in _MATRIX_KEYS:
+            raise _unknown_key(where, key, _MATRIX_KEYS)
+    for key in _REQUIRED_AXES:
+        if key not in raw:
+            raise ConfigError(f"{where}: missing {key!r} (required: {', '.join(_REQUIRED_AXES)})")
+    axes = {
+        name: _as_values(raw[name], _AXES[name][1], f"{where}.{name}")
+        for name in _AXES
+        if name in raw
+    }
+    for compiler in axes["compilers"]:
+        _check_compiler(compiler, f"{where}.compilers")
+    for name in axes.get("optimisations", ()):
+        _check_optimisation(name, f"{where}.optimisations")
+    blocks = [m for m in axes["models"] if m in BLOCK_MODELS]
+    timm_models = [m for m in axes["models"] if m not in BLOCK_MODELS]
+    if blocks and "widths" not in axes:
+        raise ConfigError(f"{where}: block model {blocks[0]!r} needs widths = [...]")
+    if timm_models and "widths" in axes:
+        raise ConfigError(
+            f"{where}: widths apply to blocks only, not to timm model "
+            f"{timm_models[0]!r}; put blocks in their own [[matrix]]"
+        )
+    if timm_models and axes.get("depths", (1,)) != (1,):
+        raise ConfigError(
+            f"{where}: depths apply to blocks only, not to timm model "
+            f"{timm_models[0]!r}; put blocks in their own [[matrix]]"
+        )
+    measure = _parse_measure(raw.get("measure", {}), f"{where}.measure")
+    try:
+        MeasureSettings.from_dict({**sweep_measure, **measure})
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.measure: {exc}") from None
+    options = _parse_compiler_options(raw.get("compiler_options", {}), f"{where}.compiler_options")
+    device = _parse_device(raw["device"], f"{where}.device") if "device" in raw else None
+    return Matrix(measure=measure, compiler_options=options, device=device, **axes)
+
+
+# ---------------------------------------------------------------- loading files and presets
+
+
+def list_presets() -> list[str]:
+    """Names of the sweep presets shipped with ngb."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    path = PRESETS_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise UnknownNameError("sweep preset", name, list_presets())
+    return path
+
+
+def load_sweep(path_or_preset: str | Path) -> Sweep:
+    """Load a sweep file, or a preset by name (``"demo"``)."""
+    path = Path(path_or_preset).expanduser()
+    looks_like_file = (
+        isinstance(path_or_preset, Path) or path.suffix == ".toml" or (len(path.parts) > 1)
+    )
+    if path.is_file():
+        source = str(path)
+    elif looks_like_file:
+        raise NgbError(f"sweep file not found: {path}")
+    else:
+        path = preset_path(str(path_or_preset))
+        source = f"preset {path.stem!r}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NgbError(f"cannot read sweep file {path}: {exc}") from None
+    return loads_sweep(text, source=source, default_name=path.stem)

@@ -1,0 +1,474 @@
+"""The DuckDB results store: schema and migrations, idempotent ingest, readers beside a writer
+process, the read-only SQL console, export, and the CLI commands over it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.sweeps import schema
+from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, Store
+
+NGB = str(Path(sys.executable).with_name("ngb"))
+
+
+def make_result(i: int, *, reps: int = 3, status: str = "ok", batch: int = 1) -> TrialResult:
+    spec = TrialSpec(model="conv", compiler="identity", width=8 + i, depth=1, batch=batch)
+    if status != "ok":
+        return TrialResult.failed(spec, "compiler crashed", "crash", host="h")
+    return TrialResult(
+        key=spec.key,
+        spec=spec.to_dict(),
+        host="h",
+        started_at=1_700_000_000.0 + i,
+        finished_at=1_700_000_002.0 + i,
+        compile_s=0.5,
+        throughput=Stats(n=reps, mean=100.0 + i, std=1.0, median=100.0 + i, cov=0.01),
+        latency_ms=Stats(p50=2.0, p90=2.5, p99=3.0),
+        repetitions=[
+            {"iters": 10, "elapsed_s": 0.1, "throughput": 100.0 + i + r} for r in range(reps)
+        ],
+        cpu_samples=[[0.1, 50.0, 95.0], [0.2, 60.0, 99.0]],
+        versions={"torch": "2.15.0"},
+        threads={"torch": 2},
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "results.duckdb")
+
+
+def count(store: Store, table: str) -> int:
+    return store.query(f"SELECT count(*) FROM {table}")[1][0][0]  # noqa: S608 - test tables
+
+
+# ---------------------------------------------------------------- schema and migrations
+
+
+def test_schema_is_created_with_readable_tables_and_version(store: Store) -> None:
+    assert not store.path.exists()
+    assert store.runs() == []
+    assert store.schema_version() == schema.latest_version()
+    tables = set(store.tables())
+    assert {
+        "schema_version",
+        "devices",
+        "probes",
+        "runs",
+        "run_devices",
+        "trials",
+        "measurements",
+        "cpu_samples",
+        "tuning_progress",
+        "errors",
+        "results",
+        "failures",
+        "run_progress",
+    } <= tables
+    columns, _ = store.query("SELECT * FROM trials LIMIT 0")
+    for col in (
+        "model",
+        "family",
+        "compiler",
+        "batch",
+        "throughput_mean",
+        "latency_p99_ms",
+        "peak_rss_mb",
+        "versions",
+        "started_at",
+    ):
+        assert col in columns
+
+
+def test_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
+    store.runs()  # create
+    conn = duckdb.connect(str(store.path))
+    conn.execute("INSERT INTO schema_version VALUES (999, 'from the future', now())")
+    conn.close()
+    with pytest.raises(NgbError, match="schema version 999, newer than this ngb"):
+        Store(store.path).runs()
+
+
+def test_a_foreign_duckdb_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE stuff (a INT)")
+    conn.close()
+    with pytest.raises(NgbError, match="not an ngb results database"):
+        Store(path).runs()
+
+
+def test_older_files_are_migrated_and_keep_their_data(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.ingest_results("r1", "dev", [make_result(0)])
+    step = ("add a note to runs", ["ALTER TABLE runs ADD COLUMN note VARCHAR"])
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, step])
+    upgraded = Store(store.path)
+    assert upgraded.schema_version() == 1  # not touched until used
+    assert len(upgraded.trials()) == 1
+    assert upgraded.schema_version() == 2
+    columns, _ = upgraded.query("SELECT * FROM runs LIMIT 0")
+    assert "note" in columns
+    _, rows = upgraded.query("SELECT version, description FROM schema_version ORDER BY 1")
+    assert rows == [(1, "initial schema"), (2, "add a note to runs")]
+
+
+# ---------------------------------------------------------------- ingest
+
+
+def test_ingest_is_idempotent_per_run_device_and_key(store: Store) -> None:
+    results = [make_result(i) for i in range(5)]
+    assert store.ingest_results("r1", "dev", results) == 5
+    assert store.ingest_results("r1", "dev", results) == 0  # e.g. a re-read checkpoint
+    # a batch with a repeat inside, and as dicts (the event stream's form)
+    assert store.ingest_results("r1", "dev", [r.to_dict() for r in results[:2]] * 2) == 0
+    assert count(store, "trials") == 5
+    assert count(store, "measurements") == 5 * 3
+    assert count(store, "cpu_samples") == 5 * 2
+    # the same trial on another device or in another run is another row
+    assert store.ingest_results("r1", "dev2", results[:1]) == 1
+    assert store.ingest_results("r2", "dev", results[:1] + [make_result(9)]) == 2
+    assert count(store, "trials") == 8
+    assert store.completed_keys("r1", "dev") == {r.key for r in results}
+
+
+def test_trial_rows_carry_spec_stats_and_json(store: Store) -> None:
+    result = make_result(1, reps=4)
+    store.ingest_results("r1", "dev", [result])
+    (row,) = store.trials("r1", "dev")
+    assert row["key"] == result.key
+    assert (row["model"], row["family"], row["compiler"]) == ("conv", "block", "identity")
+    assert (row["batch"], row["depth"], row["width"], row["target"]) == (1, 1, 9, "cpu")
+    assert row["label"] == "conv9x1/identity/b1"
+    assert row["throughput_mean"] == pytest.approx(101.0)
+    assert row["latency_p99_ms"] == pytest.approx(3.0)
+    assert row["repetitions"] == 4
+    assert row["versions"] == {"torch": "2.15.0"}
+    assert row["spec"]["width"] == 9
+    assert row["started_at"].year == 2023
+    reps = store.measurements("r1", "dev", result.key)
+    assert [m["rep"] for m in reps] == [0, 1, 2, 3]
+    assert [m["throughput"] for m in reps] == [101.0, 102.0, 103.0, 104.0]
+
+
+def test_failed_results_and_nan_statistics_become_nulls(store: Store) -> None:
+    store.ingest_results("r1", "dev", [make_result(0, status="failed"), make_result(1)])
+    (failed,) = store.trials(status="failed")
+    assert failed["error_kind"] == "crash" and failed["error"] == "compiler crashed"
+    assert failed["throughput_mean"] is None  # NaN in Stats()
+    _, rows = store.query("SELECT count(*) FROM results")
+    assert rows == [(1,)]
+    _, rows = store.query("SELECT error_kind FROM failures")
+    assert rows == [("crash",)]
+
+
+def test_runs_devices_probes_tuning_errors(store: Store) -> None:
+    assert store.create_run("r1", "demo", "name = 'demo'", ["a", "b"], 4, {"keep": True})
+    assert not store.create_run("r1", "demo", "", ["a"], 1)  # exists: unchanged
+    store.upsert_run_device("r1", "a", state="running", started_at=1_700_000_000.0, pid=7)
+    store.upsert_run_device("r1", "a", n_done=2, offset=120)
+    (dev,) = store.run_devices("r1")
+    assert (dev["state"], dev["n_done"], dev["started_at"].year) == ("running", 2, 2023)
+    assert dev["extra"] == {"pid": 7, "offset": 120}
+    store.set_run_status("r1", "done")
+    (run,) = store.runs()
+    assert (run["status"], run["devices"], run["meta"]) == ("done", ["a", "b"], {"keep": True})
+    assert run["finished_at"] is not None
+    with pytest.raises(UnknownNameError):
+        store.set_run_status("nope", "done")
+
+    store.record_probe("a", {"cpu_model": "Cortex", "cores": 6, "versions": {"torch": "2"}})
+    (probe,) = store.probes("a")
+    assert (probe["cpu_model"], probe["cpu_cores"], probe["versions"]) == (
+        "Cortex",
+        6,
+        {"torch": "2"},
+    )
+    events = [
+        {
+            "ts": 1_700_000_000.0 + i,
+            "trials_done": i,
+            "budget": 16,
+            "best_ms": 2.0 - i / 10,
+            "tasks": [{"name": "conv", "trials": i}],
+        }
+        for i in range(3)
+    ]
+    assert store.ingest_tuning("r1", "a", "k1", events) == 3
+    assert [t["trials_done"] for t in store.tuning_progress("r1", "a", "k1")] == [0, 1, 2]
+    store.ingest_cpu_samples(
+        "r1", "a", [{"ts": 1_700_000_000.0, "key": "k1", "percent": 55.0, "proc_percent": 90.0}]
+    )
+    (cpu,) = store.cpu_samples("r1", "a")
+    assert (cpu["source"], cpu["sys_percent"]) == ("live", 55.0)
+    store.record_error("r1", "b", None, "connection", "link dropped")
+    (err,) = store.errors("r1")
+    assert (err["device"], err["kind"], err["message"]) == ("b", "connection", "link dropped")
+
+
+def test_devices_never_store_secrets(store: Store) -> None:
+    store.upsert_device(
+        {
+            "name": "jetson",
+            "host": "10.0.0.5",
+            "port": 22,
+            "user": "nv",
+            "password": "hunter2",
+            "identity_file": "~/.ssh/id_ed25519",
+            "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----",
+            "groups": ["edge"],
+            "arch": "aarch64",
+        }
+    )
+    (dev,) = store.devices()
+    assert (dev["host"], dev["groups"], dev["extra"]) == ("10.0.0.5", ["edge"], {"arch": "aarch64"})
+    _, rows = store.query("SELECT * FROM devices")
+    flat = json.dumps(rows, default=str)
+    assert "hunter2" not in flat and "PRIVATE KEY" not in flat and "id_ed25519" not in flat
+
+
+def test_ingest_buffer_batches_and_flushes_once(store: Store) -> None:
+    buf = store.buffer(max_delay_s=3600, max_rows=10)
+    assert not buf.due() and buf.flush() == 0
+    buf.add_result("r1", "a", make_result(0))  # 1 trial + 3 repetitions = 4 rows
+    buf.add_result("r1", "a", make_result(0))  # a repeat from a re-read event log
+    buf.add_cpu_sample("r1", "a", {"ts": 1.7e9, "key": "x", "percent": 10.0})
+    assert not buf.due() and buf.flush_if_due() == 0
+    assert not store.path.exists() or count(store, "trials") == 0
+    buf.add_error("r1", "a", None, "connection", "dropped")  # the 10th row
+    assert buf.due()
+    assert buf.flush_if_due() == 1
+    assert len(buf) == 0
+    assert (count(store, "trials"), count(store, "errors")) == (1, 1)
+    assert count(store, "cpu_samples") == 2 + 1  # the trial's two + one live
+
+
+def test_threads_in_one_process_can_read_while_writing(store: Store) -> None:
+    """DuckDB refuses mixed read-only/read-write connections in one process; the store's
+    process lock must serialise them (the TUI ingests and runs the SQL console at once)."""
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(15):
+                store.ingest_results("r1", "a", [make_result(i)])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = [count(store, "trials") for _ in range(15)]
+    thread.join()
+    assert not errors
+    assert seen == sorted(seen)
+    assert count(store, "trials") == 15
+
+
+# ---------------------------------------------------------------- query and export
+
+
+def test_read_only_query_refuses_writes_and_file_access(store: Store, tmp_path: Path) -> None:
+    store.ingest_results("r1", "a", [make_result(0)])
+    with pytest.raises(NgbError, match="read-only; use --write") as info:
+        store.query("DELETE FROM trials")
+    assert "\n" not in str(info.value)
+    with pytest.raises(NgbError, match="read-only"):
+        store.query("CREATE TABLE x (a INT)")
+    with pytest.raises(NgbError, match="cannot read or write files"):
+        store.query(f"COPY trials TO '{tmp_path / 'leak.csv'}'")
+    assert not (tmp_path / "leak.csv").exists()
+    with pytest.raises(NgbError, match="cannot read or write files"):
+        store.query("SELECT * FROM read_csv('/etc/passwd')")
+    assert count(store, "trials") == 1
+    # the explicit opt-in
+    store.query("DELETE FROM trials", allow_write=True)
+    assert count(store, "trials") == 0
+
+
+def test_bad_sql_is_one_clear_line(store: Store) -> None:
+    for sql in ("SELEC 1", "SELECT * FROM no_such_table", "   "):
+        with pytest.raises(NgbError) as info:
+            store.query(sql)
+        assert "\n" not in str(info.value)
+    with pytest.raises(NgbError, match="SQL error: Parser Error"):
+        store.query("SELEC 1")
+
+
+def test_query_with_parameters(store: Store) -> None:
+    store.ingest_results("r1", "a", [make_result(i) for i in range(3)])
+    columns, rows = store.query("SELECT width FROM trials WHERE width > ? ORDER BY width", [8])
+    assert columns == ["width"] and rows == [(9,), (10,)]
+
+
+def test_export_parquet_and_csv_read_back(store: Store, tmp_path: Path) -> None:
+    store.ingest_results("r1", "a", [make_result(i, reps=5) for i in range(4)])
+    n = store.export(tmp_path / "out" / "trials.parquet", "parquet", "trials")
+    table = pq.read_table(tmp_path / "out" / "trials.parquet")
+    assert n == 4 and table.num_rows == 4
+    assert sorted(table.column("width").to_pylist()) == [8, 9, 10, 11]
+    sql = "SELECT key, avg(throughput) AS thr FROM measurements GROUP BY key ORDER BY key"
+    n = store.export(tmp_path / "m.csv", "csv", sql)
+    with open(tmp_path / "m.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert n == 4 and len(rows) == 4 and set(rows[0]) == {"key", "thr"}
+    assert math.isclose(sum(float(r["thr"]) for r in rows), sum(100 + i + 2 for i in range(4)))
+    with pytest.raises(UnknownNameError, match="unknown table 'trial'; did you mean: trials"):
+        store.export(tmp_path / "x.csv", "csv", "trial")
+    with pytest.raises(NgbError, match="unknown export format"):
+        store.export(tmp_path / "x.json", "json", "trials")
+    with pytest.raises(NgbError, match="read-only"):
+        store.export(tmp_path / "x.csv", "csv", "DELETE FROM trials RETURNING *")
+    assert not (tmp_path / "x.csv").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ---------------------------------------------------------------- other processes
+
+HOLD_LOCK = """
+import duckdb, sys, time
+conn = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.readline()
+conn.close()
+"""
+
+
+def test_a_locked_file_gives_the_busy_message_not_a_traceback(store: Store) -> None:
+    store.ingest_results("r1", "a", [make_result(0)])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(store.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(DatabaseBusy, match="try again"):
+            Store(store.path, busy_timeout_s=0.3).query("SELECT 1")
+        with pytest.raises(DatabaseBusy):
+            Store(store.path, write_timeout_s=0.3).ingest_results("r1", "a", [make_result(1)])
+        cli = subprocess.run(
+            [NGB, "query", "--db", str(store.path), "--wait", "0.2", "SELECT count(*) FROM trials"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cli.returncode != 0
+        assert BUSY_MESSAGE in cli.stderr
+        assert "Traceback" not in cli.stderr and len(cli.stderr.strip().splitlines()) == 1
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.write("\n")
+            holder.stdin.close()
+        holder.wait(timeout=30)
+    assert count(store, "trials") == 1  # nothing lost, file usable again
+
+
+WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, sys.argv[3])
+    from test_store import make_result
+    from ngb.sweeps.store import Store
+
+    store = Store(sys.argv[1])
+    stop = sys.argv[2]
+    n = i = 0
+    while not os.path.exists(stop) or i < 5:
+        batch = [make_result(i * 10 + j) for j in range(10)]
+        n += store.ingest_results("run", "dev", batch + batch[:3])  # repeats: stored once
+        i += 1
+        if i == 1:
+            print("started", flush=True)
+        time.sleep(0.02)
+    print(n, flush=True)
+    """
+)
+
+
+def test_query_and_export_work_from_other_processes_while_a_writer_writes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "results.duckdb"
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db), str(stop), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    env = {**os.environ, "NGB_DB": str(db)}
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
+        seen = []
+        for i in range(3):
+            q = subprocess.run(
+                [NGB, "query", "--format", "json", "SELECT count(*) AS n FROM trials"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            assert q.returncode == 0, q.stderr
+            seen.append(json.loads(q.stdout)[0]["n"])
+            fmt = ("parquet", "csv")[i % 2]
+            out = tmp_path / f"export{i}.{fmt}"
+            e = subprocess.run(
+                [NGB, "export", "--format", fmt, "--table", "measurements", "-o", str(out)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            assert e.returncode == 0, e.stderr
+            assert out.exists() and "wrote" in e.stdout
+        assert seen == sorted(seen) and seen[-1] > 0
+    finally:
+        stop.touch()
+        out_text, _ = writer.communicate(timeout=120)
+    assert writer.returncode == 0
+    written = int(out_text.strip().splitlines()[-1])
+    final = Store(db)
+    assert count(final, "trials") == written
+    assert count(final, "measurements") == written * 3
+    _, dup = final.query(
+        "SELECT count(*) FROM (SELECT key FROM trials GROUP BY key HAVING count(*) > 1)"
+    )
+    assert dup == [(0,)]
+
+
+def test_cli_query_formats_and_errors(store: Store, tmp_path: Path) -> None:
+    store.ingest_results("r1", "a", [make_result(i) for i in range(2)])
+    base = [NGB, "query", "--db", str(store.path)]
+    as_csv = subprocess.run(
+        [*base, "--format", "csv", "SELECT width, model FROM trials ORDER BY width"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert as_csv.returncode == 0
+    assert as_csv.stdout.splitlines() == ["width,model", "8,conv", "9,conv"]
+    table = subprocess.run(
+        [*base, "SELECT model, compiler FROM results"], capture_output=True, text=True, timeout=60
+    )
+    assert table.returncode == 0 and "identity" in table.stdout and "2 rows" in table.stdout
+    bad = subprocess.run([*base, "SELEC oops"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "SQL error" in bad.stderr and "Traceback" not in bad.stderr
+    write = subprocess.run(
+        [*base, "DELETE FROM trials"], capture_output=True, text=True, timeout=60
+    )
+    assert write.returncode != 0 and "--write" in write.stderr
+    assert count(store, "trials") == 2
