@@ -1,0 +1,186 @@
+"""``onnxruntime``: the shared ONNX export run by an ONNX Runtime ``InferenceSession``.
+
+The input is bound once through IOBinding (on the GPU for CUDA), so a timed call is the session
+run alone, as with ``onnxruntime_perf_test``; per-call numpy feed building would be measured
+otherwise. Building the session (graph optimisation, kernel selection) is the compile phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ngb.core.compilers.base import (
+    CompileContext,
+    Compiled,
+    Compiler,
+    CompilerConfig,
+    choice,
+    module_available,
+)
+from ngb.core.errors import CompilerUnavailable, ConfigError
+
+OPT_LEVELS = ("all", "extended", "basic", "disable")
+EXECUTION_MODES = ("sequential", "parallel")
+PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
+_EP_NAMES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+
+def _check_threads(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer or omitted; got {value!r}")
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeConfig(CompilerConfig):
+    graph_optimization_level: str = "all"  # ORT_ENABLE_ALL | EXTENDED | BASIC | DISABLE_ALL
+    intra_op_threads: int | None = None  # None: the trial's thread count, else ORT's default
+    inter_op_threads: int | None = None  # only used with execution_mode="parallel"
+    execution_mode: str = "sequential"
+    provider: str = "auto"  # auto: CPU EP on cpu; TensorRT (if present) + CUDA EP on cuda
+
+    def __post_init__(self) -> None:
+        choice("graph_optimization_level", self.graph_optimization_level, OPT_LEVELS)
+        choice("execution_mode", self.execution_mode, EXECUTION_MODES)
+        choice("provider", self.provider, PROVIDERS)
+        _check_threads("intra_op_threads", self.intra_op_threads)
+        _check_threads("inter_op_threads", self.inter_op_threads)
+
+
+def select_providers(provider: str, device: str, available: list[str]) -> list[str]:
+    """Execution providers in priority order, CPU always last as ORT's fallback.
+
+    ``auto`` takes the TensorRT EP on cuda only if its Python package is installed too: the EP is
+    compiled into onnxruntime-gpu but needs the TensorRT libraries at session creation.
+    """
+    if provider == "auto":
+        if device == "cuda":
+            wanted = ["cuda"]
+            if _EP_NAMES["tensorrt"] in available and module_available("tensorrt")[0]:
+                wanted.insert(0, "tensorrt")
+        else:
+            wanted = ["cpu"]
+    else:
+        wanted = [provider]
+    if device == "cpu" and wanted != ["cpu"]:
+        raise ConfigError(f"provider {provider!r} needs device cuda; this trial targets cpu")
+    chosen = []
+    for name in wanted:
+        ep = _EP_NAMES[name]
+        if ep not in available:
+            raise CompilerUnavailable(
+                f"onnxruntime has no {ep} here (available: {', '.join(available)}); "
+                "install onnxruntime-gpu for CUDA/TensorRT"
+            )
+        chosen.append(ep)
+    if _EP_NAMES["cpu"] not in chosen:
+        chosen.append(_EP_NAMES["cpu"])
+    return chosen
+
+
+class _OrtCompiled(Compiled):
+    def __init__(self, session: Any, binding: Any, keep_alive: list[Any]) -> None:
+        super().__init__()
+        self._session = session
+        self._binding = binding
+        self._keep_alive = keep_alive  # the bound input buffers must outlive the binding
+
+    def run(self) -> Any:
+        self._session.run_with_iobinding(self._binding)
+        return self._binding.get_outputs()[0]
+
+    def output_numpy(self) -> Any:
+        self._session.run_with_iobinding(self._binding)
+        return self._binding.copy_outputs_to_cpu()[0]
+
+    def close(self) -> None:
+        self._binding = None
+        self._session = None
+        self._keep_alive = []
+
+
+class OnnxRuntimeCompiler(Compiler):
+    name = "onnxruntime"
+    description = "ONNX Runtime (CPU EP; CUDA/TensorRT EPs on NVIDIA GPUs)"
+    Config = OnnxRuntimeConfig
+    devices = ("cpu", "cuda")
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        for module in ("onnxruntime", "onnx", "torch"):
+            ok, reason = module_available(module)
+            if not ok:
+                return ok, reason
+        return True, ""
+
+    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        import onnxruntime as ort
+        from ngb.core.compilers.onnx_export import example_tuple, export_onnx, input_names
+
+        cfg = self.config
+        assert isinstance(cfg, OnnxRuntimeConfig)
+        providers = select_providers(cfg.provider, ctx.device, ort.get_available_providers())
+        with ctx.phase("export"):
+            path = export_onnx(model, example, ctx.workdir / "model.onnx")
+        with ctx.phase("compile"):
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = {
+                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            }[cfg.graph_optimization_level]
+            opts.execution_mode = (
+                ort.ExecutionMode.ORT_PARALLEL
+                if cfg.execution_mode == "parallel"
+                else ort.ExecutionMode.ORT_SEQUENTIAL
+            )
+            intra = cfg.intra_op_threads or ctx.threads
+            if intra:
+                opts.intra_op_num_threads = intra
+            if cfg.inter_op_threads:
+                opts.inter_op_num_threads = cfg.inter_op_threads
+            session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            binding, keep_alive = self._bind(
+                ort, session, example_tuple(example), input_names(example), ctx.device
+            )
+        compiled = _OrtCompiled(session, binding, keep_alive)
+        compiled.extra.update(
+            providers=session.get_providers(),
+            graph_optimization_level=cfg.graph_optimization_level,
+            execution_mode=cfg.execution_mode,
+            intra_op_threads=intra or 0,  # 0 = ORT's default (one per physical core)
+            onnx_path=str(path),
+        )
+        return compiled
+
+    @staticmethod
+    def _bind(
+        ort: Any, session: Any, tensors: tuple[Any, ...], names: list[str], device: str
+    ) -> tuple[Any, list[Any]]:
+        binding = session.io_binding()
+        keep_alive: list[Any] = []
+        for name, tensor in zip(names, tensors, strict=True):
+            array = tensor.detach().cpu().contiguous().numpy()
+            if device == "cuda":
+                value = ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+                binding.bind_ortvalue_input(name, value)
+                keep_alive.append(value)
+            else:
+                binding.bind_cpu_input(name, array)
+                keep_alive.append(array)
+        out_device = "cuda" if device == "cuda" else "cpu"
+        for out in session.get_outputs():
+            binding.bind_output(out.name, out_device)
+        return binding, keep_alive
+
+    def versions(self) -> dict[str, str]:
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}

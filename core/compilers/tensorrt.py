@@ -1,0 +1,191 @@
+"""``tensorrt``: ONNX parser -> serialized engine -> execution context, on an NVIDIA GPU.
+
+Written against the TensorRT 10/11 name-based tensor API (``num_io_tensors``,
+``set_tensor_address``, ``execute_async_v3``). Buffers are torch CUDA tensors, so no extra CUDA
+binding package is needed: torch already owns the CUDA context and stream.
+
+Precision: fp32 by default. TensorRT 10 enables fp16/int8 kernels through builder flags; TensorRT
+11 removed those flags (networks are always strongly typed), so there fp16 is obtained by
+exporting the model in half precision, and int8 needs an ONNX with explicit Q/DQ nodes, which ngb
+does not produce: asking for it is a clear error rather than a silent fp32 engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes.util
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from ngb.core.compilers.base import (
+    CompileContext,
+    Compiled,
+    Compiler,
+    CompilerConfig,
+    choice,
+    module_available,
+)
+from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+
+PRECISIONS = ("fp32", "fp16", "int8")
+NO_GPU_REASON = "no NVIDIA GPU/CUDA driver found (no /dev/nvidia0, nvidia-smi or libcuda)"
+
+
+def nvidia_gpu_present() -> bool:
+    """Cheap hardware probe without importing torch or tensorrt (Linux device node, tool, lib)."""
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvgpu"):  # nvgpu: Jetson boards
+        return True
+    return shutil.which("nvidia-smi") is not None or ctypes.util.find_library("cuda") is not None
+
+
+@dataclass(frozen=True)
+class TensorRtConfig(CompilerConfig):
+    precision: str = "fp32"  # fp32 | fp16 | int8 (int8: TensorRT 10 flag, no calibration)
+    workspace_mb: int = 1024  # builder scratch memory pool limit
+    builder_optimization_level: int = 3  # 0 (fast build) .. 5 (exhaustive tactic search)
+
+    def __post_init__(self) -> None:
+        choice("precision", self.precision, PRECISIONS)
+        ws = self.workspace_mb
+        if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+            raise ConfigError(f"workspace_mb must be a positive integer (MiB); got {ws!r}")
+        level = self.builder_optimization_level
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 5:
+            raise ConfigError(f"builder_optimization_level must be an integer 0..5; got {level!r}")
+
+
+class _TrtCompiled(Compiled):
+    def __init__(
+        self, engine: Any, context: Any, tensors: dict[str, Any], outputs: list[str], stream: Any
+    ) -> None:
+        super().__init__()
+        self._engine = engine
+        self._context = context
+        self._tensors = tensors  # name -> torch CUDA tensor; addresses are bound once
+        self._outputs = outputs
+        self._stream = stream
+
+    def run(self) -> Any:
+        if not self._context.execute_async_v3(self._stream.cuda_stream):
+            raise NgbError("TensorRT execute_async_v3 failed")
+        self._stream.synchronize()
+        return self._tensors[self._outputs[0]]
+
+    def output_numpy(self) -> Any:
+        return self.run().detach().float().cpu().numpy()
+
+    def close(self) -> None:
+        self._context = None
+        self._engine = None
+        self._tensors = {}
+
+
+class TensorRtCompiler(Compiler):
+    name = "tensorrt"
+    description = "NVIDIA TensorRT (ONNX parser -> engine)"
+    Config = TensorRtConfig
+    devices = ("cuda",)
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if not nvidia_gpu_present():
+            return False, NO_GPU_REASON
+        for module in ("tensorrt", "onnx", "torch"):
+            ok, reason = module_available(module)
+            if not ok:
+                return ok, reason
+        return True, ""
+
+    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        cfg = self.config
+        assert isinstance(cfg, TensorRtConfig)
+        if ctx.device != "cuda":  # checked first: no point importing TensorRT for a cpu trial
+            raise ConfigError(f"tensorrt runs on device cuda only; got device {ctx.device!r}")
+        import tensorrt as trt
+        import torch
+        from ngb.core.compilers.onnx_export import example_tuple, export_onnx
+
+        if not torch.cuda.is_available():
+            raise CompilerUnavailable("torch sees no CUDA GPU; TensorRT needs one")
+        has_flags = hasattr(trt.BuilderFlag, "FP16")  # False on TensorRT >= 11 (strong typing)
+        if cfg.precision == "int8" and not hasattr(trt.BuilderFlag, "INT8"):
+            raise ConfigError(
+                f"precision int8 needs an ONNX with Q/DQ nodes on TensorRT {trt.__version__}; "
+                "use fp32 or fp16"
+            )
+        half_export = cfg.precision == "fp16" and not has_flags
+        with ctx.phase("export"):
+            export_model, export_example = model, example
+            if half_export:  # a copy: the caller's model stays fp32 for the reference output
+                export_model = copy.deepcopy(model).to("cuda").half()
+                export_example = tuple(t.to("cuda").half() for t in example_tuple(example))
+            path = export_onnx(export_model, export_example, ctx.workdir / "model.onnx")
+        logger = trt.Logger(trt.Logger.WARNING)
+        with ctx.phase("compile"):
+            builder = trt.Builder(logger)
+            network = builder.create_network(0)
+            parser = trt.OnnxParser(network, logger)
+            if not parser.parse_from_file(str(path)):
+                errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+                raise NgbError(f"TensorRT could not parse the ONNX model: {errors}")
+            config = builder.create_builder_config()
+            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, cfg.workspace_mb << 20)
+            config.builder_optimization_level = cfg.builder_optimization_level
+            if has_flags and cfg.precision in ("fp16", "int8"):
+                config.set_flag(trt.BuilderFlag.FP16)  # int8 layers without ranges fall back
+            if cfg.precision == "int8":
+                config.set_flag(trt.BuilderFlag.INT8)
+            serialized = builder.build_serialized_network(network, config)
+            if serialized is None:
+                raise NgbError("TensorRT engine build failed (see the TensorRT log above)")
+            runtime = trt.Runtime(logger)
+            engine = runtime.deserialize_cuda_engine(serialized)
+            context = engine.create_execution_context()
+            tensors, outputs = self._bind(trt, torch, engine, context, export_example)
+        compiled = _TrtCompiled(engine, context, tensors, outputs, torch.cuda.Stream())
+        compiled._runtime = runtime  # type: ignore[attr-defined]  # keep alive with the engine
+        compiled.extra.update(
+            precision=cfg.precision,
+            precision_via="builder flag" if has_flags else ("half export" if half_export else ""),
+            workspace_mb=cfg.workspace_mb,
+            builder_optimization_level=cfg.builder_optimization_level,
+            engine_bytes=int(serialized.nbytes),
+            onnx_path=str(path),
+        )
+        return compiled
+
+    @staticmethod
+    def _bind(
+        trt: Any, torch: Any, engine: Any, context: Any, example: Any
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Allocate one CUDA tensor per I/O tensor and bind its address once."""
+        import numpy as np
+        from ngb.core.compilers.onnx_export import example_tuple, input_names
+
+        given = dict(zip(input_names(example), example_tuple(example), strict=True))
+        tensors: dict[str, Any] = {}
+        outputs: list[str] = []
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            np_dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+            dtype = torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
+            shape = tuple(engine.get_tensor_shape(name))
+            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                if name not in given:
+                    raise NgbError(f"engine input {name!r} is not one of {sorted(given)}")
+                tensor = given[name].to(device="cuda", dtype=dtype).contiguous()
+                if tuple(tensor.shape) != shape:
+                    raise NgbError(f"input {name}: engine wants {shape}, got {tuple(tensor.shape)}")
+            else:
+                tensor = torch.empty(shape, dtype=dtype, device="cuda")
+                outputs.append(name)
+            context.set_tensor_address(name, tensor.data_ptr())
+            tensors[name] = tensor
+        return tensors, outputs
+
+    def versions(self) -> dict[str, str]:
+        import tensorrt
+
+        return {"tensorrt": tensorrt.__version__}

@@ -1,0 +1,88 @@
+"""``torchscript``: ``torch.jit.trace`` + ``torch.jit.freeze`` (+ optional optimize_for_inference).
+
+Tracing is the "export" phase (it records the graph for the bound batch shape); freezing inlines
+weights and attributes as constants so the JIT can fold them, which is what makes TorchScript a
+graph compiler rather than a serialiser. The profiling executor specialises on the first calls;
+those land in the harness's first-call and warm-up phases, not in steady state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ngb.core.compilers.base import (
+    CompileContext,
+    Compiled,
+    Compiler,
+    CompilerConfig,
+    module_available,
+)
+from ngb.core.compilers.identity import (
+    TorchCompiled,
+    apply_threads,
+    check_bool,
+    prepare,
+    torch_versions,
+)
+from ngb.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TorchScriptConfig(CompilerConfig):
+    freeze: bool = True  # torch.jit.freeze: weights become constants, enabling folding
+    optimize_for_inference: bool = False  # extra passes (conv-bn folding, MKLDNN layouts on CPU)
+
+    def __post_init__(self) -> None:
+        check_bool("freeze", self.freeze)
+        check_bool("optimize_for_inference", self.optimize_for_inference)
+        if self.optimize_for_inference and not self.freeze:
+            raise ConfigError(
+                "optimize_for_inference needs freeze=true (it works on a frozen module)"
+            )
+
+
+class TorchScriptCompiler(Compiler):
+    name = "torchscript"
+    description = "torch.jit.trace + freeze"
+    Config = TorchScriptConfig
+    devices = ("cpu", "cuda")
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        return module_available("torch")
+
+    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        import warnings
+
+        import torch
+
+        assert isinstance(self.config, TorchScriptConfig)
+        threads = apply_threads(ctx)
+        model, inputs = prepare(model, example, ctx)
+        # torch >= 2.10 marks the torch.jit API deprecated; the paper benchmarks it regardless.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
+            module = self._script(torch, model, inputs, ctx)
+        compiled = TorchCompiled(module, inputs, ctx.device)
+        compiled.extra.update(
+            torch_threads=threads,
+            frozen=self.config.freeze,
+            optimize_for_inference=self.config.optimize_for_inference,
+        )
+        return compiled
+
+    def _script(self, torch: Any, model: Any, inputs: tuple[Any, ...], ctx: CompileContext) -> Any:
+        assert isinstance(self.config, TorchScriptConfig)
+        with ctx.phase("export"), torch.no_grad():
+            module = torch.jit.trace(model, inputs, check_trace=False)
+        with ctx.phase("compile"), torch.no_grad():
+            module = module.eval()
+            if self.config.freeze:
+                module = torch.jit.freeze(module)
+            if self.config.optimize_for_inference:
+                module = torch.jit.optimize_for_inference(module)
+        return module
+
+    def versions(self) -> dict[str, str]:
+        return torch_versions()

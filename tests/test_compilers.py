@@ -1,0 +1,381 @@
+"""Backend specifics the registry-wide contract test cannot know about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from ngb.core.compilers import CompileContext, get_compiler
+from ngb.core.compilers import tensorrt as trt_backend
+from ngb.core.compilers.onnxruntime import select_providers
+from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+
+
+def conv_net() -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3)
+    ).eval()
+    return model, torch.randn(2, 3, 16, 16)
+
+
+def reference(model: Any, example: Any) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return model(example).numpy().copy()
+
+
+def needs(name: str) -> None:
+    from ngb.core.compilers import compiler_class
+
+    ok, reason = compiler_class(name).available()
+    if not ok:
+        pytest.skip(reason)
+
+
+# --- identity -------------------------------------------------------------------------------
+
+
+def test_identity_channels_last_gives_same_output(tmp_path: Any) -> None:
+    needs("identity")
+    model, example = conv_net()
+    expected = reference(model, example)
+    compiled = get_compiler("identity", {"channels_last": True}).compile(
+        model, example, CompileContext(workdir=tmp_path)
+    )
+    np.testing.assert_allclose(compiled.output_numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert compiled.extra["channels_last"] is True
+
+
+def test_identity_honours_thread_count(tmp_path: Any) -> None:
+    needs("identity")
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        model, example = conv_net()
+        compiled = get_compiler("identity").compile(
+            model, example, CompileContext(workdir=tmp_path, threads=1)
+        )
+        assert compiled.extra["torch_threads"] == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- torchscript ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_torchscript_freeze_inlines_the_weights(freeze: bool, tmp_path: Any) -> None:
+    needs("torchscript")
+    import torch
+
+    model, example = conv_net()
+    ctx = CompileContext(workdir=tmp_path)
+    compiled = get_compiler("torchscript", {"freeze": freeze}).compile(model, example, ctx)
+    module = compiled._fn  # type: ignore[attr-defined]
+    assert isinstance(module, torch.jit.ScriptModule)
+    # Frozen: weights are graph constants, so the module keeps no parameters at all.
+    assert (len(list(module.parameters())) == 0) is freeze
+    assert compiled.extra["frozen"] is freeze
+    assert {"export", "compile"} <= set(ctx.phases)
+    np.testing.assert_allclose(compiled.output_numpy(), reference(model, example), atol=1e-5)
+
+
+def test_torchscript_optimize_for_inference_runs(tmp_path: Any) -> None:
+    needs("torchscript")
+    model, example = conv_net()
+    compiled = get_compiler("torchscript", {"optimize_for_inference": True}).compile(
+        model, example, CompileContext(workdir=tmp_path)
+    )
+    np.testing.assert_allclose(compiled.output_numpy(), reference(model, example), atol=1e-4)
+
+
+def test_torchscript_config_errors() -> None:
+    with pytest.raises(ConfigError, match="needs freeze=true"):
+        get_compiler("torchscript", {"freeze": False, "optimize_for_inference": True})
+    with pytest.raises(ConfigError, match="true or false"):
+        get_compiler("torchscript", {"freeze": "false"})
+
+
+# --- inductor --------------------------------------------------------------------------------
+
+
+def test_inductor_config_errors() -> None:
+    with pytest.raises(ConfigError, match="max-autotune"):
+        get_compiler("inductor", {"mode": "fastest"})
+    with pytest.raises(ConfigError):
+        get_compiler("inductor", {"fullgraph": 1})
+    assert get_compiler("inductor", {"mode": "reduce-overhead"}).config.to_dict() == {
+        "mode": "reduce-overhead",
+        "fullgraph": False,
+        "cache": True,
+    }
+
+
+def test_inductor_fullgraph_turns_a_graph_break_into_a_clear_error(tmp_path: Any) -> None:
+    needs("inductor")
+    import torch
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * 2 if x.sum().item() > 0 else x - 1  # branch on a tensor value
+
+    compiler = get_compiler("inductor", {"fullgraph": True})
+    with pytest.raises(NgbError, match="fullgraph=true") as err:
+        compiler.compile(DataDependent(), torch.randn(4), CompileContext(workdir=tmp_path))
+    assert "\n" not in str(err.value)
+
+
+# --- onnxruntime -----------------------------------------------------------------------------
+
+
+def test_onnxruntime_options_reach_the_session(tmp_path: Any) -> None:
+    needs("onnxruntime")
+    import onnxruntime as ort
+
+    model, example = conv_net()
+    options = {"graph_optimization_level": "disable", "intra_op_threads": 1}
+    ctx = CompileContext(workdir=tmp_path)
+    compiled = get_compiler("onnxruntime", options).compile(model, example, ctx)
+    session_options = compiled._session.get_session_options()  # type: ignore[attr-defined]
+    assert session_options.intra_op_num_threads == 1
+    assert session_options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert compiled.extra["providers"] == ["CPUExecutionProvider"]
+    assert compiled.extra["intra_op_threads"] == 1
+    assert {"export", "compile"} <= set(ctx.phases)
+    np.testing.assert_allclose(compiled.output_numpy(), reference(model, example), atol=1e-4)
+
+
+def test_onnxruntime_trial_threads_are_the_default(tmp_path: Any) -> None:
+    needs("onnxruntime")
+    model, example = conv_net()
+    compiled = get_compiler("onnxruntime").compile(
+        model, example, CompileContext(workdir=tmp_path, threads=2)
+    )
+    assert compiled._session.get_session_options().intra_op_num_threads == 2  # type: ignore[attr-defined]
+
+
+def test_onnxruntime_config_errors() -> None:
+    with pytest.raises(ConfigError, match="all, extended, basic, disable"):
+        get_compiler("onnxruntime", {"graph_optimization_level": "max"})
+    with pytest.raises(ConfigError, match="positive integer"):
+        get_compiler("onnxruntime", {"intra_op_threads": 0})
+    with pytest.raises(ConfigError):
+        get_compiler("onnxruntime", {"execution_mode": "async"})
+
+
+def test_onnxruntime_provider_selection() -> None:
+    cpu, cuda, trt = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+    assert select_providers("auto", "cpu", [cpu]) == [cpu]
+    assert select_providers("auto", "cuda", [cuda, cpu]) == [cuda, cpu]
+    assert select_providers("tensorrt", "cuda", [trt, cuda, cpu]) == [trt, cpu]
+    with pytest.raises(CompilerUnavailable, match="CUDAExecutionProvider"):
+        select_providers("auto", "cuda", [cpu])
+    with pytest.raises(ConfigError, match="needs device cuda"):
+        select_providers("cuda", "cpu", [cuda, cpu])
+
+
+# --- openvino --------------------------------------------------------------------------------
+
+
+def _openvino(tmp_path: Any, model: Any = None, **options: Any) -> Any:
+    needs("openvino")
+    model, example = model or conv_net()
+    compiled = get_compiler("openvino", options).compile(
+        model, example, CompileContext(workdir=tmp_path)
+    )
+    return compiled, reference(model, example)
+
+
+def busier_conv_net() -> tuple[Any, Any]:
+    """A few ms per request: long enough that a request is still running at the next submit."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3)).eval()
+    return model, torch.randn(2, 3, 64, 64)
+
+
+def test_openvino_throughput_keeps_several_requests_in_flight(tmp_path: Any) -> None:
+    compiled, expected = _openvino(tmp_path, busier_conv_net(), hint="THROUGHPUT", nireq=3)
+    try:
+        assert compiled.extra["nireq"] == 3
+        loop = compiled.timed_loop(min_iters=60, min_duration_s=0.0)
+        assert loop.iters >= 60 and len(loop.latencies_ns) == loop.iters
+        assert all(ns > 0 for ns in loop.latencies_ns)
+        # Little's law: sum of request latencies / wall time = requests in flight on average.
+        # One synchronous request gives 1.0; a saturated queue of 3 gives ~3.
+        assert 1.5 < compiled.extra["mean_in_flight"] <= 3.05
+        # Requests share the bound input: their outputs still match eager (bf16 tolerance).
+        np.testing.assert_allclose(compiled.output_numpy(), expected, rtol=5e-2, atol=5e-2)
+    finally:
+        compiled.close()
+
+
+def test_openvino_throughput_loop_meets_both_stop_conditions(tmp_path: Any) -> None:
+    compiled, _ = _openvino(tmp_path)
+    try:
+        assert compiled.extra["nireq"] == compiled.extra["optimal_nireq"] >= 1
+        loop = compiled.timed_loop(min_iters=1, min_duration_s=0.2)
+        assert loop.elapsed_s >= 0.2
+        assert loop.iters >= 1
+        loop = compiled.timed_loop(min_iters=40, min_duration_s=0.0)  # the queue is reused
+        assert loop.iters >= 40
+    finally:
+        compiled.close()
+
+
+def test_openvino_latency_hint_uses_one_synchronous_request(tmp_path: Any) -> None:
+    compiled, _ = _openvino(tmp_path, hint="LATENCY")
+    try:
+        loop = compiled.timed_loop(min_iters=5, min_duration_s=0.0)
+        assert loop.iters >= 5
+        assert compiled.extra["nireq"] == 1
+        assert "mean_in_flight" not in compiled.extra  # the async queue was never used
+    finally:
+        compiled.close()
+
+
+def test_openvino_precision_is_honoured_and_recorded(tmp_path: Any) -> None:
+    compiled, expected = _openvino(tmp_path, hint="LATENCY", inference_precision="f32")
+    assert compiled.extra["inference_precision"] == "f32"
+    np.testing.assert_allclose(compiled.output_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_openvino_config_errors() -> None:
+    with pytest.raises(ConfigError, match="THROUGHPUT, LATENCY"):
+        get_compiler("openvino", {"hint": "throughput"})
+    with pytest.raises(ConfigError, match="nireq"):
+        get_compiler("openvino", {"nireq": 0})
+    with pytest.raises(ConfigError, match="f32, bf16, f16"):
+        get_compiler("openvino", {"inference_precision": "fp32"})
+
+
+# --- tensorrt --------------------------------------------------------------------------------
+
+
+def test_tensorrt_says_no_gpu_without_importing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trt_backend, "nvidia_gpu_present", lambda: False)
+    ok, reason = trt_backend.TensorRtCompiler.available()
+    assert not ok and "no NVIDIA GPU" in reason
+
+
+def test_tensorrt_says_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trt_backend, "nvidia_gpu_present", lambda: True)
+    monkeypatch.setattr(
+        trt_backend,
+        "module_available",
+        lambda m: (
+            (False, f"python package {m!r} is not installed") if m == "tensorrt" else (True, "")
+        ),
+    )
+    assert trt_backend.TensorRtCompiler.available() == (
+        False,
+        "python package 'tensorrt' is not installed",
+    )
+
+
+def test_tensorrt_config_validation() -> None:
+    assert get_compiler("tensorrt").config.to_dict() == {
+        "precision": "fp32",
+        "workspace_mb": 1024,
+        "builder_optimization_level": 3,
+    }
+    with pytest.raises(ConfigError, match="fp32, fp16, int8"):
+        get_compiler("tensorrt", {"precision": "fp8"})
+    for bad in (0, -5, True, 1.5):
+        with pytest.raises(ConfigError, match="workspace_mb"):
+            get_compiler("tensorrt", {"workspace_mb": bad})
+    with pytest.raises(ConfigError, match="0..5"):
+        get_compiler("tensorrt", {"builder_optimization_level": 6})
+
+
+def test_tensorrt_refuses_a_cpu_trial_clearly(tmp_path: Any) -> None:
+    with pytest.raises(ConfigError, match="cuda only"):
+        get_compiler("tensorrt").compile(None, None, CompileContext(workdir=tmp_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_tensorrt_engine_matches_eager_on_gpu(precision: str, tmp_path: Any) -> None:
+    needs("tensorrt")
+    model, example = conv_net()
+    expected = reference(model, example)
+    ctx = CompileContext(workdir=tmp_path, device="cuda")
+    compiled = get_compiler("tensorrt", {"precision": precision}).compile(model, example, ctx)
+    tol = 1e-3 if precision == "fp32" else 2e-2
+    np.testing.assert_allclose(compiled.output_numpy(), expected, rtol=tol, atol=tol)
+    loop = compiled.timed_loop(min_iters=10, min_duration_s=0.0)
+    assert loop.iters >= 10
+    assert compiled.extra["engine_bytes"] > 0
+
+
+# --- onnx export ------------------------------------------------------------------------------
+
+
+def test_onnx_export_failure_is_one_clear_line(tmp_path: Any) -> None:
+    import torch
+    from ngb.core.compilers.onnx_export import export_onnx
+
+    class Eigen(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.linalg.eigvals(x).real
+
+    with pytest.raises(NgbError) as err:
+        export_onnx(Eigen(), torch.randn(3, 3), tmp_path / "m.onnx")
+    assert str(err.value).startswith("ONNX export failed")
+    assert "linalg_eigvals" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_onnx_export_handles_mha_and_restores_the_fast_path(tmp_path: Any) -> None:
+    import torch
+    from ngb.core.compilers.onnx_export import export_onnx, onnx_output_names
+
+    attn = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = attn
+
+        def forward(self, x: Any) -> Any:
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    before = torch.backends.mha.get_fastpath_enabled()
+    path = export_onnx(Block(), torch.randn(1, 4, 16), tmp_path / "mha.onnx")
+    assert path.is_file() and onnx_output_names(path) == ["output"]
+    assert torch.backends.mha.get_fastpath_enabled() == before
+
+
+# --- a real timm model (slow) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "tol"),
+    [("torchscript", 1e-4), ("onnxruntime", 1e-3), ("openvino", 0.15), ("inductor", 1e-3)],
+)
+def test_timm_resnet18_matches_eager(name: str, tol: float, tmp_path: Any) -> None:
+    needs(name)
+    timm = pytest.importorskip("timm")
+    import torch
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    example = torch.randn(2, 3, 224, 224)
+    expected = reference(model, example)
+    compiled = get_compiler(name).compile(model, example, CompileContext(workdir=tmp_path))
+    try:
+        out = compiled.output_numpy()
+        # Relative to the logits' scale: bf16 (OpenVINO's CPU default here) keeps ~3 digits.
+        assert np.abs(out - expected).max() <= tol * max(1.0, float(np.abs(expected).max()))
+        assert compiled.timed_loop(min_iters=2, min_duration_s=0.0).iters >= 2
+    finally:
+        compiled.close()
