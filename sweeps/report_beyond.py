@@ -1,0 +1,130 @@
+"""Reports beyond the paper's tables: the DLAS optimisation axis and the ranking-reversal finder.
+
+- dlas: for each trial with an optimisation, the same point without one (same device, model,
+  width, depth, compiler, batch) is the baseline. achieved = T_opt / T_none; expected = the
+  compression ratio recorded by ``ngb.core.optimise`` (bytes for fp16/int8, non-zero parameters
+  for pruning); "% of expected" = 100 · achieved / expected. n.s. marks an achieved speed-up whose
+  T_opt vs T_none difference is not significant (Welch, 5 %).
+- reversals: on each device, at each batch, every pair of models (A, B) with A faster than B under
+  identity (torch eager) but slower under a compiler -- the paper's Fig. 1 effect. Pairs are
+  comparable workloads only: two timm models, or two stacks of the same block kind (a conv stack
+  is not ranked against a ResNet). A flip counts as
+  significant only when both orders are (Welch, 5 %: A vs B under identity and B vs A under the
+  compiler); otherwise it is listed as n.s.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+from ngb.core.optimise import percent_of_expected
+from ngb.core.significance import compare
+from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group
+from ngb.sweeps.report_paper import compiler_order, significance_note
+
+_SAME_POINT = ("device", "model", "width", "depth", "compiler", "batch", "target", "input_size")
+
+
+def _label(row: dict[str, Any]) -> str:
+    return row["label"]
+
+
+def _kind(row: dict[str, Any]) -> str:
+    """What may be ranked against what: timm models together, blocks only with the same kind."""
+    return row["model"] if row["model"] in ("conv", "mha") else "timm"
+
+
+def dlas(data: ReportData) -> Report:
+    rows = [r for r in data.trials() if finite(r.get("throughput_mean"))]
+    baseline = {
+        tuple(r[k] for k in _SAME_POINT): r for r in rows if (r["optimisation"] or "none") == "none"
+    }
+    table = Table(
+        "DLAS: achieved vs expected speed-up per optimisation",
+        ["device", "model", "compiler", "batch", "optimisation", "T none", "T opt", "achieved",
+         "expected", "% of expected"],
+    )  # fmt: skip
+    table.notes.append(
+        "achieved = T_opt / T_none; expected = compression ratio (size before / after); "
+        "% of expected = 100 · achieved / expected"
+    )
+    report = Report("dlas", "DLAS optimisation axis", [table])
+    optimised = [r for r in rows if (r["optimisation"] or "none") != "none"]
+    optimised.sort(
+        key=lambda r: (r["device"], _label(r), compiler_order(r["compiler"]), r["batch"],
+                       r["optimisation"])
+    )  # fmt: skip
+    for r in optimised:
+        base = baseline.get(tuple(r[k] for k in _SAME_POINT))
+        if base is None or base["throughput_mean"] <= 0:
+            report.notes.append(
+                f"{r['device']} {_label(r)} {r['compiler']} b{r['batch']} {r['optimisation']}: "
+                "no baseline without optimisation"
+            )
+            continue
+        achieved = r["throughput_mean"] / base["throughput_mean"]
+        facts = r["extra"].get("optimisation") if isinstance(r["extra"], dict) else None
+        expected = (facts or {}).get("expected_speedup")
+        percent = percent_of_expected(achieved, expected) if finite(expected) else None
+        table.rows.append(
+            [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
+             base["throughput_mean"], r["throughput_mean"],
+             Cell(achieved, note=significance_note(data, r, base)),
+             expected if finite(expected) else None, percent]
+        )  # fmt: skip
+    return report
+
+
+def reversals(data: ReportData) -> Report:
+    rows = [
+        r
+        for r in data.trials()
+        if (r["optimisation"] or "none") == "none" and finite(r.get("throughput_mean"))
+    ]
+    table = Table(
+        "Ranking reversals: model order under identity flips under a compiler",
+        ["device", "batch", "compiler", "A (faster eager)", "B", "T_id A", "T_id B", "T_c A",
+         "T_c B", "flip"],
+    )  # fmt: skip
+    table.notes.append(
+        "A beats B under identity, B beats A under the compiler; flip = significant only when "
+        "both orders are significant (Welch, 5 %), else n.s."
+    )
+    for (device, _target, batch), cell in sorted(
+        group(rows, "device", "target", "batch").items(), key=lambda kv: (kv[0][0], kv[0][2])
+    ):
+        by_compiler = {
+            c: {_label(r): r for r in rs} for (c,), rs in group(cell, "compiler").items()
+        }
+        identity = by_compiler.get("identity")
+        if not identity:
+            continue
+        for compiler in sorted(by_compiler, key=compiler_order):
+            if compiler == "identity":
+                continue
+            mine = by_compiler[compiler]
+            models = sorted(set(mine) & set(identity))
+            for x, y in combinations(models, 2):
+                if _kind(mine[x]) != _kind(mine[y]):
+                    continue
+                a, b = (
+                    (x, y)
+                    if identity[x]["throughput_mean"] > identity[y]["throughput_mean"]
+                    else (y, x)
+                )
+                ia, ib, ca, cb = identity[a], identity[b], mine[a], mine[b]
+                if not (ia["throughput_mean"] > ib["throughput_mean"]
+                        and ca["throughput_mean"] < cb["throughput_mean"]):  # fmt: skip
+                    continue
+                eager = compare(data.samples(ia), data.samples(ib))
+                compiled = compare(data.samples(cb), data.samples(ca))
+                flip = "significant" if eager.significant and compiled.significant else "n.s."
+                table.rows.append(
+                    [device, batch, compiler, a, b, ia["throughput_mean"], ib["throughput_mean"],
+                     ca["throughput_mean"], cb["throughput_mean"], flip]
+                )  # fmt: skip
+    report = Report("reversals", "Ranking-reversal finder", [table])
+    if not table.rows:
+        report.notes.append("no ranking reversals found")
+    return report

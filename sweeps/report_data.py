@@ -1,0 +1,188 @@
+"""What a report is made of (``Report`` -> ``Table`` -> cells) and where its numbers come from.
+
+``ReportData`` reads the results database through ``Store.query`` (read-only connections only).
+Which trials count: successful ones, filtered by ``--run`` / ``--device``, and -- because the same
+trial point may have been measured in several runs -- only the newest measurement of each point
+(device, model, width, depth, optimisation, compiler, batch, target, input size), so a report
+never averages an old run into a new one. Per-repetition throughputs (``measurements``) come with
+each trial for the significance tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ngb.core.errors import NgbError, UnknownNameError
+
+# What identifies one measured point across runs (the "newest wins" partition).
+POINT_COLUMNS = (
+    "device",
+    "model",
+    "width",
+    "depth",
+    "optimisation",
+    "compiler",
+    "batch",
+    "target",
+    "input_size",
+)
+_TRIAL_COLUMNS = (
+    "run_id",
+    "key",
+    "family",
+    "export_s",
+    "compile_s",
+    "tune_s",
+    "first_call_s",
+    "throughput_mean",
+    "throughput_std",
+    "cpu_percent_mean",
+    "extra",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A value with an optional spread (``± std``) and a note such as "n.s." (not significant)."""
+
+    value: float | None
+    std: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Table:
+    """One table of a report. Row values are str/int/float/None or ``Cell``."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    name: str
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def model_label(row: dict[str, Any]) -> str:
+    """``resnet18`` or, for blocks, ``conv64x3`` (kind, width, depth) as in ``TrialSpec.label``;
+    an input-size override is appended (``resnet18@160``) so differently sized runs stay apart."""
+    if row.get("width") is not None and row.get("model") in ("conv", "mha"):
+        label = f"{row['model']}{row['width']}x{row.get('depth') or 1}"
+    else:
+        label = str(row["model"])
+    return label + (f"@{row['input_size']}" if row.get("input_size") else "")
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+class ReportData:
+    """Trials (newest per point) and their repetition samples for one report request."""
+
+    def __init__(self, store: Any, run_id: str | None = None, device: str | None = None):
+        self.store = store
+        self.run_id = run_id
+        self.device = device
+        if not store.path.exists():
+            raise NgbError(f"no results database at {store.path}; run a sweep first")
+        if run_id is not None:
+            store.run(run_id)  # UnknownNameError listing the runs
+        if device is not None:
+            _, rows = store.query("SELECT DISTINCT device FROM trials ORDER BY device")
+            known = [r[0] for r in rows]
+            if device not in known:
+                raise UnknownNameError("device", device, known)
+        self._trials: list[dict[str, Any]] | None = None
+        self._samples: dict[tuple[str, str, str], list[float]] | None = None
+
+    def _where(self, alias: str = "") -> tuple[str, list[Any]]:
+        prefix = f"{alias}." if alias else ""
+        clauses, params = [f"{prefix}status = 'ok'"], []
+        if self.run_id is not None:
+            clauses.append(f"{prefix}run_id = ?")
+            params.append(self.run_id)
+        if self.device is not None:
+            clauses.append(f"{prefix}device = ?")
+            params.append(self.device)
+        return " AND ".join(clauses), params
+
+    def _latest_sql(self) -> tuple[str, list[Any]]:
+        where, params = self._where()
+        partition = ", ".join(POINT_COLUMNS)
+        columns = ", ".join((*POINT_COLUMNS, *_TRIAL_COLUMNS))
+        sql = (
+            f"SELECT {columns} FROM trials WHERE {where} "  # noqa: S608 - fixed column names
+            f"QUALIFY row_number() OVER (PARTITION BY {partition} "
+            "ORDER BY finished_at DESC NULLS LAST, run_id DESC) = 1"
+        )
+        return sql, params
+
+    def trials(self) -> list[dict[str, Any]]:
+        """Successful trials, newest per point, as dicts (``extra`` decoded)."""
+        if self._trials is None:
+            sql, params = self._latest_sql()
+            columns, rows = self.store.query(sql + " ORDER BY device, model, width, depth", params)
+            out = []
+            for row in rows:
+                item = dict(zip(columns, row, strict=True))
+                extra = item.get("extra")
+                item["extra"] = json.loads(extra) if isinstance(extra, str) and extra else {}
+                item["label"] = model_label(item)
+                out.append(item)
+            self._trials = out
+        return self._trials
+
+    def samples(self, trial: dict[str, Any]) -> list[float]:
+        """Per-repetition throughputs of one trial (empty when none were stored)."""
+        if self._samples is None:
+            sql, params = self._latest_sql()
+            query = (
+                f"WITH latest AS ({sql}) "  # noqa: S608 - built from fixed names above
+                "SELECT m.run_id, m.device, m.key, list(m.throughput ORDER BY m.rep) "
+                "FROM measurements m JOIN latest l "
+                "ON m.run_id = l.run_id AND m.device = l.device AND m.key = l.key "
+                "GROUP BY ALL"
+            )
+            _, rows = self.store.query(query, params)
+            self._samples = {
+                (r[0], r[1], r[2]): [float(v) for v in r[3] if v is not None] for r in rows
+            }
+        return self._samples.get((trial["run_id"], trial["device"], trial["key"]), [])
+
+    def probes(self) -> list[dict[str, Any]]:
+        """The newest probe of each device (honours ``--device``)."""
+        where, params = ("WHERE device = ?", [self.device]) if self.device else ("", [])
+        columns, rows = self.store.query(
+            f"SELECT * FROM probes {where} "  # noqa: S608 - fixed text
+            "QUALIFY row_number() OVER (PARTITION BY device ORDER BY probed_at DESC) = 1 "
+            "ORDER BY device",
+            params,
+        )
+        out = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            for name in ("compilers", "versions", "probe", "gpu"):
+                if isinstance(item.get(name), str):
+                    with contextlib.suppress(ValueError):
+                        item[name] = json.loads(item[name])
+            out.append(item)
+        return out
+
+
+def group(rows: Sequence[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], list[dict]]:
+    """Rows grouped by the given columns, groups in first-seen order."""
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(tuple(row[k] for k in keys), []).append(row)
+    return out

@@ -1,0 +1,277 @@
+"""The paper's tables, regenerated from the results database.
+
+Each builder takes a ``ReportData`` and returns a ``Report``. Definitions (where the paper leaves a
+choice, the choice is written here and in the table's notes):
+
+- testbed (Tables I/II): the newest probe of each device; hardware, then library versions and
+  which compilers are available there.
+- compile-times (Table III): seconds from the exported model to a runnable one, export included
+  (``export_s + compile_s``; MetaSchedule tuning is part of ``compile_s``), per model, batch and
+  compiler.
+- families (Table VI): per device, family and compiler, over the family's models at batch 2..4 and
+  at batch 8..16: mean ± sample std (ddof=1) of the per-trial mean throughputs, and the same for
+  the system-wide CPU % -- i.e. the spread across the (model, batch) cells of the group.
+- depth (Tables VII/VIII): speed-up over identity at each depth for every block kind, width, batch
+  and compiler, the least-squares slope of speed-up over depth and retention (deepest / depth 1);
+  a speed-up whose compiler-vs-identity difference is not significant (Welch, 5 %) is flagged n.s.
+- bsr: throughput, RTR, ASE, BSR and speed-up per model, compiler and batch.
+- ase: ASE as a grid of (model/width) × batch per compiler, the paper's heatmaps in table form.
+Only trials without an optimisation (``optimisation = 'none'``) enter these tables.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from ngb.core import metrics
+from ngb.core.errors import ConfigError
+from ngb.core.significance import compare
+from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group
+
+FAMILY_BATCH_GROUPS: dict[str, tuple[int, int]] = {"2-4": (2, 4), "8-16": (8, 16)}
+BLOCK_FAMILY = "block"
+VERSION_LIBRARIES = ("torch", "timm", "onnxruntime", "openvino", "tvm", "tensorrt", "cuda")
+
+
+def compiler_order(name: str) -> tuple[int, str]:
+    """Sort key: the registry's order (identity first), unknown names last."""
+    from ngb.core.compilers import list_compilers
+
+    names = list_compilers(include_internal=True)
+    return (names.index(name) if name in names else len(names), name)
+
+
+def plain(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials without an optimisation applied."""
+    return [r for r in rows if (r.get("optimisation") or "none") == "none"]
+
+
+def mean_std(values: Sequence[float]) -> Cell:
+    values = [v for v in values if finite(v)]
+    if not values:
+        return Cell(None)
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return Cell(statistics.fmean(values), std)
+
+
+def significance_note(data: ReportData, a: dict[str, Any], b: dict[str, Any]) -> str:
+    """ "" when a and b differ significantly, else the comparison's flag ("n.s." / "n<2")."""
+    return compare(data.samples(a), data.samples(b)).flag
+
+
+# ---------------------------------------------------------------- testbed
+
+
+def testbed(data: ReportData) -> Report:
+    probes = data.probes()
+    hardware = Table(
+        "Table I: devices",
+        ["device", "hostname", "cpu", "cores", "ram_gb", "gpu", "os", "python"],
+    )
+    software = Table(
+        "Table II: software and compilers", ["device", *VERSION_LIBRARIES, "compilers"]
+    )
+    for p in probes:
+        raw = p.get("probe") if isinstance(p.get("probe"), dict) else {}
+        cores = p.get("cpu_cores") or raw.get("cores_logical")
+        ram = p.get("ram_gb")
+        if ram is None and finite(raw.get("ram_mb")):
+            ram = raw["ram_mb"] / 1024
+        gpus = p.get("gpu") if p.get("gpu") is not None else raw.get("gpus")
+        if isinstance(gpus, list):  # the probe's list of GPUs (empty on CPU-only devices)
+            gpus = ", ".join(str(g.get("name", g) if isinstance(g, dict) else g) for g in gpus)
+        gpu = gpus or ""
+        hardware.rows.append(
+            [p["device"], p.get("hostname"), p.get("cpu_model") or raw.get("cpu_model"), cores,
+             ram, gpu or "-", p.get("os"), p.get("python")]
+        )  # fmt: skip
+        versions = p.get("versions") if isinstance(p.get("versions"), dict) else {}
+        compilers = p.get("compilers") if isinstance(p.get("compilers"), dict) else {}
+        available = [n for n, info in compilers.items() if (info or {}).get("available")]
+        software.rows.append(
+            [p["device"], *(versions.get(lib, "-") for lib in VERSION_LIBRARIES),
+             ", ".join(available) or "-"]
+        )  # fmt: skip
+    report = Report("testbed", "Testbed (Tables I and II)", [hardware, software])
+    if not probes:
+        report.notes.append("no probes stored; run `ngb devices probe` first")
+    return report
+
+
+# ---------------------------------------------------------------- compile times
+
+
+def compile_times(data: ReportData) -> Report:
+    rows = plain(data.trials())
+    compilers = sorted({r["compiler"] for r in rows}, key=compiler_order)
+    table = Table("Table III: compile time (s)", ["device", "model", "batch", *compilers])
+    table.notes.append("export + compile seconds (MetaSchedule tuning included in compile)")
+    for (device, label, batch), cell_rows in group(rows, "device", "label", "batch").items():
+        by_compiler = {r["compiler"]: r for r in cell_rows}
+        values: list[Any] = []
+        for name in compilers:
+            r = by_compiler.get(name)
+            if r is None or not finite(r.get("compile_s")):
+                values.append(None)
+                continue
+            export = r["export_s"] if finite(r.get("export_s")) else 0.0
+            values.append(export + r["compile_s"])
+        table.rows.append([device, label, batch, *values])
+    table.rows.sort(key=lambda row: (row[0], row[1], row[2]))
+    return Report("compile-times", "Compile and tuning time (Table III)", [table])
+
+
+# ---------------------------------------------------------------- families
+
+
+def families(data: ReportData) -> Report:
+    rows = [r for r in plain(data.trials()) if r.get("family") and r["family"] != BLOCK_FAMILY]
+    groups = list(FAMILY_BATCH_GROUPS)
+    table = Table(
+        "Table VI: throughput and CPU by family",
+        ["device", "family", "compiler", *(f"T b{g}" for g in groups),
+         *(f"CPU% b{g}" for g in groups)],
+    )  # fmt: skip
+    table.notes.append(
+        "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide"
+    )
+    keyed = group(rows, "device", "family", "compiler")
+    for device, family, compiler in sorted(keyed, key=lambda k: (k[0], k[1], compiler_order(k[2]))):
+        cells = keyed[(device, family, compiler)]
+        tput, cpu = [], []
+        for lo, hi in FAMILY_BATCH_GROUPS.values():
+            inside = [r for r in cells if lo <= r["batch"] <= hi]
+            tput.append(mean_std([r["throughput_mean"] for r in inside]))
+            cpu.append(mean_std([r["cpu_percent_mean"] for r in inside]))
+        table.rows.append([device, family, compiler, *tput, *cpu])
+    return Report("families", "Aggregate by model family (Table VI)", [table])
+
+
+# ---------------------------------------------------------------- depth
+
+
+def depth(data: ReportData) -> Report:
+    rows = [
+        r
+        for r in plain(data.trials())
+        if r["model"] in ("conv", "mha")
+        and r.get("width")
+        and finite(r.get("throughput_mean"))
+        and r["throughput_mean"] > 0
+    ]
+    depths = sorted({r["depth"] for r in rows})
+    table = Table(
+        "Tables VII/VIII: speed-up over identity by depth",
+        ["device", "block", "width", "batch", "compiler", *(f"d{d}" for d in depths),
+         "slope", "retention"],
+    )  # fmt: skip
+    table.notes.append(
+        "speed-up = T_c / T_identity at the same depth; slope = least-squares slope over depth; "
+        "retention = speed-up at deepest / at depth 1; n.s. = not significant (Welch, 5 %)"
+    )
+    skipped: list[str] = []
+    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
+    for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
+        device, block, width, batch = key[:4]
+        by_compiler = group(keyed[key], "compiler")
+        identity = {r["depth"]: r for r in by_compiler.get(("identity",), [])}
+        if not identity:
+            skipped.append(f"{device} {block}{width} b{batch}: no identity baseline")
+            continue
+        for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
+            if compiler == "identity":
+                continue
+            mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
+            shared = sorted(set(mine) & set(identity))
+            cells: list[Any] = []
+            for d in depths:
+                if d not in shared:
+                    cells.append(None)
+                    continue
+                s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
+                cells.append(Cell(s, note=significance_note(data, mine[d], identity[d])))
+            try:
+                dm = metrics.depth_metrics(
+                    {d: mine[d]["throughput_mean"] for d in shared},
+                    {d: identity[d]["throughput_mean"] for d in shared},
+                )
+                slope, kept = dm["slope"], dm["retention"]
+            except ConfigError:  # fewer than two shared depths
+                slope = kept = None
+            table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
+    report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
+    report.notes.extend(skipped)
+    return report
+
+
+# ---------------------------------------------------------------- batch scaling
+
+
+def _batch_groups(data: ReportData) -> dict[tuple[Any, ...], dict[str, dict[int, float]]]:
+    """``{(device, label, target, input_size): {compiler: {batch: throughput}}}``."""
+    out: dict[tuple[Any, ...], dict[str, dict[int, float]]] = {}
+    for r in plain(data.trials()):
+        if not finite(r.get("throughput_mean")) or r["throughput_mean"] <= 0:
+            continue
+        key = (r["device"], r["label"], r["target"], r["input_size"])
+        out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r["throughput_mean"]
+    return out
+
+
+def bsr(data: ReportData) -> Report:
+    table = Table(
+        "Batch scaling: RTR, ASE, BSR",
+        ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup"],
+    )
+    table.notes.append(
+        "RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_identity; speed-up = T_c/T_identity"
+    )
+    report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
+    for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
+        usable = {c: t for c, t in per_compiler.items() if 1 in t}
+        for name in sorted(set(per_compiler) - set(usable)):
+            report.notes.append(f"{device} {label} {name}: no batch-1 throughput, left out")
+        table_rows = metrics.batch_metrics(usable) if usable else {}
+        for compiler in sorted(table_rows, key=compiler_order):
+            for batch, m in sorted(table_rows[compiler].items()):
+                table.rows.append(
+                    [device, label, compiler, batch, m["throughput"], m["rtr"], m["ase"],
+                     m["bsr"], m["speedup"]]
+                )  # fmt: skip
+    return report
+
+
+def ase(data: ReportData) -> Report:
+    groups = _batch_groups(data)
+    batches = sorted({b for per in groups.values() for t in per.values() for b in t})
+    table = Table(
+        "ASE by model/width and batch", ["device", "compiler", "model", *(f"b{b}" for b in batches)]
+    )
+    table.notes.append("ASE = T(b) / (b · T(1)); 1.0 = perfect scaling")
+    rows = []
+    for (device, label, _, _), per_compiler in groups.items():
+        for compiler, tps in per_compiler.items():
+            if 1 not in tps:
+                continue
+            values = metrics.ase_table(tps, compiler)
+            rows.append([device, compiler, label, *(values.get(b) for b in batches)])
+    rows.sort(key=lambda r: (r[0], compiler_order(r[1]), _label_key(r[2])))
+    table.rows = rows
+    return Report("ase", "Average scaling efficiency (ASE heatmap as a table)", [table])
+
+
+def _label_key(label: str) -> tuple[str, int, int]:
+    """Order block labels by kind, width, depth numerically (conv64x1 < conv96x1 < conv128x1)."""
+    import re
+
+    match = re.match(r"(conv|mha)(\d+)x(\d+)", label)
+    if match:
+        return (match.group(1), int(match.group(2)), int(match.group(3)))
+    return (label, 0, 0)
+
+
+def _gkey(item: tuple[tuple[Any, ...], Any]) -> tuple[Any, ...]:
+    device, label, _, _ = item[0]
+    return (device, _label_key(label))

@@ -1,0 +1,141 @@
+"""Render a ``Report`` as a rich table, Markdown or CSV.
+
+Human formats show a ``Cell`` as ``mean ± std note``; CSV keeps numbers numeric and puts spreads and
+notes in their own columns (``<col> std``, ``<col> note``), added only where a column has any, so a
+spreadsheet or pandas reads the values directly. A report with several tables writes each CSV
+table after a ``# title`` line and a blank line between them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+from ngb.sweeps.report_data import Cell, Report, Table
+
+FORMATS = ("table", "markdown", "csv")
+
+
+def fmt_number(value: float) -> str:
+    """Enough digits to compare: 1234.5 -> "1234.5", 12.3456 -> "12.346", 0.01234 -> "0.0123"."""
+    if not math.isfinite(value):
+        return "-"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 0.1 or magnitude == 0:
+        return f"{value:.3f}"
+    return f"{value:.3g}"
+
+
+def fmt_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, Cell):
+        if value.value is None:
+            return "-"
+        text = fmt_number(value.value)
+        if value.std is not None and math.isfinite(value.std):
+            text += f" ± {fmt_number(value.std)}"
+        return f"{text} {value.note}" if value.note else text
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return fmt_number(value)
+    return str(value)
+
+
+def render(report: Report, fmt: str = "table", width: int = 200) -> str:
+    if fmt == "markdown":
+        return _markdown(report)
+    if fmt == "csv":
+        return _csv(report)
+    return _rich(report, width)
+
+
+def _rich(report: Report, width: int) -> str:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    console.print(f"[bold]{report.title}[/bold]")
+    for table in report.tables:
+        rich_table = RichTable(title=table.title, header_style="bold", show_edge=False)
+        for name in table.columns:
+            rich_table.add_column(name, overflow="fold")
+        for row in table.rows:
+            rich_table.add_row(*(fmt_cell(v) for v in row))
+        console.print(rich_table)
+        if not table.rows:
+            console.print("(no matching results)")
+        for note in table.notes:
+            console.print(f"note: {note}", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _markdown(report: Report) -> str:
+    lines = [f"# {report.title}", ""]
+    for table in report.tables:
+        lines += [f"## {table.title}", ""]
+        lines.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in table.columns) + "|")
+        for row in table.rows:
+            lines.append("| " + " | ".join(_md_escape(fmt_cell(v)) for v in row) + " |")
+        if not table.rows:
+            lines.append("\n(no matching results)")
+        lines += [""] + [f"_{_md_escape(note)}_" for note in table.notes]
+        lines.append("")
+    lines += [f"- {note}" for note in report.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    return "" if value is None else value
+
+
+def _csv_table(table: Table, writer: Any) -> None:
+    has_std = [any(isinstance(r[i], Cell) and r[i].std is not None for r in table.rows)
+               for i in range(len(table.columns))]  # fmt: skip
+    has_note = [any(isinstance(r[i], Cell) and r[i].note for r in table.rows)
+                for i in range(len(table.columns))]  # fmt: skip
+    header: list[str] = []
+    for i, name in enumerate(table.columns):
+        header.append(name)
+        if has_std[i]:
+            header.append(f"{name} std")
+        if has_note[i]:
+            header.append(f"{name} note")
+    writer.writerow(header)
+    for row in table.rows:
+        out: list[Any] = []
+        for i, value in enumerate(row):
+            cell = value if isinstance(value, Cell) else None
+            out.append(_csv_value(cell.value if cell else value))
+            if has_std[i]:
+                out.append(_csv_value(cell.std if cell else None))
+            if has_note[i]:
+                out.append(cell.note if cell else "")
+        writer.writerow(out)
+
+
+def _csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    several = len(report.tables) > 1
+    for index, table in enumerate(report.tables):
+        if several:
+            if index:
+                buffer.write("\n")
+            buffer.write(f"# {table.title}\n")
+        _csv_table(table, writer)
+    return buffer.getvalue()
