@@ -384,8 +384,11 @@ class Store:
                     return node
             return None
 
-        ram = pick("ram_gb", "memory_gb", "memory.total_gb")
-        cores = pick("cpu_cores", "cores", "cpu.cores", "cpu_count")
+        # The agent's probe (ngb.devices.probe) reports ram_mb and cores_logical; older or
+        # hand-written probes may use the other names.
+        ram_mb = pick("ram_mb")
+        ram = ram_mb / 1024 if isinstance(ram_mb, int | float) else pick("ram_gb", "memory_gb")
+        cores = pick("cores_logical", "cpu_cores", "cores", "cpu_count")
         gpu = pick("gpu", "gpus")
         with self._writer() as conn:
             conn.execute(

@@ -472,3 +472,16 @@ def test_cli_query_formats_and_errors(store: Store, tmp_path: Path) -> None:
     )
     assert write.returncode != 0 and "--write" in write.stderr
     assert count(store, "trials") == 2
+
+
+def test_record_probe_reads_the_agents_own_field_names(tmp_path) -> None:
+    # The shape ngb.devices.probe.probe() really sends (cores_logical, ram_mb).
+    from ngb.sweeps.store import Store
+
+    store = Store(tmp_path / "r.duckdb")
+    store.record_probe("jetson", {"hostname": "orin", "cpu_model": "ARMv8", "cores_logical": 12,
+                                  "ram_mb": 32768.0, "python": "3.10.12", "versions": {}})
+    cols, rows = store.query("SELECT * FROM probes")
+    row = dict(zip(cols, rows[0], strict=True))
+    assert row["hostname"] == "orin"
+    assert 12 in row.values() and 32.0 in row.values()
