@@ -1,0 +1,385 @@
+"""``ngb run``, ``ngb attach``, ``ngb status``, ``ngb cancel``: sweeps on devices from a terminal.
+
+``run`` and ``attach`` show one rich progress bar per device (trials done / total, state, trial in
+flight) fed by the orchestrator's event stream. Ctrl-C *detaches*: the agents run detached on the
+devices, so the run goes on and ``ngb attach RUN`` picks it up later (from another terminal, or
+after a reboot of the workstation). ``cancel`` is the way to stop a run.
+
+Heavy modules (asyncssh, duckdb, rich) are imported inside the commands so ``ngb --help`` stays
+light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import Any
+
+import click
+
+FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
+
+
+def _store(db: str | None) -> Any:
+    from ngb.sweeps.store import Store
+
+    return Store(db)
+
+
+def _inventory(path: str | None) -> Any:
+    from ngb.devices.inventory import load_inventory
+
+    return load_inventory(path)
+
+
+def _db_option(fn: Any) -> Any:
+    return click.option(
+        "--db", type=click.Path(dir_okay=False), default=None,
+        help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
+    )(fn)  # fmt: skip
+
+
+def _inventory_option(fn: Any) -> Any:
+    return click.option(
+        "--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
+        help="Device inventory (default: the config dir's devices.toml).",
+    )(fn)  # fmt: skip
+
+
+# ---------------------------------------------------------------- live display
+
+
+class _Progress:
+    """One bar per device, updated from RunEvents (rich, on stderr-free stdout)."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[device]:<14}"),
+            TextColumn("{task.fields[state]:<12}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[current]}", style="dim"),
+            console=console,
+            transient=False,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.current: dict[str, str] = {}  # device -> label of the trial in flight
+        self.console = console
+
+    def _task(self, device: str) -> Any:
+        if device not in self.tasks:
+            self.tasks[device] = self.progress.add_task(
+                device, total=None, device=device, state="pending", current=""
+            )
+        return self.tasks[device]
+
+    def seed(self, states: dict[str, dict[str, Any]]) -> None:
+        for name, st in states.items():
+            task = self._task(name)
+            self.progress.update(
+                task, total=st["total"] or None, completed=st["done"], state=st["state"]
+            )
+
+    def handle(self, item: Any) -> None:
+        if not item.device:
+            return
+        task = self._task(item.device)
+        fields: dict[str, Any] = {}
+        if item.total:
+            fields["total"] = item.total
+        if item.done is not None:
+            fields["completed"] = item.done
+        if item.kind == "connection":
+            fields["state"] = item.state
+            if item.state in ("failed", "lost", "reconnecting") and item.message:
+                fields["current"] = item.message[:70]
+                if item.state != "reconnecting":
+                    self.console.print(f"[red]{item.device}[/]: {item.message}")
+            elif item.state in ("finished", "cancelled"):
+                fields["current"] = item.message
+        elif item.kind == "agent":
+            etype = (item.event or {}).get("type")
+            if etype == "trial_started":
+                self.current[item.device] = str(item.event.get("label", ""))
+                fields["current"] = self.current[item.device][:70]
+            elif etype == "trial_failed":
+                label = self.current.get(item.device) or item.event.get("key", "")
+                self.console.print(
+                    f"[yellow]{item.device}[/]: trial {label} failed: {item.event.get('error')}"
+                )
+            elif etype == "log" and item.event.get("msg") in ("paused", "resumed"):
+                fields["state"] = item.event["msg"]
+        self.progress.update(task, **fields)
+
+
+async def _follow(orch: Any, run_id: str, sub: Any, console: Any) -> str:
+    """Show progress until the run ends or Ctrl-C (which detaches); returns the run state."""
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    display = _Progress(console)
+    display.seed(orch.device_states(run_id))
+    final = ""
+    with display.progress:
+        waiter = asyncio.create_task(interrupted.wait())
+        while not final:
+            getter = asyncio.create_task(sub.__anext__())
+            done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                await asyncio.gather(getter, return_exceptions=True)
+                break
+            try:
+                item = getter.result()
+            except StopAsyncIteration:
+                break
+            display.handle(item)
+            if item.kind == "run" and item.run_id == run_id and item.state in FINAL_RUN_STATES:
+                final = item.state
+        waiter.cancel()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.remove_signal_handler(signal.SIGINT)
+    if not final:
+        await orch.detach(run_id)
+        console.print(
+            f"[bold]Detached.[/] The run goes on on its devices; "
+            f"`ngb attach {run_id}` follows it again, `ngb cancel {run_id}` stops it."
+        )
+        return "detached"
+    return final
+
+
+def _report(console: Any, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
+    for col in ("device", "state", "done", "failed", "restarts", "error"):
+        table.add_column(col)
+    for name, d in summary["devices"].items():
+        table.add_row(
+            name, d["state"], f"{d['done']}/{d['total']}", str(d["failed"]),
+            str(d["restarts"]), d["error"] or "",
+        )  # fmt: skip
+    console.print(table)
+
+
+async def _drive(
+    store: Any,
+    inventory: Any,
+    console: Any,
+    *,
+    start: dict[str, Any] | None = None,
+    attach: str | None = None,
+    detach_after_start: bool = False,
+) -> tuple[str, dict[str, Any] | None]:
+    from ngb.sweeps.orchestrator import FINAL_STATES, Orchestrator
+
+    orch = Orchestrator(store, inventory)
+    try:
+        sub = orch.subscribe()
+        if start is not None:
+            run_id = await orch.start(**start)
+            console.print(f"run [bold]{run_id}[/] started")
+        else:
+            assert attach is not None
+            run_id = await orch.attach(attach)
+            console.print(f"attached to run [bold]{run_id}[/]")
+        if detach_after_start:
+            # Detach once every agent runs (or its device gave up): nothing left to hand over.
+            while not all(
+                s["state"] in ("running", *FINAL_STATES)
+                for s in orch.device_states(run_id).values()
+            ):
+                item = await sub.__anext__()
+                if item.kind == "connection" and item.state == "failed":
+                    console.print(f"[red]{item.device}[/]: {item.message}")
+            await orch.detach(run_id)
+            console.print(f"detached; follow with `ngb attach {run_id}`, see `ngb status {run_id}`")
+            return "detached", None
+        state = await _follow(orch, run_id, sub, console)
+        if state == "detached":
+            return state, None
+        return state, await orch.wait(run_id)
+    finally:
+        await orch.close()
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+# ---------------------------------------------------------------- commands
+
+
+@click.command("run")
+@click.argument("sweep")
+@click.option("--devices", "-d", required=True, help="Device names and/or groups: A,B or GROUP.")
+@click.option("--keep", is_flag=True, help="Keep the run directory on the devices after ingest.")
+@click.option("--detach", is_flag=True, help="Return once the agents run; follow with `attach`.")
+@click.option(
+    "--isolate", type=click.Choice(["subprocess", "inprocess"]), default=None,
+    help="How the agent runs each trial (default: subprocess, so a crash fails one trial only).",
+)  # fmt: skip
+@_db_option
+@_inventory_option
+def run(
+    sweep: str,
+    devices: str,
+    keep: bool,
+    detach: bool,
+    isolate: str | None,
+    db: str | None,
+    inventory_path: str | None,
+) -> None:
+    """Run SWEEP (a preset name or a sweep file) on devices, one trial at a time on each.
+
+    Ctrl-C detaches: the run goes on on the devices; `ngb attach RUN` picks it up.
+    """
+    from ngb.sweeps.spec import load_sweep
+
+    spec = load_sweep(sweep)
+    inventory = _inventory(inventory_path)
+    inventory.resolve(devices)  # unknown names: one-line error before anything starts
+    console = _console()
+    start = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
+    state, summary = asyncio.run(
+        _drive(_store(db), inventory, console, start=start, detach_after_start=detach)
+    )
+    _finish(console, state, summary)
+
+
+@click.command("attach")
+@click.argument("run_id")
+@_db_option
+@_inventory_option
+def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
+    """Follow RUN_ID again (after Ctrl-C, --detach, a lost link or a workstation restart)."""
+    console = _console()
+    state, summary = asyncio.run(
+        _drive(_store(db), _inventory(inventory_path), console, attach=run_id)
+    )
+    _finish(console, state, summary)
+
+
+def _finish(console: Any, state: str, summary: dict[str, Any] | None) -> None:
+    if summary is not None:
+        _report(console, summary)
+    if state in ("failed", "cancelled"):
+        raise SystemExit(1)
+
+
+@click.command("status")
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--live", is_flag=True, help="Also ask each unfinished device whether its agent runs."
+)
+@_db_option
+@_inventory_option
+def status(
+    run_id: str | None, as_json: bool, live: bool, db: str | None, inventory_path: str | None
+) -> None:
+    """Show runs (newest first), or the devices of RUN_ID, as recorded in the results file."""
+    import json
+
+    store = _store(db)
+    if run_id is None:
+        _, rows = store.query(
+            "SELECT run_id, sweep_name, run_status, count(*) AS devices, "
+            "sum(n_trials) AS trials, sum(ok) AS ok, sum(failed) AS failed "
+            "FROM run_progress GROUP BY ALL ORDER BY run_id DESC"
+        )
+        cols = ["run_id", "sweep", "status", "devices", "trials", "ok", "failed"]
+        records = [dict(zip(cols, r, strict=True)) for r in rows]
+        if as_json:
+            click.echo(json.dumps(records, default=str, indent=1))
+            return
+        if not records:
+            click.echo("no runs yet; start one with `ngb run demo --devices localhost`")
+            return
+        _table(cols, [[r[c] for c in cols] for r in records])
+        return
+    info = store.run(run_id)  # unknown run: one-line error with close matches
+    _, rows = store.query(
+        "SELECT device, state, n_trials, ok, failed FROM run_progress WHERE run_id = ? "
+        "ORDER BY device",
+        [run_id],
+    )
+    messages = {r["device"]: r for r in store.run_devices(run_id)}
+    agents: dict[str, str] = {}
+    if live:
+        from ngb.sweeps.orchestrator import Orchestrator
+
+        async def ask() -> dict[str, str]:
+            orch = Orchestrator(store, _inventory(inventory_path))
+            try:
+                return await orch.check(run_id)
+            finally:
+                await orch.close()
+
+        agents = asyncio.run(ask())
+    records = []
+    for device, state, n_trials, ok, failed in rows:
+        rd = messages.get(device, {})
+        records.append({
+            "device": device, "state": state, "done": (ok or 0) + (failed or 0),
+            "total": n_trials, "failed": failed or 0, "message": rd.get("message") or "",
+            "updated": str(rd.get("updated_at") or "")[:19],
+        })  # fmt: skip
+        if live:
+            records[-1]["agent"] = agents.get(device, "-")
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "status": info["status"],
+                               "sweep": info["sweep_name"], "devices": records},
+                              default=str, indent=1))  # fmt: skip
+        return
+    click.echo(f"run {run_id} ({info['sweep_name']}): {info['status']}")
+    cols = ["device", "state", "done", "total", "failed", "message", "updated"]
+    if live:
+        cols.append("agent")
+    _table(cols, [[r[c] for c in cols] for r in records])
+
+
+def _table(cols: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for i, col in enumerate(cols):
+        table.add_column(col, no_wrap=i == 0)  # ids must stay copy-pasteable
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    Console().print(table)
+
+
+@click.command("cancel")
+@click.argument("run_id")
+@_db_option
+@_inventory_option
+def cancel(run_id: str, db: str | None, inventory_path: str | None) -> None:
+    """Stop RUN_ID on its devices (SIGTERM to each agent); finished trials are kept."""
+    from ngb.sweeps.orchestrator import Orchestrator
+
+    store, inventory = _store(db), _inventory(inventory_path)
+
+    async def go() -> dict[str, Any]:
+        orch = Orchestrator(store, inventory)
+        try:
+            return await orch.cancel(run_id)
+        finally:
+            await orch.close()
+
+    _report(_console(), asyncio.run(go()))

@@ -1,0 +1,269 @@
+"""Device-side commands of a run, built as argv lists, plus the event-log offset bookkeeping.
+
+Everything the orchestrator asks a device to do goes through here, so the quoting lives in one
+place. Every command is an argv list; transports quote each element (``shlex.join``) before a
+remote shell sees it. Where a shell is needed (redirections, ``&``), the script is a *constant*
+passed to ``sh -c`` and every device-specific value (work directory, interpreter, run id) travels
+as a positional parameter (``"$1"``...), so an inventory field such as ``x; touch /tmp/pwned`` is
+only ever a (strange) file name, never shell code.
+
+Layout of a run on a device (``<workdir>/runs/<run_id>/``)::
+
+    trials.jsonl      the trials to run (TrialSpec dicts), uploaded once
+    checkpoint.jsonl  one TrialResult per finished trial, appended + fsynced by the agent
+    events.jsonl      the agent's JSON-lines event stream (stdout), appended across restarts
+    agent.err         the agent's stderr
+    agent.pid         written by the agent
+    pause             exists while the operator pauses the run
+
+The event log is append-only across agent restarts, so a byte offset into it identifies exactly
+what the workstation has consumed; a re-attach continues from there without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ngb.core.errors import ConfigError
+from ngb.core.events import decode
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# Started detached: `setsid` gives the agent its own session (no SIGHUP when the SSH session or the
+# workstation's terminal goes away), `nohup` guards the exec window before setsid. Appending (>>)
+# keeps earlier events of a restarted agent, so consumed offsets stay valid. A torn last line (the
+# previous agent was killed mid-write) is closed with a newline first so it does not swallow the
+# new agent's first event. `$!` is the agent's pid: nohup and setsid exec in place (a background
+# job of a non-interactive shell is not a process-group leader, so setsid does not fork).
+# Starting is idempotent: if this run's agent is alive (its pid file names a live process), the
+# script only prints that pid, so a start whose answer was lost with the link never doubles it.
+# In "upload" mode the trials arrive on stdin, so the first start is one round trip.
+_START_SCRIPT = r"""
+set -e
+mode=$1
+shift
+mkdir -p "$1"
+cd "$1"
+if [ -s agent.pid ] && kill -0 "$(cat agent.pid)" 2>/dev/null; then cat agent.pid; exit 0; fi
+if [ "$mode" = upload ]; then cat > trials.jsonl.part; mv trials.jsonl.part trials.jsonl; fi
+py=$2
+agent=$3
+shift 3
+if [ -s events.jsonl ] && [ -n "$(tail -c 1 events.jsonl)" ]; then echo >> events.jsonl; fi
+nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
+echo $!
+"""
+
+# Signal the agent: the pid file the agent wrote wins; the pid the workstation recorded at start
+# is the fallback (the agent may be killed before it wrote its file).
+_KILL_SCRIPT = r"""
+sig=$1
+pidfile=$2
+pid=$3
+if [ -s "$pidfile" ]; then pid=$(cat "$pidfile"); fi
+case "$pid" in ''|*[!0-9]*) exit 3;; esac
+kill "-$sig" "$pid"
+"""
+
+# A zombie (dead, not yet reaped: e.g. a container whose PID 1 does not reap) answers kill -0,
+# so /proc is asked too where it exists.
+_ALIVE_SCRIPT = r"""
+case "$1" in ''|*[!0-9]*) echo dead; exit 0;; esac
+if ! kill -0 "$1" 2>/dev/null; then echo dead; exit 0; fi
+if [ -r "/proc/$1/stat" ] && grep -q ') Z ' "/proc/$1/stat" 2>/dev/null; then echo dead; exit 0; fi
+echo alive
+"""
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids become directory names on devices: keep them to a safe alphabet."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ConfigError(f"bad run id {run_id!r}: use letters, digits, '.', '_' and '-' only")
+    return run_id
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Absolute paths of one run's files on one device (``workdir`` already expanded)."""
+
+    workdir: str
+    run_id: str
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+        if not self.workdir:
+            raise ConfigError("empty device work directory")
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.workdir.rstrip('/') or '/'}/runs/{self.run_id}".replace("//", "/")
+
+    def _in_run(self, name: str) -> str:
+        return f"{self.run_dir}/{name}"
+
+    trials = property(lambda self: self._in_run("trials.jsonl"))
+    checkpoint = property(lambda self: self._in_run("checkpoint.jsonl"))
+    events = property(lambda self: self._in_run("events.jsonl"))
+    stderr = property(lambda self: self._in_run("agent.err"))
+    pidfile = property(lambda self: self._in_run("agent.pid"))
+    pause_file = property(lambda self: self._in_run("pause"))
+
+    @property
+    def cache_dir(self) -> str:
+        """Long-lived cache (TVM tuning databases) shared by every run on the device."""
+        return f"{self.workdir.rstrip('/')}/cache"
+
+
+def expand_home(workdir: str, home: str) -> str:
+    """Expand a leading ``~`` the way a shell would; quoted arguments never get that for free."""
+    if workdir == "~":
+        return home
+    if workdir.startswith("~/"):
+        return f"{home.rstrip('/')}/{workdir[2:]}"
+    return workdir
+
+
+def home_argv() -> list[str]:
+    return ["sh", "-c", 'printf %s "$HOME"']
+
+
+def mkdir_argv(path: str) -> list[str]:
+    return ["mkdir", "-p", "--", path]
+
+
+def start_agent_argv(
+    python: str,
+    agent_path: str,
+    paths: RunPaths,
+    *,
+    isolate: str | None = None,
+    upload: bool = False,
+) -> list[str]:
+    """Start the agent detached in the run dir; prints its pid (one line) and returns at once.
+
+    ``upload``: the command's stdin is ``trials.jsonl`` (written atomically before the start).
+    """
+    agent_args = [
+        "run",
+        "--trials", paths.trials,
+        "--checkpoint", paths.checkpoint,
+        "--run-id", paths.run_id,
+        "--pidfile", paths.pidfile,
+        "--pause-file", paths.pause_file,
+        "--cache-dir", paths.cache_dir,
+    ]  # fmt: skip
+    if isolate:
+        agent_args += ["--isolate", isolate]
+    mode = "upload" if upload else "start"
+    return ["sh", "-c", _START_SCRIPT, "ngb-start", mode, paths.run_dir, python, agent_path,
+            *agent_args]  # fmt: skip
+
+
+def follow_argv(paths: RunPaths, offset: int, pid: int) -> list[str]:
+    """Stream the event log from byte ``offset`` on; ends by itself once the agent ``pid`` is gone.
+
+    GNU tail: ``-c +N`` is 1-based, ``-F`` survives the file appearing late, ``--pid`` makes tail
+    read what is left and exit after the agent died, so a finished or dead agent ends the stream.
+    """
+    return [
+        "tail", "-c", f"+{offset + 1}", "-F", "-s", "0.5", f"--pid={int(pid)}", paths.events,
+    ]  # fmt: skip
+
+
+def alive_argv(pid: int | None) -> list[str]:
+    return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or "")]
+
+
+def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:
+    """Like ``alive_argv``, but the agent's own pid file wins over the recorded pid."""
+    script = 'pid=$2\nif [ -s "$1" ]; then pid=$(cat "$1"); fi\nset -- "$pid"\n' + _ALIVE_SCRIPT
+    return ["sh", "-c", script, "ngb-alive", paths.pidfile, str(pid or "")]
+
+
+def signal_argv(paths: RunPaths, pid: int | None, sig: str = "TERM") -> list[str]:
+    if sig not in ("TERM", "KILL", "INT"):
+        raise ValueError(f"unexpected signal {sig}")
+    return ["sh", "-c", _KILL_SCRIPT, "ngb-kill", sig, paths.pidfile, str(pid or "")]
+
+
+def pause_argv(paths: RunPaths) -> list[str]:
+    return ["touch", "--", paths.pause_file]
+
+
+def resume_argv(paths: RunPaths) -> list[str]:
+    return ["rm", "-f", "--", paths.pause_file]
+
+
+def teardown_argv(paths: RunPaths) -> list[str]:
+    return ["rm", "-rf", "--", paths.run_dir]
+
+
+def read_file_argv(path: str) -> list[str]:
+    """Print a file; exit status 3 when it does not exist."""
+    return ["sh", "-c", 'test -f "$1" || exit 3; exec cat "$1"', "ngb-cat", path]
+
+
+def stderr_tail_argv(paths: RunPaths, lines: int = 5) -> list[str]:
+    return ["tail", "-n", str(int(lines)), paths.stderr]
+
+
+def trials_jsonl(trial_dicts: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps(t, sort_keys=True) + "\n" for t in trial_dicts)
+
+
+def parse_checkpoint(text: str) -> dict[str, dict[str, Any]]:
+    """Checkpoint lines by trial key; a torn line (kill -9 mid-write) is ignored."""
+    results: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("key"), str):
+            results[obj["key"]] = obj
+    return results
+
+
+class EventLogReader:
+    """Turns streamed event-log lines into events while counting consumed bytes.
+
+    ``offset`` only covers complete lines: an undecodable line is committed once a later line
+    shows it was newline-terminated (garbage in the middle of the log); an undecodable *last* line
+    may be a fragment still being written (or torn by kill -9) and is re-read on the next follow.
+    """
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+        self._pending = 0  # bytes of an undecodable line not yet known to be complete
+
+    def feed(self, line: str) -> dict[str, Any] | None:
+        self.offset += self._pending
+        self._pending = 0
+        size = len(line.encode("utf-8")) + 1  # the newline the transport stripped
+        event = decode(line)
+        if event is None:
+            self._pending = size
+            return None
+        self.offset += size
+        return event
+
+    def end_of_stream(self) -> None:
+        """The stream ended: whatever is pending may be a fragment; leave it to be re-read."""
+        self._pending = 0
+
+
+def parse_jsonl(text: str) -> list[dict[str, Any]]:
+    """JSON objects of a JSON-lines text; torn or foreign lines are skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out

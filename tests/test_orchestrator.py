@@ -1,0 +1,567 @@
+"""The orchestrator on the built-in local transport: real agent, real subprocesses, real DuckDB.
+
+The agent runs detached (``setsid``) exactly as on a remote device; only the transport differs
+(``LocalTransport`` instead of SSH — the SSH paths are covered by ``test_faults.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ngb.core import events as ev
+from ngb.core.errors import NgbError, UnknownNameError
+from ngb.devices.inventory import Device, Inventory
+from ngb.sweeps import remote
+from ngb.sweeps.orchestrator import Orchestrator, RunEvent, Subscription
+from ngb.sweeps.spec import loads_sweep
+from ngb.sweeps.store import Store
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def noop_sweep(n: int, *, compile_s: float = 0.05, failing: int = 0, name: str = "noop"):
+    """``n`` no-op trials (distinct batches) plus ``failing`` trials whose compile raises."""
+    text = f"""
+name = "{name}"
+[measure]
+warmup_iters = 0
+warmup_s = 0
+min_iters = 1
+min_duration_s = 0
+repetitions = 2
+verify = false
+cpu_interval_s = 0.05
+[[matrix]]
+models = ["resnet18"]
+compilers = ["noop"]
+batches = {list(range(1, n + 1))}
+compiler_options.noop = {{ compile_s = {compile_s} }}
+"""
+    if failing:
+        text += f"""
+[[matrix]]
+models = ["resnet50"]
+compilers = ["noop"]
+batches = {list(range(1, failing + 1))}
+compiler_options.noop = {{ fail = true }}
+"""
+    return loads_sweep(text)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
+    workdir = tmp_path / "device"
+    inventory = Inventory(
+        [Device(name="localhost", host="localhost", transport="local",
+                python=sys.executable, workdir=str(workdir))]
+    )  # fmt: skip
+    store = Store(tmp_path / "results.duckdb")
+    return inventory, store, workdir
+
+
+def trial_counts(store: Store, run_id: str) -> dict[tuple[str, str], int]:
+    cols, rows = store.query(
+        "SELECT device, key, count(*) FROM trials WHERE run_id = ? GROUP BY ALL", [run_id]
+    )
+    return {(d, k): n for d, k, n in rows}
+
+
+async def collect(sub: Subscription, out: list[RunEvent]) -> None:
+    async for item in sub:
+        out.append(item)
+
+
+async def wait_for_done(orch: Orchestrator, run_id: str, device: str, n: int) -> None:
+    while orch.device_states(run_id)[device]["done"] < n:
+        await asyncio.sleep(0.05)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purpose.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+# ---------------------------------------------------------------- a whole run
+
+
+async def test_local_run_stores_every_trial_once_and_streams_sane_events(env):
+    inventory, store, workdir = env
+    sweep = noop_sweep(5, failing=1)
+    orch = Orchestrator(store, inventory)
+    sub = orch.subscribe()
+    seen: list[RunEvent] = []
+    consumer = asyncio.create_task(collect(sub, seen))
+    run_id = await orch.start(sweep, "localhost", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    await consumer
+
+    assert summary["status"] == "finished"
+    dev = summary["devices"]["localhost"]
+    assert (dev["state"], dev["done"], dev["failed"], dev["total"]) == ("finished", 6, 1, 6)
+
+    counts = trial_counts(store, run_id)
+    assert sorted(k for _, k in counts) == sorted(t.key for t in sweep.trials())
+    assert set(counts.values()) == {1}
+    failed = store.trials(run_id=run_id, status="failed")
+    assert len(failed) == 1 and "asked to fail" in failed[0]["error"]
+    assert store.run(run_id)["status"] == "finished"
+    row = store.run_devices(run_id)[0]
+    assert (row["state"], row["n_done"], row["n_failed"]) == ("finished", 6, 1)
+    # The run directory is torn down after ingest (keep=False); the agent itself stays deployed.
+    assert not (workdir / "runs" / run_id).exists()
+    assert list(workdir.glob("agent*.pyz"))
+
+    # Event order: connection states first, then the agent's run, then finished, then the run.
+    conn = [e.state for e in seen if e.kind == "connection"]
+    assert conn[0] == "connecting" and "deploying" in conn and conn[-1] == "finished"
+    assert conn.index("deploying") < conn.index("running")
+    agent = [e.event["type"] for e in seen if e.kind == "agent"]
+    assert agent[0] == ev.RUN_STARTED and agent[-1] == ev.RUN_DONE
+    assert agent.count(ev.TRIAL_DONE) == 5 and agent.count(ev.TRIAL_FAILED) == 1
+    kinds = [e.kind for e in seen]
+    assert kinds[0] == "run" and seen[0].state == "started"
+    assert kinds[-1] == "run" and seen[-1].state == "finished"
+    assert "ingest" in kinds
+    i_done = max(
+        i for i, e in enumerate(seen) if e.kind == "agent" and e.event["type"] == ev.RUN_DONE
+    )
+    i_fin = next(i for i, e in enumerate(seen) if e.kind == "connection" and e.state == "finished")
+    assert i_done < i_fin
+    # Progress counters only go up and end complete.
+    dones = [e.done for e in seen if e.device == "localhost" and e.done is not None]
+    assert dones == sorted(dones) and dones[-1] == 6
+
+
+async def test_keep_leaves_the_run_dir_with_checkpoint_and_event_log(env):
+    inventory, store, workdir = env
+    orch = Orchestrator(store, inventory)
+    run_id = await orch.start(noop_sweep(2), ["localhost"], keep=True, isolate="inprocess")
+    await orch.wait(run_id)
+    await orch.close()
+    run_dir = workdir / "runs" / run_id
+    assert len(remote.parse_checkpoint((run_dir / "checkpoint.jsonl").read_text())) == 2
+    lines = remote.parse_jsonl((run_dir / "events.jsonl").read_text())
+    assert lines[-1]["type"] == ev.RUN_DONE
+    # The recorded offset is the whole event log: nothing left unconsumed.
+    extra = store.run_devices(run_id)[0]["extra"]
+    assert extra["offset"] == (run_dir / "events.jsonl").stat().st_size
+
+
+# ---------------------------------------------------------------- resume, restart, cancel
+
+
+async def test_attach_after_the_orchestrator_is_discarded_mid_run(env):
+    inventory, store, workdir = env
+    sweep = noop_sweep(8, compile_s=0.25)
+    first = Orchestrator(store, inventory)
+    run_id = await first.start(sweep, "localhost", isolate="inprocess")
+    await wait_for_done(first, run_id, "localhost", 2)
+    pid = first.device_states(run_id)["localhost"]["pid"]
+    await first.close()  # the workstation goes away; the agent does not
+    assert pid_alive(pid)
+    assert store.run_devices(run_id)[0]["state"] == "detached"
+    assert store.run(run_id)["status"] == "running"
+
+    second = Orchestrator(store, inventory)
+    sub = second.subscribe(run_id)
+    seen: list[RunEvent] = []
+    consumer = asyncio.create_task(collect(sub, seen))
+    await second.attach(run_id)
+    summary = await second.wait(run_id)
+    await second.close()
+    await consumer
+
+    assert summary["devices"]["localhost"]["state"] == "finished"
+    counts = trial_counts(store, run_id)
+    assert len(counts) == 8 and set(counts.values()) == {1}
+    assert store.run(run_id)["status"] == "finished"
+    # The second orchestrator continued from the recorded offset: it never saw the first
+    # trials' events again, and no run_started from the beginning of the log.
+    started = [e.event.get("label") for e in seen if e.kind == "agent"
+               and e.event["type"] == ev.TRIAL_STARTED]  # fmt: skip
+    assert "resnet18/noop/b1" not in started
+    assert [e.event["type"] for e in seen if e.kind == "agent"].count(ev.RUN_STARTED) == 0
+
+
+async def test_two_followers_of_one_run_store_everything_once(env):
+    """A second `ngb attach` while the first still follows: both end cleanly, no duplicates."""
+    inventory, store, _ = env
+    first = Orchestrator(store, inventory)
+    run_id = await first.start(noop_sweep(6, compile_s=0.2), "localhost", isolate="inprocess")
+    await wait_for_done(first, run_id, "localhost", 1)
+    second = Orchestrator(store, inventory)
+    await second.attach(run_id)
+    one, two = await asyncio.gather(first.wait(run_id), second.wait(run_id))
+    await first.close()
+    await second.close()
+    assert one["devices"]["localhost"]["state"] == "finished"
+    assert two["devices"]["localhost"]["state"] == "finished"
+    counts = trial_counts(store, run_id)
+    assert len(counts) == 6 and set(counts.values()) == {1}
+    row = store.run_devices(run_id)[0]
+    assert (row["state"], row["n_done"]) == ("finished", 6)
+
+
+async def test_killed_agent_is_restarted_and_resumes_from_its_checkpoint(env):
+    inventory, store, _ = env
+    orch = Orchestrator(store, inventory, max_restarts=3)
+    run_id = await orch.start(noop_sweep(6, compile_s=0.2), "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 2)
+    os.kill(orch.device_states(run_id)["localhost"]["pid"], signal.SIGKILL)
+    summary = await orch.wait(run_id)
+    await orch.close()
+    dev = summary["devices"]["localhost"]
+    assert dev["state"] == "finished" and dev["restarts"] == 1
+    counts = trial_counts(store, run_id)
+    assert len(counts) == 6 and set(counts.values()) == {1}
+    errors = store.errors(run_id)
+    assert any(e["kind"] == "agent" and "restart 1/3" in e["message"] for e in errors)
+
+
+async def test_cancel_stops_the_agent_and_records_cancelled(env):
+    inventory, store, _ = env
+    orch = Orchestrator(store, inventory)
+    run_id = await orch.start(noop_sweep(20, compile_s=0.3), "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 1)
+    pid = orch.device_states(run_id)["localhost"]["pid"]
+    summary = await orch.cancel(run_id)
+    await orch.close()
+    assert summary["status"] == "cancelled"
+    assert summary["devices"]["localhost"]["state"] == "cancelled"
+    assert not pid_alive(pid)
+    assert store.run(run_id)["status"] == "cancelled"
+    n = len(store.trials(run_id=run_id))
+    assert 1 <= n < 20  # what finished before the cancel is kept, nothing twice
+    assert set(trial_counts(store, run_id).values()) == {1}
+
+
+async def test_cancel_from_another_orchestrator(env):
+    """`ngb cancel RUN` from a second process: found in the store, agent signalled via pidfile."""
+    inventory, store, _ = env
+    first = Orchestrator(store, inventory)
+    run_id = await first.start(noop_sweep(20, compile_s=0.3), "localhost", isolate="inprocess")
+    await wait_for_done(first, run_id, "localhost", 1)
+    pid = first.device_states(run_id)["localhost"]["pid"]
+    await first.close()
+    second = Orchestrator(store, inventory)
+    summary = await second.cancel(run_id)
+    await second.close()
+    assert summary["devices"]["localhost"]["state"] == "cancelled"
+    assert not pid_alive(pid)
+    assert store.run(run_id)["status"] == "cancelled"
+
+
+async def test_pause_holds_the_next_trial_until_resume(env):
+    inventory, store, workdir = env
+    orch = Orchestrator(store, inventory)
+    sub = orch.subscribe()
+    seen: list[RunEvent] = []
+    consumer = asyncio.create_task(collect(sub, seen))
+    run_id = await orch.start(noop_sweep(4, compile_s=0.2), "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 1)
+    await orch.pause(run_id)
+    assert (workdir / "runs" / run_id / "pause").exists()
+    while not any(e.kind == "agent" and e.event.get("msg") == "paused" for e in seen):
+        await asyncio.sleep(0.05)
+    done_when_paused = orch.device_states(run_id)["localhost"]["done"]
+    await asyncio.sleep(1.0)
+    assert orch.device_states(run_id)["localhost"]["done"] == done_when_paused < 4
+    await orch.resume(run_id)
+    summary = await orch.wait(run_id)
+    await orch.close()
+    await consumer
+    assert summary["devices"]["localhost"]["done"] == 4
+
+
+# ---------------------------------------------------------------- device errors
+
+
+async def test_unknown_device_is_a_one_line_error_and_creates_no_run(env):
+    inventory, store, _ = env
+    orch = Orchestrator(store, inventory)
+    with pytest.raises(UnknownNameError, match="unknown device or group 'nope'"):
+        await orch.start(noop_sweep(1), "localhost,nope")
+    assert store.runs() == []
+    await orch.close()
+
+
+async def test_unreachable_device_fails_alone(env, tmp_path):
+    inventory, store, _ = env
+    # A closed loopback port: connection refused at once.
+    inventory.add(Device(name="gone", host="127.0.0.1", port=1, workdir=str(tmp_path / "g")))
+    orch = Orchestrator(store, inventory, backoff=(0.05, 0.1), connect_timeout=3)
+    run_id = await orch.start(noop_sweep(2), "localhost,gone", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    assert summary["devices"]["localhost"]["state"] == "finished"
+    gone = summary["devices"]["gone"]
+    assert gone["state"] == "failed" and gone["done"] == 0
+    assert "\n" not in gone["error"] and gone["error"]
+    assert summary["status"] == "failed"
+    assert len(store.trials(run_id=run_id, device="localhost")) == 2
+    assert any(e["kind"] == "connection" for e in store.errors(run_id, "gone"))
+
+
+async def test_hostile_device_fields_cannot_inject(env, tmp_path, monkeypatch):
+    """Work dir and interpreter path full of shell syntax: a strange path, never a command."""
+    _, store, _ = env
+    monkeypatch.chdir(tmp_path)  # an injected relative `touch pwned` would land under here
+    nasty_dir = tmp_path / "w d;touch pwned;$(touch pwned)`touch pwned`'\"|touch pwned"
+    py_dir = tmp_path / "py;touch pwned &&"
+    py_dir.mkdir()
+    python = py_dir / "python$(touch pwned)"
+    # A wrapper, not a symlink: a symlinked venv python would not find the venv's packages.
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    inventory = Inventory(
+        [
+            Device(
+                name="localhost",
+                host="localhost",
+                transport="local",
+                python=str(python),
+                workdir=str(nasty_dir),
+            )
+        ]
+    )
+    orch = Orchestrator(store, inventory)
+    run_id = await orch.start(noop_sweep(2), "localhost", isolate="inprocess", keep=True)
+    summary = await orch.wait(run_id)
+    await orch.close()
+    assert summary["devices"]["localhost"]["state"] == "finished", summary
+    assert list(tmp_path.rglob("pwned")) == []
+    assert (nasty_dir / "runs" / run_id / "checkpoint.jsonl").exists()
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def test_start_command_keeps_device_values_out_of_the_script():
+    nasty_py = "python3; touch /tmp/pwned"
+    nasty_dir = "/tmp/$(touch /tmp/pwned)/`id`"
+    paths = remote.RunPaths(nasty_dir, "r1")
+    argv = remote.start_agent_argv(nasty_py, f"{nasty_dir}/agent.pyz", paths, isolate="subprocess")
+    assert argv[:2] == ["sh", "-c"]
+    script = argv[2]
+    for value in ("pwned", "touch", "/tmp", "`id`"):
+        assert value not in script
+    # The script is a constant: other devices get the very same text.
+    other = remote.start_agent_argv("python3", "/w/agent.pyz", remote.RunPaths("/w", "r2"))
+    assert other[2] == script
+    # Device values travel only as positional parameters, each one argv word.
+    assert argv[5:8] == [paths.run_dir, nasty_py, f"{nasty_dir}/agent.pyz"]
+    # What a remote shell makes of the quoted line is exactly this argv again.
+    assert shlex.split(shlex.join(argv)) == argv
+    for build in (
+        remote.follow_argv(paths, 10, 123),
+        remote.signal_argv(paths, 5),
+        remote.teardown_argv(paths),
+        remote.pause_argv(paths),
+    ):
+        assert shlex.split(shlex.join(build)) == build
+    with pytest.raises(NgbError):
+        remote.RunPaths("/w", "../../etc")
+    with pytest.raises(ValueError):
+        remote.signal_argv(paths, 5, "TERM; reboot")
+
+
+def test_start_script_through_a_real_shell_runs_nothing_it_should_not(tmp_path):
+    """The quoted line as an SSH server's login shell gets it: `sh -c "<shlex.join(argv)>"`."""
+    canary = tmp_path / "pwned"
+    run_dir = tmp_path / f"r;touch {canary}" / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    fake_agent = tmp_path / "agent.py"
+    fake_agent.write_text(
+        "import sys, json; print(json.dumps({'type': 'log', 'argv': sys.argv}))\n"
+    )
+    paths = remote.RunPaths(str(tmp_path / f"r;touch {canary}"), "r1")
+    argv = remote.start_agent_argv(sys.executable, str(fake_agent), paths)
+    out = subprocess.run(["sh", "-c", shlex.join(argv)], capture_output=True, text=True, check=True)
+    pid = int(out.stdout.strip())
+    while pid_alive(pid):
+        pass
+    logged = remote.parse_jsonl((run_dir / "events.jsonl").read_text())
+    assert logged[0]["argv"][1:3] == ["run", "--trials"]
+    assert logged[0]["argv"][3] == paths.trials
+    assert not canary.exists()
+
+
+def test_event_log_reader_counts_bytes_and_rereads_a_torn_tail():
+    reader = remote.EventLogReader(100)
+    good = '{"type":"log","msg":"é"}'
+    assert reader.feed(good)["msg"] == "é"
+    assert reader.offset == 100 + len(good.encode()) + 1
+    assert reader.feed('{"type":"lo') is None  # maybe a fragment
+    mark = reader.offset
+    assert mark == 100 + len(good.encode()) + 1  # not committed yet
+    assert reader.feed('{"type":"log"}') is not None  # the fragment was a whole (bad) line
+    assert reader.offset == mark + len('{"type":"lo') + 1 + len('{"type":"log"}') + 1
+    assert reader.feed("garbage at the end") is None
+    reader.end_of_stream()
+    assert reader.feed('{"type":"x"}') is not None  # the fragment is not counted
+    assert reader.offset == mark + 12 + 15 + 13
+
+
+def test_checkpoint_parser_ignores_torn_lines():
+    text = '{"key":"a","status":"ok"}\n{"key":"b","status":"failed"}\n{"key":"c","sta'
+    assert sorted(remote.parse_checkpoint(text)) == ["a", "b"]
+
+
+def test_run_paths_and_home_expansion():
+    paths = remote.RunPaths("/home/u/.ngb/", "run-1")
+    assert paths.run_dir == "/home/u/.ngb/runs/run-1"
+    assert paths.checkpoint == "/home/u/.ngb/runs/run-1/checkpoint.jsonl"
+    assert remote.expand_home("~/.ngb", "/home/u") == "/home/u/.ngb"
+    assert remote.expand_home("~", "/home/u") == "/home/u"
+    assert remote.expand_home("/abs", "/home/u") == "/abs"
+
+
+async def test_slow_subscriber_loses_old_cpu_samples_never_results():
+    orch = Orchestrator(store=None, inventory=None)
+    sub = orch.subscribe()
+    sub._maxsize = 10
+    for i in range(50):
+        orch._publish(RunEvent("r", "d", "agent", event={"type": ev.CPU, "percent": i}))
+        if i % 5 == 0:
+            orch._publish(RunEvent("r", "d", "agent", event={"type": ev.TRIAL_DONE, "n": i}))
+    items = []
+    while (item := sub.get_nowait()) is not None:
+        items.append(item)
+    done = [e.event["n"] for e in items if e.event["type"] == ev.TRIAL_DONE]
+    assert done == list(range(0, 50, 5))  # every result, in order
+    cpu = [e.event["percent"] for e in items if e.event["type"] == ev.CPU]
+    assert cpu and cpu == sorted(cpu) and cpu[-1] == 49  # the newest samples survive
+    assert sub.dropped == 50 - len(cpu)
+    other = orch.subscribe(run_id="other")
+    orch._publish(RunEvent("r", "d", "run", "started"))
+    assert other.get_nowait() is None  # filtered by run
+    await orch.close()
+
+
+# ---------------------------------------------------------------- the CLI, as real processes
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    """An NGB_HOME whose localhost runs the venv python in a scratch work dir, and a sweep file."""
+    home = tmp_path / "home"
+    inventory = Inventory(
+        [Device(name="localhost", host="localhost", transport="local",
+                python=sys.executable, workdir=str(tmp_path / "device"))]
+    )  # fmt: skip
+    inventory.save(home / "config" / "devices.toml")
+    sweep_file = tmp_path / "noop.toml"
+    sweep_file.write_text(noop_sweep(6, compile_s=0.3).to_toml())
+    env = {**os.environ, "NGB_HOME": str(home), "COLUMNS": "120"}
+    env.pop("NGB_DB", None)
+    return env, sweep_file, home
+
+
+def ngb(env: dict, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("ngb")
+    return subprocess.run([str(exe), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_cli_run_detach_then_attach_in_other_processes(cli_env):
+    env, sweep_file, home = cli_env
+    out = ngb(env, "run", str(sweep_file), "--devices", "localhost", "--detach",
+              "--isolate", "inprocess")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.split("run ")[1].split()[0]
+    assert "ngb attach" in out.stdout
+    att = ngb(env, "attach", run_id)
+    assert att.returncode == 0, att.stderr
+    assert "finished" in att.stdout
+    status = ngb(env, "status", run_id, "--json")
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert info["status"] == "finished"
+    assert info["devices"][0]["done"] == info["devices"][0]["total"] == 6
+    listing = ngb(env, "status")
+    assert run_id in listing.stdout
+
+
+def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
+    env, sweep_file, home = cli_env
+    sweep_file.write_text(noop_sweep(30, compile_s=0.3).to_toml())
+    exe = Path(sys.executable).with_name("ngb")
+    proc = subprocess.Popen(
+        [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    store = Store(home / "data" / "results.duckdb")
+    deadline = 60
+    start = time.monotonic()
+    while time.monotonic() - start < deadline:
+        runs = store.runs() if (home / "data" / "results.duckdb").exists() else []
+        if runs and store.trials(run_id=runs[0]["run_id"]):
+            break
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "Detached" in stdout and "ngb attach" in stdout
+    run_id = store.runs()[0]["run_id"]
+    pid = store.run_devices(run_id)[0]["extra"]["pid"]
+    assert pid_alive(pid)  # Ctrl-C left the agent running
+    live = ngb(env, "status", run_id, "--live", "--json")
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout)["devices"][0]["agent"] == "alive"
+    out = ngb(env, "cancel", run_id)
+    assert out.returncode == 0, out.stderr
+    assert "cancelled" in out.stdout
+    assert not pid_alive(pid)
+    assert store.run(run_id)["status"] == "cancelled"
+
+
+def test_cli_unknown_names_are_one_line_errors(cli_env):
+    env, sweep_file, _ = cli_env
+    out = ngb(env, "run", str(sweep_file), "--devices", "localhots")
+    assert out.returncode != 0
+    assert "unknown device or group 'localhots'" in out.stderr and "localhost" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = ngb(env, "run", "no-such-sweep", "--devices", "localhost")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    out = ngb(env, "attach", "nope-run")
+    assert out.returncode != 0 and "unknown run" in out.stderr and "Traceback" not in out.stderr
+    out = ngb(env, "status", "nope-run")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+
+
+def test_liveness_check_calls_a_zombie_dead():
+    """An exited but unreaped agent must count as dead, or its device would wait forever."""
+    zombie = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    while Path(f"/proc/{zombie.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        time.sleep(0.01)
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+
+        def ask(pid):
+            argv = remote.alive_argv(pid)
+            return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+
+        assert ask(zombie.pid) == "dead"
+        assert ask(live.pid) == "alive"
+        assert ask(None) == "dead"
+    finally:
+        live.kill()
+        live.wait()
+        zombie.wait()
