@@ -17,15 +17,31 @@ from ngb.core.errors import ConfigError
 class NoopConfig(CompilerConfig):
     compile_s: float = 0.0  # pretend compile time (sleeps), to exercise progress displays
     fail: bool = False  # raise during compile, to exercise failure handling
+    crash: bool = False  # os.abort() during compile: a hard crash the agent must survive
+    sleep_s: float = 0.0  # pretend run time per call (sleeps), to exercise the timed loop
 
     def __post_init__(self) -> None:
-        if self.compile_s < 0:
-            raise ConfigError(f"compile_s must be >= 0, got {self.compile_s}")
+        for name in ("compile_s", "sleep_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 class _NoopCompiled(Compiled):
     def run(self) -> Any:
         return None
+
+
+class _SleepingCompiled(Compiled):
+    """A call that takes ``sleep_s``: lets tests see both stop conditions of the timed loop."""
+
+    def __init__(self, sleep_s: float) -> None:
+        super().__init__()
+        self.sleep_s = sleep_s
+
+    def run(self) -> Any:
+        import time
+
+        time.sleep(self.sleep_s)
 
 
 class NoopCompiler(Compiler):
@@ -46,5 +62,9 @@ class NoopCompiler(Compiler):
         with ctx.phase("compile"):
             if self.config.fail:
                 raise RuntimeError("noop compiler asked to fail")
+            if self.config.crash:
+                import os
+
+                os.abort()
             time.sleep(self.config.compile_s)
-        return _NoopCompiled()
+        return _SleepingCompiled(self.config.sleep_s) if self.config.sleep_s else _NoopCompiled()

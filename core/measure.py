@@ -1,0 +1,369 @@
+"""The measurement protocol: one trial from spec to ``TrialResult``.
+
+Order of a trial (each step timed apart, as the paper reports them apart): build model ->
+optimisation -> eager reference output -> compile (export and tuning phases split out by the
+compiler through ``ctx.phase``) -> first call -> warm-up -> ``repetitions`` timed loops with the CPU
+sampler running -> statistics.
+
+``run_trial`` never raises for a trial failure: whatever goes wrong becomes a failed result with a
+one-line ``error`` and an ``error_kind`` the store and the TUI can group by. Only interpreter-level
+exits (KeyboardInterrupt, SystemExit, the agent's cancel signal) propagate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import resource
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ngb.core import events
+from ngb.core.compilers import CompileContext, Compiled, get_compiler
+from ngb.core.compilers.base import to_numpy
+from ngb.core.cpu import CpuSampler
+from ngb.core.errors import CompilerUnavailable, NgbError
+from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
+from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.versions import library_versions
+
+Emit = Callable[[dict[str, Any]], None]
+
+#: seconds between two ``cpu`` events (samples are kept at ``cpu_interval_s`` in the result)
+CPU_EVENT_PERIOD_S = 1.0
+
+# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug.
+_UNSUPPORTED_TYPES = {
+    "NotImplementedError",
+    "UnsupportedOperatorError",  # torch.onnx (TorchScript exporter)
+    "OnnxExporterError",
+    "Unsupported",  # torch._dynamo.exc.Unsupported
+    "OpConversionFailure",
+    "TVMUnsupportedError",
+}
+_UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no conversion rule")
+_OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
+
+
+class UnsupportedTrial(NgbError):
+    """This model/optimisation/device cannot go through this compiler (kind ``unsupported``)."""
+
+
+class UnsupportedOptimisation(UnsupportedTrial):
+    """``spec.optimisation`` names something this build or this compiler cannot take."""
+
+
+def classify_error(exc: BaseException) -> str:
+    """Map an exception to ``error_kind``: unavailable | unsupported | oom | error."""
+    if isinstance(exc, CompilerUnavailable):
+        return "unavailable"
+    if isinstance(exc, UnsupportedTrial):
+        return "unsupported"
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    message = str(exc).lower()
+    if isinstance(exc, MemoryError) or "OutOfMemoryError" in names:
+        return "oom"
+    if any(word in message for word in _OOM_WORDS):
+        return "oom"
+    if names & _UNSUPPORTED_TYPES or any(word in message for word in _UNSUPPORTED_WORDS):
+        return "unsupported"
+    return "error"
+
+
+def one_line_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` (NgbError messages are already written for humans)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    if len(first) > 400:
+        first = first[:397] + "..."
+    if isinstance(exc, NgbError):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def run_trial(
+    spec: TrialSpec,
+    *,
+    emit: Emit | None = None,
+    workdir: Path | str | None = None,
+    cache_dir: Path | str | None = None,
+) -> TrialResult:
+    """Measure one trial here; see the module docstring for the protocol."""
+    sink: Emit = emit or (lambda event: None)
+    result = TrialResult(
+        key=spec.key, spec=spec.to_dict(), host=socket.gethostname(), started_at=time.time()
+    )
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ngb-trial-"))
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            _measure(spec, result, sink, Path(workdir), Path(cache_dir) if cache_dir else None)
+        except Exception as exc:  # the whole point: a failure is a result, not a crash
+            result.status = "failed"
+            result.error = one_line_error(exc)
+            result.error_kind = classify_error(exc)
+        finally:
+            result.finished_at = time.time()
+            result.peak_rss_mb = peak_rss_mb()
+            # Taken at the end so torch's pools show if the model build or compiler loaded torch.
+            result.threads = thread_counts(spec.measure.threads)
+            if not result.versions:
+                result.versions = library_versions()
+    return result
+
+
+def _measure(
+    spec: TrialSpec, result: TrialResult, emit: Emit, workdir: Path, cache_dir: Path | None
+) -> None:
+    settings = spec.measure
+
+    last_phase: list[str | None] = [None]
+
+    def ctx_emit(type_: str, **fields: Any) -> None:
+        if type_ == events.PHASE:
+            # The harness announces "compile" and a compiler may too: report a phase once.
+            if fields.get("phase") == last_phase[0]:
+                return
+            last_phase[0] = fields.get("phase")
+        emit(events.make_event(type_, key=spec.key, **fields))
+
+    compiler = get_compiler(spec.compiler, spec.compiler_options)
+    result.extra["compiler_config"] = compiler.config.to_dict()
+    ok, reason = compiler.available()
+    if not ok:
+        raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {reason}")
+    if spec.device not in compiler.devices:
+        raise UnsupportedTrial(
+            f"{spec.compiler} cannot target {spec.device!r} "
+            f"(targets: {', '.join(compiler.devices)})"
+        )
+
+    uses_torch = compiler.needs_model or spec.device == "cuda"
+    if spec.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CompilerUnavailable("device 'cuda' asked for, but torch sees no CUDA GPU")
+    if settings.threads and "torch" not in sys.modules:
+        # OpenMP reads this once, when the first library that uses it loads.
+        os.environ.setdefault("OMP_NUM_THREADS", str(settings.threads))
+    if uses_torch and settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    result.versions = {**library_versions(), **compiler.versions()}
+
+    model: Any = None
+    example: Any = None
+    reference: np.ndarray | None = None
+    _check_optimisation(spec)
+    if compiler.needs_model:
+        ctx_emit(events.PHASE, phase="build")
+        model, example = _build_model(spec, result)
+    if spec.optimisation != "none":
+        ctx_emit(events.PHASE, phase="optimise")
+        model, example = _apply_optimisation(model, example, spec, result)
+    if compiler.needs_model and settings.verify:
+        # Eager output of the (optimised) model, taken before compile can touch the module.
+        reference = _eager_output(model, example)
+
+    if spec.device == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+    ctx = CompileContext(
+        workdir=workdir,
+        device=spec.device,
+        threads=settings.threads,
+        emit=ctx_emit,
+        cache_dir=cache_dir,
+    )
+    ctx_emit(events.PHASE, phase="compile")
+    start = time.perf_counter()
+    try:
+        compiled = compiler.compile(model, example, ctx)
+    except Exception:
+        # A compile that fails after hours of tuning should still say how long it ran.
+        result.compile_s = time.perf_counter() - start
+        result.export_s, result.tune_s = ctx.phases.get("export"), ctx.phases.get("tune")
+        raise
+    total = time.perf_counter() - start
+    try:
+        export_s = ctx.phases.get("export")
+        result.export_s = export_s
+        result.compile_s = total - (export_s or 0.0)
+        result.tune_s = ctx.phases.get("tune")
+        _time_compiled(spec, result, compiled, reference, emit, ctx_emit)
+        result.extra.update(compiled.extra)
+    finally:
+        compiled.close()
+    if spec.device == "cuda":
+        import torch
+
+        result.gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
+
+
+def _time_compiled(
+    spec: TrialSpec,
+    result: TrialResult,
+    compiled: Compiled,
+    reference: np.ndarray | None,
+    emit: Emit,
+    ctx_emit: Callable[..., None],
+) -> None:
+    settings = spec.measure
+    sync = _synchronizer(spec.device)
+
+    ctx_emit(events.PHASE, phase="first_call")
+    start = time.perf_counter()
+    out = compiled.run()
+    sync()
+    result.first_call_s = time.perf_counter() - start
+    if reference is not None:
+        result.max_abs_err = _max_abs_err(reference, out, result)
+
+    ctx_emit(events.PHASE, phase="warmup")
+    compiled.timed_loop(settings.warmup_iters, settings.warmup_s)
+    sync()
+
+    ctx_emit(events.PHASE, phase="measure")
+    last_cpu_event = [0.0]
+
+    def on_cpu_sample(t: float, system: float, proc: float) -> None:
+        now = time.monotonic()
+        if now - last_cpu_event[0] >= CPU_EVENT_PERIOD_S:
+            last_cpu_event[0] = now
+            ctx_emit(events.CPU, percent=system, proc_percent=proc)
+
+    latencies: list[np.ndarray] = []
+    throughputs: list[float] = []
+    sampler = CpuSampler(settings.cpu_interval_s, on_cpu_sample)
+    with sampler:
+        for rep in range(settings.repetitions):
+            loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
+            sync()
+            tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else float("nan")
+            throughputs.append(tput)
+            result.repetitions.append(
+                {"iters": loop.iters, "elapsed_s": loop.elapsed_s, "throughput": tput}
+            )
+            latencies.append(np.asarray(loop.latencies_ns, dtype=np.int64))
+            del loop
+            ctx_emit(events.PROGRESS, rep=rep + 1, reps=settings.repetitions, throughput=tput)
+    result.cpu_samples = sampler.samples
+    for name, value in sampler.summary().items():
+        setattr(result, name, value)
+
+    result.throughput = summarize(throughputs)
+    result.latency_ms = summarize(concat_ns_to_ms(latencies))
+    result.unstable = is_unstable(result.throughput, settings.cov_threshold)
+
+
+def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
+    if importlib.util.find_spec("ngb.core.models") is None:
+        raise NgbError("ngb.core.models is missing from this build; cannot create models")
+    from ngb.core import models
+
+    model, example = models.create_model(spec)
+    result.params = int(sum(p.numel() for p in model.parameters()))
+    info_fn = getattr(models, "model_info_for", None)
+    if info_fn is not None:
+        try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
+            macs = getattr(info_fn(spec), "macs", None)
+            if macs is not None:
+                result.macs = int(macs)
+        except Exception as exc:
+            result.extra["macs_error"] = one_line_error(exc)
+    return model, example
+
+
+def _apply_optimisation(
+    model: Any, example: Any, spec: TrialSpec, result: TrialResult
+) -> tuple[Any, Any]:
+    """Apply ``spec.optimisation`` (ngb.core.optimise) and record its facts in the result.
+
+    Known-bad optimisation/compiler pairs are refused first, so they fail as ``unsupported``
+    with a clear reason instead of deep inside a compiler's importer.
+    """
+    optimisation = spec.optimisation
+    if optimisation == "none":
+        return model, example
+    optimise = _optimise_module()
+    if optimise is None:
+        raise UnsupportedOptimisation(f"unsupported optimisation {optimisation!r} in this build")
+    model, example, facts = optimise.apply_with_facts(model, example, optimisation)
+    result.extra["optimisation"] = facts
+    return model, example
+
+
+def _check_optimisation(spec: TrialSpec) -> None:
+    """Refuse a known-bad optimisation/compiler pair before the (slow) model build."""
+    optimise = _optimise_module() if spec.optimisation != "none" else None
+    if optimise is not None:
+        optimise.check_supported(spec.optimisation, spec.compiler, spec.device)
+
+
+def _optimise_module() -> Any:
+    """``ngb.core.optimise`` when this build has it, else None (a seam for tests, too)."""
+    if importlib.util.find_spec("ngb.core.optimise") is None:
+        return None
+    return importlib.import_module("ngb.core.optimise")
+
+
+def _eager_output(model: Any, example: Any) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return to_numpy(model(example))
+
+
+def _max_abs_err(reference: np.ndarray, out: Any, result: TrialResult) -> float | None:
+    if out is None:
+        return None
+    got = np.asarray(to_numpy(out), dtype=np.float64)
+    if got.shape != reference.shape:
+        result.extra["verify_error"] = f"output shape {got.shape} != eager {reference.shape}"
+        return None
+    return float(np.max(np.abs(got - reference.astype(np.float64)))) if got.size else 0.0
+
+
+def _synchronizer(device: str) -> Callable[[], None]:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def thread_counts(requested: int | None) -> dict[str, Any]:
+    """Thread settings in force, as recorded with every result."""
+    import psutil
+
+    counts: dict[str, Any] = {
+        "requested": requested,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_count": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+    }
+    with contextlib.suppress(AttributeError, OSError):
+        counts["affinity"] = len(os.sched_getaffinity(0))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        counts["torch_intra_op"] = torch.get_num_threads()
+        counts["torch_inter_op"] = torch.get_num_interop_threads()
+    return counts
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10

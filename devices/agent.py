@@ -1,0 +1,556 @@
+"""The device-side agent: ``python -m ngb.devices.agent {run,probe}`` (or ``python agent.pyz ...``).
+
+``run`` reads trial specs (JSON lines), skips those already in the checkpoint, and runs the rest one
+at a time. Each finished trial is appended to the checkpoint as one JSON line, flushed and fsynced
+before the next trial starts, so ``kill -9`` at any moment loses at most the trial in flight. Events
+(``ngb.core.events``) go to stdout as JSON lines, flushed per line, for the workstation to tail.
+
+By default every trial runs in a child process (``agent trial``, spec on stdin) in its own process
+group: a compiler that segfaults, aborts, is OOM-killed or hangs past ``timeout_s`` becomes a failed
+trial (``crash``/``timeout``) and the run goes on. SIGTERM (or SIGINT) cancels: the in-flight
+child's process group is killed, the cancelled trial is *not* recorded (a resume runs it again),
+and the last event is ``run_done`` with ``cancelled: true``.
+
+Exit status: 0 when every trial was attempted (failed trials included), 143 when cancelled, 2 for
+bad input, 3 when another agent already holds the checkpoint (an exclusive ``flock`` on
+``CHECKPOINT.lock``, so a re-attaching workstation can never start a second agent on the same run).
+
+This module is shipped to devices: it may import only the standard library, numpy, psutil and
+``ngb.core`` (a test checks ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zipimport
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from ngb.core import events
+from ngb.core.errors import NgbError
+from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.versions import library_versions
+
+TRIAL_RESULT = "trial_result"  # child -> parent only: the final line of `agent trial`
+EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_CANCELLED = 0, 2, 3, 143
+_STDERR_TAIL_LINES = 20
+_POLL_S = 0.2
+EXIT_GRACE_S = 10.0  # a child that sent its result but hangs on exit is killed after this
+
+
+class Cancelled(BaseException):
+    """Raised in the main thread by SIGTERM during an in-process trial (not an ``Exception``, so
+    ``run_trial``'s failure handling does not swallow it)."""
+
+
+# --------------------------------------------------------------------------- event output
+
+
+class EventWriter:
+    """Writes one JSON event per line and flushes it; safe to call from the CPU sampler thread.
+
+    If the reader goes away (an SSH link dropped under a run that was not detached), events are
+    dropped and the run carries on: the checkpoint, not the event stream, is the record.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+        self.broken = False
+
+    def write_line(self, line: str) -> None:
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                self._stream.write(line.rstrip("\n") + "\n")
+                self._stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.broken = True
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.write_line(events.encode(event))
+
+    def __call__(self, type_: str, **fields: Any) -> None:
+        self.emit(events.make_event(type_, **fields))
+
+
+def claim_stdout() -> IO[str]:
+    """Keep the real stdout for events and point fd 1 at stderr.
+
+    Compiler libraries (TVM, OpenVINO, C++ loggers) sometimes print to stdout; with fd 1 redirected
+    their chatter lands in the error log instead of corrupting the JSON-lines event stream.
+    """
+    sys.stdout.flush()
+    events_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def read_checkpoint(path: Path | str) -> dict[str, dict[str, Any]]:
+    """Finished trials by key. Blank, torn (kill -9 mid-write) or foreign lines are ignored."""
+    done: dict[str, dict[str, Any]] = {}
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return done
+    for raw in data.splitlines():
+        try:
+            record = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if (
+            isinstance(record, dict)
+            and isinstance(record.get("key"), str)
+            and record.get("status") in ("ok", "failed")
+        ):
+            done[record["key"]] = record
+    return done
+
+
+def append_checkpoint(path: Path | str, record: dict[str, Any]) -> None:
+    """Append one record as a line, durably (flush + fsync) before returning.
+
+    If the file ends in a torn line (no trailing newline), a newline is written first so the new
+    record starts on a line of its own and stays readable.
+    """
+    path = Path(path)
+    line = (events.encode(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- trial runners
+
+
+def _self_command() -> list[str]:
+    """How to start this agent again: the zipapp when running from one, else ``-m``."""
+    loader = globals().get("__loader__")
+    if isinstance(loader, zipimport.zipimporter):
+        return [sys.executable, loader.archive]
+    return [sys.executable, "-m", "ngb.devices.agent"]
+
+
+def run_inprocess(
+    spec: TrialSpec, out: EventWriter, workdir: Path | None, cache_dir: Path | None
+) -> TrialResult:
+    from ngb.core.measure import run_trial
+
+    return run_trial(spec, emit=out.emit, workdir=workdir, cache_dir=cache_dir)
+
+
+def run_subprocess(
+    spec: TrialSpec,
+    out: EventWriter,
+    workdir: Path | None,
+    cache_dir: Path | None,
+    cancel: threading.Event,
+) -> TrialResult | None:
+    """Run one trial in a child process; ``None`` when cancelled (the trial is not recorded)."""
+    cmd = [*_self_command(), "trial", "--parent-pid", str(os.getpid())]
+    if workdir:
+        cmd += ["--workdir", str(workdir)]
+    if cache_dir:
+        cmd += ["--cache-dir", str(cache_dir)]
+    started = time.time()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: a kill takes the compiler's helpers too
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    with contextlib.suppress(BrokenPipeError):  # a child that died at once is reported below
+        proc.stdin.write(json.dumps(spec.to_dict()).encode())
+        proc.stdin.close()
+
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+    readers = [
+        threading.Thread(target=_pump_lines, args=(proc.stdout, lines.put), daemon=True),
+        threading.Thread(target=_pump_stderr, args=(proc.stderr, stderr_tail), daemon=True),
+    ]
+    for t in readers:
+        t.start()
+
+    deadline = time.monotonic() + spec.measure.timeout_s
+    payload: dict[str, Any] | None = None
+    timed_out = False
+    while True:
+        if cancel.is_set():
+            _kill_group(proc)
+            _finish(proc, readers)
+            return None
+        if time.monotonic() > deadline:
+            timed_out = payload is None  # past the exit grace with a result: keep the result
+            _kill_group(proc)
+            break
+        try:
+            raw = lines.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue
+        if raw is None:
+            break
+        event = events.decode(raw)
+        if event is None:  # stray output; the child routes fd 1 to stderr, so this is rare
+            sys.stderr.write(raw.decode(errors="replace"))
+        elif event["type"] == TRIAL_RESULT:
+            payload = event.get("result")
+            deadline = min(deadline, time.monotonic() + EXIT_GRACE_S)
+        else:
+            out.write_line(raw.decode(errors="replace"))
+    _finish(proc, readers)
+
+    if payload is not None and not timed_out:
+        return TrialResult.from_dict(payload)
+    tail = next((ln for ln in reversed(stderr_tail) if ln.strip()), "")
+    if timed_out:
+        error, kind = (
+            f"trial exceeded timeout_s={spec.measure.timeout_s:g}s and was killed",
+            "timeout",
+        )
+    elif proc.returncode < 0:
+        error, kind = f"trial process killed by signal {_signal_name(-proc.returncode)}", "crash"
+        if -proc.returncode == signal.SIGKILL:
+            error += " (the kernel's OOM killer sends SIGKILL: out of memory?)"
+    elif proc.returncode:
+        error, kind = f"trial process exited with status {proc.returncode}", "crash"
+    else:
+        error, kind = "trial process exited without a result", "crash"
+    if tail and not timed_out:
+        error += f"; last stderr: {tail.strip()[:300]}"
+    return TrialResult.failed(
+        spec,
+        error,
+        kind,
+        host=socket.gethostname(),
+        started_at=started,
+        finished_at=time.time(),
+        versions=library_versions(),
+    )
+
+
+def _pump_lines(stream: IO[bytes], put: Callable[[bytes | None], None]) -> None:
+    try:
+        for raw in stream:
+            put(raw)
+    finally:
+        put(None)
+
+
+def _pump_stderr(stream: IO[bytes], tail: collections.deque[str]) -> None:
+    """Forward the child's stderr to ours (the agent's error log) and keep its last lines."""
+    for raw in stream:
+        text = raw.decode(errors="replace")
+        tail.append(text)
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _finish(proc: subprocess.Popen, readers: list[threading.Thread]) -> None:
+    proc.wait()
+    for t in readers:
+        t.join(timeout=5)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return f"{signal.Signals(num).name} ({num})"
+    except ValueError:
+        return str(num)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def load_trials(path: Path | str) -> list[TrialSpec]:
+    """Trial specs from a JSON-lines file; duplicates (same key) are kept once, in order."""
+    specs: dict[str, TrialSpec] = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise NgbError(f"cannot read trials file {path}: {exc.strerror}") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            spec = TrialSpec.from_dict(json.loads(line))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise NgbError(f"{path}:{number}: not a trial spec: {exc}") from None
+        except NgbError as exc:
+            raise NgbError(f"{path}:{number}: {exc}") from None
+        specs.setdefault(spec.key, spec)
+    return list(specs.values())
+
+
+class _CancelOnSignal:
+    """SIGTERM/SIGINT set ``cancel``; during an in-process trial they also raise ``Cancelled``."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self.cancel = cancel
+        self.in_trial = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.cancel.set()
+        if self.in_trial:
+            self.in_trial = False
+            raise Cancelled()
+
+    def __enter__(self) -> _CancelOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_trials(
+    specs: Iterable[TrialSpec],
+    checkpoint: Path | str,
+    out: EventWriter,
+    *,
+    isolate: str = "subprocess",
+    run_id: str | None = None,
+    workdir: Path | None = None,
+    cache_dir: Path | None = None,
+    pause_file: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Run what the checkpoint lacks; return the ``run_done`` fields."""
+    specs = list(specs)
+    run_id = run_id or uuid.uuid4().hex[:12]
+    cancel = cancel or threading.Event()
+    done = read_checkpoint(checkpoint)
+    pending = [s for s in specs if s.key not in done]
+    skipped = len(specs) - len(pending)
+    out(
+        events.RUN_STARTED,
+        run_id=run_id,
+        total=len(specs),
+        skipped=skipped,
+        pending=len(pending),
+        isolate=isolate,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+    )
+    counts = {"ok": 0, "failed": 0}
+    cancelled = False
+    with _CancelOnSignal(cancel) as guard:
+        try:
+            for index, spec in enumerate(pending, skipped + 1):
+                _wait_while_paused(pause_file, out, cancel)
+                if cancel.is_set():
+                    cancelled = True
+                    break
+                out(
+                    events.TRIAL_STARTED,
+                    key=spec.key,
+                    label=spec.label,
+                    index=index,
+                    total=len(specs),
+                )
+                trial_dir = workdir / spec.key if workdir else None
+                if isolate == "inprocess":
+                    guard.in_trial = True
+                    try:
+                        result: TrialResult | None = run_inprocess(spec, out, trial_dir, cache_dir)
+                    finally:
+                        guard.in_trial = False
+                else:
+                    result = run_subprocess(spec, out, trial_dir, cache_dir, cancel)
+                if result is None:
+                    cancelled = True
+                    break
+                record = {**result.to_dict(), "run_id": run_id}
+                append_checkpoint(checkpoint, record)
+                counts["ok" if result.ok else "failed"] += 1
+                if result.ok:
+                    out(events.TRIAL_DONE, key=spec.key, result=record)
+                else:
+                    out(
+                        events.TRIAL_FAILED,
+                        key=spec.key,
+                        error=result.error,
+                        error_kind=result.error_kind,
+                        result=record,
+                    )
+        except Cancelled:
+            cancelled = True
+    summary = {"run_id": run_id, **counts, "skipped": skipped, "cancelled": cancelled}
+    out(events.RUN_DONE, **summary)
+    return summary
+
+
+def _wait_while_paused(pause_file: Path | None, out: EventWriter, cancel: threading.Event) -> None:
+    if pause_file is None or not pause_file.exists():
+        return
+    out(events.LOG, level="info", msg="paused", pause_file=str(pause_file))
+    while pause_file.exists() and not cancel.is_set():
+        cancel.wait(1.0)
+    if not cancel.is_set():
+        out(events.LOG, level="info", msg="resumed")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngb-agent", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run trials, checkpointing each; events on stdout")
+    run.add_argument("--trials", required=True, type=Path, help="trial specs, one JSON per line")
+    run.add_argument("--checkpoint", required=True, type=Path, help="finished trials (appended)")
+    run.add_argument("--isolate", choices=("subprocess", "inprocess"), default="subprocess")
+    run.add_argument("--run-id")
+    run.add_argument("--workdir", type=Path, help="per-trial scratch dirs go under here")
+    run.add_argument("--cache-dir", type=Path, help="long-lived cache (TVM tuning databases)")
+    run.add_argument("--pidfile", type=Path, help="write the agent's pid here while it runs")
+    run.add_argument("--pause-file", type=Path, help="while this file exists, start no new trial")
+
+    trial = sub.add_parser("trial", help="(internal) run one trial: spec JSON on stdin")
+    trial.add_argument("--workdir", type=Path)
+    trial.add_argument("--cache-dir", type=Path)
+    trial.add_argument("--parent-pid", type=int, help="die with this process (Linux)")
+
+    sub.add_parser("probe", help="print this device's facts as one JSON object")
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        specs = load_trials(args.trials)
+    except NgbError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for folder in (args.checkpoint.parent, args.workdir, args.cache_dir):
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
+    lock = lock_checkpoint(args.checkpoint)
+    if lock is None:
+        print(f"error: another agent is running {args.checkpoint}", file=sys.stderr)
+        return EXIT_BUSY
+    if args.pidfile:
+        args.pidfile.write_text(f"{os.getpid()}\n")
+    out = EventWriter(claim_stdout())
+    try:
+        summary = run_trials(
+            specs,
+            args.checkpoint,
+            out,
+            isolate=args.isolate,
+            run_id=args.run_id,
+            workdir=args.workdir,
+            cache_dir=args.cache_dir,
+            pause_file=args.pause_file,
+        )
+    finally:
+        if args.pidfile:
+            try:
+                if args.pidfile.read_text().strip() == str(os.getpid()):
+                    args.pidfile.unlink()
+            except OSError:
+                pass
+    return EXIT_CANCELLED if summary["cancelled"] else EXIT_OK
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Linux: have the kernel SIGKILL this trial if the agent dies (e.g. ``kill -9``), so an
+    orphaned trial never keeps a device busy after the agent is gone. Best effort elsewhere."""
+    if parent_pid is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    if os.getppid() != parent_pid:  # the agent died before the death signal was armed
+        os._exit(EXIT_CANCELLED)
+
+
+def lock_checkpoint(checkpoint: Path) -> IO[bytes] | None:
+    """Hold an exclusive lock for this checkpoint for the life of the process; None if taken.
+
+    The kernel drops the lock when the process dies, however it dies, so no stale lock survives
+    a ``kill -9``.
+    """
+    import fcntl
+
+    handle = open(checkpoint.with_name(checkpoint.name + ".lock"), "wb")  # noqa: SIM115
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
+def _cmd_trial(args: argparse.Namespace) -> int:
+    die_with_parent(args.parent_pid)
+    out = EventWriter(claim_stdout())
+    spec = TrialSpec.from_dict(json.loads(sys.stdin.read()))
+    # SIGTERM to the child means "stop now"; the parent records nothing for a cancelled trial.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    result = run_inprocess(spec, out, args.workdir, args.cache_dir)
+    out(TRIAL_RESULT, key=spec.key, result=result.to_dict())
+    # Skip interpreter teardown: native runtimes' atexit hooks and thread joins can hang or crash
+    # after the work is done, and nothing is left to clean up that the OS does not.
+    sys.stderr.flush()
+    os._exit(EXIT_OK)
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from ngb.devices.probe import probe
+
+    print(json.dumps(probe(), sort_keys=True))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"run": _cmd_run, "trial": _cmd_trial, "probe": _cmd_probe}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The one-file agent bundle (``agent-<hash>.pyz``) that the workstation copies to a device.
+
+It holds the ``ngb.core`` package and ``ngb.devices.{__init__,agent,probe}`` exactly as installed
+here (found through the import system, so it works from a wheel as well as from a checkout), plus
+a ``__main__`` that runs the agent. A device needs only Python with numpy and psutil (and the
+compiler libraries it is asked to run): ``python3 agent.pyz run ...``.
+
+The archive is deterministic (sorted entries, fixed timestamps and modes), and its name carries a
+hash of its contents: rebuilding unchanged sources is a no-op, and the orchestrator can tell
+whether a device already has this exact agent by its file name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+#: modules of ngb.devices that go to the device (the rest needs the workstation's libraries)
+DEVICE_MODULES = ("__init__.py", "agent.py", "probe.py")
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+_MAIN = (
+    '"""Entry point of the ngb agent bundle."""\n'
+    "import sys\n\n"
+    "from ngb.devices.agent import main\n\n"
+    "sys.exit(main())\n"
+)
+_NAMESPACE_INIT = '"""ngb, as shipped to a device: ngb.core and the agent only."""\n'
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"cannot locate the installed package {name}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def bundle_files() -> dict[str, bytes]:
+    """Archive path -> contents, for everything that goes into the bundle."""
+    files: dict[str, bytes] = {
+        "__main__.py": _MAIN.encode(),
+        "ngb/__init__.py": _NAMESPACE_INIT.encode(),
+    }
+    core = _package_dir("ngb.core")
+    for path in sorted(core.rglob("*.py")):
+        rel = path.relative_to(core)
+        if "__pycache__" in rel.parts:
+            continue
+        files[f"ngb/core/{rel.as_posix()}"] = path.read_bytes()
+    devices = _package_dir("ngb.devices")
+    for name in DEVICE_MODULES:
+        files[f"ngb/devices/{name}"] = (devices / name).read_bytes()
+    return files
+
+
+def content_hash(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()[:16]
+
+
+def build_agent_zipapp(dest: Path | str) -> Path:
+    """Build (or reuse) ``dest/agent-<hash>.pyz`` and return its path.
+
+    ``dest`` is a directory (created if missing). The file is written to a temporary name and
+    renamed into place, so a concurrent reader never sees half an archive.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    files = bundle_files()
+    target = dest / f"agent-{content_hash(files)}.pyz"
+    if target.is_file():
+        return target
+    fd, tmp_name = tempfile.mkstemp(prefix=".agent-", suffix=".tmp", dir=dest)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            raw.write(b"#!/usr/bin/env python3\n")
+            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for name in sorted(files):
+                    info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = 0o644 << 16
+                    zf.writestr(info, files[name])
+        os.chmod(tmp_name, 0o755)
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target

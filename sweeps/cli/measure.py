@@ -1,0 +1,237 @@
+"""``ngb measure`` (one trial on this machine) and ``ngb compilers`` (what can run here).
+
+Both import the measurement engine and rich inside the command bodies, so ``ngb --help`` stays
+light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+from ngb.core.errors import ConfigError
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``key=value`` -> (key, value); the value is read as JSON when it parses (``3``, ``true``,
+    ``0.5``, ``[1,2]``), else kept as a string (``hint=throughput``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--option wants key=value, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (Python prints and native libraries' fd 1) to stderr."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real fd 1 (embedded use): redirect Python-level output only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:{spec}}{unit}"
+
+
+@click.command("measure")
+@click.argument("model")
+@click.option("--compiler", "-c", required=True, help="Compiler name (see `ngb compilers`).")
+@click.option("--batch", "-b", type=int, default=1, show_default=True)
+@click.option("--depth", type=int, default=1, show_default=True, help="Stacked blocks (conv/mha).")
+@click.option("--width", type=int, help="Channels / embedding size (conv/mha blocks).")
+@click.option("--input-size", type=int, help="Image side override.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--optimisation", default="none", show_default=True)
+@click.option(
+    "--option",
+    "-o",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Compiler option (repeatable), e.g. -o hint=throughput.",
+)
+@click.option("--repetitions", type=int, help="Timed loops (default 5).")
+@click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
+@click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
+@click.option("--warmup-iters", type=int)
+@click.option("--warmup-s", type=float)
+@click.option("--threads", type=int, help="Intra-op threads for the runtime.")
+@click.option("--timeout", "timeout_s", type=float, help="Per-trial limit in seconds (agent only).")
+@click.option("--no-verify", is_flag=True, help="Skip the comparison with torch eager.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def measure(
+    model: str,
+    compiler: str,
+    batch: int,
+    depth: int,
+    width: int | None,
+    input_size: int | None,
+    device: str,
+    optimisation: str,
+    options: tuple[str, ...],
+    repetitions: int | None,
+    min_duration: float | None,
+    min_iters: int | None,
+    warmup_iters: int | None,
+    warmup_s: float | None,
+    threads: int | None,
+    timeout_s: float | None,
+    no_verify: bool,
+    as_json: bool,
+) -> None:
+    """Measure MODEL (a timm name, or conv/mha with --width) compiled by one compiler, here."""
+    from ngb.core import events
+    from ngb.core.compilers import compiler_class
+    from ngb.core.measure import run_trial
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    compiler_class(compiler)  # unknown name -> one-line error with close matches
+    settings = {
+        "repetitions": repetitions,
+        "min_duration_s": min_duration,
+        "min_iters": min_iters,
+        "warmup_iters": warmup_iters,
+        "warmup_s": warmup_s,
+        "threads": threads,
+        "timeout_s": timeout_s,
+        "verify": False if no_verify else None,
+    }
+    spec = TrialSpec(
+        model=model,
+        compiler=compiler,
+        batch=batch,
+        depth=depth,
+        width=width,
+        optimisation=optimisation,
+        device=device,
+        input_size=input_size,
+        compiler_options=dict(parse_option(o) for o in options),
+        measure=MeasureSettings.from_dict({k: v for k, v in settings.items() if v is not None}),
+    )
+
+    def show_progress(event: dict[str, Any]) -> None:
+        if as_json:
+            return
+        if event["type"] == events.PHASE:
+            click.echo(f"  {event['phase']} ...", err=True)
+        elif event["type"] == events.TUNING:
+            click.echo(f"  tuning {event.get('trials_done')}/{event.get('budget')}", err=True)
+
+    if as_json:
+        with stdout_to_stderr():  # compiler chatter must not break the one JSON object
+            result = run_trial(spec, emit=show_progress)
+    else:
+        result = run_trial(spec, emit=show_progress)
+    if as_json:
+        click.echo(events.encode(result.to_dict()))
+    elif result.ok:
+        _print_summary(spec, result)
+    if not result.ok:
+        if not as_json:
+            kind = "" if result.error_kind == "error" else f" ({result.error_kind})"
+            click.echo(f"error{kind}: {result.error}", err=True)
+        sys.exit(1)
+
+
+def _print_summary(spec: Any, result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t, lat = result.throughput, result.latency_ms
+    table = Table(title=f"{spec.label}  ({result.host})")
+    table.add_column("")
+    table.add_column("throughput (samples/s)", justify="right")
+    table.add_column("latency (ms/call)", justify="right")
+    for stat in ("mean", "std", "median", "p90", "p99", "min", "max"):
+        table.add_row(stat, _fmt(getattr(t, stat), ".5g"), _fmt(getattr(lat, stat), ".4g"))
+    table.add_row("CoV", _fmt(t.cov, ".2%"), _fmt(lat.cov, ".2%"))
+    table.add_row("n", str(t.n), str(lat.n))
+    console.print(table)
+    facts = [
+        ("repetitions", f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls)"),
+        ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
+        (
+            "export / compile / tune",
+            " / ".join(
+                _fmt(v, ".3g", " s") for v in (result.export_s, result.compile_s, result.tune_s)
+            ),
+        ),
+        ("first call", _fmt(result.first_call_s, ".3g", " s")),
+        (
+            "cpu (system mean / max)",
+            f"{_fmt(result.cpu_percent_mean, '.0f', '%')} / "
+            f"{_fmt(result.cpu_percent_max, '.0f', '%')}",
+        ),
+        ("cpu (this process)", _fmt(result.proc_cpu_percent_mean, ".0f", "%")),
+        ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
+        ("max |err| vs eager", _fmt(result.max_abs_err, ".3g")),
+        ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
+        ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
+        ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),
+    ]
+    if result.gpu_mem_mb is not None:
+        facts.append(("GPU memory", _fmt(result.gpu_mem_mb, ".0f", " MiB")))
+    for name, value in facts:
+        console.print(f"[bold]{name}:[/] {value}", highlight=False)
+
+
+@click.command("compilers")
+@click.option("--all", "show_all", is_flag=True, help="Include internal ones (noop).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def compilers(show_all: bool, as_json: bool) -> None:
+    """List registered compilers, whether each can run on this machine, and why not."""
+    from ngb.core.compilers import compiler_class, list_compilers
+
+    rows = []
+    for name in list_compilers(include_internal=show_all):
+        try:
+            cls = compiler_class(name)
+            ok, reason = cls.available()
+            description = cls.description
+        except ModuleNotFoundError as exc:
+            ok, reason, description = (
+                False,
+                f"not in this ngb build (module {exc.name} missing)",
+                "",
+            )
+        rows.append(
+            {"name": name, "available": bool(ok), "reason": reason, "description": description}
+        )
+    if as_json:
+        click.echo(json.dumps({r["name"]: r for r in rows}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="compilers")
+    for col in ("name", "here", "description / reason"):
+        table.add_column(col)
+    for r in rows:
+        here = "[green]yes[/]" if r["available"] else "[red]no[/]"
+        table.add_row(r["name"], here, r["description"] if r["available"] else r["reason"])
+    Console().print(table)

@@ -1,0 +1,74 @@
+"""Import hygiene, checked in fresh interpreters: what the device agent and the CLI pull in.
+
+The agent is shipped to devices with only the standard library, numpy and psutil next to it, and
+``ngb --help`` / ``ngb compilers`` must stay fast on a workstation: neither may import a compiler
+library, the TUI, SSH or the database at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "torchvision", "timm", "tvm", "openvino", "onnx", "onnxruntime", "tensorrt")
+WORKSTATION = ("textual", "asyncssh", "duckdb", "rich", "plotext", "pyarrow")
+
+# Runs `code`, then prints the top-level names of every module that got imported.
+_PROBE = """
+import json, sys
+{code}
+print("\\nMODULES " + json.dumps(sorted(sys.modules)))
+"""
+
+
+def modules_after(code: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(code=code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES "))
+    return set(json.loads(line.removeprefix("MODULES ")))
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def test_agent_imports_only_stdlib_numpy_psutil_and_core() -> None:
+    mods = modules_after("import ngb.devices.agent")
+    # Interpreter and installer machinery (not imported by ngb) is left out of the check.
+    machinery = {"__main__", "_distutils_hack", "sitecustomize", "usercustomize"}
+    third_party = {
+        m
+        for m in top_level(mods) - set(sys.stdlib_module_names) - machinery - {"ngb"}
+        if not m.startswith("__editable__")
+    }
+    assert third_party <= {"numpy", "psutil"}, third_party
+    ngb = {m for m in mods if m.startswith("ngb.")}
+    assert all(m.startswith("ngb.core") or m in ("ngb.devices", "ngb.devices.agent") for m in ngb)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import ngb.core.measure, ngb.core.compilers",
+        "from ngb.devices.probe import probe; probe()",
+        "from ngb.sweeps.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+    ],
+    ids=["core", "probe", "ngb-help"],
+)
+def test_no_heavy_imports(code: str) -> None:
+    found = top_level(modules_after(code)) & set(HEAVY + WORKSTATION)
+    assert not found, f"imported at start-up: {sorted(found)}"
+
+
+def test_compilers_command_imports_no_compiler_library() -> None:
+    code = "from ngb.sweeps.cli import main\nmain(['compilers', '--json'])"
+    found = top_level(modules_after(code)) & set(HEAVY)
+    assert not found, f"`ngb compilers` imported {sorted(found)}"
