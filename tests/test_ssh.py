@@ -195,10 +195,13 @@ async def test_device_fields_cannot_inject_commands(
 
 
 async def test_deploy_uploads_once_and_probe_reports_availability(
-    sshd_server: SshdServer, known: list[Path], monkeypatch: pytest.MonkeyPatch
+    sshd_server: SshdServer, known: list[Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _bundle_or_skip()
-    full, lacking = sshd_server.device("dev-a"), sshd_server.device("dev-c")
+    # A workdir of its own: the session's sshd devices may already hold this bundle from
+    # earlier tests, and this test is about the first upload.
+    full = dataclasses.replace(sshd_server.device("dev-a"), workdir=str(tmp_path / "fresh"))
+    lacking = sshd_server.device("dev-c")
     puts: list[str] = []
     real_put = SshTransport.put
 
