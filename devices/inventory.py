@@ -101,10 +101,18 @@ def builtin_localhost() -> Device:
     """The embedded default device: this machine, reached without SSH.
 
     Its python is the interpreter running ngb, which has the agent's dependencies (psutil, numpy),
-    whereas a bare ``python3`` on PATH may not.
+    whereas a bare ``python3`` on PATH may not. Its work directory sits in ngb's own data dir
+    (so ``NGB_HOME`` keeps a throwaway setup, and the tests, out of the operator's home).
     """
+    from ngb.devices.paths import get_paths
+
     return Device(
-        name=LOCALHOST, host=LOCALHOST, transport="local", python=sys.executable, notes="built-in"
+        name=LOCALHOST,
+        host=LOCALHOST,
+        transport="local",
+        python=sys.executable,
+        workdir=str(get_paths().data / "localhost"),
+        notes="built-in",
     )
 
 
