@@ -141,11 +141,15 @@ def measure(
         elif event["type"] == events.TUNING:
             click.echo(f"  tuning {event.get('trials_done')}/{event.get('budget')}", err=True)
 
+    from ngb.devices.paths import get_paths
+
+    # The long-lived cache keeps TVM tuning databases between measurements, as on a device.
+    cache_dir = get_paths().ensure().cache
     if as_json:
         with stdout_to_stderr():  # compiler chatter must not break the one JSON object
-            result = run_trial(spec, emit=show_progress)
+            result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
     else:
-        result = run_trial(spec, emit=show_progress)
+        result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
     if as_json:
         click.echo(events.encode(result.to_dict()))
     elif result.ok:
