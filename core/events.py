@@ -24,8 +24,18 @@ TRIAL_FAILED = "trial_failed"  # key, error, error_kind, result
 LOG = "log"  # level, msg
 RUN_DONE = "run_done"  # ok, failed, skipped
 
-ALL_TYPES = (RUN_STARTED, TRIAL_STARTED, PHASE, PROGRESS, CPU, TUNING, TRIAL_DONE, TRIAL_FAILED,
-             LOG, RUN_DONE)
+ALL_TYPES = (
+    RUN_STARTED,
+    TRIAL_STARTED,
+    PHASE,
+    PROGRESS,
+    CPU,
+    TUNING,
+    TRIAL_DONE,
+    TRIAL_FAILED,
+    LOG,
+    RUN_DONE,
+)
 
 
 def make_event(type_: str, **fields: Any) -> dict[str, Any]:

@@ -92,7 +92,9 @@ class TrialSpec:
         if self.input_size is not None:
             _check_positive("input_size", self.input_size)
         # Freeze options into a plain sorted dict so equal specs compare and hash equal.
-        object.__setattr__(self, "compiler_options", dict(sorted(dict(self.compiler_options).items())))
+        object.__setattr__(
+            self, "compiler_options", dict(sorted(dict(self.compiler_options).items()))
+        )
 
     @property
     def is_block(self) -> bool:
@@ -179,7 +181,9 @@ class TrialResult:
     throughput: Stats = field(default_factory=Stats)
     latency_ms: Stats = field(default_factory=Stats)
     unstable: bool = False
-    repetitions: list[dict[str, float]] = field(default_factory=list)  # iters, elapsed_s, throughput
+    repetitions: list[dict[str, float]] = field(
+        default_factory=list
+    )  # iters, elapsed_s, throughput
     cpu_percent_mean: float | None = None  # system-wide, 0..100 (100 = every core busy)
     cpu_percent_max: float | None = None
     proc_cpu_percent_mean: float | None = None  # this process, 100 per busy core
@@ -206,13 +210,19 @@ class TrialResult:
         for name in ("throughput", "latency_ms"):
             if isinstance(data.get(name), Mapping):
                 # NaN travels as JSON null; bring it back so arithmetic on stats stays numeric.
-                data[name] = Stats(**{k: math.nan if v is None else v for k, v in data[name].items()})
+                data[name] = Stats(
+                    **{k: math.nan if v is None else v for k, v in data[name].items()}
+                )
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     @classmethod
-    def failed(
-        cls, spec: TrialSpec, error: str, kind: str = "error", **extra: Any
-    ) -> TrialResult:
-        return cls(key=spec.key, spec=spec.to_dict(), status="failed", error=error,
-                   error_kind=kind, **extra)
+    def failed(cls, spec: TrialSpec, error: str, kind: str = "error", **extra: Any) -> TrialResult:
+        return cls(
+            key=spec.key,
+            spec=spec.to_dict(),
+            status="failed",
+            error=error,
+            error_kind=kind,
+            **extra,
+        )

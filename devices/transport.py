@@ -42,8 +42,9 @@ class Transport(ABC):
         """Open the connection (no-op for local). Raises ``TransportError``/``HostKeyError``."""
 
     @abstractmethod
-    async def run(self, argv: Sequence[str], *, timeout: float | None = None,
-                  input: str | None = None) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, input: str | None = None
+    ) -> CommandResult:
         """Run a command to completion."""
 
     @abstractmethod

@@ -1,1 +1,1 @@
-"""ngb.sweeps — sweep specs and presets, the orchestrator, the DuckDB store, reports, and the CLI."""
+"""ngb.sweeps — sweep specs and presets, orchestrator, DuckDB store, reports, and the CLI."""

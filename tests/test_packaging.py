@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = {"core": "ngb.core", "devices": "ngb.devices", "sweeps": "ngb.sweeps", "tui": "ngb.tui"}
@@ -46,8 +46,13 @@ def test_every_listed_package_imports(name: str) -> None:
 
 def test_no_bare_top_level_packages_are_importable() -> None:
     # A generic `core` or `devices` in site-packages would shadow other projects' modules.
-    code = "import importlib.util,sys; print([n for n in ('core','devices','sweeps','tui') if importlib.util.find_spec(n)])"
-    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    code = (
+        "import importlib.util; "
+        "print([n for n in ('core', 'devices', 'sweeps', 'tui') if importlib.util.find_spec(n)])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -61,7 +66,8 @@ def test_console_scripts_point_at_real_functions() -> None:
 
 def test_lock_pins_every_dependency_exactly() -> None:
     lines = [
-        ln for ln in (ROOT / "requirements.lock").read_text().splitlines()
+        ln
+        for ln in (ROOT / "requirements.lock").read_text().splitlines()
         if ln.strip() and not ln.startswith("#")
     ]
     assert lines and all("==" in ln for ln in lines), [ln for ln in lines if "==" not in ln]

@@ -479,8 +479,17 @@ def test_record_probe_reads_the_agents_own_field_names(tmp_path) -> None:
     from ngb.sweeps.store import Store
 
     store = Store(tmp_path / "r.duckdb")
-    store.record_probe("jetson", {"hostname": "orin", "cpu_model": "ARMv8", "cores_logical": 12,
-                                  "ram_mb": 32768.0, "python": "3.10.12", "versions": {}})
+    store.record_probe(
+        "jetson",
+        {
+            "hostname": "orin",
+            "cpu_model": "ARMv8",
+            "cores_logical": 12,
+            "ram_mb": 32768.0,
+            "python": "3.10.12",
+            "versions": {},
+        },
+    )
     cols, rows = store.query("SELECT * FROM probes")
     row = dict(zip(cols, rows[0], strict=True))
     assert row["hostname"] == "orin"

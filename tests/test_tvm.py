@@ -8,8 +8,8 @@ callback; ~45 s on the shared 2-core machine) are in the fast set; the early-sto
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +185,26 @@ def test_threads_are_honoured_in_a_fresh_process(tmp_path: Path) -> None:
 
     env = {**os.environ, "NGB_HOME": str(tmp_path)}
     env.pop("TVM_NUM_THREADS", None)
-    cmd = [sys.executable, "-m", "ngb.sweeps.cli", "measure", "conv", "--width", "8", "-c", "tvm",
-           "-b", "1", "--threads", "1", "--repetitions", "1", "--min-duration", "0", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ngb.sweeps.cli",
+        "measure",
+        "conv",
+        "--width",
+        "8",
+        "-c",
+        "tvm",
+        "-b",
+        "1",
+        "--threads",
+        "1",
+        "--repetitions",
+        "1",
+        "--min-duration",
+        "0",
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)

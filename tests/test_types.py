@@ -6,15 +6,18 @@ import json
 import math
 
 import pytest
-
 from ngb.core import events
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 
 
 def test_key_is_stable_and_ignores_option_order() -> None:
-    a = TrialSpec("resnet18", "openvino", batch=8, compiler_options={"hint": "THROUGHPUT", "nireq": 4})
-    b = TrialSpec("resnet18", "openvino", batch=8, compiler_options={"nireq": 4, "hint": "THROUGHPUT"})
+    a = TrialSpec(
+        "resnet18", "openvino", batch=8, compiler_options={"hint": "THROUGHPUT", "nireq": 4}
+    )
+    b = TrialSpec(
+        "resnet18", "openvino", batch=8, compiler_options={"nireq": 4, "hint": "THROUGHPUT"}
+    )
     assert a.key == b.key and a == b and hash(a) == hash(b)
     assert len(a.key) == 16
     # Pinned value: a change here means every stored result would lose its identity on resume.
@@ -29,15 +32,23 @@ def test_key_changes_with_every_dimension() -> None:
         TrialSpec("conv", "identity", batch=8, depth=2, width=96),
         TrialSpec("conv", "tvm", batch=8, depth=2, width=64),
         TrialSpec("conv", "identity", batch=8, depth=2, width=64, optimisation="fp16"),
-        TrialSpec("conv", "identity", batch=8, depth=2, width=64, measure=MeasureSettings(repetitions=9)),
+        TrialSpec(
+            "conv", "identity", batch=8, depth=2, width=64, measure=MeasureSettings(repetitions=9)
+        ),
     ]
     assert len({base.key, *(v.key for v in variants)}) == len(variants) + 1
 
 
 def test_round_trip_through_json() -> None:
-    spec = TrialSpec("mha", "onnxruntime", batch=4, depth=3, width=128,
-                     compiler_options={"graph_optimization_level": "all"},
-                     measure=MeasureSettings(repetitions=7, threads=2))
+    spec = TrialSpec(
+        "mha",
+        "onnxruntime",
+        batch=4,
+        depth=3,
+        width=128,
+        compiler_options={"graph_optimization_level": "all"},
+        measure=MeasureSettings(repetitions=7, threads=2),
+    )
     again = TrialSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec and again.key == spec.key
     assert spec.label == "mha128x3/onnxruntime/b4"
@@ -78,9 +89,13 @@ def test_result_round_trip_keeps_stats() -> None:
 
 
 def test_event_encoding_is_strict_json_and_decode_is_tolerant() -> None:
-    line = events.encode(events.make_event(events.CPU, key="k", percent=math.nan, x=[1.0, math.inf]))
+    line = events.encode(
+        events.make_event(events.CPU, key="k", percent=math.nan, x=[1.0, math.inf])
+    )
     obj = json.loads(line)
-    assert obj["percent"] is None and obj["x"] == [1.0, None] and obj["v"] == events.PROTOCOL_VERSION
+    assert (
+        obj["percent"] is None and obj["x"] == [1.0, None] and obj["v"] == events.PROTOCOL_VERSION
+    )
     assert events.decode('{"type": "log", "msg": "hi"') is None  # torn by kill -9
     assert events.decode("not json") is None
     assert events.decode("[1, 2]") is None

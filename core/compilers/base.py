@@ -148,7 +148,9 @@ class Compiler(ABC):
     def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
         if isinstance(config, CompilerConfig):
             if not isinstance(config, self.Config):
-                raise ConfigError(f"{self.name} takes {self.Config.__name__}, not {type(config).__name__}")
+                raise ConfigError(
+                    f"{self.name} takes {self.Config.__name__}, not {type(config).__name__}"
+                )
             self.config = config
         else:
             self.config = self.Config.from_options(config)

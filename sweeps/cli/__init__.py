@@ -1,8 +1,9 @@
 """The headless ``ngb`` command.
 
-Subcommands live in their own modules and are imported only when invoked (``LazyGroup``), so
-``ngb --help`` imports neither torch nor duckdb nor asyncssh. ``NgbError`` becomes a one-line
-``Error: ...`` on stderr and exit status 1 (click's convention); anything else is a bug and keeps its traceback.
+Subcommands live in their own modules and are imported only when invoked (``LazyGroup``),
+so ``ngb --help`` imports neither torch nor duckdb nor asyncssh. ``NgbError`` becomes a one-line
+``Error: ...`` on stderr and exit status 1 (click's convention); anything else is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import sys
 from typing import Any
 
 import click
-
 from ngb.core.errors import NgbError
 
 # command name -> (module, attribute, one-line help shown by `ngb --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "measure": ("ngb.sweeps.cli.measure", "measure", "Measure one trial on this machine."),
     "models": ("ngb.sweeps.cli.models", "models", "List the paper's models and blocks."),
-    "compilers": ("ngb.sweeps.cli.measure", "compilers", "List compilers and whether they run here."),
+    "compilers": (
+        "ngb.sweeps.cli.measure",
+        "compilers",
+        "List compilers and whether they run here.",
+    ),
     "devices": ("ngb.sweeps.cli.devices", "devices", "Manage the device inventory."),
     "paths": ("ngb.sweeps.cli.devices", "paths", "Print where config, data and cache live."),
     "run": ("ngb.sweeps.cli.runs", "run", "Run a sweep on devices."),
@@ -49,9 +53,11 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             # A command whose module is missing (e.g. an extra not installed) still shows in help.
+            reason = str(exc)  # `exc` itself is unbound once the except block ends
+
             @click.command(cmd_name, help=entry[2])
             def _unavailable() -> None:
-                raise click.ClickException(f"'ngb {cmd_name}' is unavailable here: {exc}")
+                raise click.ClickException(f"'ngb {cmd_name}' is unavailable here: {reason}")
 
             return _unavailable
 

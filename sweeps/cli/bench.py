@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-
 from ngb.core.errors import NgbError
 
 
