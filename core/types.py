@@ -210,9 +210,10 @@ class TrialResult:
         for name in ("throughput", "latency_ms"):
             if isinstance(data.get(name), Mapping):
                 # NaN travels as JSON null; bring it back so arithmetic on stats stays numeric.
-                data[name] = Stats(
-                    **{k: math.nan if v is None else v for k, v in data[name].items()}
-                )
+                values: dict[str, Any] = {
+                    k: math.nan if v is None else v for k, v in data[name].items()
+                }
+                data[name] = Stats(**values)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
