@@ -52,9 +52,13 @@ class NgbApp(App[None]):
         *,
         start_screen: str = "run",
         attach_on_start: bool = True,
+        cursor_blink: bool = True,
     ) -> None:
         super().__init__()
         self.backend = backend or Backend()
+        # Read by each screen's on_mount (ngb.tui.widgets.cursor): off gives steady cursors, so
+        # snapshots and screen captures do not depend on the blink timer's phase.
+        self.cursor_blink = cursor_blink
         self.start_screen = start_screen
         self.attach_on_start = attach_on_start
         self._subscribed = False
@@ -166,13 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-attach", action="store_true", help="do not re-attach to runs still going at start-up"
     )
+    parser.add_argument(
+        "--no-blink", action="store_true", help="steady text cursors (also for screen captures)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     backend = Backend(db_path=args.db, inventory_path=args.inventory)
-    app = NgbApp(backend, start_screen=args.screen, attach_on_start=not args.no_attach)
+    app = NgbApp(
+        backend,
+        start_screen=args.screen,
+        attach_on_start=not args.no_attach,
+        cursor_blink=not args.no_blink,
+    )
     app.run()
     return app.return_code or 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
+from ngb.tui.widgets.cursor import apply_cursor_blink
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -82,6 +83,9 @@ class DeviceFormScreen(ModalScreen[Any]):
             with Horizontal(classes="modal-buttons"):
                 yield Button("Save", id="save", variant="success")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        apply_cursor_blink(self)
 
     def _initial(self, key: str) -> str:
         if self.device is None:

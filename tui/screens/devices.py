@@ -15,6 +15,8 @@ from ngb.devices.transport import HostKeyError, TransportError
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
 from ngb.tui.screens.host_key import HostKeyScreen
+from ngb.tui.widgets.cursor import apply_cursor_blink
+from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -85,6 +87,7 @@ class DevicesScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        apply_cursor_blink(self)
         self.action_reload()
 
     # -- loading ---------------------------------------------------------------------------------
@@ -108,8 +111,8 @@ class DevicesScreen(Screen[None]):
     def _render_table(self) -> None:
         table = self.query_one("#devices-table", DataTable)
         cursor = table.cursor_row
-        table.clear()
         needle = self.filter_text.casefold()
+        shown: list[tuple[str, ...]] = []
         for dev in self.devices:
             row = (
                 dev.name,
@@ -121,7 +124,8 @@ class DevicesScreen(Screen[None]):
             )
             if needle and not any(needle in str(cell).casefold() for cell in row):
                 continue
-            table.add_row(*row, key=dev.name)
+            shown.append(row)
+        fill_table(table, COLUMNS, shown, keys=[row[0] for row in shown])
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
 

@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui import results_data as rd
+from ngb.tui.widgets.cursor import apply_cursor_blink
 from ngb.tui.widgets.result_chart import ResultChart
+from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -87,6 +89,9 @@ class ResultsScreen(Screen[None]):
                 table.add_columns(*rd.TABLE_COLUMNS)
                 yield table
         yield Footer()
+
+    def on_mount(self) -> None:
+        apply_cursor_blink(self)
 
     # -- polling ---------------------------------------------------------------------------------
     def on_screen_resume(self) -> None:
@@ -286,12 +291,10 @@ class ResultsScreen(Screen[None]):
 
     def _fill_table(self, sel: rd.Selection) -> None:
         table = self.query_one("#results-table", DataTable)
-        table.clear()
         needle = self.filter_text.casefold()
-        for row in rd.metrics_table(self.rows, sel) if sel.family else []:
-            if needle and not any(needle in cell.casefold() for cell in row):
-                continue
-            table.add_row(*row)
+        rows = rd.metrics_table(self.rows, sel) if sel.family else []
+        shown = [r for r in rows if not needle or any(needle in c.casefold() for c in r)]
+        fill_table(table, rd.TABLE_COLUMNS, shown)
 
     # -- filter ----------------------------------------------------------------------------------
     def action_filter(self) -> None:

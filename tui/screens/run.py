@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.run_model import RunModel
+from ngb.tui.widgets.cursor import apply_cursor_blink
 from ngb.tui.widgets.device_panel import DevicePanel
 from ngb.tui.widgets.log_tail import LogTail
 from textual import on, work
@@ -76,6 +77,7 @@ class RunScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        apply_cursor_blink(self)
         self.set_interval(1 / REFRESH_HZ, self._tick)
         self.load_choices()
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
+from ngb.tui.widgets.cursor import apply_cursor_blink
+from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -110,6 +112,7 @@ class SqlScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        apply_cursor_blink(self)
         self.query_one("#sql-editor", TextArea).focus()
 
     def action_leave_editor(self) -> None:
@@ -138,10 +141,7 @@ class SqlScreen(Screen[None]):
     def _show_result(self, sql: str, columns: list[str], rows: list[tuple]) -> None:
         self.last_query, self.last_columns, self.last_rows = sql, columns, rows
         table = self.query_one("#sql-results", DataTable)
-        table.clear(columns=True)
-        table.add_columns(*columns)
-        for row in rows[:MAX_ROWS]:
-            table.add_row(*[cell(v) for v in row])
+        fill_table(table, columns, ([cell(v) for v in row] for row in rows[:MAX_ROWS]))
         more = f" (showing {MAX_ROWS})" if len(rows) > MAX_ROWS else ""
         self._status(f"{len(rows)} row(s){more}")
         self._remember(sql)
