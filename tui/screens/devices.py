@@ -201,9 +201,14 @@ class DevicesScreen(Screen[None]):
         dev = self.selected()
         if dev is None:
             return
+
+        def on_answer(ok: bool | None) -> None:
+            if ok:
+                self.remove_device(dev.name)
+
         self.app.push_screen(
             ConfirmScreen(f"Remove device {dev.name!r} from the inventory?", yes="Remove"),
-            lambda ok: self.remove_device(dev.name) if ok else None,
+            on_answer,
         )
 
     @work(thread=True, group="save", exit_on_error=False)

@@ -160,7 +160,8 @@ class RunScreen(Screen[None]):
         try:
             sweep = await asyncio.to_thread(backend.load_sweep_sync, choice)
             await asyncio.to_thread(backend.import_orchestrator_sync)
-            self.app.orchestrator()  # type: ignore[attr-defined]  (subscribes before start)
+            # subscribe before start, so no early event is missed
+            self.app.orchestrator()  # type: ignore[attr-defined]
             run_id = await backend.start_run(sweep, devices)
         except NgbError as exc:
             self.notify(str(exc), severity="error")

@@ -25,7 +25,7 @@ class ResultChart(PlotextPlot):
             self.refresh()
             return
         plt.title(title)
-        positions = list(range(1, len(chart.xticks) + 1))
+        positions = [float(i) for i in range(1, len(chart.xticks) + 1)]
         labels = [str(x) for x in chart.xticks]
         if chart.matrix is not None:
             plt.matrix_plot(chart.matrix)
