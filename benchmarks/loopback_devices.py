@@ -12,18 +12,30 @@ through the orchestrator (results and measurement rows per second of wall time, 
 the sweep, not by DuckDB). The store's own ingest rate and the 1M-row aggregate query are measured
 by ``benchmarks/store.py``.
 
+Login shells: every SSH exec runs the device user's login shell first. On this machine root's
+shell is bash, and root's ~/.bashrc runs ``pyenv init`` and friends (~0.2 s of CPU per exec on two
+cores) -- an artefact of the workstation, not of ngb. With ``--shell lean`` (root only) the devices
+log in as a throwaway account created for the run and removed after: uid 0 (so it can run the venv's
+python under /root, which is mode 700, and write the tmp work dirs), login shell ``/bin/sh``, an
+empty home. ``--shell both`` (default) runs the sweep once per login shell and prints both figures.
+
 Usage: python benchmarks/loopback_devices.py [--devices 32] [--trials 6] [--sleep 10]
+       [--shell both|root|lean]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +59,8 @@ compiler_options.noop = {{ compile_s = {sleep} }}
 """
 
 
-async def bench(args: argparse.Namespace, tmp: Path) -> int:
+async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float | None:
+    """One run of the sweep on all devices; prints the figures, returns the efficiency."""
     sys.path.insert(0, str(ROOT))
     from ngb.devices.inventory import Inventory, load_inventory
     from ngb.sweeps.orchestrator import Orchestrator
@@ -60,7 +73,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> int:
     server = SshdServer.create(tmp / "sshd")
     server.start()
     try:
-        devices = server.make_devices(args.devices, prefix="loop")
+        devices = server.make_devices(args.devices, prefix="loop", user=user)
         home = server.make_ngb_home(tmp / "ngb-home", devices=devices)
         os.environ["NGB_HOME"] = str(home)
         os.environ["HOME"] = str(tmp)  # keep the operator's ~/.ssh out of it
@@ -108,6 +121,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> int:
     n_meas = rows[0][0]
     ideal = args.trials * args.sleep
     started = sorted(t - t0 for t in first_result.values())
+    shell = "/bin/sh (throwaway account)" if user else f"{os.environ.get('SHELL', '?')} (this user)"
+    print(f"--- login shell on the devices: {shell}")
     print(
         f"devices: {args.devices} over real sshd on loopback; {args.trials} no-op trials each, "
         f"compile sleeps {args.sleep:g} s; isolate={args.isolate}; cores here: {os.cpu_count()}"
@@ -147,7 +162,41 @@ async def bench(args: argparse.Namespace, tmp: Path) -> int:
         f"{n_meas / wall:.1f} measurement rows/s (bounded by the sweep itself)"
     )
     ok = n_trials == n_distinct == args.devices * args.trials and set(states) == {"finished"}
-    return 0 if ok else 1
+    if not ok:
+        print("FAILED: not every trial was stored exactly once / not every device finished")
+        for name, dev in sorted(summary["devices"].items())[:3]:
+            print(f"  {name}: {dev['state']}: {dev.get('error') or '-'}")
+        return None
+    return ideal / wall
+
+
+@contextlib.contextmanager
+def lean_account(home: Path) -> Iterator[str]:
+    """A throwaway login for the devices: uid 0 alias, login shell /bin/sh, empty home.
+
+    Why uid 0: the venv's python lives under /root (mode 700) and the work dirs are root's tmp
+    folders; an unprivileged account could not use either without loosening their modes.
+    Password ``*`` (no password login, but not "locked": sshd refuses locked accounts even for
+    key logins when it runs without PAM). sshd
+    only accepts this benchmark's key on loopback ports, and the account is deleted afterwards.
+    """
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        raise SystemExit("--shell lean needs root and useradd (to create a throwaway account)")
+    name = f"ngbbench{os.getpid()}"
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["useradd", "--non-unique", "--uid", "0", "--gid", "0", "--no-create-home",
+         "--password", "*", "--home-dir", str(home), "--shell", "/bin/sh", name],
+        check=True,
+        capture_output=True,  # useradd warns that uid 0 is outside UID_MIN..UID_MAX: expected
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        # --force: userdel sees root's processes as this uid-0 account's and would refuse.
+        done = subprocess.run(["userdel", "--force", name], capture_output=True, text=True)
+        if subprocess.run(["id", name], capture_output=True).returncode == 0:
+            print(f"WARNING: could not remove account {name}: {done.stderr.strip()}")
 
 
 def main() -> int:
@@ -158,9 +207,26 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per trial")
     parser.add_argument("--handshakes", type=int, default=8, help="concurrent SSH handshakes")
     parser.add_argument("--isolate", choices=("inprocess", "subprocess"), default="inprocess")
+    parser.add_argument(
+        "--shell", choices=("both", "root", "lean"), default="both",
+        help="the devices' login shell: this user's (root: bash + .bashrc) and/or plain /bin/sh",
+    )  # fmt: skip
     args = parser.parse_args()
+    figures: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory(prefix="ngb-loopback-") as tmp:
-        return asyncio.run(bench(args, Path(tmp)))
+        for shell in ("root", "lean") if args.shell == "both" else (args.shell,):
+            where = Path(tmp) / shell
+            if shell == "lean":
+                with lean_account(where / "home") as user:
+                    figures[shell] = asyncio.run(bench(args, where, user))
+            else:
+                figures[shell] = asyncio.run(bench(args, where, None))
+    if len(figures) > 1:
+        print("--- summary: parallel efficiency by device login shell")
+        for shell, eff in figures.items():
+            label = "this user's shell (root: bash + ~/.bashrc)" if shell == "root" else "/bin/sh"
+            print(f"  {label}: {'failed' if eff is None else f'{eff:.3f}'}")
+    return 0 if all(eff is not None for eff in figures.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The orchestrator: runs a sweep on many devices at once and survives links, agents and restarts.
 
 One asyncio task per device (all devices concurrently, one trial at a time on each, which the
-agent enforces). Per device the task connects (bounded handshake concurrency), deploys the agent,
-uploads ``trials.jsonl`` into ``<workdir>/runs/<run_id>/``, starts the agent *detached* on the
-device (see ``ngb.sweeps.remote``) and follows its append-only event log from a byte offset.
+agent enforces). Per device the task connects (bounded handshake concurrency), then in one remote
+command checks the agent's sha256, writes ``trials.jsonl`` into ``<workdir>/runs/<run_id>/`` and
+starts the agent *detached* (see ``remote.launch_argv``; a missing agent adds one SFTP upload and
+one more such command), and follows the agent's append-only event log from a byte offset. Round
+trips are kept few on purpose: every SSH exec pays for the device's login shell.
 
 Failure handling, and why:
 
@@ -39,9 +41,9 @@ import os
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ngb.core import events as ev
@@ -358,7 +360,8 @@ class Orchestrator:
         )
 
         def create() -> None:
-            with _database_kept_open(self.store):
+            kept_open = getattr(self.store, "batch", None)
+            with kept_open() if kept_open is not None else contextlib.nullcontext():
                 if not self.store.create_run(
                     run_id, sweep.name, sweep.to_toml(), list(run.devices), len(keys), meta
                 ):
@@ -594,18 +597,47 @@ class Orchestrator:
                 await asyncio.sleep(1.0)
 
     async def _deploy_and_start(self, run: _Run, dev: _DeviceRun) -> None:
-        from ngb.devices.deploy import deploy_agent
+        """Deploy and first start in as few round trips as the safety checks allow.
+
+        Every SSH exec pays for the device's login shell, so the common case (agent already
+        there) is one remote command: resolve the work dir, check the agent's sha256, write the
+        trials (stdin) and start the agent detached. A missing or stale agent adds one SFTP upload
+        to a temporary name and one more such command, which verifies the upload's hash before
+        renaming it into place.
+        """
+        from ngb.devices.deploy import agent_bundle
 
         transport = dev.transport
         assert transport is not None
-        # deploy_agent resolves the work dir (``~`` included) to an absolute path on the device.
-        dev.agent_path = await deploy_agent(transport, dev.device)
-        if dev.paths is None:
-            dev.paths = RunPaths(os.path.dirname(dev.agent_path), run.run_id)
         if dev.trials_text is None:  # attached to a run whose agent never started
             raise NgbError(f"{dev.name}: run {run.run_id} was never started there; start it again")
-        if not dev.cancel_requested:
-            await self._start_agent(run, dev, upload=dev.trials_text)
+        if dev.cancel_requested:
+            return
+        local, digest = agent_bundle()
+
+        async def launch(part: str = "") -> int | None:
+            argv = remote.launch_argv(
+                dev.device.python, dev.device.workdir, local.name, digest, run.run_id,
+                part=part, isolate=run.isolate,
+            )  # fmt: skip
+            out = await _checked(transport, argv, "start the agent", input=dev.trials_text)
+            try:
+                workdir, pid = remote.parse_launch(out)
+            except NgbError as exc:
+                raise NgbError(f"{dev.name}: {exc}") from None
+            dev.paths = dev.paths or RunPaths(workdir, run.run_id)
+            dev.agent_path = f"{workdir.rstrip('/')}/{local.name}"
+            return pid
+
+        pid = await launch()
+        if pid is None:  # no agent (or another version) there: upload, then verify + start
+            assert dev.agent_path is not None
+            part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
+            await transport.put(str(local), part)
+            pid = await launch(part)
+            if pid is None:
+                raise NgbError(f"{dev.name}: the uploaded agent did not install")
+        self._agent_started(dev, pid)
 
     async def _start_agent(self, run: _Run, dev: _DeviceRun, upload: str | None = None) -> None:
         """Start (or restart) the agent; with ``upload``, write trials.jsonl in the same command."""
@@ -616,9 +648,13 @@ class Orchestrator:
         )
         out = await _checked(transport, argv, "start the agent", input=upload)
         try:
-            dev.pid = int(out.strip().splitlines()[-1])
+            pid = int(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise NgbError(f"{dev.name}: could not start the agent: {out.strip()[:200]}") from None
+        self._agent_started(dev, pid)
+
+    def _agent_started(self, dev: _DeviceRun, pid: int) -> None:
+        dev.pid = pid
         if not dev.started:
             self._pending_for(dev).fields["started_at"] = time.time()
         dev.started = True
@@ -1054,7 +1090,8 @@ class Orchestrator:
     def _write_batch(self, batch: list[tuple[_DeviceRun, _Pending, dict[str, Any] | None]]) -> None:
         """In a worker thread: all devices' data in one transaction, then the changed rows."""
         store = self.store
-        with _database_kept_open(store):
+        kept_open = getattr(store, "batch", None)  # a store without it (tests' fakes) is fine
+        with kept_open() if kept_open is not None else contextlib.nullcontext():
             buffer = store.buffer()
             for dev, pending, _ in batch:
                 run_id, name = dev.run_id, dev.name
@@ -1107,41 +1144,6 @@ class Orchestrator:
     def _summary_line(self, run: _Run) -> str:
         parts = [f"{n}: {d.state} {d.done}/{len(d.keys)}" for n, d in run.devices.items()]
         return "; ".join(parts)
-
-
-@contextlib.contextmanager
-def _database_kept_open(store: Any) -> Iterator[None]:
-    """Keep the DuckDB file open across several store calls, so they share one open.
-
-    The store opens the file per call (~0.1 s: open, checkpoint, close). DuckDB shares one
-    database instance among a process's connections to the same file, so while this extra
-    connection is open, each store call only attaches to the open instance, and the checkpoint
-    happens once at the end. The store's per-file lock is held meanwhile, so other threads of this
-    process (a TUI's readers) wait for the batch instead of colliding with it.
-    """
-    path = getattr(store, "path", None)
-    if path is None:
-        yield
-        return
-    try:
-        import duckdb
-        from ngb.sweeps.store import _lock_for
-    except ImportError:
-        yield
-        return
-    with _lock_for(Path(path)):
-        # The schema check opens the file read-only; do it before holding a read-write instance.
-        ensure_schema = getattr(store, "_ensure_schema", None)
-        if ensure_schema is not None:
-            ensure_schema()
-        keeper = None
-        with contextlib.suppress(Exception):  # busy elsewhere: the store's own retry copes
-            keeper = duckdb.connect(str(path))
-        try:
-            yield
-        finally:
-            if keeper is not None:
-                keeper.close()
 
 
 class _DeviceFailed(NgbError):

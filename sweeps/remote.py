@@ -58,6 +58,48 @@ nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
 echo $!
 """
 
+# The first start of a run on a device, in one round trip: resolve the work dir (``~`` too: a
+# quoted argument never gets the shell's tilde expansion), install an uploaded agent after its
+# sha256 checks out, check the agent that is there, then fall through to _START_SCRIPT. Output:
+# ``workdir <abs path>`` first, then either ``need-agent`` (upload it, call again with PART) or the
+# agent's pid. Arguments whose text starts with the WORK placeholder are rebased onto the resolved
+# work dir by string operations on variables, never by eval, so a strange work dir stays data.
+# sha256sum (coreutils, like tail) is preferred; the device's python hashes where it is missing.
+_LAUNCH_PREAMBLE = r"""
+set -e
+mode=$1 work=$2 name=$3 sha=$4 part=$5 py=$6
+shift 6
+case $work in "~") work=$HOME;; "~/"*) work=$HOME/${work#"~/"};; esac
+mkdir -p "$work"
+cd "$work"
+work=$(pwd)
+printf 'workdir %s\n' "$work"
+hashpy='import hashlib as h,sys;print(h.sha256(open(sys.argv[1],"rb").read()).hexdigest())'
+sum() {
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum < "$1" | cut -c1-64
+  else "$py" -c "$hashpy" "$1"
+  fi
+}
+if [ -n "$part" ] && [ -f "$part" ]; then
+  if [ "$(sum "$part")" = "$sha" ]; then mv -f "$part" "$name"
+  else rm -f "$part"; echo "uploaded agent is corrupt (sha256 mismatch)" >&2; exit 4
+  fi
+fi
+if [ ! -f "$name" ] || [ "$(sum "$name")" != "$sha" ]; then echo need-agent; exit 0; fi
+n=$#
+while [ "$n" -gt 0 ]; do
+  a=$1
+  shift
+  case $a in @WORK@*) a=$work${a#@WORK@};; esac
+  set -- "$@" "$a"
+  n=$((n - 1))
+done
+rd=$1
+shift
+set -- "$mode" "$rd" "$py" "$work/$name" "$@"
+"""
+WORK_PLACEHOLDER = "@WORK@"
+
 # Signal the agent: the pid file the agent wrote wins; the pid the workstation recorded at start
 # is the fallback (the agent may be killed before it wrote its file).
 _KILL_SCRIPT = r"""
@@ -161,6 +203,44 @@ def start_agent_argv(
     mode = "upload" if upload else "start"
     return ["sh", "-c", _START_SCRIPT, "ngb-start", mode, paths.run_dir, python, agent_path,
             *agent_args]  # fmt: skip
+
+
+def launch_argv(
+    python: str,
+    workdir: str,
+    agent_name: str,
+    agent_sha256: str,
+    run_id: str,
+    *,
+    part: str = "",
+    isolate: str | None = None,
+) -> list[str]:
+    """First start of a run: check/install the agent, write trials.jsonl (stdin), start detached.
+
+    One remote command instead of five (prepare, install, mkdir, upload trials, start): each SSH
+    exec pays for the device's login shell. ``part``: an uploaded agent to verify and install
+    first. Parse the answer with ``parse_launch``.
+    """
+    template = start_agent_argv(python, agent_name, RunPaths(WORK_PLACEHOLDER, run_id),
+                                isolate=isolate, upload=True)  # fmt: skip
+    agent_args = template[8:]  # after: sh -c SCRIPT $0 mode run_dir python agent
+    if "/" in agent_name or agent_name in ("", ".", ".."):
+        raise ConfigError(f"bad agent file name {agent_name!r}")
+    return ["sh", "-c", _LAUNCH_PREAMBLE + _START_SCRIPT, "ngb-launch", "upload", workdir,
+            agent_name, agent_sha256, part, python, template[5], *agent_args]  # fmt: skip
+
+
+def parse_launch(out: str) -> tuple[str, int | None]:
+    """``launch_argv``'s answer -> (absolute work dir, agent pid; None: the agent is missing)."""
+    workdir, pid = "", None
+    for line in out.splitlines():
+        if line.startswith("workdir "):
+            workdir = line[len("workdir ") :]
+        elif line.strip().isdigit():
+            pid = int(line.strip())
+    if not workdir:
+        raise ConfigError(f"the device did not report its work directory: {out.strip()[:200]!r}")
+    return workdir, pid
 
 
 def follow_argv(paths: RunPaths, offset: int, pid: int) -> list[str]:

@@ -180,12 +180,14 @@ class SshdServer:
         wrapper.chmod(0o755)
         return str(wrapper)
 
-    def _device(self, name: str, port: int, python: str, groups: list[str]) -> Device:
+    def _device(
+        self, name: str, port: int, python: str, groups: list[str], user: str | None = None
+    ) -> Device:
         return Device(
             name=name,
             host=self.host,
             port=port,
-            user=getpass.getuser(),
+            user=user or getpass.getuser(),
             identity_file=str(self.client_key),
             python=python,
             workdir=str(self.root / "work" / name),
@@ -202,15 +204,18 @@ class SshdServer:
             groups = ["loop"] if lacking else ["loop", "full"]
             self.devices.append(self._device(name, port, python, groups))
 
-    def make_devices(self, count: int, prefix: str = "loop") -> list[Device]:
+    def make_devices(
+        self, count: int, prefix: str = "loop", user: str | None = None
+    ) -> list[Device]:
         """More devices on this server (ports reused round-robin), e.g. for 32-device benchmarks.
 
         They are returned, not added to ``.devices``, so one test cannot change another's inventory;
-        pass them to ``make_ngb_home(path, devices=...)``.
+        pass them to ``make_ngb_home(path, devices=...)``. ``user``: log in as another account
+        (default: the current user), e.g. one whose login shell is plain ``/bin/sh``.
         """
         return [
             self._device(
-                f"{prefix}{i:02d}", self.ports[i % len(self.ports)], sys.executable, [prefix]
+                f"{prefix}{i:02d}", self.ports[i % len(self.ports)], sys.executable, [prefix], user
             )
             for i in range(count)
         ]
