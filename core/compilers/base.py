@@ -178,3 +178,12 @@ def module_available(module: str) -> tuple[bool, str]:
     except (ImportError, ValueError):
         found = False
     return (True, "") if found else (False, f"python package {module!r} is not installed")
+
+
+def modules_available(*modules: str) -> tuple[bool, str]:
+    """``available()`` helper: the first missing module's reason, or ``(True, "")``."""
+    for module in modules:
+        ok, reason = module_available(module)
+        if not ok:
+            return ok, reason
+    return True, ""

@@ -17,6 +17,7 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     choice,
     module_available,
+    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
@@ -113,11 +114,7 @@ class OnnxRuntimeCompiler(Compiler):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        for module in ("onnxruntime", "onnx", "torch"):
-            ok, reason = module_available(module)
-            if not ok:
-                return ok, reason
-        return True, ""
+        return modules_available("onnxruntime", "onnx", "torch")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort

@@ -21,7 +21,7 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     LoopResult,
     choice,
-    module_available,
+    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
@@ -139,11 +139,7 @@ class OpenVinoCompiler(Compiler):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        for module in ("openvino", "onnx", "torch"):
-            ok, reason = module_available(module)
-            if not ok:
-                return ok, reason
-        return True, ""
+        return modules_available("openvino", "onnx", "torch")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import openvino as ov

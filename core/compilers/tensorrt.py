@@ -25,7 +25,7 @@ from ngb.core.compilers.base import (
     Compiler,
     CompilerConfig,
     choice,
-    module_available,
+    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
 
@@ -92,11 +92,7 @@ class TensorRtCompiler(Compiler):
     def available(cls) -> tuple[bool, str]:
         if not nvidia_gpu_present():
             return False, NO_GPU_REASON
-        for module in ("tensorrt", "onnx", "torch"):
-            ok, reason = module_available(module)
-            if not ok:
-                return ok, reason
-        return True, ""
+        return modules_available("tensorrt", "onnx", "torch")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         cfg = self.config

@@ -57,6 +57,7 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     choice,
     module_available,
+    modules_available,
     to_numpy,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
@@ -448,11 +449,7 @@ class TvmCompiler(Compiler):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        for module in ("tvm", "tvm_ffi", "torch"):
-            ok, reason = module_available(module)
-            if not ok:
-                return ok, reason
-        return True, ""
+        return modules_available("tvm", "tvm_ffi", "torch")
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version
