@@ -155,10 +155,17 @@ class Compiler(ABC):
         else:
             self.config = self.Config.from_options(config)
 
+    #: python modules this compiler needs; the default ``available()`` looks for them
+    requires: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
-    @abstractmethod
     def available(cls) -> tuple[bool, str]:
-        """Whether this compiler can run here, and if not, why (one line, actionable)."""
+        """Whether this compiler can run here, and if not, why (one line, actionable).
+
+        Cheap on purpose (no heavy import): the probe asks it for every compiler. Override to add
+        hardware checks, calling ``super().available()`` for the modules.
+        """
+        return modules_available(*cls.requires)
 
     @abstractmethod
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:

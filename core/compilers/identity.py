@@ -16,7 +16,6 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
-    module_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
@@ -110,10 +109,7 @@ class IdentityCompiler(Compiler):
     description = "torch eager (the baseline)"
     Config = IdentityConfig
     devices = ("cpu", "cuda")
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return module_available("torch")
+    requires = ("torch",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         assert isinstance(self.config, IdentityConfig)

@@ -18,7 +18,6 @@ from ngb.core.compilers.base import (
     Compiler,
     CompilerConfig,
     choice,
-    module_available,
 )
 from ngb.core.compilers.identity import (
     TorchCompiled,
@@ -49,10 +48,7 @@ class InductorCompiler(Compiler):
     description = "torch.compile (inductor backend)"
     Config = InductorConfig
     devices = ("cpu", "cuda")
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return module_available("torch")
+    requires = ("torch",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import torch

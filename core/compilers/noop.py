@@ -51,10 +51,6 @@ class NoopCompiler(Compiler):
     needs_model = False
     devices = ("cpu", "cuda")
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return True, ""
-
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import time
 

@@ -17,7 +17,6 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     choice,
     module_available,
-    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
@@ -111,10 +110,7 @@ class OnnxRuntimeCompiler(Compiler):
     description = "ONNX Runtime (CPU EP; CUDA/TensorRT EPs on NVIDIA GPUs)"
     Config = OnnxRuntimeConfig
     devices = ("cpu", "cuda")
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return modules_available("onnxruntime", "onnx", "torch")
+    requires = ("onnxruntime", "onnx", "torch")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort

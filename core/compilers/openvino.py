@@ -21,7 +21,6 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     LoopResult,
     choice,
-    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
@@ -136,10 +135,7 @@ class OpenVinoCompiler(Compiler):
     description = "OpenVINO (THROUGHPUT/LATENCY hint, async infer requests)"
     Config = OpenVinoConfig
     devices = ("cpu",)
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return modules_available("openvino", "onnx", "torch")
+    requires = ("openvino", "onnx", "torch")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import openvino as ov

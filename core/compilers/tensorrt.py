@@ -25,7 +25,6 @@ from ngb.core.compilers.base import (
     Compiler,
     CompilerConfig,
     choice,
-    modules_available,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
 
@@ -87,12 +86,13 @@ class TensorRtCompiler(Compiler):
     description = "NVIDIA TensorRT (ONNX parser -> engine)"
     Config = TensorRtConfig
     devices = ("cuda",)
+    requires = ("tensorrt", "onnx", "torch")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         if not nvidia_gpu_present():
             return False, NO_GPU_REASON
-        return modules_available("tensorrt", "onnx", "torch")
+        return super().available()
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         cfg = self.config

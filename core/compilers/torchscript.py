@@ -16,7 +16,6 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
-    module_available,
 )
 from ngb.core.compilers.identity import (
     TorchCompiled,
@@ -47,10 +46,7 @@ class TorchScriptCompiler(Compiler):
     description = "torch.jit.trace + freeze"
     Config = TorchScriptConfig
     devices = ("cpu", "cuda")
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return module_available("torch")
+    requires = ("torch",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import warnings

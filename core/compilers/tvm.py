@@ -57,7 +57,6 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     choice,
     module_available,
-    modules_available,
     to_numpy,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
@@ -446,10 +445,7 @@ class TvmCompiler(Compiler):
     description = "Apache TVM Relax, untuned (legalised operators as they come)"
     Config = TvmConfig
     devices = ("cpu", "cuda")
-
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        return modules_available("tvm", "tvm_ffi", "torch")
+    requires = ("tvm", "tvm_ffi", "torch")
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version
