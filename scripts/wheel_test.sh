@@ -8,7 +8,7 @@ VENV=${NGB_VENV:-.venv}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$VENV/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp/dist" .
-"$VENV/bin/python" -m venv --system-site-packages "$tmp/venv"
+"$VENV/bin/python" -m venv "$tmp/venv"
 # The project venv's site-packages, minus the editable ngb, become visible through a .pth file.
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 tsite=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
