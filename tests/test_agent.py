@@ -43,17 +43,22 @@ def write_trials(path: Path, rows: list[dict]) -> list[str]:
     return [TrialSpec.from_dict(r).key for r in rows]
 
 
+def agent_run_argv(tmp: Path, *extra: str) -> list[str]:
+    """``agent run`` on the test's trials.jsonl / ck.jsonl, plus ``extra`` flags."""
+    trials, checkpoint = str(tmp / "trials.jsonl"), str(tmp / "ck.jsonl")
+    return [*AGENT, "run", "--trials", trials, "--checkpoint", checkpoint, *extra]
+
+
+def start_agent(tmp: Path, *extra: str) -> subprocess.Popen:
+    """The agent in the background, its events readable line by line from ``stdout``."""
+    return subprocess.Popen(
+        agent_run_argv(tmp, *extra), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+
+
 def run_agent(tmp: Path, *extra: str, timeout: float = 120) -> tuple[int, list[dict], str]:
     proc = subprocess.run(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp / "ck.jsonl"),
-            *extra,
-        ],
+        agent_run_argv(tmp, *extra),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -155,19 +160,7 @@ def test_append_checkpoint_after_torn_line(tmp_path: Path) -> None:
 def test_sigkill_mid_run_then_rerun_runs_every_trial_once(tmp_path: Path) -> None:
     rows = [trial(f"m{i}", min_duration_s=0.3) for i in range(6)]
     keys = write_trials(tmp_path / "trials.jsonl", rows)
-    proc = subprocess.Popen(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp_path / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp_path / "ck.jsonl"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_agent(tmp_path)
     try:
         # Kill while the third trial is in flight (after its measuring started).
         read_events_until(
@@ -234,21 +227,7 @@ def test_in_process_failure_is_recorded(tmp_path: Path) -> None:
 def test_sigterm_cancels_kills_child_and_records_nothing(tmp_path: Path) -> None:
     keys = write_trials(tmp_path / "trials.jsonl", [trial("a"), trial("hang", {"compile_s": 60})])
     pidfile = tmp_path / "agent.pid"
-    proc = subprocess.Popen(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp_path / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp_path / "ck.jsonl"),
-            "--pidfile",
-            str(pidfile),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_agent(tmp_path, "--pidfile", str(pidfile))
     try:
         # The child reports its compile phase only once it is running the hanging trial.
         read_events_until(
@@ -273,23 +252,7 @@ def test_pause_file_holds_the_next_trial(tmp_path: Path) -> None:
     write_trials(tmp_path / "trials.jsonl", [trial("a")])
     pause = tmp_path / "pause"
     pause.touch()
-    proc = subprocess.Popen(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp_path / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp_path / "ck.jsonl"),
-            "--pause-file",
-            str(pause),
-            "--isolate",
-            "inprocess",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_agent(tmp_path, "--pause-file", str(pause), "--isolate", "inprocess")
     try:
         seen = read_events_until(proc, lambda e, s: e["type"] == events.LOG)
         assert seen[-1]["msg"] == "paused"
@@ -377,21 +340,7 @@ def test_bundle_is_deterministic_and_runs(tmp_path: Path) -> None:
 
 def test_sigterm_cancels_an_in_process_trial(tmp_path: Path) -> None:
     keys = write_trials(tmp_path / "trials.jsonl", [trial("hang", {"compile_s": 60}), trial("b")])
-    proc = subprocess.Popen(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp_path / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp_path / "ck.jsonl"),
-            "--isolate",
-            "inprocess",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_agent(tmp_path, "--isolate", "inprocess")
     try:
         read_events_until(proc, lambda e, seen: e["type"] == events.PHASE and e["key"] == keys[0])
         proc.send_signal(signal.SIGTERM)
@@ -408,19 +357,7 @@ def test_trial_killed_from_outside_is_a_crash(tmp_path: Path) -> None:
     # What the kernel's OOM killer does: SIGKILL the trial process. The agent records it and
     # goes on with the next trial.
     keys = write_trials(tmp_path / "trials.jsonl", [trial("victim", {"compile_s": 60}), trial("b")])
-    proc = subprocess.Popen(
-        [
-            *AGENT,
-            "run",
-            "--trials",
-            str(tmp_path / "trials.jsonl"),
-            "--checkpoint",
-            str(tmp_path / "ck.jsonl"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_agent(tmp_path)
     try:
         read_events_until(proc, lambda e, seen: e["type"] == events.PHASE and e["key"] == keys[0])
         (child,) = psutil.Process(proc.pid).children()
