@@ -15,30 +15,18 @@ import signal
 import pytest
 from ngb.devices.inventory import load_inventory
 from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.spec import loads_sweep
+from ngb.sweeps.spec import Sweep
 from ngb.sweeps.store import Store
+
+from tests.noop_sweeps import noop_sweep
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
 
 DEVICES = ["dev-a", "dev-b", "dev-c"]
 
 
-def sweep(n: int, compile_s: float):
-    return loads_sweep(f"""
-name = "faults"
-[measure]
-warmup_iters = 0
-warmup_s = 0
-min_iters = 1
-min_duration_s = 0
-repetitions = 2
-verify = false
-[[matrix]]
-models = ["resnet18"]
-compilers = ["noop"]
-batches = {list(range(1, n + 1))}
-compiler_options.noop = {{ compile_s = {compile_s} }}
-""")
+def sweep(n: int, compile_s: float) -> Sweep:
+    return noop_sweep(n, compile_s=compile_s, name="faults")
 
 
 def assert_exactly_once(store: Store, run_id: str, keys: set[str], devices: list[str]) -> None:

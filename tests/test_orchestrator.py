@@ -22,39 +22,11 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps import remote
 from ngb.sweeps.orchestrator import Orchestrator, RunEvent, Subscription
-from ngb.sweeps.spec import loads_sweep
 from ngb.sweeps.store import Store
 
+from tests.noop_sweeps import noop_sweep
+
 pytestmark = pytest.mark.timeout(120)
-
-
-def noop_sweep(n: int, *, compile_s: float = 0.05, failing: int = 0, name: str = "noop"):
-    """``n`` no-op trials (distinct batches) plus ``failing`` trials whose compile raises."""
-    text = f"""
-name = "{name}"
-[measure]
-warmup_iters = 0
-warmup_s = 0
-min_iters = 1
-min_duration_s = 0
-repetitions = 2
-verify = false
-cpu_interval_s = 0.05
-[[matrix]]
-models = ["resnet18"]
-compilers = ["noop"]
-batches = {list(range(1, n + 1))}
-compiler_options.noop = {{ compile_s = {compile_s} }}
-"""
-    if failing:
-        text += f"""
-[[matrix]]
-models = ["resnet50"]
-compilers = ["noop"]
-batches = {list(range(1, failing + 1))}
-compiler_options.noop = {{ fail = true }}
-"""
-    return loads_sweep(text)
 
 
 @pytest.fixture
