@@ -118,12 +118,9 @@ def _json(value: Any) -> str | None:
 def model_family(model: str) -> str:
     """The family of a model: the paper's (``ngb.core.models.family_of``; ``block`` for conv
     and mha), else the name's leading letters (``regnety_040`` -> ``regnety``)."""
-    try:
-        from ngb.core.models import family_of
+    from ngb.core.models import family_of  # stdlib-only at import; torch/timm stay unloaded
 
-        family = family_of(model)
-    except ImportError:  # pragma: no cover - core without the models module
-        family = "block" if model in BLOCK_MODELS else None
+    family = family_of(model)
     if family:
         return family
     match = re.match(r"[A-Za-z]+", model)
