@@ -269,20 +269,16 @@ def _time_compiled(
 
 
 def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
-    if importlib.util.find_spec("ngb.core.models") is None:
-        raise NgbError("ngb.core.models is missing from this build; cannot create models")
     from ngb.core import models
 
     model, example = models.create_model(spec)
     result.params = int(sum(p.numel() for p in model.parameters()))
-    info_fn = getattr(models, "model_info_for", None)
-    if info_fn is not None:
-        try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
-            macs = getattr(info_fn(spec), "macs", None)
-            if macs is not None:
-                result.macs = int(macs)
-        except Exception as exc:
-            result.extra["macs_error"] = one_line_error(exc)
+    try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
+        macs = models.model_info_for(spec).macs
+        if macs is not None:
+            result.macs = int(macs)
+    except Exception as exc:
+        result.extra["macs_error"] = one_line_error(exc)
     return model, example
 
 
