@@ -360,8 +360,7 @@ class Orchestrator:
         )
 
         def create() -> None:
-            kept_open = getattr(self.store, "batch", None)
-            with kept_open() if kept_open is not None else contextlib.nullcontext():
+            with self.store.batch():
                 if not self.store.create_run(
                     run_id, sweep.name, sweep.to_toml(), list(run.devices), len(keys), meta
                 ):
@@ -1090,8 +1089,7 @@ class Orchestrator:
     def _write_batch(self, batch: list[tuple[_DeviceRun, _Pending, dict[str, Any] | None]]) -> None:
         """In a worker thread: all devices' data in one transaction, then the changed rows."""
         store = self.store
-        kept_open = getattr(store, "batch", None)  # a store without it (tests' fakes) is fine
-        with kept_open() if kept_open is not None else contextlib.nullcontext():
+        with store.batch():
             buffer = store.buffer()
             for dev, pending, _ in batch:
                 run_id, name = dev.run_id, dev.name
