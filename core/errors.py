@@ -30,3 +30,24 @@ class UnknownNameError(NgbError):
 
 class CompilerUnavailable(NgbError):
     """The compiler's library or hardware is missing on this machine (reason in the message)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of the message, or the type's name when there is none."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` for operators (at most 400 characters).
+
+    NgbError messages are already written for humans, so they go bare. This is the one formatter
+    every layer uses for errors it shows or records.
+    """
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    if len(first) > 400:
+        first = first[:397] + "..."
+    if isinstance(exc, NgbError):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

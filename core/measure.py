@@ -29,7 +29,7 @@ from ngb.core import events
 from ngb.core.compilers import CompileContext, Compiled, get_compiler
 from ngb.core.compilers.base import to_numpy
 from ngb.core.cpu import CpuSampler
-from ngb.core.errors import CompilerUnavailable, NgbError
+from ngb.core.errors import CompilerUnavailable, NgbError, one_line
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
@@ -77,17 +77,6 @@ def classify_error(exc: BaseException) -> str:
     return "error"
 
 
-def one_line_error(exc: BaseException) -> str:
-    """``Type: first line of the message`` (NgbError messages are already written for humans)."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    first = lines[0] if lines else ""
-    if len(first) > 400:
-        first = first[:397] + "..."
-    if isinstance(exc, NgbError):
-        return first or type(exc).__name__
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 def run_trial(
     spec: TrialSpec,
     *,
@@ -108,7 +97,7 @@ def run_trial(
             _measure(spec, result, sink, Path(workdir), Path(cache_dir) if cache_dir else None)
         except Exception as exc:  # the whole point: a failure is a result, not a crash
             result.status = "failed"
-            result.error = one_line_error(exc)
+            result.error = one_line(exc)
             result.error_kind = classify_error(exc)
         finally:
             result.finished_at = time.time()
@@ -278,7 +267,7 @@ def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
         if macs is not None:
             result.macs = int(macs)
     except Exception as exc:
-        result.extra["macs_error"] = one_line_error(exc)
+        result.extra["macs_error"] = one_line(exc)
     return model, example
 
 

@@ -37,7 +37,7 @@ from ngb.core.blocks import (
     build_block_stack,
     check_block,
 )
-from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.errors import ConfigError, NgbError, UnknownNameError, first_line
 from ngb.core.types import TrialSpec
 
 # The paper's Table IV: three sizes per family, smallest first.
@@ -154,7 +154,7 @@ def _build_timm(name: str, input_size: int | None) -> tuple[Any, tuple[int, int,
     try:
         model = timm.create_model(name, pretrained=False, **kwargs)
     except (TypeError, ValueError, AssertionError, RuntimeError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = first_line(exc)
         what = f"img_size={input_size}" if kwargs else "default settings"
         raise ConfigError(f"cannot build timm model {name!r} with {what}: {detail}") from None
     return model, chw

@@ -52,7 +52,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ngb.core.errors import ConfigError
+from ngb.core.errors import ConfigError, one_line
 from ngb.core.measure import UnsupportedOptimisation
 
 NONE = "none"
@@ -322,9 +322,8 @@ def _prune_channels(model: Any, example: Any, ratio: float) -> dict[str, Any]:
         with torch.inference_mode():
             model(example)  # a pruned graph that no longer runs is caught here, not in a compiler
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedOptimisation(
-            f"prune-ch: torch-pruning cannot prune this model ({type(exc).__name__}: {first})"
+            f"prune-ch: torch-pruning cannot prune this model ({one_line(exc)})"
         ) from None
     if sum(p.numel() for p in model.parameters()) == params_before:
         raise UnsupportedOptimisation(

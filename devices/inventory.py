@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.errors import ConfigError, UnknownNameError, first_line
 from ngb.devices.paths import get_paths
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
@@ -528,7 +528,7 @@ def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise ConfigError(f"{where}invalid YAML: {first}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}expected a YAML mapping of groups (e.g. 'all:')")

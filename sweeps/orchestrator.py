@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ngb.core import events as ev
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.devices.transport import HostKeyError, Transport, TransportError
 from ngb.sweeps import remote
@@ -524,10 +524,10 @@ class Orchestrator:
                     if await self._drive(run, dev):
                         return
                 except HostKeyError as exc:
-                    await self._fail(dev, _one_line(exc), kind="hostkey")
+                    await self._fail(dev, first_line(exc), kind="hostkey")
                     return
                 except NgbError as exc:  # e.g. too many agent restarts, a refused command
-                    await self._fail(dev, _one_line(exc), kind="device")
+                    await self._fail(dev, first_line(exc), kind="device")
                     return
                 except Exception as exc:
                     if not _is_link_error(exc):
@@ -537,7 +537,7 @@ class Orchestrator:
                     failures += 1
                     interrupted += was_connected and not dev.started
                     lost_since = lost_since or time.monotonic()
-                    msg = _one_line(exc)
+                    msg = first_line(exc)
                     if not dev.started and (
                         failures >= self.connect_attempts or interrupted > self.max_restarts
                     ):
@@ -558,7 +558,7 @@ class Orchestrator:
             raise
         except Exception as exc:  # a bug: fail this device loudly, keep the others going
             log.exception("device %s crashed the orchestrator task", dev.name)
-            await self._fail(dev, f"internal error: {_one_line(exc)}", kind="internal")
+            await self._fail(dev, f"internal error: {first_line(exc)}", kind="internal")
         finally:
             await self._drop_transport(dev)
 
@@ -762,7 +762,7 @@ class Orchestrator:
             try:
                 await _checked(dev.transport, remote.teardown_argv(dev.paths), "remove run dir")
             except (NgbError, TransportError, OSError) as exc:
-                await self._record_error(dev, None, "teardown", _one_line(exc))
+                await self._record_error(dev, None, "teardown", first_line(exc))
         return True
 
     async def _finished_elsewhere(self, dev: _DeviceRun) -> bool:
@@ -885,9 +885,9 @@ class Orchestrator:
                 self._publish(RunEvent(run_id, device.name, "connection", state, message=what))
                 return device.name, res
             except (TransportError, OSError) as exc:
-                msg = f"{what} failed: {_one_line(exc)}"
+                msg = f"{what} failed: {first_line(exc)}"
                 self._publish(RunEvent(run_id, device.name, "connection", state, message=msg))
-                return device.name, _one_line(exc)
+                return device.name, first_line(exc)
             finally:
                 if own and transport is not None:
                     with contextlib.suppress(Exception):
@@ -1161,11 +1161,6 @@ async def _checked(
             f"{transport.name}: could not {what}: {detail[-1] if detail else res.returncode}"
         )
     return res.stdout
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _event_line(event: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.errors import NgbError, UnknownNameError, first_line
 from ngb.core.types import BLOCK_MODELS, TrialResult
 from ngb.sweeps import schema
 
@@ -80,11 +80,6 @@ def _is_lock_error(exc: Exception) -> bool:
     import duckdb
 
     return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
-
-
-def _one_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------- value helpers
@@ -185,7 +180,7 @@ class Store:
             except duckdb.Error as exc:
                 if not _is_lock_error(exc):
                     raise NgbError(
-                        f"cannot open results database {self.path}: {_one_line(exc)}"
+                        f"cannot open results database {self.path}: {first_line(exc)}"
                     ) from None
                 if time.monotonic() >= deadline:
                     raise DatabaseBusy(BUSY_MESSAGE) from None
@@ -629,7 +624,7 @@ class Store:
                 pcsv.write_csv(table, tmp)
             os.replace(tmp, dest)
         except (pa.ArrowException, OSError) as exc:
-            raise NgbError(f"cannot export to {dest}: {_one_line(exc)}") from None
+            raise NgbError(f"cannot export to {dest}: {first_line(exc)}") from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -754,7 +749,7 @@ def _filters(**columns: Any) -> tuple[str, list[Any]]:
 def _sql_error(exc: Exception, allow_write: bool) -> NgbError:
     if _is_lock_error(exc):
         return DatabaseBusy(BUSY_MESSAGE)
-    line = _one_line(exc)
+    line = first_line(exc)
     if not allow_write and "read-only" in line:
         return NgbError(
             f"the results database is opened read-only; use --write to change it ({line})"

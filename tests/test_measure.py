@@ -10,8 +10,8 @@ import pytest
 from ngb.core import events
 from ngb.core.compilers.noop import NoopCompiler
 from ngb.core.cpu import CpuSampler
-from ngb.core.errors import CompilerUnavailable, ConfigError
-from ngb.core.measure import classify_error, one_line_error, run_trial
+from ngb.core.errors import CompilerUnavailable, ConfigError, one_line
+from ngb.core.measure import classify_error, run_trial
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.versions import library_versions
@@ -239,10 +239,10 @@ def test_classify_error(exc: BaseException, kind: str) -> None:
     assert classify_error(exc) == kind
 
 
-def test_one_line_error() -> None:
-    assert one_line_error(ValueError("first\nsecond")) == "ValueError: first"
-    assert one_line_error(ConfigError("threads must be > 0")) == "threads must be > 0"
-    assert one_line_error(KeyError()) == "KeyError"
+def test_one_line() -> None:
+    assert one_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert one_line(ConfigError("threads must be > 0")) == "threads must be > 0"
+    assert one_line(KeyError()) == "KeyError"
 
 
 # ----------------------------------------------------------------------------- a real model

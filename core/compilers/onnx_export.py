@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, one_line
 
 DEFAULT_OPSET = 17
 
@@ -74,8 +74,7 @@ def export_onnx(
                 do_constant_folding=True,
             )
     except Exception as exc:  # the exporter raises many types; keep its message, one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NgbError(f"ONNX export failed ({type(exc).__name__}): {first}") from exc
+        raise NgbError(f"ONNX export failed: {one_line(exc)}") from exc
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
     if not path.is_file():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, first_line
 from ngb.devices.inventory import (
     Device,
     Inventory,
@@ -312,7 +312,7 @@ async def _probe_all(
         try:
             return dev, await _probe_one(inv, dev, timeout), None
         except (TransportError, NgbError) as exc:
-            return dev, None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return dev, None, first_line(exc)
         except OSError as exc:
             return dev, None, f"{dev.name}: {exc}"
 
