@@ -28,6 +28,10 @@ class UnknownNameError(NgbError):
         self.kind, self.name, self.close = kind, name, close
 
 
+class UnsupportedError(NgbError):
+    """This model, source or optimisation cannot go through this compiler (kind ``unsupported``)."""
+
+
 class CompilerUnavailable(NgbError):
     """The compiler's library or hardware is missing on this machine (reason in the message)."""
 

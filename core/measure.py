@@ -29,7 +29,7 @@ from ngb.core import events
 from ngb.core.compilers import CompileContext, Compiled, get_compiler
 from ngb.core.compilers.base import to_numpy
 from ngb.core.cpu import CpuSampler
-from ngb.core.errors import CompilerUnavailable, NgbError, one_line
+from ngb.core.errors import CompilerUnavailable, UnsupportedError, one_line
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
@@ -52,7 +52,7 @@ _UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no con
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
 
 
-class UnsupportedTrial(NgbError):
+class UnsupportedTrial(UnsupportedError):
     """This model/optimisation/device cannot go through this compiler (kind ``unsupported``)."""
 
 
@@ -64,7 +64,7 @@ def classify_error(exc: BaseException) -> str:
     """Map an exception to ``error_kind``: unavailable | unsupported | oom | error."""
     if isinstance(exc, CompilerUnavailable):
         return "unavailable"
-    if isinstance(exc, UnsupportedTrial):
+    if isinstance(exc, UnsupportedError):
         return "unsupported"
     names = {cls.__name__ for cls in type(exc).__mro__}
     message = str(exc).lower()
@@ -134,6 +134,9 @@ def _measure(
             f"{spec.compiler} cannot target {spec.device!r} "
             f"(targets: {', '.join(compiler.devices)})"
         )
+    from ngb.core.model_sources import check_compiler_takes, source_of
+
+    check_compiler_takes(source_of(spec), compiler, spec)  # e.g. an ONNX file under identity
 
     uses_torch = compiler.needs_model or spec.device == "cuda"
     if spec.device == "cuda":
@@ -156,13 +159,13 @@ def _measure(
     _check_optimisation(spec)
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
-        model, example = _build_model(spec, result)
+        model, example = _build_model(spec, result, cache_dir)
     if spec.optimisation != "none":
         ctx_emit(events.PHASE, phase="optimise")
         model, example = _apply_optimisation(model, example, spec, result)
     if compiler.needs_model and settings.verify:
         # Eager output of the (optimised) model, taken before compile can touch the module.
-        reference = _eager_output(model, example)
+        reference = _eager_output(model, example, spec.model)
 
     if spec.device == "cuda":
         import torch
@@ -257,13 +260,13 @@ def _time_compiled(
     result.unstable = is_unstable(result.throughput, settings.cov_threshold)
 
 
-def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
+def _build_model(spec: TrialSpec, result: TrialResult, cache_dir: Path | None) -> tuple[Any, Any]:
     from ngb.core import models
 
-    model, example = models.create_model(spec)
-    result.params = int(sum(p.numel() for p in model.parameters()))
+    model, example = models.create_model(spec, cache_dir)
+    result.params = models.count_params(model)
     try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
-        macs = models.model_info_for(spec).macs
+        macs = models.model_info_for(spec, cache_dir).macs
         if macs is not None:
             result.macs = int(macs)
     except Exception as exc:
@@ -304,11 +307,10 @@ def _optimise_module() -> Any:
     return importlib.import_module("ngb.core.optimise")
 
 
-def _eager_output(model: Any, example: Any) -> np.ndarray:
-    import torch
+def _eager_output(model: Any, example: Any, name: str = "model") -> np.ndarray:
+    from ngb.core.models import reference_output
 
-    with torch.inference_mode():
-        return to_numpy(model(example))
+    return reference_output(model, example, name)
 
 
 def _max_abs_err(reference: np.ndarray, out: Any, result: TrialResult) -> float | None:

@@ -79,6 +79,8 @@ class TrialSpec:
     input_size: int | None = None
     compiler_options: Mapping[str, Any] = field(default_factory=dict)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    # A user's model (ngb.core.model_sources.ModelSource as JSON); None for timm names and blocks.
+    source: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -91,6 +93,8 @@ class TrialSpec:
             _check_positive("width", self.width)
         if self.input_size is not None:
             _check_positive("input_size", self.input_size)
+        if self.source is not None and not isinstance(self.source, Mapping):
+            raise ConfigError(f"source must be a table (a model source), got {self.source!r}")
         # Freeze options into a plain sorted dict so equal specs compare and hash equal.
         object.__setattr__(
             self, "compiler_options", dict(sorted(dict(self.compiler_options).items()))
@@ -124,7 +128,10 @@ class TrialSpec:
     @property
     def key(self) -> str:
         """Stable identity: the same spec gives the same key on every machine and every run."""
-        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        data = self.to_dict()
+        if data.get("source") is None:
+            data.pop("source", None)  # keys of trials without a source stay what they were
+        canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
     def __hash__(self) -> int:

@@ -144,6 +144,8 @@ class Compiler(ABC):
     needs_model: ClassVar[bool] = True
     #: devices this compiler can target
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: model forms it takes: "torch" (an nn.Module) and/or "onnx" (a user's ONNX file)
+    sources: ClassVar[tuple[str, ...]] = ("torch",)
 
     def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
         if isinstance(config, CompilerConfig):

@@ -111,6 +111,7 @@ class OnnxRuntimeCompiler(Compiler):
     Config = OnnxRuntimeConfig
     devices = ("cpu", "cuda")
     requires = ("onnxruntime", "onnx", "torch")
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort

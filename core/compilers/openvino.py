@@ -136,6 +136,7 @@ class OpenVinoCompiler(Compiler):
     Config = OpenVinoConfig
     devices = ("cpu",)
     requires = ("openvino", "onnx", "torch")
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import openvino as ov

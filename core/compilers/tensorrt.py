@@ -87,6 +87,7 @@ class TensorRtCompiler(Compiler):
     Config = TensorRtConfig
     devices = ("cuda",)
     requires = ("tensorrt", "onnx", "torch")
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
