@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export NGB_VENV := $(VENV)
 
-.PHONY: setup run test test-all check lint format types wheel-test bench clean
+.PHONY: setup run test test-all check lint format types contracts wheel-test bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,7 +28,11 @@ format: setup
 types: setup
 	$(BIN)/mypy core devices sweeps tui
 
-check: lint types test  ## format, lint, types, tests
+contracts: setup  ## import contracts ([tool.importlinter] in pyproject.toml): layers, agent bundle
+	$(BIN)/lint-imports --no-cache
+
+# What CI runs (.ci/run): the README's test command after the static checks, cheapest first.
+check: lint types contracts test  ## format check, lint, types, import contracts, tests
 
 wheel-test: setup  ## build the wheel, install it in a fresh venv, run the fast tests against it
 	bash scripts/wheel_test.sh
