@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ngb.core.errors import ConfigError, NgbError, UnsupportedError
+from ngb.core.errors import ConfigError, NgbError, UnsupportedTrial
 
 KINDS = ("timm", "python", "onnx", "pt2")
 BATCH = "batch"
@@ -384,7 +384,7 @@ def _python_source(
 
 
 def check_compiler_takes(source: ModelSource | None, compiler: Any, spec: Any) -> None:
-    """Refuse a pair that cannot work (``UnsupportedError``, recorded as ``unsupported``)."""
+    """Refuse a pair that cannot work (``UnsupportedTrial``, recorded as ``unsupported``)."""
     if source is None or not getattr(compiler, "needs_model", True):
         return
     takes = getattr(compiler, "sources", ("torch",))
@@ -392,11 +392,11 @@ def check_compiler_takes(source: ModelSource | None, compiler: Any, spec: Any) -
         from ngb.core.compilers import compiler_class, list_compilers
 
         able = [n for n in list_compilers() if "onnx" in getattr(compiler_class(n), "sources", ())]
-        raise UnsupportedError(
+        raise UnsupportedTrial(
             f"{compiler.name} cannot take an ONNX file (it needs PyTorch code or a .pt2 program); "
             f"ONNX models run on {', '.join(able)}"
         )
     if source.kind == "onnx" and spec.optimisation != "none":
-        raise UnsupportedError(
+        raise UnsupportedTrial(
             f"optimisation {spec.optimisation!r} works on PyTorch models; {spec.model!r} is ONNX"
         )
