@@ -28,34 +28,30 @@ from typing import Any
 
 import numpy as np
 from ngb.core import events, stopping
-from ngb.core.compilers import CompileContext, Compiled, get_compiler
+from ngb.core.compilers import (
+    CompileContext,
+    Compiled,
+    get_compiler,
+    unsupported_error_names,
+)
 from ngb.core.compilers.base import to_numpy
-from ngb.core.errors import CompilerUnavailable, NgbError, one_line
+from ngb.core.errors import (
+    CompilerUnavailable,
+    UnsupportedOptimisation,
+    UnsupportedTrial,
+    one_line,
+)
 from ngb.core.timing import Part, merge, time_share
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 
 Emit = Callable[[dict[str, Any]], None]
 
-# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug.
-_UNSUPPORTED_TYPES = {
-    "NotImplementedError",
-    "UnsupportedOperatorError",  # torch.onnx (TorchScript exporter)
-    "OnnxExporterError",
-    "Unsupported",  # torch._dynamo.exc.Unsupported
-    "OpConversionFailure",
-    "TVMUnsupportedError",
-}
+# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug:
+# NotImplementedError anywhere, plus what each compiler declares (Compiler.unsupported_errors).
+_UNSUPPORTED_TYPES = {"NotImplementedError"} | unsupported_error_names()
 _UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no conversion rule")
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
-
-
-class UnsupportedTrial(NgbError):
-    """This model/optimisation/device cannot go through this compiler (kind ``unsupported``)."""
-
-
-class UnsupportedOptimisation(UnsupportedTrial):
-    """``spec.optimisation`` names something this build or this compiler cannot take."""
 
 
 def classify_error(exc: BaseException) -> str:
