@@ -12,7 +12,9 @@ colour of the colour-blind-safe "tab10" cycle); hollow markers are weak points (
 
 from __future__ import annotations
 
+import io
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -228,29 +230,42 @@ def _bars(ax: Any, panel: BarPanel, handles: dict[str, Any]) -> None:
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
 
 
-def save(fig: Any, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
-    """Write ``base.<fmt>`` for each format; returns the paths written."""
-    import matplotlib as mpl
+def _stable_ids(svg: str) -> str:
+    """Renumber matplotlib's hashed SVG ids in order of appearance.
 
-    written = []
-    with mpl.rc_context({"svg.hashsalt": "ngb", "pdf.compression": 6}):
-        for fmt in formats:
-            path = base.with_name(f"{base.name}.{fmt}")
-            fig.savefig(path, format=fmt, **SAVE_OPTIONS[fmt])
-            written.append(path)
-    return written
+    Clip-path ids hash ``id()`` of Python objects, which differ from process to process even with
+    ``svg.hashsalt`` set; renumbered, the same data gives the same file (no churn in a repository).
+    """
+    mapping: dict[str, str] = {}
+    for found in re.finditer(r'id="([a-z][0-9a-f]{10})"', svg):
+        mapping.setdefault(found.group(1), f"ngb{len(mapping) + 1}")
+    if not mapping:
+        return svg
+    pattern = re.compile("|".join(re.escape(k) for k in mapping))
+    return pattern.sub(lambda m: mapping[m.group(0)], svg)
 
 
 def svg_text(fig: Any) -> str:
-    """The figure as an SVG document (for inline use in the HTML report)."""
-    import io
-
+    """The figure as an SVG document (reproducible ids; for files and the HTML report)."""
     import matplotlib as mpl
 
     buffer = io.StringIO()
     with mpl.rc_context({"svg.hashsalt": "ngb"}):
         fig.savefig(buffer, format="svg", **SAVE_OPTIONS["svg"])
-    return buffer.getvalue()
+    return _stable_ids(buffer.getvalue())
+
+
+def save(fig: Any, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Write ``base.<fmt>`` for each format; returns the paths written."""
+    written = []
+    for fmt in formats:
+        path = base.with_name(f"{base.name}.{fmt}")
+        if fmt == "svg":
+            path.write_text(svg_text(fig), encoding="utf-8")
+        else:
+            fig.savefig(path, format=fmt, **SAVE_OPTIONS[fmt])
+        written.append(path)
+    return written
 
 
 __all__ = ["FORMATS", "Panel", "draw", "save", "svg_text"]
