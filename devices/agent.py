@@ -454,6 +454,9 @@ def _parser() -> argparse.ArgumentParser:
     trial.add_argument("--parent-pid", type=int, help="die with this process (Linux)")
 
     sub.add_parser("probe", help="print this device's facts as one JSON object")
+    # The installer runs this once per first start: an interpreter that cannot import the agent
+    # (a wrong path, an old Python, a broken numpy) fails here with its own words.
+    sub.add_parser("ready", help="exit 0 when this interpreter can run the agent")
     return parser
 
 
@@ -546,9 +549,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_ready(args: argparse.Namespace) -> int:
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"run": _cmd_run, "trial": _cmd_trial, "probe": _cmd_probe}[args.command]
+    handlers = {"run": _cmd_run, "trial": _cmd_trial, "probe": _cmd_probe, "ready": _cmd_ready}
+    handler = handlers[args.command]
     return handler(args)
 
 

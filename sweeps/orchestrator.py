@@ -49,9 +49,9 @@ from typing import Any
 from ngb.core import events as ev
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
+from ngb.devices import protocol as remote
+from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import HostKeyError, Transport, TransportError
-from ngb.sweeps import remote
-from ngb.sweeps.remote import EventLogReader, RunPaths
 
 log = logging.getLogger(__name__)
 

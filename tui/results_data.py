@@ -15,9 +15,8 @@ from typing import Any
 
 from ngb.core import metrics
 from ngb.core.errors import NgbError
+from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
-
-BASELINE = "identity"
 
 
 @dataclass

@@ -1,11 +1,20 @@
-"""Device-side commands of a run, built as argv lists, plus the event-log offset bookkeeping.
+"""The device protocol: every command the workstation sends a device, the run-dir layout on the
+device, the sha256-checked agent installer, and the event-log offset bookkeeping.
 
-Everything the orchestrator asks a device to do goes through here, so the quoting lives in one
-place. Every command is an argv list; transports quote each element (``shlex.join``) before a
-remote shell sees it. Where a shell is needed (redirections, ``&``), the script is a *constant*
-passed to ``sh -c`` and every device-specific value (work directory, interpreter, run id) travels
-as a positional parameter (``"$1"``...), so an inventory field such as ``x; touch /tmp/pwned`` is
-only ever a (strange) file name, never shell code.
+The orchestrator (runs) and ``ngb.devices.deploy`` (probe) both speak it, so the quoting, the
+install check and the file layout live in one place. Every command is an argv list; transports
+quote each element (``shlex.join``) before a remote shell sees it. Where a shell is needed
+(redirections, ``&``), the script is a *constant* passed to ``sh -c`` and every device-specific
+value (work directory, interpreter, run id) travels as a positional parameter (``"$1"``...), so
+an inventory field such as ``x; touch /tmp/pwned`` is only ever a (strange) file name, never
+shell code.
+
+Layout of a device's work dir (``workdir`` from the inventory, ``~/.ngb`` by default)::
+
+    agent-<hash>.pyz  the agent bundle, installed only after its sha256 checked out
+    agent-<hash>.pyz.ready-<n>  marker: the python named <n> (a cksum) started this agent
+    cache/            long-lived: TVM tuning databases, ``cache/artifacts/`` (model files)
+    runs/<run_id>/    one run (below)
 
 Layout of a run on a device (``<workdir>/runs/<run_id>/``)::
 
@@ -58,17 +67,20 @@ nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
 echo $!
 """
 
-# The first start of a run on a device, in one round trip: resolve the work dir (``~`` too: a
-# quoted argument never gets the shell's tilde expansion), install an uploaded agent after its
-# sha256 checks out, check the agent that is there, then fall through to _START_SCRIPT. Output:
-# ``workdir <abs path>`` first, then either ``need-agent`` (upload it, call again with PART) or the
-# agent's pid. Arguments whose text starts with the WORK placeholder are rebased onto the resolved
-# work dir by string operations on variables, never by eval, so a strange work dir stays data.
+# The agent installer, shared by deploy/probe and by a run's first start. Arguments: WORK NAME SHA
+# PART PY. It resolves the work dir (``~`` too: a quoted argument never gets the shell's tilde
+# expansion), installs an uploaded agent (PART) after its sha256 checks out, and checks the agent
+# that is there. Output: ``workdir <abs path>`` first, then ``need-agent`` (upload it to a
+# temporary name, call again with PART) and exit 0, or fall through with the agent in place.
 # sha256sum (coreutils, like tail) is preferred; the device's python hashes where it is missing.
-_LAUNCH_PREAMBLE = r"""
+# Last, the interpreter must be able to start the agent (``agent ready`` imports it and exits):
+# a wrong ``python`` path or an old Python then fails here, once, with its own words (exit 5),
+# instead of as an agent that dies on every restart. A marker per (agent, python) remembers a
+# pass, so later starts skip the check (it costs an interpreter start and the agent's imports).
+_INSTALL_SCRIPT = r"""
 set -e
-mode=$1 work=$2 name=$3 sha=$4 part=$5 py=$6
-shift 6
+work=$1 name=$2 sha=$3 part=$4 py=$5
+shift 5
 case $work in "~") work=$HOME;; "~/"*) work=$HOME/${work#"~/"};; esac
 mkdir -p "$work"
 cd "$work"
@@ -86,6 +98,26 @@ if [ -n "$part" ] && [ -f "$part" ]; then
   fi
 fi
 if [ ! -f "$name" ] || [ "$(sum "$name")" != "$sha" ]; then echo need-agent; exit 0; fi
+ok=$name.ready-$(printf '%s' "$py" | cksum | cut -d ' ' -f 1)
+if [ ! -f "$ok" ]; then
+  status=0
+  why=$("$py" "$work/$name" ready 2>&1 >/dev/null) || status=$?
+  if [ "$status" -ne 0 ]; then
+    why=$(printf '%s\n' "$why" | grep -v '^[[:space:]]*$' | tail -n 1)
+    printf "python '%s' cannot run on the device (%s)\n" "$py" "${why:-exit status $status}" >&2
+    exit 5
+  fi
+  : > "$ok"
+fi
+"""
+EXIT_AGENT_CORRUPT, EXIT_BAD_PYTHON = 4, 5
+
+# The first start of a run on a device, in one round trip: the installer above, then
+# _START_SCRIPT. Arguments: MODE, the installer's five, RUN_DIR, agent args. Arguments whose text
+# starts with the WORK placeholder are rebased onto the resolved work dir by string operations on
+# variables, never by eval, so a strange work dir stays data. Output: the installer's, then the
+# agent's pid.
+_REBASE_THEN_START = r"""
 n=$#
 while [ "$n" -gt 0 ]; do
   a=$1
@@ -98,6 +130,7 @@ rd=$1
 shift
 set -- "$mode" "$rd" "$py" "$work/$name" "$@"
 """
+_LAUNCH_SCRIPT = "mode=$1\nshift\n" + _INSTALL_SCRIPT + _REBASE_THEN_START + _START_SCRIPT
 WORK_PLACEHOLDER = "@WORK@"
 
 # Signal the agent: the pid file the agent wrote wins; the pid the workstation recorded at start
@@ -205,6 +238,31 @@ def start_agent_argv(
             *agent_args]  # fmt: skip
 
 
+def _check_agent_name(agent_name: str) -> None:
+    if "/" in agent_name or agent_name in ("", ".", ".."):
+        raise ConfigError(f"bad agent file name {agent_name!r}")
+
+
+def install_argv(
+    python: str, workdir: str, agent_name: str, agent_sha256: str, *, part: str = ""
+) -> list[str]:
+    """Check (and with ``part``, install) the agent in the work dir; parse with ``parse_install``.
+
+    The same installer ``launch_argv`` starts with, for callers that only need the agent there
+    (probe). Exit 4: the upload was corrupt; exit 5: ``python`` cannot start the agent (stderr
+    says why, in one line).
+    """
+    _check_agent_name(agent_name)
+    return ["sh", "-c", _INSTALL_SCRIPT + "echo agent-ok\n", "ngb-install", workdir, agent_name,
+            agent_sha256, part, python]  # fmt: skip
+
+
+def parse_install(out: str) -> tuple[str, bool]:
+    """``install_argv``'s answer -> (absolute work dir, whether the agent is in place)."""
+    workdir, _ = parse_launch(out)
+    return workdir, "agent-ok" in out.split()
+
+
 def launch_argv(
     python: str,
     workdir: str,
@@ -224,9 +282,8 @@ def launch_argv(
     template = start_agent_argv(python, agent_name, RunPaths(WORK_PLACEHOLDER, run_id),
                                 isolate=isolate, upload=True)  # fmt: skip
     agent_args = template[8:]  # after: sh -c SCRIPT $0 mode run_dir python agent
-    if "/" in agent_name or agent_name in ("", ".", ".."):
-        raise ConfigError(f"bad agent file name {agent_name!r}")
-    return ["sh", "-c", _LAUNCH_PREAMBLE + _START_SCRIPT, "ngb-launch", "upload", workdir,
+    _check_agent_name(agent_name)
+    return ["sh", "-c", _LAUNCH_SCRIPT, "ngb-launch", "upload", workdir,
             agent_name, agent_sha256, part, python, template[5], *agent_args]  # fmt: skip
 
 
