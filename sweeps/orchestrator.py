@@ -49,9 +49,11 @@ from typing import Any
 from ngb.core import events as ev
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
+from ngb.devices import protocol as remote
+from ngb.devices.artifacts import describe as describe_shipment
+from ngb.devices.artifacts import ship_run_artifacts
+from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import HostKeyError, Transport, TransportError
-from ngb.sweeps import remote
-from ngb.sweeps.remote import EventLogReader, RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -628,6 +630,10 @@ class Orchestrator:
             dev.agent_path = f"{workdir.rstrip('/')}/{local.name}"
             return pid
 
+        # The user's model files first: the agent verifies them before each trial uses them.
+        shipment = await ship_run_artifacts(transport, dev.device, dev.trials_text)
+        if shipment.uploaded or shipment.reused or shipment.unavailable:
+            self._publish(self._conn_event(dev, describe_shipment(shipment)))
         pid = await launch()
         if pid is None:  # no agent (or another version) there: upload, then verify + start
             assert dev.agent_path is not None
