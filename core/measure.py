@@ -26,10 +26,20 @@ from typing import Any
 
 import numpy as np
 from ngb.core import events
-from ngb.core.compilers import CompileContext, Compiled, get_compiler
+from ngb.core.compilers import (
+    CompileContext,
+    Compiled,
+    get_compiler,
+    unsupported_error_names,
+)
 from ngb.core.compilers.base import to_numpy
 from ngb.core.cpu import CpuSampler
-from ngb.core.errors import CompilerUnavailable, NgbError, one_line
+from ngb.core.errors import (
+    CompilerUnavailable,
+    UnsupportedOptimisation,
+    UnsupportedTrial,
+    one_line,
+)
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
@@ -39,25 +49,11 @@ Emit = Callable[[dict[str, Any]], None]
 #: seconds between two ``cpu`` events (samples are kept at ``cpu_interval_s`` in the result)
 CPU_EVENT_PERIOD_S = 1.0
 
-# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug.
-_UNSUPPORTED_TYPES = {
-    "NotImplementedError",
-    "UnsupportedOperatorError",  # torch.onnx (TorchScript exporter)
-    "OnnxExporterError",
-    "Unsupported",  # torch._dynamo.exc.Unsupported
-    "OpConversionFailure",
-    "TVMUnsupportedError",
-}
+# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug:
+# NotImplementedError anywhere, plus what each compiler declares (Compiler.unsupported_errors).
+_UNSUPPORTED_TYPES = {"NotImplementedError"} | unsupported_error_names()
 _UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no conversion rule")
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
-
-
-class UnsupportedTrial(NgbError):
-    """This model/optimisation/device cannot go through this compiler (kind ``unsupported``)."""
-
-
-class UnsupportedOptimisation(UnsupportedTrial):
-    """``spec.optimisation`` names something this build or this compiler cannot take."""
 
 
 def classify_error(exc: BaseException) -> str:

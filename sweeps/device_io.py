@@ -16,9 +16,11 @@ from typing import Any
 from ngb.core import events as ev
 from ngb.core.errors import NgbError
 from ngb.core.types import TrialSpec
+from ngb.devices import protocol as remote
+from ngb.devices.artifacts import describe as describe_shipment
+from ngb.devices.artifacts import ship_run_artifacts
+from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import Transport, TransportError
-from ngb.sweeps import remote
-from ngb.sweeps.remote import EventLogReader, RunPaths
 from ngb.sweeps.run_state import DeviceRun
 
 
@@ -38,14 +40,15 @@ async def checked(
     return res.stdout
 
 
-async def deploy_and_launch(dev: DeviceRun, isolate: str | None) -> int:
+async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[str], None]) -> int:
     """Deploy and first start in as few round trips as the safety checks allow; the agent's pid.
 
     Every SSH exec pays for the device's login shell, so the common case (agent already
     there) is one remote command: resolve the work dir, check the agent's sha256, write the
     trials (stdin) and start the agent detached. A missing or stale agent adds one SFTP upload
     to a temporary name and one more such command, which verifies the upload's hash before
-    renaming it into place. Sets ``dev.paths`` and ``dev.agent_path``.
+    renaming it into place. The user's model files go first (the agent verifies them before a
+    trial uses them); ``say`` gets a line about them. Sets ``dev.paths`` and ``dev.agent_path``.
     """
     from ngb.devices.deploy import agent_bundle
 
@@ -67,6 +70,9 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None) -> int:
         dev.agent_path = f"{workdir.rstrip('/')}/{local.name}"
         return pid
 
+    shipment = await ship_run_artifacts(transport, dev.device, dev.trials_text)
+    if shipment.uploaded or shipment.reused or shipment.unavailable:
+        say(describe_shipment(shipment))
     pid = await launch()
     if pid is None:  # no agent (or another version) there: upload, then verify + start
         assert dev.agent_path is not None
@@ -88,6 +94,16 @@ async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
         return int(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise NgbError(f"{dev.name}: could not start the agent: {out.strip()[:200]}") from None
+
+
+async def send_cancel(dev: DeviceRun) -> str:
+    """SIGTERM the agent (it stops after its trial in flight); what happened, in a few words."""
+    assert dev.transport is not None and dev.paths is not None
+    res = await dev.transport.run(remote.signal_argv(dev.paths, dev.pid, "TERM"), timeout=30)
+    if res.returncode < 0:
+        raise TransportError(f"{dev.name}: connection lost while sending the cancel")
+    dev.cancel_sent = True
+    return "cancel sent" if res.returncode == 0 else "cancel: the agent was not running"
 
 
 async def fetch_text(dev: DeviceRun, path: str) -> str | None:

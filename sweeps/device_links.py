@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from ngb.core.errors import first_line
 from ngb.devices.inventory import Device, Inventory
+from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import CommandResult, Transport, TransportError
-from ngb.sweeps.remote import RunPaths
 from ngb.sweeps.run_events import RunEvent
 from ngb.sweeps.run_state import DeviceRun
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -37,12 +38,13 @@ from typing import Any
 
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
+from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
+from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
-from ngb.sweeps import device_io, remote
+from ngb.sweeps import device_io
 from ngb.sweeps.device_links import DeviceLinks
 from ngb.sweeps.device_links import close as close_transport
-from ngb.sweeps.remote import RunPaths
 from ngb.sweeps.result_store import ResultStore, StoreUnwritable
 from ngb.sweeps.run_events import (
     CANCELLED,
@@ -383,7 +385,8 @@ class Orchestrator:
             raise NgbError(f"{dev.name}: run {run.run_id} was never started there; start it again")
         if dev.cancel_requested:
             return
-        self._agent_started(dev, await device_io.deploy_and_launch(dev, run.isolate))
+        say = functools.partial(self._say, dev)
+        self._agent_started(dev, await device_io.deploy_and_launch(dev, run.isolate, say))
 
     async def _start_agent(self, run: Run, dev: DeviceRun) -> None:
         """Start the agent again (it resumes from its checkpoint)."""
@@ -481,16 +484,7 @@ class Orchestrator:
         await close_transport(transport)
 
     async def _send_cancel(self, dev: DeviceRun) -> None:
-        assert dev.transport is not None and dev.paths is not None
-        res = await dev.transport.run(remote.signal_argv(dev.paths, dev.pid, "TERM"), timeout=30)
-        if res.returncode < 0:
-            raise TransportError(f"{dev.name}: connection lost while sending the cancel")
-        dev.cancel_sent = True
-        self._publish(
-            self._conn_event(
-                dev, "cancel sent" if res.returncode == 0 else "cancel: the agent was not running"
-            )
-        )
+        self._say(dev, await device_io.send_cancel(dev))
 
     async def _on_each_device(
         self, run_id: str, build: Callable[[RunPaths, int | None], list[str]], what: str
@@ -566,6 +560,9 @@ class Orchestrator:
             dev.state = DETACHED
             self._mark_dirty(dev)
             self._publish(self._conn_event(dev, message))
+
+    def _say(self, dev: DeviceRun, message: str) -> None:
+        self._publish(self._conn_event(dev, message))
 
     def _publish(self, item: RunEvent) -> None:
         self._events.publish(item)

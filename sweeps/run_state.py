@@ -17,10 +17,10 @@ from typing import Any
 
 from ngb.core.errors import NgbError
 from ngb.core.types import TrialSpec
+from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device
+from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import Transport
-from ngb.sweeps import remote
-from ngb.sweeps.remote import RunPaths
 from ngb.sweeps.run_events import CANCELLED, DETACHED, FINISHED, LOST, PENDING
 
 

@@ -66,10 +66,8 @@ def prepare(
     return model, inputs
 
 
-def torch_versions() -> dict[str, str]:
-    import torch
-
-    return {"torch": torch.__version__}
+#: what every torch-based backend records (the default ``Compiler.versions`` reads these)
+TORCH_VERSIONS = {"torch": ("torch",)}
 
 
 class TorchCompiled(Compiled):
@@ -104,21 +102,17 @@ class IdentityConfig(CompilerConfig):
         check_bool("channels_last", self.channels_last)
 
 
-class IdentityCompiler(Compiler):
+class IdentityCompiler(Compiler[IdentityConfig]):
     name = "identity"
     description = "torch eager (the baseline)"
-    Config = IdentityConfig
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    version_packages = TORCH_VERSIONS
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
-        assert isinstance(self.config, IdentityConfig)
         with ctx.phase("compile"):
             threads = apply_threads(ctx)
             model, inputs = prepare(model, example, ctx, channels_last=self.config.channels_last)
         compiled = TorchCompiled(model, inputs, ctx.device)
         compiled.extra.update(torch_threads=threads, channels_last=self.config.channels_last)
         return compiled
-
-    def versions(self) -> dict[str, str]:
-        return torch_versions()

@@ -20,11 +20,11 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.identity import (
+    TORCH_VERSIONS,
     TorchCompiled,
     apply_threads,
     check_bool,
     prepare,
-    torch_versions,
 )
 from ngb.core.errors import NgbError
 
@@ -43,12 +43,14 @@ class InductorConfig(CompilerConfig):
         check_bool("cache", self.cache)
 
 
-class InductorCompiler(Compiler):
+class InductorCompiler(Compiler[InductorConfig]):
     name = "inductor"
     description = "torch.compile (inductor backend)"
-    Config = InductorConfig
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    version_packages = TORCH_VERSIONS
+    #: torch._dynamo.exc.Unsupported: dynamo cannot trace a construct
+    unsupported_errors = ("Unsupported",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import torch
@@ -56,7 +58,6 @@ class InductorCompiler(Compiler):
         import torch._inductor.config as inductor_config
 
         cfg = self.config
-        assert isinstance(cfg, InductorConfig)
         threads = apply_threads(ctx)
         model, inputs = prepare(model, example, ctx)
         with ctx.phase("compile"):
@@ -82,6 +83,3 @@ class InductorCompiler(Compiler):
             torch_threads=threads, mode=cfg.mode, fullgraph=cfg.fullgraph, cache=cfg.cache
         )
         return compiled
-
-    def versions(self) -> dict[str, str]:
-        return torch_versions()

@@ -44,17 +44,15 @@ class _SleepingCompiled(Compiled):
         time.sleep(self.sleep_s)
 
 
-class NoopCompiler(Compiler):
+class NoopCompiler(Compiler[NoopConfig]):
     name = "noop"
     description = "does nothing; measures the harness itself"
-    Config = NoopConfig
     needs_model = False
     devices = ("cpu", "cuda")
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import time
 
-        assert isinstance(self.config, NoopConfig)
         with ctx.phase("compile"):
             if self.config.fail:
                 raise RuntimeError("noop compiler asked to fail")

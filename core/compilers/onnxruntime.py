@@ -18,6 +18,7 @@ from ngb.core.compilers.base import (
     choice,
     module_available,
 )
+from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
 OPT_LEVELS = ("all", "extended", "basic", "disable")
@@ -105,19 +106,19 @@ class _OrtCompiled(Compiled):
         self._keep_alive = []
 
 
-class OnnxRuntimeCompiler(Compiler):
+class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
     name = "onnxruntime"
     description = "ONNX Runtime (CPU EP; CUDA/TensorRT EPs on NVIDIA GPUs)"
-    Config = OnnxRuntimeConfig
     devices = ("cpu", "cuda")
     requires = ("onnxruntime", "onnx", "torch")
+    unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
+    version_packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort
         from ngb.core.compilers.onnx_export import example_tuple, export_onnx, input_names
 
         cfg = self.config
-        assert isinstance(cfg, OnnxRuntimeConfig)
         providers = select_providers(cfg.provider, ctx.device, ort.get_available_providers())
         with ctx.phase("export"):
             path = export_onnx(model, example, ctx.workdir / "model.onnx")
@@ -172,8 +173,3 @@ class OnnxRuntimeCompiler(Compiler):
         for out in session.get_outputs():
             binding.bind_output(out.name, out_device)
         return binding, keep_alive
-
-    def versions(self) -> dict[str, str]:
-        import onnxruntime
-
-        return {"onnxruntime": onnxruntime.__version__}

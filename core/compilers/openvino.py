@@ -22,6 +22,7 @@ from ngb.core.compilers.base import (
     LoopResult,
     choice,
 )
+from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError
 
 HINTS = ("THROUGHPUT", "LATENCY")
@@ -130,19 +131,20 @@ class _OvCompiled(Compiled):
         self._model = None
 
 
-class OpenVinoCompiler(Compiler):
+class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     name = "openvino"
     description = "OpenVINO (THROUGHPUT/LATENCY hint, async infer requests)"
-    Config = OpenVinoConfig
     devices = ("cpu",)
     requires = ("openvino", "onnx", "torch")
+    #: OpConversionFailure: OpenVINO's ONNX frontend has no conversion for an op
+    unsupported_errors = (*EXPORT_UNSUPPORTED_ERRORS, "OpConversionFailure")
+    version_packages = {"openvino": ("openvino",)}
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import openvino as ov
         from ngb.core.compilers.onnx_export import example_tuple, export_onnx
 
         cfg = self.config
-        assert isinstance(cfg, OpenVinoConfig)
         if ctx.device != "cpu":
             raise ConfigError(f"openvino runs on the host CPU here; got device {ctx.device!r}")
         core = ov.Core()
@@ -177,6 +179,7 @@ class OpenVinoCompiler(Compiler):
         return compiled
 
     def versions(self) -> dict[str, str]:
+        """The runtime's own build string (more precise than the wheel's version)."""
         import openvino as ov
 
         return {"openvino": ov.get_version()}

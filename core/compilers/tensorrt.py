@@ -26,6 +26,7 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     choice,
 )
+from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -81,12 +82,16 @@ class _TrtCompiled(Compiled):
         self._tensors = {}
 
 
-class TensorRtCompiler(Compiler):
+class TensorRtCompiler(Compiler[TensorRtConfig]):
     name = "tensorrt"
     description = "NVIDIA TensorRT (ONNX parser -> engine)"
-    Config = TensorRtConfig
     devices = ("cuda",)
     requires = ("tensorrt", "onnx", "torch")
+    unsupported_optimisations = {
+        "int8": "TensorRT needs explicit Q/DQ int8 graphs, not torch quantized:: kernels"
+    }
+    unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
+    version_packages = {"tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12")}
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -96,7 +101,6 @@ class TensorRtCompiler(Compiler):
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         cfg = self.config
-        assert isinstance(cfg, TensorRtConfig)
         if ctx.device != "cuda":  # checked first: no point importing TensorRT for a cpu trial
             raise ConfigError(f"tensorrt runs on device cuda only; got device {ctx.device!r}")
         import tensorrt as trt
@@ -180,8 +184,3 @@ class TensorRtCompiler(Compiler):
             context.set_tensor_address(name, tensor.data_ptr())
             tensors[name] = tensor
         return tensors, outputs
-
-    def versions(self) -> dict[str, str]:
-        import tensorrt
-
-        return {"tensorrt": tensorrt.__version__}
