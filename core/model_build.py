@@ -49,6 +49,16 @@ class NamedInputs(tuple):
         return (NamedInputs, (tuple(self), self.names))
 
 
+def map_inputs(example: Any, fn: Any) -> Any:
+    """``fn`` applied to every input tensor, keeping ``NamedInputs`` names (a bare tensor stays
+    bare), e.g. to move inputs or cast the floating ones."""
+    if isinstance(example, NamedInputs):
+        return NamedInputs([fn(t) for t in example], example.names)
+    if isinstance(example, tuple | list):
+        return tuple(fn(t) for t in example)
+    return fn(example)
+
+
 class OnnxModel:
     """A model given as an ONNX file: compilers that take ONNX read ``path`` directly."""
 
