@@ -150,7 +150,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             raise ConfigError(f"tensorrt runs on device cuda only; got device {ctx.device!r}")
         import tensorrt as trt
         import torch
-        from ngb.core.compilers.onnx_export import example_tuple, export_onnx
+        from ngb.core.compilers.onnx_export import export_onnx
 
         if not torch.cuda.is_available():
             raise CompilerUnavailable("torch sees no CUDA GPU; TensorRT needs one")
