@@ -58,6 +58,9 @@ def list_sweep_models(
     sweep = load_sweep(sweep_file)
     rows = _rows(sweep)
     ok = not any("error" in r for r in rows)
+    for r in rows:
+        if "error" in r:
+            click.echo(f"error: model {r['model']!r}: {r['error']}", err=True)
     if as_json:
         payload = {"sweep": sweep.name, "baseline": sweep.baseline, "macs_counter": MACS_COUNTER}
         click.echo(json.dumps({**payload, "models": rows}, indent=2))
@@ -83,7 +86,4 @@ def list_sweep_models(
         ]
     lines += ["", f"MACs: {MACS_COUNTER}; ONNX files: the same ops counted from the graph."]
     click.echo("\n".join(lines))
-    for r in rows:
-        if "error" in r:
-            click.echo(f"error: model {r['model']!r}: {r['error']}", err=True)
     return ok
