@@ -28,7 +28,7 @@ from ngb.core.model_sources import (
     parse_source,
     sha256_of,
 )
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.types import TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.spec import loads_sweep
 
