@@ -278,6 +278,21 @@ def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) 
         FigureData(store, precision="fp8")
 
 
+def test_adaptive_stopping_rule_in_words() -> None:
+    from ngb.sweeps.figures_data import stopping_rule
+
+    adaptive = {
+        "repetitions": None, "confidence": 0.95, "ci_target": 0.02, "min_repetitions": 6,
+        "max_repetitions": 40, "max_measure_s": 60.0, "min_iters": 5, "min_duration_s": 0.5,
+        "workers": 2,
+    }  # fmt: skip
+    text = stopping_rule([{"n_reps": 8, "measure": adaptive}, {"n_reps": 12, "measure": adaptive}])
+    assert text == (
+        "Repetitions: 8-12 per point (stop when the 95% CI is within ±2% of the mean, 6-40 "
+        "repetitions, <= 60.0 s; each repetition >= 5 calls and >= 0.5 s, over 2 worker processes)"
+    )
+
+
 def test_save_figure_for_a_tui_tab(store: Store, tmp_path: Path) -> None:
     paths = save_figure("speedup", store, tmp_path, run_id="r1", formats=["png"])
     assert [p.name for p in paths] == ["fig06-speedup-batch.png", "fig06-speedup-batch.caption.txt"]
