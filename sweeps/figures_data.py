@@ -101,6 +101,7 @@ class FigureData(ReportData):
         out["verdict"] = _first(full, VERDICT_COLUMNS)
         out["unstable"] = full.get("unstable")
         out["disturbed"] = full.get("disturbed")
+        out["workers"] = full.get("workers")
         measure = full.get("measure")
         out["measure"] = measure if isinstance(measure, dict) else {}
         versions = full.get("versions")
@@ -158,11 +159,12 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def _rule(m: dict[str, Any]) -> str:
-    """One trial's stopping rule in words, from its stored ``MeasureSettings``."""
+def _rule(m: dict[str, Any], workers: Any = None) -> str:
+    """One trial's stopping rule in words, from its stored ``MeasureSettings`` (and the worker
+    processes it really used, where the store records that, over the setting)."""
     calls, seconds = m.get("min_iters", "?"), m.get("min_duration_s", "?")
     each = f"each repetition >= {calls} calls and >= {seconds} s"
-    workers = m.get("workers")
+    workers = workers if isinstance(workers, int) else m.get("workers")
     spread = (
         f", over {workers} worker processes" if isinstance(workers, int) and workers > 1 else ""
     )
@@ -180,7 +182,7 @@ def _rule(m: dict[str, Any]) -> str:
 def stopping_rule(trials: list[dict[str, Any]]) -> str:
     """How many repetitions the points had and the rule(s) that ended them."""
     reps = [int(t["n_reps"]) for t in trials if isinstance(t.get("n_reps"), int)]
-    rules = sorted({_rule(t["measure"]) for t in trials if t.get("measure")})
+    rules = sorted({_rule(t["measure"], t.get("workers")) for t in trials if t.get("measure")})
     rule_text = "; ".join(rules) or "settings not recorded"
     return f"Repetitions: {_span(reps)} per point ({rule_text})"
 
@@ -189,8 +191,12 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
     """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version."""
     devices = sorted({str(t["device"]) for t in trials}) or ([data.device] if data.device else [])
     precisions = sorted({str(t["precision"]) for t in trials if t.get("precision")})
+    requested = sorted({str(t["measure"].get("precision")) for t in trials
+                        if (t.get("measure") or {}).get("precision")})  # fmt: skip
     if precisions:
         precision = ", ".join(precisions)
+    elif requested and requested != ["default"]:
+        precision = f"{', '.join(requested)} requested (what ran is not recorded by this store)"
     else:
         precision = "not recorded by this store (each compiler's default)"
     sources = {t.get("ci_source") for t in trials}
