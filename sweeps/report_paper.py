@@ -162,13 +162,14 @@ def depth(data: ReportData) -> Report:
         and r["throughput_mean"] > 0
     ]
     depths = sorted({r["depth"] for r in rows})
+    base = data.baseline
     table = Table(
-        "Tables VII/VIII: speed-up over identity by depth",
+        f"Tables VII/VIII: speed-up over {base} by depth",
         ["device", "block", "width", "batch", "compiler", *(f"d{d}" for d in depths),
          "slope", "retention"],
     )  # fmt: skip
     table.notes.append(
-        "speed-up = T_c / T_identity at the same depth; slope = least-squares slope over depth; "
+        f"speed-up = T_c / T_{base} at the same depth; slope = least-squares slope over depth; "
         "retention = speed-up at deepest / at depth 1; n.s. = not significant (Welch, 5 %)"
     )
     skipped: list[str] = []
@@ -176,12 +177,12 @@ def depth(data: ReportData) -> Report:
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
         by_compiler = group(keyed[key], "compiler")
-        identity = {r["depth"]: r for r in by_compiler.get(("identity",), [])}
+        identity = {r["depth"]: r for r in by_compiler.get((base,), [])}
         if not identity:
-            skipped.append(f"{device} {block}{width} b{batch}: no identity baseline")
+            skipped.append(f"{device} {block}{width} b{batch}: no {base} baseline")
             continue
         for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
-            if compiler == "identity":
+            if compiler == base:
                 continue
             mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
             shared = sorted(set(mine) & set(identity))
@@ -202,7 +203,7 @@ def depth(data: ReportData) -> Report:
                 slope = kept = None
             table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
-    report.notes.extend(skipped)
+    report.notes.extend([n for n in (data.baseline_note,) if n] + skipped)
     return report
 
 
@@ -225,15 +226,18 @@ def bsr(data: ReportData) -> Report:
         "Batch scaling: RTR, ASE, BSR",
         ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup"],
     )
+    base = data.baseline
     table.notes.append(
-        "RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_identity; speed-up = T_c/T_identity"
+        f"RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_{base}; speed-up = T_c/T_{base} "
+        f"(baseline: {base})"
     )
     report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
+    report.notes.extend([n for n in (data.baseline_note,) if n])
     for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
         usable = {c: t for c, t in per_compiler.items() if 1 in t}
         for name in sorted(set(per_compiler) - set(usable)):
             report.notes.append(f"{device} {label} {name}: no batch-1 throughput, left out")
-        table_rows = metrics.batch_metrics(usable) if usable else {}
+        table_rows = metrics.batch_metrics(usable, base) if usable else {}
         for compiler in sorted(table_rows, key=compiler_order):
             for batch, m in sorted(table_rows[compiler].items()):
                 table.rows.append(
