@@ -51,6 +51,19 @@ def check_is_file(path: Path) -> None:
         raise NgbError(f"results database {path} is not a regular file")
 
 
+def check_intact(conn: Any, path: Path) -> None:
+    """Refuse a truncated file: DuckDB may answer from the blocks that are left, silently."""
+    row = conn.execute("PRAGMA database_size").fetchone()
+    block_size, total_blocks = int(row[2] or 0), int(row[3] or 0)
+    expected = block_size * total_blocks
+    size = path.stat().st_size
+    if size < expected:
+        raise NgbError(
+            f"results database {path} is truncated ({size} of at least {expected} bytes); "
+            "restore it from a copy"
+        )
+
+
 def open_connection(path: Path, *, write: bool, external_access: bool, timeout: float) -> Any:
     """A DuckDB connection, retried while another process holds the file (up to ``timeout``)."""
     import duckdb
