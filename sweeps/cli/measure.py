@@ -74,7 +74,15 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     metavar="KEY=VALUE",
     help="Compiler option (repeatable), e.g. -o hint=throughput.",
 )
-@click.option("--repetitions", type=int, help="Timed loops (default 5).")
+@click.option(
+    "--repetitions", type=int, help="Fixed count of timed loops (default: stop on confidence)."
+)
+@click.option("--ci-target", type=float, help="Stop when the 95% CI is within ± this (0.02).")
+@click.option("--min-repetitions", type=int, help="Adaptive: at least this many (6).")
+@click.option("--max-repetitions", type=int, help="Adaptive: at most this many (40).")
+@click.option("--max-measure-s", type=float, help="Adaptive: seconds of timed loops, at most.")
+@click.option("--workers", type=int, help="Processes the repetitions are spread over (2).")
+@click.option("--retry-disturbed", type=int, help="Times to wait and retry a disturbed share.")
 @click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
 @click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
 @click.option("--warmup-iters", type=int)
@@ -98,6 +106,12 @@ def measure(
     optimisation: str,
     options: tuple[str, ...],
     repetitions: int | None,
+    ci_target: float | None,
+    min_repetitions: int | None,
+    max_repetitions: int | None,
+    max_measure_s: float | None,
+    workers: int | None,
+    retry_disturbed: int | None,
     min_duration: float | None,
     min_iters: int | None,
     warmup_iters: int | None,
@@ -117,6 +131,12 @@ def measure(
     compiler_class(compiler)  # unknown name -> one-line error with close matches
     settings = {
         "repetitions": repetitions,
+        "ci_target": ci_target,
+        "min_repetitions": min_repetitions,
+        "max_repetitions": max_repetitions,
+        "max_measure_s": max_measure_s,
+        "workers": workers,
+        "disturbed_retries": retry_disturbed,
         "min_duration_s": min_duration,
         "min_iters": min_iters,
         "warmup_iters": warmup_iters,
@@ -183,7 +203,14 @@ def _print_summary(spec: Any, result: Any) -> None:
     table.add_row("n", str(t.n), str(lat.n))
     console.print(table)
     facts = [
-        ("repetitions", f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls)"),
+        (
+            "repetitions",
+            f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls) "
+            f"in {result.workers} process(es)",
+        ),
+        ("throughput 95% CI", f"± {_fmt(result.ci_half_width, '.4g')}"),
+        ("verdict", f"{result.verdict}: {result.verdict_reason}"),
+        ("disturbed", "YES" if result.disturbed else "no"),
         ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
         (
             "export / compile / tune",
