@@ -119,15 +119,42 @@ def test_older_files_are_migrated_and_keep_their_data(
 ) -> None:
     store.ingest_results("r1", "dev", [make_result(0)])
     step = ("add a note to runs", ["ALTER TABLE runs ADD COLUMN note VARCHAR"])
+    current = schema.latest_version()
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, step])
     upgraded = Store(store.path)
-    assert upgraded.schema_version() == 1  # not touched until used
+    assert upgraded.schema_version() == current  # not touched until used
     assert len(upgraded.trials()) == 1
-    assert upgraded.schema_version() == 2
+    assert upgraded.schema_version() == current + 1
     columns, _ = upgraded.query("SELECT * FROM runs LIMIT 0")
     assert "note" in columns
     _, rows = upgraded.query("SELECT version, description FROM schema_version ORDER BY 1")
-    assert rows == [(1, "initial schema"), (2, "add a note to runs")]
+    assert rows[0] == (1, "initial schema") and rows[-1] == (current + 1, "add a note to runs")
+
+
+def test_a_version_1_file_gains_the_interval_columns(tmp_path: Path) -> None:
+    """Migration 2: a file made before it keeps its rows and takes verdicts from then on."""
+    path = tmp_path / "v1.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute(schema.VERSION_TABLE)
+    for statement in schema.MIGRATIONS[0][1]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_version VALUES (1, 'initial schema', now())")
+    conn.execute(
+        "INSERT INTO trials (run_id, device, key, status) VALUES ('old', 'dev', 'k', 'ok')"
+    )
+    conn.close()
+    store = Store(path)
+    fresh = make_result(1)
+    fresh.verdict, fresh.verdict_reason, fresh.ci_half_width = "VALID", "95% CI ±1.0%", 2.5
+    fresh.disturbed, fresh.workers = True, 2
+    fresh.repetitions = [{**rep, "worker": i % 2} for i, rep in enumerate(fresh.repetitions)]
+    assert store.ingest_results("new", "dev", [fresh]) == 1
+    _, rows = store.query(
+        "SELECT run_id, verdict, throughput_ci_half, disturbed, workers FROM results ORDER BY 1"
+    )
+    assert rows == [("new", "VALID", 2.5, True, 2), ("old", None, None, None, None)]
+    _, workers = store.query("SELECT DISTINCT worker FROM measurements ORDER BY 1")
+    assert workers == [(0,), (1,)]
 
 
 # ---------------------------------------------------------------- ingest
