@@ -242,7 +242,7 @@ def test_family_filter_and_unknown_names(store: Store) -> None:
     assert [p.title for p in spec.panels] == ["resnet18 (resnet)"]
     with pytest.raises(UnknownNameError, match="unknown model family 'vgg'"):
         FigureData(store, family="vgg")
-    with pytest.raises(ConfigError, match="no precision column"):
+    with pytest.raises(ConfigError, match="none of these results records the precision"):
         FigureData(store, precision="fp32")
     with pytest.raises(UnknownNameError, match="unknown figure 'fig99'"):
         build_figure("fig99", FigureData(store))
@@ -381,7 +381,7 @@ def test_cli_figures(store: Store, tmp_path: Path) -> None:
         (["figures", "fig99"], "unknown figure 'fig99'"),
         (["figures", "--format", "gif"], "unknown figure format 'gif'"),
         (["figures", "--family", "vgg"], "unknown model family 'vgg'"),
-        (["figures", "--precision", "fp32"], "no precision column"),
+        (["figures", "--precision", "fp32"], "none of these results records the precision"),
         (["figures", "--run", "nope"], "unknown run 'nope'"),
         (["report", "bsr", "--format", "html", "--family", "resnet"], "whole-run report only"),
     ],
