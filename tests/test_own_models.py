@@ -494,3 +494,24 @@ def test_reports_use_the_sweeps_baseline(tmp_path: Path) -> None:
         "baseline: onnxruntime" in n
         for n in build_report("bsr", store, run_id="r1").tables[0].notes
     )
+
+
+def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> None:
+    import shutil
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "own-models"
+    copy = tmp_path / "mine"
+    shutil.copytree(example, copy, ignore=shutil.ignore_patterns("*.onnx", "*.pt2", "__pycache__"))
+    subprocess.run([sys.executable, str(copy / "make_files.py")], check=True, capture_output=True)
+    code, out, err = ngb("models", "--file", str(copy / "sweep.toml"), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["baseline"] == "onnxruntime"
+    rows = {r["model"]: r for r in payload["models"]}
+    kinds = {r["source"].split()[0] for r in rows.values()}
+    assert kinds == {"timm", "python", "onnx", "pt2"}
+    assert rows["vit-tiny-96"]["inputs"] == "input float32[batch,3,96,96]"
+    assert rows["fusion"]["inputs"].count("float32") == 2
+    # the ONNX export of my-cnn folds BatchNorm into the conv: same MACs, BN's affine params gone
+    assert rows["cnn-onnx"]["macs"] == rows["my-cnn"]["macs"]
+    assert rows["my-cnn"]["params"] - rows["cnn-onnx"]["params"] == 2 * 16
