@@ -201,6 +201,9 @@ class Compiler(ABC, Generic[ConfigT]):
                 if isinstance(param, type) and issubclass(param, CompilerConfig):
                     cls.Config = param
 
+    #: model forms it takes: "torch" (an nn.Module) and/or "onnx" (a user's ONNX file)
+    sources: ClassVar[tuple[str, ...]] = ("torch",)
+
     def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
         if isinstance(config, CompilerConfig):
             if not isinstance(config, self.Config):

@@ -187,6 +187,7 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     #: trial after compile (the hint read back differs), it never runs another precision silently
     precisions = {"cpu": ("default", "fp32", "bf16", "fp16")}
     version_packages = {"openvino": ("openvino",)}
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import openvino as ov
