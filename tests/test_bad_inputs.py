@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
 
@@ -325,7 +325,9 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
     lines = [ln for ln in ran.stderr.splitlines() if ln.strip()]
     OUTCOMES[case.id] = (case.area, classify(case, ran.exit_code, lines, bool(ran.traceback), lost))
 
-    where = f"[{case.id}] exit {ran.exit_code}\nstderr:\n{ran.stderr}\nstdout:\n{ran.stdout[-2000:]}"
+    where = (
+        f"[{case.id}] exit {ran.exit_code}\nstderr:\n{ran.stderr}\nstdout:\n{ran.stdout[-2000:]}"
+    )
     assert not ran.traceback, f"{where}\ntraceback:\n{ran.traceback}"
     assert ran.exit_code == case.exit, where
     if case.exit != 0 or case.stderr:
@@ -345,7 +347,9 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
 
 
 def _matches(path: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(path, pat) or path.startswith(pat.rstrip("/") + "/") for pat in patterns)
+    return any(
+        fnmatch.fnmatch(path, pat) or path.startswith(pat.rstrip("/") + "/") for pat in patterns
+    )
 
 
 def test_suite_is_large_enough() -> None:
