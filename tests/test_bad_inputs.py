@@ -49,8 +49,13 @@ CASES_DIR = Path(__file__).parent / "bad_inputs"
 DB_KINDS = ("demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer")
 CASE_KEYS = {
     "id", "argv", "exit", "stderr", "files", "db", "env", "input", "readonly", "creates",
-    "changes", "expect_files", "stdout", "stdout_excludes", "xfail", "note",
+    "changes", "expect_files", "stdout", "stdout_excludes", "xfail", "note", "binary",
 }  # fmt: skip
+# Placeholders for file contents too large or too odd to write in the data files.
+GENERATED = {
+    "{{nest}}": "[" * 5000 + "]" * 5000,  # TOML nested past the parser's recursion limit
+    "{{yamlnest}}": "all:\n  hosts:\n    nano: " + "[" * 5000 + "]" * 5000 + "\n",
+}
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Case:
     stdout_excludes: list[str] = field(default_factory=list)
     xfail: str = ""
     note: str = ""
+    binary: dict[str, str] = field(default_factory=dict)  # path -> hex bytes (not UTF-8 text)
 
 
 def load_cases() -> list[Case]:
@@ -204,6 +210,8 @@ def tree(root: Path) -> dict[str, str]:
 
 def _expand(text: str, root: Path) -> str:
     home, work = root / "home", root / "work"
+    for placeholder, generated in GENERATED.items():
+        text = text.replace(placeholder, generated)
     return (
         text.replace("{home}", str(home))
         .replace("{work}", str(work))
@@ -301,6 +309,10 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
         target = root / _expand(rel, root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(_expand(text, root), encoding="utf-8")
+    for rel, hexbytes in case.binary.items():
+        target = root / _expand(rel, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(bytes.fromhex(hexbytes))
     if case.db:
         db = root / "home" / "data" / "results.duckdb"
         db.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +322,7 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
 
     before = tree(root)
     if case.readonly:
+        os.chmod(root / "work", 0o777)  # the unprivileged user may write its own files there
         _set_writable(root / "home", False)
         try:
             ran = run_subprocess(case, root, argv, env)
