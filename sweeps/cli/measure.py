@@ -107,9 +107,13 @@ def measure(
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.types import TrialSpec
+
+    from ngb.core.models import resolve_model
+    from ngb.sweeps.spec import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
+    resolve_model(model)  # likewise, before anything is built
     settings = {
         "repetitions": repetitions,
         "min_duration_s": min_duration,
@@ -130,8 +134,9 @@ def measure(
         device=device,
         input_size=input_size,
         compiler_options=dict(parse_option(o) for o in options),
-        measure=MeasureSettings.from_dict({k: v for k, v in settings.items() if v is not None}),
+        measure=parse_measure({k: v for k, v in settings.items() if v is not None}, "measure"),
     )
+    check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
 
     def show_progress(event: dict[str, Any]) -> None:
         if as_json:
