@@ -32,6 +32,19 @@ class CompilerUnavailable(NgbError):
     """The compiler's library or hardware is missing on this machine (reason in the message)."""
 
 
+class UnsupportedTrial(NgbError):
+    """This model/optimisation/precision/device cannot go through this compiler.
+
+    A trial that raises it is recorded with ``error_kind`` ``unsupported``: a fact about the
+    compiler, not a bug. Lives here (not in ``measure``) so compilers and ``optimise`` can raise
+    it without importing the measurement engine.
+    """
+
+
+class UnsupportedOptimisation(UnsupportedTrial):
+    """``spec.optimisation`` names something this build or this compiler cannot take."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of the message, or the type's name when there is none."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]

@@ -52,8 +52,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ngb.core.errors import ConfigError, one_line
-from ngb.core.measure import UnsupportedOptimisation
+from ngb.core.errors import ConfigError, UnknownNameError, UnsupportedOptimisation, one_line
 
 NONE = "none"
 KINDS = ("none", "fp16", "int8", "prune-l1", "prune-ch")
@@ -62,12 +61,6 @@ VALID_FORMS = (
 )
 CALIBRATION_BATCHES = 8
 CALIBRATION_SEED = 4321
-# int8 (torch-quantised graph) is refused by these compilers' importers; see module docstring.
-INT8_UNSUPPORTED = {
-    "tvm": "TVM imports through torch.export, which has no rule for torch's quantized:: ops",
-    "tvm-ms": "TVM imports through torch.export, which has no rule for torch's quantized:: ops",
-    "tensorrt": "TensorRT needs explicit Q/DQ int8 graphs, not torch quantized:: kernels",
-}
 _PRUNE = re.compile(r"^(prune-l1|prune-ch)-(\d*\.?\d+)$")
 
 
@@ -105,7 +98,14 @@ def check_supported(name: str, compiler: str, device: str = "cpu") -> None:
         raise UnsupportedOptimisation(
             f"int8 (torch post-training quantisation) runs on CPU only, not {device!r}"
         )
-    reason = INT8_UNSUPPORTED.get(compiler)
+    # Each compiler declares what it refuses (``Compiler.unsupported_optimisations``).
+    from ngb.core.compilers import compiler_class
+
+    try:
+        refused = compiler_class(compiler).unsupported_optimisations
+    except UnknownNameError:  # not ours to judge: the trial fails on the name later
+        refused = {}
+    reason = refused.get(opt.kind)
     if reason:
         raise UnsupportedOptimisation(f"int8 is unsupported with {compiler}: {reason}")
 

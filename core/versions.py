@@ -14,17 +14,13 @@ import platform
 import sys
 from pathlib import Path
 
-# label -> distribution names to try, first installed wins (e.g. the GPU build of onnxruntime).
+# label -> distribution names to try, first installed wins. These are the libraries every trial
+# may touch; each compiler declares its own (``Compiler.version_packages``), added below.
 _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "torchvision": ("torchvision",),
     "timm": ("timm",),
     "onnx": ("onnx",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-    "openvino": ("openvino",),
-    "tvm": ("apache-tvm", "tvm"),
-    "tvm_ffi": ("apache-tvm-ffi",),
-    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
     "numpy": ("numpy",),
     "psutil": ("psutil",),
 }
@@ -91,7 +87,9 @@ def cudnn_version() -> str | None:
 def library_versions() -> dict[str, str]:
     """Installed versions of the benchmark's libraries; missing ones are left out."""
     out: dict[str, str] = {"python": platform.python_version()}
-    for label, dists in _DISTRIBUTIONS.items():
+    from ngb.core.compilers import version_packages
+
+    for label, dists in {**_DISTRIBUTIONS, **version_packages()}.items():
         version = dist_version(*dists)
         if version:
             out[label] = version

@@ -1,14 +1,14 @@
 """Put the agent on a device and ask it what the device is.
 
-The agent ships as one file (``agent.pyz``, built by ``ngb.devices.bundle``) so a device needs only
-a Python interpreter. Deploying is idempotent and cheap: one remote command creates the work
-directory, resolves it to an absolute path and reports the sha256 of any agent already there; the
-upload happens only when that hash differs, goes to a temporary name and is renamed into place after
-its hash is checked, so a run already using the old agent never sees a half-written file.
+The agent ships as one file (``agent-<hash>.pyz``, built by ``ngb.devices.bundle``) so a device
+needs only a Python interpreter. Deploying speaks the device protocol (``ngb.devices.protocol``),
+the same installer a run's first start uses: one remote command resolves the work directory and
+checks the sha256 of the agent already there; only when it is missing or different is the bundle
+uploaded, to a temporary name, and a second command renames it into place after its hash checked
+out, so a run already using the old agent never sees a half-written file. The installer also
+checks that the device's ``python`` can start the agent, so a wrong interpreter is named at once.
 
-Every remote command runs the device's own Python with the script and paths as separate argv words
-(quoted by the transport), so no remote shell or shell utilities are needed, and no device field can
-inject a command.
+Every device value (python, work dir) travels as a quoted argument, never as shell code.
 """
 
 from __future__ import annotations
@@ -20,35 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import NgbError
+from ngb.devices import protocol
 from ngb.devices.inventory import Device
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import Transport, TransportError
-
-# argv: WORKDIR NAME -> prints the absolute work dir, then the sha256 of WORKDIR/NAME (or "").
-_PREPARE = """\
-import hashlib, os, sys
-d = os.path.abspath(os.path.expanduser(sys.argv[1]))
-os.makedirs(d, exist_ok=True)
-h = ""
-try:
-    with open(os.path.join(d, sys.argv[2]), "rb") as f:
-        h = hashlib.sha256(f.read()).hexdigest()
-except OSError:
-    pass
-print(d)
-print(h)
-"""
-
-# argv: TMP FINAL SHA256 -> moves TMP over FINAL if its content has the expected hash.
-_INSTALL = """\
-import hashlib, os, sys
-with open(sys.argv[1], "rb") as f:
-    h = hashlib.sha256(f.read()).hexdigest()
-if h != sys.argv[3]:
-    os.unlink(sys.argv[1])
-    sys.exit("uploaded agent is corrupt: sha256 %s, expected %s" % (h, sys.argv[3]))
-os.replace(sys.argv[1], sys.argv[2])
-"""
 
 _built: dict[Path, tuple[Path, str]] = {}
 
@@ -100,31 +75,38 @@ async def _python(
     return result.stdout
 
 
+async def _install(
+    transport: Transport, device: Device, digest: str, name: str, part: str, timeout: float
+) -> tuple[str, bool]:
+    argv = protocol.install_argv(device.python, device.workdir, name, digest, part=part)
+    result = await transport.run(argv, timeout=timeout)
+    if result.returncode == protocol.EXIT_BAD_PYTHON:
+        raise TransportError(f"{device.name}: {_last_line(result.stderr)}")
+    if result.returncode != 0:
+        raise TransportError(
+            f"{device.name}: installing the agent failed (exit {result.returncode}): "
+            f"{_last_line(result.stderr) or 'no error output'}"
+        )
+    try:
+        return protocol.parse_install(result.stdout)
+    except NgbError as exc:
+        raise TransportError(f"{device.name}: {exc}") from None
+
+
 async def deploy_agent(transport: Transport, device: Device, *, timeout: float = 60.0) -> str:
     """Make sure the current agent is in the device's work dir; returns its absolute remote path."""
     local, digest = agent_bundle()
     # The remote name is the bundle's (it carries the content hash), so an agent that a detached run
     # is still using is never overwritten: zipimport re-reads the archive by path for lazy imports.
-    out = await _python(
-        transport,
-        device,
-        ["-c", _PREPARE, device.workdir, local.name],
-        "preparing workdir",
-        timeout,
-    )
-    lines = out.splitlines()
-    if len(lines) < 1 or not lines[0].strip():
-        raise TransportError(f"{device.name}: preparing workdir printed nothing")
-    workdir = lines[0].strip()
-    remote_hash = lines[1].strip() if len(lines) > 1 else ""
+    workdir, ready = await _install(transport, device, digest, local.name, "", timeout)
     remote = f"{workdir.rstrip('/')}/{local.name}"
-    if remote_hash == digest:
+    if ready:
         return remote
     part = f"{remote}.{uuid.uuid4().hex[:12]}.part"
     await transport.put(str(local), part)
-    await _python(
-        transport, device, ["-c", _INSTALL, part, remote, digest], "installing the agent", timeout
-    )
+    _, ready = await _install(transport, device, digest, local.name, part, timeout)
+    if not ready:
+        raise TransportError(f"{device.name}: the uploaded agent did not install")
     return remote
 
 

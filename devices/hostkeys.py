@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ngb.devices.inventory import Device, atomic_write_text
 from ngb.devices.paths import get_paths
+from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
 from ngb.devices.transport import TransportError
 
 if TYPE_CHECKING:  # asyncssh is a workstation dependency, imported lazily
@@ -86,7 +87,6 @@ def effective_address(
     2200``); the key must be recorded under the real name and port, or under ``HostKeyAlias``.
     """
     import asyncssh
-    from ngb.devices.ssh import default_ssh_config
 
     config = [str(p) for p in ssh_config] if ssh_config is not None else default_ssh_config()
     kwargs: dict[str, Any] = {"config": config, "client_keys": None}
@@ -126,7 +126,6 @@ async def fetch_host_key(
     import asyncio
 
     import asyncssh
-    from ngb.devices.ssh import default_ssh_config, map_connect_error
 
     kwargs: dict[str, Any] = {"config": list(ssh_config or default_ssh_config())}
     if device.port != DEFAULT_PORT:

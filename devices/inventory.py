@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from ngb.core.errors import ConfigError, UnknownNameError, first_line
+from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.devices.paths import get_paths
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
@@ -261,7 +261,7 @@ class Inventory:
         where = f"{self.path}: " if self.path else ""
         seen: dict[str, str] = {}
         for dev in self.devices.values():
-            _check_device(dev, where)
+            check_device(dev, where)
             key = dev.name.casefold()
             if key in seen:
                 raise ConfigError(
@@ -342,7 +342,7 @@ def _hint(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
-def _check_device(dev: Device, where: str) -> None:
+def check_device(dev: Device, where: str) -> None:
     dwhere = f"{where}device {dev.name!r}: "
     if not isinstance(dev.name, str) or not NAME_RE.match(dev.name):
         raise ConfigError(
@@ -393,7 +393,7 @@ def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -
     if "host" not in table:
         raise ConfigError(f"{where}device {name!r}: host is missing")
     dev = Device(name=name, **dict(table))
-    _check_device(dev, where)
+    check_device(dev, where)
     return dev
 
 
@@ -468,221 +468,6 @@ def atomic_write_text(target: Path, text: str) -> None:
 def with_changes(device: Device, **changes: Any) -> Device:
     """A copy of ``device`` with some fields changed (None values are ignored)."""
     return replace(device, **{k: v for k, v in changes.items() if v is not None})
-
-
-# -- Ansible inventory import --------------------------------------------------------------------
-
-# Ansible host variables ngb understands (old ``ansible_ssh_*`` spellings included).
-ANSIBLE_VARS = {
-    "ansible_host": "host",
-    "ansible_ssh_host": "host",
-    "ansible_port": "port",
-    "ansible_ssh_port": "port",
-    "ansible_user": "user",
-    "ansible_ssh_user": "user",
-    "ansible_python_interpreter": "python",
-    "ansible_ssh_private_key_file": "identity_file",
-    "ansible_private_key_file": "identity_file",
-}
-_RANGE_RE = re.compile(r"\[(\d+):(\d+)\]")
-
-
-@dataclass
-class _AnsibleTree:
-    """Groups with their hosts, vars and children, as both Ansible formats describe them."""
-
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
-    group_hosts: dict[str, list[str]] = field(default_factory=dict)
-    group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
-    children: dict[str, list[str]] = field(default_factory=dict)
-
-    def group(self, name: str) -> None:
-        self.group_hosts.setdefault(name, [])
-        self.group_vars.setdefault(name, {})
-        self.children.setdefault(name, [])
-
-    def add_host(self, group: str, host: str, hostvars: Mapping[str, Any]) -> None:
-        self.group(group)
-        for name in _expand_range(host):
-            self.hosts.setdefault(name, {}).update(hostvars)
-            if name not in self.group_hosts[group]:
-                self.group_hosts[group].append(name)
-
-
-def _expand_range(pattern: str) -> list[str]:
-    """Ansible's numeric host ranges: ``node[01:03]`` -> node01, node02, node03."""
-    m = _RANGE_RE.search(pattern)
-    if not m:
-        return [pattern]
-    lo, hi = m.group(1), m.group(2)
-    width = len(lo) if lo.startswith("0") else 0
-    out = []
-    for i in range(int(lo), int(hi) + 1):
-        out.extend(_expand_range(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]))
-    return out
-
-
-def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
-    import yaml
-
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = first_line(exc)
-        raise ConfigError(f"{where}invalid YAML: {first}") from None
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"{where}expected a YAML mapping of groups (e.g. 'all:')")
-    tree = _AnsibleTree()
-
-    def walk(name: str, body: Any) -> None:
-        tree.group(name)
-        if body is None:
-            return
-        if not isinstance(body, Mapping):
-            raise ConfigError(f"{where}group {name!r}: expected a mapping")
-        for key in body:
-            if key not in ("hosts", "vars", "children"):
-                raise ConfigError(f"{where}group {name!r}: unknown key {key!r}")
-        for host, hostvars in (body.get("hosts") or {}).items():
-            if hostvars is not None and not isinstance(hostvars, Mapping):
-                raise ConfigError(f"{where}host {host!r}: vars must be a mapping")
-            tree.add_host(name, str(host), hostvars or {})
-        tree.group_vars[name].update(body.get("vars") or {})
-        for child, child_body in (body.get("children") or {}).items():
-            if child not in tree.children[name]:
-                tree.children[name].append(str(child))
-            walk(str(child), child_body)
-
-    for name, body in doc.items():
-        walk(str(name), body)
-    return tree
-
-
-def _parse_ansible_ini(text: str, where: str) -> _AnsibleTree:
-    import shlex
-
-    tree = _AnsibleTree()
-    section, kind = "ungrouped", "hosts"
-    tree.group("ungrouped")
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("["):
-            if not line.endswith("]"):
-                raise ConfigError(f"{where}line {lineno}: unclosed section header {line!r}")
-            header = line[1:-1].strip()
-            section, _, kind = header.partition(":")
-            kind = kind or "hosts"
-            if kind not in ("hosts", "vars", "children"):
-                raise ConfigError(f"{where}line {lineno}: unknown section kind {kind!r}")
-            tree.group(section)
-            continue
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise ConfigError(f"{where}line {lineno}: {exc}") from None
-        if kind == "children":
-            tree.group(words[0])
-            if words[0] not in tree.children[section]:
-                tree.children[section].append(words[0])
-            continue
-        pairs = {}
-        for word in words[1:] if kind == "hosts" else words:
-            key, eq, value = word.partition("=")
-            if not eq:
-                raise ConfigError(f"{where}line {lineno}: expected key=value, got {word!r}")
-            pairs[key.strip()] = value
-        if kind == "vars":
-            tree.group_vars[section].update(pairs)
-        else:
-            host = words[0]
-            # INI shorthand host:port
-            m = re.fullmatch(r"(.+):(\d+)", host)
-            if m and ":" not in m.group(1):
-                host = m.group(1)
-                pairs.setdefault("ansible_port", m.group(2))
-            tree.add_host(section, host, pairs)
-    return tree
-
-
-def _device_from_ansible(
-    name: str, merged: Mapping[str, Any], groups: list[str], where: str
-) -> Device:
-    values: dict[str, Any] = {}
-    for var, key in ANSIBLE_VARS.items():
-        if var in merged and key not in values:
-            values[key] = merged[var]
-    if "port" in values:
-        try:
-            values["port"] = int(values["port"])
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{where}host {name!r}: bad port {values['port']!r} (must be 1-65535)"
-            ) from None
-    for key in ("host", "user", "python", "identity_file"):
-        if key in values:
-            values[key] = str(values[key])
-    dev = Device(name=name, host=values.pop("host", name), groups=groups, **values)
-    _check_device(dev, where)
-    return dev
-
-
-def import_ansible(path: Path | str) -> list[Device]:
-    """Read an Ansible inventory (YAML or INI) and return ngb devices.
-
-    Groups become device groups (a host in ``jetsons``, a child of ``edge``, is in both); variables
-    apply in Ansible's order: ``all`` < parent group < child group < host. ``all`` and
-    ``ungrouped`` are not copied as groups (ngb has its own implicit ``all``).
-    """
-    src = Path(path)
-    where = f"{src}: "
-    try:
-        text = src.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}cannot read: {exc}") from None
-    looks_yaml = src.suffix in (".yml", ".yaml") or (
-        src.suffix not in (".ini", ".cfg") and re.search(r"^\s*\w+\s*:\s*$", text, re.M)
-    )
-    tree = _parse_ansible_yaml(text, where) if looks_yaml else _parse_ansible_ini(text, where)
-
-    parents: dict[str, list[str]] = {}
-    for parent, kids in tree.children.items():
-        for kid in kids:
-            if kid not in tree.group_hosts:
-                raise ConfigError(f"{where}group {parent!r}: unknown child group {kid!r}")
-            parents.setdefault(kid, []).append(parent)
-
-    def depth(group: str, seen: tuple[str, ...] = ()) -> int:
-        if group in seen:
-            raise ConfigError(f"{where}group {group!r}: groups nest in a cycle")
-        ups = parents.get(group, [])
-        return 1 + max((depth(p, (*seen, group)) for p in ups), default=0)
-
-    def ancestors(group: str) -> set[str]:
-        out, stack = set(), [group]
-        while stack:
-            g = stack.pop()
-            if g not in out:
-                out.add(g)
-                stack.extend(parents.get(g, []))
-        return out
-
-    devices = []
-    for host, hostvars in tree.hosts.items():
-        direct = [g for g, hs in tree.group_hosts.items() if host in hs]
-        all_groups: set[str] = set()
-        for g in direct:
-            all_groups |= ancestors(g)
-        merged: dict[str, Any] = dict(tree.group_vars.get("all", {}))
-        for g in sorted(all_groups - {"all"}, key=lambda g: (depth(g), g)):
-            merged.update(tree.group_vars.get(g, {}))
-        merged.update(hostvars)
-        groups = sorted(all_groups - {"all", "ungrouped"})
-        devices.append(_device_from_ansible(host, merged, groups, where))
-    if not devices:
-        raise ConfigError(f"{where}no hosts found")
-    return devices
 
 
 def merge_devices(inv: Inventory, devices: Sequence[Device], *, replace_existing: bool) -> dict:

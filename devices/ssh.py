@@ -26,7 +26,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
+from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -55,12 +57,6 @@ def handshake_semaphore() -> asyncio.Semaphore:
     return sem
 
 
-def default_ssh_config() -> list[str]:
-    """The operator's ssh config files that exist (asyncssh parses them)."""
-    path = Path("~/.ssh/config").expanduser()
-    return [str(path)] if path.is_file() else []
-
-
 def parse_jump(spec: str) -> Device:
     """``[user@]host[:port]`` -> an ad-hoc Device for a jump host that is not in the inventory."""
     user, _, hostport = spec.rpartition("@")
@@ -74,28 +70,6 @@ def parse_jump(spec: str) -> Device:
     if not host:
         raise TransportError(f"bad jump host {spec!r} (expected [user@]host[:port])")
     return Device(name=f"jump:{host}", host=host, port=port, user=user or None)
-
-
-def map_connect_error(device: Device, exc: BaseException, timeout: float) -> TransportError:
-    """One line for the operator from whatever the connect attempt raised."""
-    import asyncssh
-
-    where = f"{device.name} ({device.host}:{device.port})"
-    if isinstance(exc, TransportError):
-        return exc
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return TransportError(f"{where}: connection timed out after {timeout:g}s")
-    if isinstance(exc, asyncssh.PermissionDenied):
-        return TransportError(f"{where}: authentication failed ({exc.reason})")
-    if isinstance(exc, asyncssh.DisconnectError):
-        return TransportError(f"{where}: disconnected: {exc.reason}")
-    if isinstance(exc, ConnectionRefusedError):
-        return TransportError(f"{where}: connection refused (is sshd running on that port?)")
-    if isinstance(exc, OSError):
-        return TransportError(f"{where}: cannot reach host: {exc.strerror or exc}")
-    if isinstance(exc, asyncssh.KeyImportError | asyncssh.KeyEncryptionError):
-        return TransportError(f"{where}: cannot load identity file: {exc}")
-    return TransportError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 class SshTransport(Transport):
@@ -126,8 +100,6 @@ class SshTransport(Transport):
     # -- connection ----------------------------------------------------------------------------
 
     def _known_hosts_files(self) -> list[str]:
-        from ngb.devices.hostkeys import known_hosts_files
-
         if self.known_hosts is None:
             return known_hosts_files()
         return [p for p in self.known_hosts if Path(p).is_file()]
@@ -213,8 +185,6 @@ class SshTransport(Transport):
             raise map_connect_error(dev, exc, self.connect_timeout) from None
 
     def _host_key_error(self, offered: list[Any], exc: Exception) -> HostKeyError:
-        from ngb.devices.hostkeys import fingerprint, key_status
-
         dev = self.device
         if not offered:
             reason = getattr(exc, "reason", exc)

@@ -8,8 +8,10 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
     device = "cpu"                     # target on each testbed device: "cpu" or "cuda"
 
     [measure]                          # ngb.core.types.MeasureSettings fields
-    repetitions = 3
     min_duration_s = 0.2
+    ci_target = 0.02                   # stop once the 95 % CI is within ±2 % (the default) ...
+    max_repetitions = 40               # ... or after 40; `repetitions = 100` is a fixed count
+    workers = 2                        # processes the repetitions are spread over
 
     [compiler_options.openvino]        # per-compiler options, checked against its Config
     hint = "THROUGHPUT"

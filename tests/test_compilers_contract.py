@@ -206,3 +206,54 @@ def test_every_option_rejects_a_nonsense_value(name: str) -> None:
     for field in fields(cls.Config):
         with pytest.raises(ConfigError):
             cls({field.name: _Nonsense()})
+
+
+# ----------------------------------------------------------------------------- self-description
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_type_is_the_generic_parameter(name: str) -> None:
+    from ngb.core.compilers.base import Compiler, CompilerConfig
+
+    cls = load(name)
+    assert issubclass(cls, Compiler)
+    assert cls.Config is not CompilerConfig, f"{name}: declare it as Compiler[XConfig]"
+    assert type(cls().config) is cls.Config
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_precisions_and_optimisations_are_known(name: str) -> None:
+    from ngb.core.compilers.base import PRECISIONS
+    from ngb.core.optimise import KINDS
+
+    cls = load(name)
+    assert set(cls.precisions) <= set(cls.devices), "precisions for a device it cannot target"
+    for device in cls.devices:
+        supported = cls.supported_precisions(device)
+        assert supported[0] == "default" and set(supported) <= set(PRECISIONS)
+    for kind, reason in cls.unsupported_optimisations.items():
+        assert kind in KINDS and kind != "none"
+        assert reason.strip() and "\n" not in reason
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_unsupported_errors_are_classified_unsupported(name: str) -> None:
+    from ngb.core.measure import classify_error
+
+    for error_name in load(name).unsupported_errors:
+        assert error_name.isidentifier()
+        exc = type(error_name, (Exception,), {})("something went wrong")
+        assert classify_error(exc) == "unsupported", error_name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_version_packages_are_recorded(name: str) -> None:
+    from ngb.core.versions import dist_version, library_versions
+
+    cls = load(name)
+    recorded = library_versions()
+    for label, dists in cls.version_packages.items():
+        installed = dist_version(*dists)
+        assert recorded.get(label) == installed, label
+        if installed and cls.available()[0]:
+            assert cls().versions().get(label), f"{name} does not report {label}"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import (
     Device,
     Group,
     Inventory,
-    import_ansible,
     load_inventory,
     merge_devices,
 )

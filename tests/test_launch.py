@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from ngb.core.errors import NgbError
+from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh import make_transport
-from ngb.sweeps import remote
 from ngb.sweeps.orchestrator import Orchestrator
 from ngb.sweeps.spec import loads_sweep
 from ngb.sweeps.store import Store
@@ -128,6 +128,40 @@ def test_launch_expands_a_tilde_work_dir_on_the_device(tmp_path, agent):
     workdir, pid = remote.parse_launch(res.stdout)
     assert workdir == str(home / "ngb") and pid is not None
     wait_for_line(home / "ngb" / "runs" / "r1" / "events.jsonl")
+
+
+def test_launch_names_a_python_that_cannot_start_the_agent(tmp_path, agent):
+    src, digest = agent
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / src.name).write_bytes(src.read_bytes())
+    old = tmp_path / "python2"  # an interpreter that starts but cannot read the agent
+    old.write_text("#!/bin/sh\necho 'SyntaxError: invalid syntax' >&2\nexit 1\n")
+    old.chmod(0o755)
+    for python, why in [(str(tmp_path / "no" / "python3"), "not found"), (str(old), "SyntaxError")]:
+        res = sh(remote.launch_argv(python, str(workdir), src.name, digest, "r1"), "{}\n")
+        assert res.returncode == remote.EXIT_BAD_PYTHON
+        assert res.stderr.count("\n") == 1 and why in res.stderr
+        assert res.stderr.startswith(f"python '{python}' cannot run on the device (")
+        assert not (workdir / "runs").exists()  # nothing was started
+    ok = sh(remote.launch_argv(sys.executable, str(workdir), src.name, digest, "r1"), "{}\n")
+    assert ok.returncode == 0 and remote.parse_launch(ok.stdout)[1] is not None
+
+
+async def test_a_bad_python_fails_the_device_at_once_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
+    bad = str(tmp_path / "nowhere" / "python3")
+    device = Device(name="localhost", host="localhost", transport="local", python=bad,
+                    workdir=str(tmp_path / "device"))  # fmt: skip
+    store = Store(tmp_path / "results.duckdb")
+    orch = Orchestrator(store, Inventory([device]))
+    run_id = await orch.start(one_trial_sweep(), "localhost", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    state = summary["devices"]["localhost"]
+    assert state["state"] == "failed" and state["restarts"] == 0, state
+    assert f"python '{bad}' cannot run on the device" in state["error"]
+    assert "\n" not in state["error"]
 
 
 class CountingTransport:

@@ -16,12 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from ngb.core.compilers import CompileContext, get_compiler
-from ngb.core.compilers.tvm import (
-    TuningProgress,
-    TuningStore,
-    TvmMetaScheduleConfig,
-    plan_tuning,
-)
+from ngb.core.compilers.tvm_ms import TvmMetaScheduleConfig
+from ngb.core.compilers.tvm_tuning import TuningProgress, TuningStore, plan_tuning
 from ngb.core.errors import ConfigError, NgbError
 
 pytest.importorskip("tvm")

@@ -1,9 +1,10 @@
 """``ngb-tui``: the operator's console (Textual).
 
-Four screens, installed once and kept alive so a run keeps updating while the operator looks at
-charts: 1 Devices, 2 Run, 3 Results, 4 SQL. The app owns the subscription to the orchestrator's
-event stream (an async worker on Textual's own loop) and hands each event to the Run screen, which
-folds it into plain state and redraws at most ~10 times a second.
+The main screens (``ngb.tui.registry.SCREENS``: Devices, Run, Results, SQL, Runs) are installed
+once and kept alive so a run keeps updating while the operator looks at charts. The app owns the
+subscription to the orchestrator's event stream (an async worker on Textual's own loop) and hands
+each event to the Run screen, which folds it into plain state and redraws at most ~10 times a
+second.
 
 Start-up imports only Textual and ngb.core: the store (duckdb), SSH (asyncssh) and every compiler
 library are imported lazily by ``ngb.tui.backend`` when first needed, after the first frame.
@@ -15,21 +16,21 @@ import argparse
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
-from ngb.tui.screens.devices import DevicesScreen
+from ngb.tui.registry import BY_NAME, SCREENS
 from ngb.tui.screens.help import HelpScreen
-from ngb.tui.screens.results import ResultsScreen
 from ngb.tui.screens.run import RunScreen
-from ngb.tui.screens.sql import SqlScreen
+from ngb.tui.settings import load_settings, save_settings
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
 
-SCREENS_BY_KEY = {"1": "devices", "2": "run", "3": "results", "4": "sql"}
+if TYPE_CHECKING:
+    from ngb.sweeps.orchestrator import Orchestrator
 
 
 class NgbApp(App[None]):
@@ -40,10 +41,7 @@ class NgbApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("1", "show('devices')", "Devices"),
-        Binding("2", "show('run')", "Run"),
-        Binding("3", "show('results')", "Results"),
-        Binding("4", "show('sql')", "SQL"),
+        *(Binding(s.key, f"show('{s.name}')", s.title) for s in SCREENS),
     ]
 
     def __init__(
@@ -53,6 +51,7 @@ class NgbApp(App[None]):
         start_screen: str = "run",
         attach_on_start: bool = True,
         cursor_blink: bool = True,
+        settings_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend or Backend()
@@ -61,17 +60,27 @@ class NgbApp(App[None]):
         self.cursor_blink = cursor_blink
         self.start_screen = start_screen
         self.attach_on_start = attach_on_start
-        self._subscribed = False
+        self.settings_path = settings_path
+        self.settings = load_settings(settings_path)
+        self.backend.on_orchestrator = self._subscribe
 
     # -- screens ---------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.install_screen(DevicesScreen(), "devices")
-        self.install_screen(RunScreen(), "run")
-        self.install_screen(ResultsScreen(), "results")
-        self.install_screen(SqlScreen(), "sql")
+        theme = self.settings.get("theme")
+        if isinstance(theme, str) and theme in self.available_themes:
+            self.theme = theme
+        for entry in SCREENS:
+            self.install_screen(entry.build(self.backend), entry.name)
         self.push_screen(self.start_screen)
         if self.attach_on_start:
             self.reattach_runs()
+
+    def watch_theme(self, theme: str) -> None:
+        """Remember the theme the operator picked (command palette) for the next start."""
+        settings = getattr(self, "settings", None)  # None while App.__init__ sets the default
+        if settings is not None and settings.get("theme") != theme:
+            settings["theme"] = theme
+            save_settings(settings, self.settings_path)
 
     @property
     def run_screen(self) -> RunScreen:
@@ -93,11 +102,11 @@ class NgbApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key, name in SCREENS_BY_KEY.items():
+        for entry in SCREENS:
             yield SystemCommand(
-                f"Show {name.title()} ({key})",
-                f"Switch to the {name} screen",
-                lambda name=name: self.action_show(name),
+                f"Show {entry.title} ({entry.key})",
+                entry.summary,
+                lambda name=entry.name: self.action_show(name),
             )
         yield SystemCommand(
             "Start the selected sweep",
@@ -111,14 +120,6 @@ class NgbApp(App[None]):
         self.run_screen.action_start()
 
     # -- orchestrator events ---------------------------------------------------------------------
-    def orchestrator(self) -> Any:
-        """The orchestrator, created on first use, with this app subscribed to its events."""
-        orch = self.backend.orchestrator()
-        if not self._subscribed:
-            self._subscribed = True
-            self.follow_events(orch)
-        return orch
-
     async def action_quit(self) -> None:
         """Quit the console; runs go on on their devices and are re-attached at next start."""
         if self.backend.has_orchestrator():
@@ -126,8 +127,11 @@ class NgbApp(App[None]):
             await self.backend.close()
         self.exit()
 
+    def _subscribe(self, orch: Orchestrator) -> None:
+        self.follow_events(orch)
+
     @work(group="events", exclusive=True)
-    async def follow_events(self, orch: Any) -> None:
+    async def follow_events(self, orch: Orchestrator) -> None:
         async for ev in orch.subscribe():
             self.run_screen.handle_run_event(ev)
 
@@ -145,7 +149,7 @@ class NgbApp(App[None]):
         if not live:
             return
         await asyncio.to_thread(self.backend.import_orchestrator_sync)
-        orch = self.orchestrator()  # subscribe before attaching, so no event is missed
+        orch = self.backend.orchestrator()  # subscribes before attaching: no event is missed
         for run in live:
             run_id = str(run.get("run_id"))
             try:
@@ -162,10 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", type=Path, help="results database (default: the data dir)")
     parser.add_argument("--inventory", type=Path, help="devices TOML (default: the config dir)")
     parser.add_argument(
-        "--screen",
-        choices=sorted(SCREENS_BY_KEY.values()),
-        default="run",
-        help="screen to open first",
+        "--screen", choices=sorted(BY_NAME), default="run", help="screen to open first"
     )
     parser.add_argument(
         "--no-attach", action="store_true", help="do not re-attach to runs still going at start-up"

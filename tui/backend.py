@@ -5,14 +5,106 @@ Screens talk to this facade only, for three reasons: every heavy or I/O-bound mo
 first frame without them; the ``--db`` / ``--inventory`` overrides live in one place; and the
 blocking calls are plainly marked (``*_sync``: run them in a thread worker, never on the event
 loop; ``async``: await them from an async worker).
+
+Every result is typed (the lower layers' own classes under ``TYPE_CHECKING``, ``TypedDict`` rows
+for what the store returns, small dataclasses for compound answers), so a screen that reads a
+field the store does not have is a type error, not a blank cell.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+if TYPE_CHECKING:  # the real classes, imported lazily at run time
+    from ngb.devices.inventory import Device, Inventory
+    from ngb.devices.transport import Transport
+    from ngb.sweeps.orchestrator import Orchestrator
+    from ngb.sweeps.spec import Sweep
+    from ngb.sweeps.store import Store
+
+
+class RunRow(TypedDict, total=False):
+    """One row of the store's ``runs`` table (the columns the console reads)."""
+
+    run_id: str
+    sweep_name: str
+    devices: str  # JSON list of device names
+    n_trials: int
+    status: str
+    created_at: Any
+    updated_at: Any
+    finished_at: Any
+
+
+class RunDeviceRow(TypedDict, total=False):
+    """One row of ``run_devices``: a device's part of a run."""
+
+    run_id: str
+    device: str
+    state: str
+    n_trials: int
+    n_done: int
+    n_failed: int
+    n_skipped: int
+
+
+class TrialRow(TypedDict, total=False):
+    """One row of ``trials`` (the axes, the status and the throughput statistics)."""
+
+    run_id: str
+    device: str
+    key: str
+    model: str
+    family: str
+    compiler: str
+    batch: int
+    depth: int
+    width: int
+    optimisation: str
+    status: str
+    error: str
+    repetitions: int
+    throughput_mean: float
+    throughput_std: float
+    throughput_cov: float
+    unstable: bool
+
+
+class ProbeRow(TypedDict, total=False):
+    """The newest stored probe of a device (hardware and software, the README's Tables I/II)."""
+
+    device: str
+    probed_at: Any
+
+
+@dataclass(frozen=True)
+class HostKeyOffer:
+    """The key a device offers, and whether it is trusted / unknown / changed."""
+
+    key_type: str
+    fingerprint: str
+    key: Any  # asyncssh's SSHKey, handed back to ``trust_sync`` unchanged
+    status: str
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    rows: int
+
+
+#: samples of one trial: (run_id, device, key) -> per-repetition throughputs
+SampleMap = dict[tuple[str, str, str], list[float]]
 
 
 class Backend:
@@ -32,38 +124,39 @@ class Backend:
         # agent's isolation mode (None = the agent's default: one child process per trial).
         self.orchestrator_options = dict(orchestrator_options or {})
         self.isolate = isolate
-        self._orchestrator: Any = None
-        self._store: Any = None
+        self._orchestrator: Orchestrator | None = None
+        self._store: Store | None = None
+        # Called once with the orchestrator when it is created (the app subscribes to its events
+        # there, before any run starts, so no early event is missed).
+        self.on_orchestrator: Callable[[Orchestrator], None] | None = None
 
     # -- inventory -----------------------------------------------------------------------------
-    def _inventory_module(self) -> Any:
-        from ngb.devices import inventory
-
-        return inventory
-
-    def load_inventory_sync(self) -> Any:
+    def load_inventory_sync(self) -> Inventory:
         """The inventory (with the built-in ``localhost``); raises NgbError on a bad file."""
-        inv = self._inventory_module()
-        return inv.load_inventory(self.inventory_path)
+        from ngb.devices.inventory import load_inventory
 
-    def devices_sync(self) -> list[Any]:
+        return load_inventory(self.inventory_path)
+
+    def devices_sync(self) -> list[Device]:
         return list(self.load_inventory_sync().devices.values())
 
-    def device_sync(self, name: str) -> Any:
+    def device_sync(self, name: str) -> Device:
         return self.load_inventory_sync().get(name)
 
     def device_fields(self) -> list[str]:
-        inv = self._inventory_module()
-        return [f.name for f in fields(inv.Device)]
+        from ngb.devices.inventory import Device
 
-    def make_device(self, values: dict[str, Any]) -> Any:
+        return [f.name for f in fields(Device)]
+
+    def make_device(self, values: dict[str, Any]) -> Device:
         """Build and validate a Device from form values; raises NgbError one-liners."""
-        inv = self._inventory_module()
+        from ngb.devices.inventory import device_from_table
+
         values = dict(values)
         name = str(values.pop("name", "") or "").strip()
-        return inv.device_from_table(name, values)
+        return device_from_table(name, values)
 
-    def save_device_sync(self, device: Any, replace: str | None = None) -> None:
+    def save_device_sync(self, device: Device, replace: str | None = None) -> None:
         """Add ``device`` (or replace the one named ``replace``); validated, written atomically."""
         inventory = self.load_inventory_sync()
         if replace and replace != device.name and replace in inventory:
@@ -76,7 +169,7 @@ class Backend:
         inventory.remove(name)
         inventory.save(self.inventory_path)
 
-    def transport_for(self, device: Any) -> Any:
+    def transport_for(self, device: Device) -> Transport:
         """LocalTransport for the local device, SshTransport (host keys verified) otherwise."""
         if getattr(device, "transport", "ssh") == "local":
             from ngb.devices.local import LocalTransport
@@ -86,33 +179,33 @@ class Backend:
 
         return SshTransport(device, inventory=self.load_inventory_sync())
 
-    async def probe(self, device: Any) -> dict[str, Any]:
+    async def probe(self, device: Device) -> dict[str, Any]:
         """Connect, deploy the agent and return its probe (raises TransportError/NgbError)."""
         from ngb.devices.deploy import probe_device
 
         transport = self.transport_for(device)
         try:
             await transport.connect()
-            return await probe_device(transport, device)
+            return dict(await probe_device(transport, device))
         finally:
             await transport.close()
 
-    async def fetch_host_key(self, device: Any) -> tuple[str, str, Any, str]:
-        """``(key_type, fingerprint, key, status)``; status is trusted / unknown / changed."""
+    async def fetch_host_key(self, device: Device) -> HostKeyOffer:
         import asyncio
 
         from ngb.devices.hostkeys import fetch_host_key, key_status
 
         key_type, fingerprint, key = await fetch_host_key(device)
         status = await asyncio.to_thread(key_status, device, key, self.known_hosts_files())
-        return key_type, fingerprint, key, status
+        return HostKeyOffer(str(key_type), str(fingerprint), key, str(status))
 
     def known_hosts_files(self) -> list[str] | None:
         from ngb.devices.hostkeys import known_hosts_files
 
-        return known_hosts_files()
+        found = known_hosts_files()
+        return None if found is None else [str(f) for f in found]
 
-    def trust_sync(self, device: Any, key: Any) -> None:
+    def trust_sync(self, device: Device, key: Any) -> None:
         from ngb.devices.hostkeys import trust
 
         trust(device, key)
@@ -123,13 +216,13 @@ class Backend:
 
         return list(list_presets())
 
-    def load_sweep_sync(self, name_or_path: str) -> Any:
+    def load_sweep_sync(self, name_or_path: str) -> Sweep:
         from ngb.sweeps.spec import load_sweep
 
         return load_sweep(name_or_path)
 
     # -- store (blocking: call from thread workers) -----------------------------------------------
-    def store(self) -> Any:
+    def store(self) -> Store:
         if self._store is None:
             from ngb.sweeps.store import Store
 
@@ -143,35 +236,70 @@ class Backend:
 
         return get_paths().database.exists()
 
-    def runs_sync(self) -> list[dict[str, Any]]:
+    def runs_sync(self) -> list[RunRow]:
         if not self.database_exists():
             return []
-        return list(self.store().runs())
+        return cast("list[RunRow]", list(self.store().runs()))
 
-    def run_devices_sync(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self.store().run_devices(run_id))
+    def run_devices_sync(self, run_id: str) -> list[RunDeviceRow]:
+        return cast("list[RunDeviceRow]", list(self.store().run_devices(run_id)))
 
-    def trials_sync(
-        self, run_id: str | None = None, device: str | None = None
-    ) -> list[dict[str, Any]]:
+    def trials_sync(self, run_id: str | None = None, device: str | None = None) -> list[TrialRow]:
         if not self.database_exists():
             return []
         kwargs: dict[str, Any] = {}
         if device:
             kwargs["device"] = device
-        return list(self.store().trials(run_id=run_id, **kwargs))
+        return cast("list[TrialRow]", list(self.store().trials(run_id=run_id, **kwargs)))
 
-    def query_sync(self, sql: str, allow_write: bool = False) -> tuple[list[str], list[tuple]]:
+    def samples_sync(self, run_id: str, device: str | None = None) -> SampleMap:
+        """Per-repetition throughputs of a run's trials (what the significance test compares)."""
+        if not self.database_exists():
+            return {}
+        where = "WHERE run_id = ? AND device = ?" if device else "WHERE run_id = ?"
+        sql = (
+            "SELECT run_id, device, key, list(throughput ORDER BY rep) "  # noqa: S608 - fixed text
+            f"FROM measurements {where} GROUP BY ALL"
+        )
+        params = [run_id, device] if device else [run_id]
+        _, rows = self.store().query(sql, params)
+        return {
+            (str(r[0]), str(r[1]), str(r[2])): [float(v) for v in r[3] if v is not None]
+            for r in rows
+        }
+
+    def probes_sync(self) -> dict[str, dict[str, Any]]:
+        """The newest stored probe of each device (empty without a database)."""
+        if not self.database_exists():
+            return {}
+        newest: dict[str, dict[str, Any]] = {}
+        for row in self.store().probes():
+            newest[str(row.get("device"))] = dict(row)  # ordered by probed_at: the last wins
+        return newest
+
+    def query_sync(self, sql: str, allow_write: bool = False) -> QueryResult:
         store = self.store()
-        if allow_write:
-            return store.query(sql, allow_write=True)
-        return store.query(sql)
+        columns, rows = store.query(sql, allow_write=True) if allow_write else store.query(sql)
+        return QueryResult(list(columns), [tuple(r) for r in rows])
 
-    def export_sync(self, dest: str | Path, fmt: str, table_or_sql: str) -> tuple[Path, int]:
-        """Write a table or query to ``dest``; returns (path, rows written)."""
-        dest = Path(dest).expanduser()
-        rows = self.store().export(dest, fmt=fmt, table_or_sql=table_or_sql)
-        return dest, int(rows or 0)
+    def table_columns_sync(self) -> dict[str, list[str]]:
+        """Tables and views of the database with their columns (the SQL editor completes them)."""
+        if not self.database_exists():
+            return {}
+        _, rows = self.store().query(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "ORDER BY table_name, ordinal_position"
+        )
+        out: dict[str, list[str]] = {}
+        for table, column in rows:
+            out.setdefault(str(table), []).append(str(column))
+        return out
+
+    def export_sync(self, dest: str | Path, fmt: str, table_or_sql: str) -> ExportResult:
+        """Write a table or query to ``dest``."""
+        path = Path(dest).expanduser()
+        rows = self.store().export(path, fmt=fmt, table_or_sql=table_or_sql)
+        return ExportResult(path, int(rows or 0))
 
     # -- orchestrator ----------------------------------------------------------------------------
     def import_orchestrator_sync(self) -> None:
@@ -179,7 +307,7 @@ class Backend:
         import ngb.sweeps.orchestrator  # noqa: F401
         import ngb.sweeps.store  # noqa: F401
 
-    def orchestrator(self) -> Any:
+    def orchestrator(self) -> Orchestrator:
         """The one Orchestrator of this console; construct it on the event loop's thread."""
         if self._orchestrator is None:
             from ngb.sweeps.orchestrator import Orchestrator
@@ -187,12 +315,14 @@ class Backend:
             self._orchestrator = Orchestrator(
                 self.store(), self.load_inventory_sync(), **self.orchestrator_options
             )
+            if self.on_orchestrator is not None:
+                self.on_orchestrator(self._orchestrator)
         return self._orchestrator
 
     def has_orchestrator(self) -> bool:
         return self._orchestrator is not None
 
-    async def start_run(self, sweep: Any, devices: list[str]) -> str:
+    async def start_run(self, sweep: Sweep, devices: list[str]) -> str:
         orch = self.orchestrator()
         # The inventory may have changed since the orchestrator was made (devices screen).
         orch.inventory = self.load_inventory_sync()

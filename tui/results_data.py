@@ -9,15 +9,14 @@ groups rows. A "variant" is what one line of a batch chart compares across compi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ngb.core import metrics
 from ngb.core.errors import NgbError
+from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
-
-BASELINE = "identity"
 
 
 @dataclass
@@ -282,10 +281,19 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, int | float) else "--"
 
 
-CHARTS = {
-    "throughput": throughput_chart,
-    "speedup": speedup_chart,
-    "bsr": bsr_chart,
-    "ase": ase_heatmap,
-    "depth": depth_chart,
+@dataclass(frozen=True)
+class ChartKind:
+    """One chart tab of the Results screen: its tab title and how to build it from trial rows."""
+
+    title: str
+    build: Callable[[Sequence[Mapping[str, Any]], Selection], Chart]
+
+
+#: The Results screen's chart tabs, in order (tab id -> kind). Adding a chart is one entry here.
+CHARTS: dict[str, ChartKind] = {
+    "throughput": ChartKind("Throughput", throughput_chart),
+    "speedup": ChartKind("Speed-up", speedup_chart),
+    "bsr": ChartKind("BSR", bsr_chart),
+    "ase": ChartKind("ASE heatmap", ase_heatmap),
+    "depth": ChartKind("Depth", depth_chart),
 }

@@ -18,6 +18,8 @@ CPU_HISTORY = 60
 #: log lines kept in memory for the log tail (older ones are dropped; the store keeps errors)
 LOG_HISTORY = 2000
 
+#: connection messages not repeated in the log (the agent logs the same moment itself)
+QUIET_MESSAGES = frozenset({"paused", "resumed"})
 TERMINAL_STATES = frozenset({"finished", "failed", "cancelled", "lost", "detached"})
 
 
@@ -103,6 +105,20 @@ class RunModel:
     def devices_of(self, run_id: str) -> list[DeviceState]:
         return [s for (rid, _), s in self.devices.items() if rid == run_id]
 
+    def derived_state(self, run_id: str) -> str:
+        """The end state of a run from its devices' (cancelled wins, then failed/lost)."""
+        states = {s.connection for s in self.devices_of(run_id)}
+        if "cancelled" in states:
+            return "cancelled"
+        if states & {"failed", "lost"}:
+            return "failed"
+        return "finished"
+
+    def run_seconds(self, run_id: str, now: float | None = None) -> float:
+        """How long the run has been going, from its first device's first word."""
+        starts = [s.started_at for s in self.devices_of(run_id)]
+        return ((now or time.time()) - min(starts)) if starts else 0.0
+
     def apply(self, ev: Any) -> tuple[str, str] | None:
         """Fold one RunEvent; returns the (run_id, device) whose display changed, if any."""
         self.events_seen += 1
@@ -116,7 +132,8 @@ class RunModel:
         state = self.device(run_id, device, ts)
         if ev.kind == "connection":
             state.connection = ev.state or state.connection
-            if ev.message:
+            # "paused"/"resumed" confirm a request; the agent logs the pause itself when it holds.
+            if ev.message and ev.message not in QUIET_MESSAGES:
                 state.message = ev.message
                 level = "error" if ev.state in ("failed", "lost") else "info"
                 self.add_log(LogLine(ts, device, f"[{ev.state}] {ev.message}", level))
@@ -127,9 +144,7 @@ class RunModel:
                 state.finished = False
             self._apply_counts(state, ev)
             return run_id, device
-        if ev.kind == "ingest":
-            if ev.message:
-                self.add_log(LogLine(ts, device, ev.message, "debug"))
+        if ev.kind == "ingest":  # "N results stored" after every trial: bookkeeping, not news
             return None
         if ev.kind == "agent" and ev.event:
             self._apply_agent(state, ev.event, ts)

@@ -1,8 +1,11 @@
 """The compilers registry, with timm-style verbs: ``list_compilers(pattern)``, ``get_compiler``.
 
 Backends are registered by module path and imported on first use, so listing compilers imports no
-compiler library. Adding a compiler = one module + one line here; the contract test in
-``tests/test_compilers_contract.py`` then covers it automatically.
+compiler library (compiler modules import their libraries inside methods). Adding a compiler = one
+module + one line here; the contract test in ``tests/test_compilers_contract.py`` then covers it
+automatically. The harness asks the classes themselves what they support (``Compiler``'s class
+attributes); ``unsupported_error_names`` and ``version_packages`` gather those facts across the
+registry for the error classifier and the version record.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ __all__ = [
     "compiler_class",
     "get_compiler",
     "list_compilers",
+    "unsupported_error_names",
+    "version_packages",
 ]
 
 # name -> "module:Class"; the order is the paper's (identity baseline first).
@@ -40,7 +45,7 @@ _REGISTRY: dict[str, str] = {
     "onnxruntime": "ngb.core.compilers.onnxruntime:OnnxRuntimeCompiler",
     "openvino": "ngb.core.compilers.openvino:OpenVinoCompiler",
     "tvm": "ngb.core.compilers.tvm:TvmCompiler",
-    "tvm-ms": "ngb.core.compilers.tvm:TvmMetaScheduleCompiler",
+    "tvm-ms": "ngb.core.compilers.tvm_ms:TvmMetaScheduleCompiler",
     "tensorrt": "ngb.core.compilers.tensorrt:TensorRtCompiler",
     "noop": "ngb.core.compilers.noop:NoopCompiler",
 }
@@ -56,7 +61,7 @@ def list_compilers(pattern: str = "*", *, include_internal: bool = False) -> lis
     ]
 
 
-def compiler_class(name: str) -> type[Compiler]:
+def compiler_class(name: str) -> type[Compiler[Any]]:
     try:
         target = _REGISTRY[name]
     except KeyError:
@@ -65,6 +70,31 @@ def compiler_class(name: str) -> type[Compiler]:
     return getattr(importlib.import_module(module), cls)
 
 
-def get_compiler(name: str, options: Mapping[str, Any] | None = None) -> Compiler:
+def get_compiler(name: str, options: Mapping[str, Any] | None = None) -> Compiler[Any]:
     """A configured compiler instance; bad options raise ``ConfigError`` with the valid ones."""
     return compiler_class(name)(options)
+
+
+def _classes() -> list[type[Compiler[Any]]]:
+    """Every registered class whose module is importable (cheap: no compiler library loads)."""
+    found = []
+    for name in _REGISTRY:
+        try:
+            found.append(compiler_class(name))
+        except ImportError:  # a backend module missing from a trimmed build
+            continue
+    return found
+
+
+def unsupported_error_names() -> frozenset[str]:
+    """Exception class names any registered compiler declares as "unsupported"."""
+    return frozenset(n for cls in _classes() for n in cls.unsupported_errors)
+
+
+def version_packages() -> dict[str, tuple[str, ...]]:
+    """label -> distributions, over every registered compiler (the first declaration wins)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for cls in _classes():
+        for label, dists in cls.version_packages.items():
+            out.setdefault(label, tuple(dists))
+    return out

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
-from ngb.core.errors import ConfigError
+from ngb.core.errors import ConfigError, UnsupportedTrial
+from ngb.core.types import PRECISIONS
+from ngb.core.versions import dist_version
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class CompileContext:
     emit: Callable[..., None] = lambda type_, **fields: None  # progress events (e.g. tuning)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per named phase
     cache_dir: Path | None = None  # long-lived cache (TVM tuning databases), survives runs
+    precision: str = "default"  # ngb.core.types.PRECISIONS; checked by Compiler.check_precision
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -84,9 +87,16 @@ class Compiled(ABC):
 
     #: extra facts worth recording with the result (e.g. number of infer requests in flight)
     extra: dict[str, Any]
+    #: the precision that actually runs (ngb.core.precision), read back from the runtime;
+    #: None when nothing is computed (noop)
+    precision: str | None
+    #: the runtime's precision settings as read back (recorded with the result)
+    precision_flags: dict[str, Any]
 
     def __init__(self) -> None:
         self.extra = {}
+        self.precision = None
+        self.precision_flags = {}
 
     @abstractmethod
     def run(self) -> Any:
@@ -134,16 +144,54 @@ def to_numpy(out: Any) -> Any:
     return np.asarray(out)
 
 
-class Compiler(ABC):
-    """One graph compiler / runtime. Subclasses set ``name``, ``description``, ``Config``."""
+ConfigT = TypeVar("ConfigT", bound=CompilerConfig)
+
+
+class Compiler(ABC, Generic[ConfigT]):
+    """One graph compiler / runtime, describing itself through class attributes.
+
+    A backend is ``class XCompiler(Compiler[XConfig])``: the generic parameter is its config type
+    (``self.config`` is typed, and ``Config`` is set from it). Everything the harness needs to know
+    about a backend is declared here, on the class, so adding a compiler touches one module plus
+    one registry line:
+
+    * ``devices`` / ``requires``: where it runs and the python modules it needs;
+    * ``precisions``: per device, the precisions it can honour (see ``check_precision``);
+    * ``unsupported_optimisations``: optimisation kinds it refuses, with the one-line reason;
+    * ``unsupported_errors``: exception class names that mean "this model cannot go through this
+      compiler" (classified ``unsupported``, not ``error``);
+    * ``version_packages``: label -> distributions whose versions are recorded with its results.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    #: the config type; set from the generic parameter (``Compiler[XConfig]``)
     Config: ClassVar[type[CompilerConfig]] = CompilerConfig
     #: False for compilers that need no torch model (the harness's ``noop``)
     needs_model: ClassVar[bool] = True
     #: devices this compiler can target
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: python modules this compiler needs; the default ``available()`` looks for them
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: device -> precisions it can run; a device left out supports ``default`` and ``fp32``
+    precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: optimisation kind (``ngb.core.optimise.KINDS``) -> why this compiler cannot take it
+    unsupported_optimisations: ClassVar[Mapping[str, str]] = {}
+    #: exception class names (anywhere in the MRO) that mean "unsupported by this compiler"
+    unsupported_errors: ClassVar[tuple[str, ...]] = ()
+    #: result.versions label -> distribution names to try, first installed wins
+    version_packages: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    config: ConfigT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Compiler):
+                (param,) = get_args(base)
+                if isinstance(param, type) and issubclass(param, CompilerConfig):
+                    cls.Config = param
 
     def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
         if isinstance(config, CompilerConfig):
@@ -151,12 +199,9 @@ class Compiler(ABC):
                 raise ConfigError(
                     f"{self.name} takes {self.Config.__name__}, not {type(config).__name__}"
                 )
-            self.config = config
+            self.config = cast(ConfigT, config)
         else:
-            self.config = self.Config.from_options(config)
-
-    #: python modules this compiler needs; the default ``available()`` looks for them
-    requires: ClassVar[tuple[str, ...]] = ()
+            self.config = cast(ConfigT, self.Config.from_options(config))
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -167,13 +212,35 @@ class Compiler(ABC):
         """
         return modules_available(*cls.requires)
 
+    @classmethod
+    def supported_precisions(cls, device: str) -> tuple[str, ...]:
+        return tuple(cls.precisions.get(device, ("default", "fp32")))
+
+    @classmethod
+    def check_precision(cls, precision: str, device: str) -> None:
+        """Raise ``UnsupportedTrial`` (one line) when ``precision`` cannot run on ``device``."""
+        if precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}"
+            )
+        supported = cls.supported_precisions(device)
+        if precision not in supported:
+            raise UnsupportedTrial(
+                f"{cls.name} cannot run precision {precision} on {device} "
+                f"(supported: {', '.join(supported)})"
+            )
+
     @abstractmethod
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
-        """Compile ``model`` for the ``example`` batch; time sub-phases with ``ctx.phase``."""
+        """Compile ``model`` for the ``example`` batch; time sub-phases with ``ctx.phase``.
+
+        Honour ``ctx.precision`` and report what ran in ``Compiled.precision``.
+        """
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries this compiler uses (recorded with every result)."""
-        return {}
+        found = {label: dist_version(*dists) for label, dists in self.version_packages.items()}
+        return {label: v for label, v in found.items() if v}
 
 
 def module_available(module: str) -> tuple[bool, str]:

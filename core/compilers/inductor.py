@@ -20,11 +20,13 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.identity import (
+    TORCH_PRECISIONS,
+    TORCH_VERSIONS,
     TorchCompiled,
     apply_threads,
     check_bool,
     prepare,
-    torch_versions,
+    torch_precision,
 )
 from ngb.core.errors import NgbError
 
@@ -43,20 +45,28 @@ class InductorConfig(CompilerConfig):
         check_bool("cache", self.cache)
 
 
-class InductorCompiler(Compiler):
+class InductorCompiler(Compiler[InductorConfig]):
     name = "inductor"
     description = "torch.compile (inductor backend)"
-    Config = InductorConfig
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    precisions = TORCH_PRECISIONS
+    version_packages = TORCH_VERSIONS
+    #: torch._dynamo.exc.Unsupported: dynamo cannot trace a construct
+    unsupported_errors = ("Unsupported",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
+            return self._build(model, example, ctx, before)
+
+    def _build(
+        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+    ) -> Compiled:
         import torch
         import torch._dynamo
         import torch._inductor.config as inductor_config
 
         cfg = self.config
-        assert isinstance(cfg, InductorConfig)
         threads = apply_threads(ctx)
         model, inputs = prepare(model, example, ctx)
         with ctx.phase("compile"):
@@ -77,11 +87,8 @@ class InductorCompiler(Compiler):
                 ) from exc
             if ctx.device == "cuda":
                 torch.cuda.synchronize()
-        compiled = TorchCompiled(compiled_fn, inputs, ctx.device)
+        compiled = TorchCompiled(compiled_fn, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads, mode=cfg.mode, fullgraph=cfg.fullgraph, cache=cfg.cache
         )
         return compiled
-
-    def versions(self) -> dict[str, str]:
-        return torch_versions()

@@ -16,6 +16,8 @@ from typing import Any
 from ngb.core.errors import NgbError, one_line
 
 DEFAULT_OPSET = 17
+#: torch.onnx's "this op has no ONNX rule" errors: unsupported, for every ONNX-consuming backend
+EXPORT_UNSUPPORTED_ERRORS = ("UnsupportedOperatorError", "OnnxExporterError")
 
 
 def example_tuple(example: Any) -> tuple[Any, ...]:

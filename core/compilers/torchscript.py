@@ -18,11 +18,13 @@ from ngb.core.compilers.base import (
     CompilerConfig,
 )
 from ngb.core.compilers.identity import (
+    TORCH_PRECISIONS,
+    TORCH_VERSIONS,
     TorchCompiled,
     apply_threads,
     check_bool,
     prepare,
-    torch_versions,
+    torch_precision,
 )
 from ngb.core.errors import ConfigError
 
@@ -41,26 +43,32 @@ class TorchScriptConfig(CompilerConfig):
             )
 
 
-class TorchScriptCompiler(Compiler):
+class TorchScriptCompiler(Compiler[TorchScriptConfig]):
     name = "torchscript"
     description = "torch.jit.trace + freeze"
-    Config = TorchScriptConfig
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    precisions = TORCH_PRECISIONS
+    version_packages = TORCH_VERSIONS
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
+            return self._build(model, example, ctx, before)
+
+    def _build(
+        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+    ) -> Compiled:
         import warnings
 
         import torch
 
-        assert isinstance(self.config, TorchScriptConfig)
         threads = apply_threads(ctx)
         model, inputs = prepare(model, example, ctx)
         # torch >= 2.10 marks the torch.jit API deprecated; the paper benchmarks it regardless.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
             module = self._script(torch, model, inputs, ctx)
-        compiled = TorchCompiled(module, inputs, ctx.device)
+        compiled = TorchCompiled(module, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads,
             frozen=self.config.freeze,
@@ -69,7 +77,6 @@ class TorchScriptCompiler(Compiler):
         return compiled
 
     def _script(self, torch: Any, model: Any, inputs: tuple[Any, ...], ctx: CompileContext) -> Any:
-        assert isinstance(self.config, TorchScriptConfig)
         with ctx.phase("export"), torch.no_grad():
             module = torch.jit.trace(model, inputs, check_trace=False)
         with ctx.phase("compile"), torch.no_grad():
@@ -79,6 +86,3 @@ class TorchScriptCompiler(Compiler):
             if self.config.optimize_for_inference:
                 module = torch.jit.optimize_for_inference(module)
         return module
-
-    def versions(self) -> dict[str, str]:
-        return torch_versions()

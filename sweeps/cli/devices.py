@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 from ngb.core.errors import NgbError, first_line
+from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import (
     Device,
     Inventory,
-    import_ansible,
     load_inventory,
     merge_devices,
 )

@@ -74,7 +74,15 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     metavar="KEY=VALUE",
     help="Compiler option (repeatable), e.g. -o hint=throughput.",
 )
-@click.option("--repetitions", type=int, help="Timed loops (default 5).")
+@click.option(
+    "--repetitions", type=int, help="Fixed count of timed loops (default: stop on confidence)."
+)
+@click.option("--ci-target", type=float, help="Stop when the 95% CI is within ± this (0.02).")
+@click.option("--min-repetitions", type=int, help="Adaptive: at least this many (6).")
+@click.option("--max-repetitions", type=int, help="Adaptive: at most this many (40).")
+@click.option("--max-measure-s", type=float, help="Adaptive: seconds of timed loops, at most.")
+@click.option("--workers", type=int, help="Processes the repetitions are spread over (2).")
+@click.option("--retry-disturbed", type=int, help="Times to wait and retry a disturbed share.")
 @click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
 @click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
 @click.option("--warmup-iters", type=int)
@@ -82,6 +90,10 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option("--threads", type=int, help="Intra-op threads for the runtime.")
 @click.option("--timeout", "timeout_s", type=float, help="Per-trial limit in seconds (agent only).")
 @click.option("--no-verify", is_flag=True, help="Skip the comparison with torch eager.")
+@click.option(
+    "--precision",
+    help="default (each vendor's own), fp32 (strict, no TF32), tf32, bf16 or fp16.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def measure(
     model: str,
@@ -94,6 +106,12 @@ def measure(
     optimisation: str,
     options: tuple[str, ...],
     repetitions: int | None,
+    ci_target: float | None,
+    min_repetitions: int | None,
+    max_repetitions: int | None,
+    max_measure_s: float | None,
+    workers: int | None,
+    retry_disturbed: int | None,
     min_duration: float | None,
     min_iters: int | None,
     warmup_iters: int | None,
@@ -101,6 +119,7 @@ def measure(
     threads: int | None,
     timeout_s: float | None,
     no_verify: bool,
+    precision: str | None,
     as_json: bool,
 ) -> None:
     """Measure MODEL (a timm name, or conv/mha with --width) compiled by one compiler, here."""
@@ -116,6 +135,12 @@ def measure(
     resolve_model(model)  # likewise, before anything is built
     settings = {
         "repetitions": repetitions,
+        "ci_target": ci_target,
+        "min_repetitions": min_repetitions,
+        "max_repetitions": max_repetitions,
+        "max_measure_s": max_measure_s,
+        "workers": workers,
+        "disturbed_retries": retry_disturbed,
         "min_duration_s": min_duration,
         "min_iters": min_iters,
         "warmup_iters": warmup_iters,
@@ -123,6 +148,7 @@ def measure(
         "threads": threads,
         "timeout_s": timeout_s,
         "verify": False if no_verify else None,
+        "precision": precision,
     }
     spec = TrialSpec(
         model=model,
@@ -182,7 +208,14 @@ def _print_summary(spec: Any, result: Any) -> None:
     table.add_row("n", str(t.n), str(lat.n))
     console.print(table)
     facts = [
-        ("repetitions", f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls)"),
+        (
+            "repetitions",
+            f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls) "
+            f"in {result.workers} process(es)",
+        ),
+        ("throughput 95% CI", f"± {_fmt(result.ci_half_width, '.4g')}"),
+        ("verdict", f"{result.verdict}: {result.verdict_reason}"),
+        ("disturbed", "YES" if result.disturbed else "no"),
         ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
         (
             "export / compile / tune",
@@ -198,6 +231,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         ),
         ("cpu (this process)", _fmt(result.proc_cpu_percent_mean, ".0f", "%")),
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
+        ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("max |err| vs eager", _fmt(result.max_abs_err, ".3g")),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),

@@ -12,16 +12,16 @@ from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.devices.transport import HostKeyError, TransportError
+from ngb.tui.backend import Backend
+from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
 from ngb.tui.screens.host_key import HostKeyScreen
-from ngb.tui.widgets.cursor import apply_cursor_blink
 from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label
 
 COLUMNS = ("name", "transport", "address", "groups", "status", "compilers")
@@ -54,7 +54,7 @@ def compilers_of(probe: dict[str, Any]) -> list[str]:
     ]
 
 
-class DevicesScreen(Screen[None]):
+class DevicesScreen(ConsoleScreen):
     AUTO_FOCUS = "#devices-table"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "add", "Add"),
@@ -69,8 +69,8 @@ class DevicesScreen(Screen[None]):
 
     filter_text: reactive[str] = reactive("")
 
-    def __init__(self) -> None:
-        super().__init__(id="devices")
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend, id="devices")
         self.devices: list[Any] = []
         self.status: dict[str, str] = {}
         self.compilers: dict[str, list[str]] = {}
@@ -87,7 +87,7 @@ class DevicesScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        apply_cursor_blink(self)
+        super().on_mount()
         self.action_reload()
 
     # -- loading ---------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ class DevicesScreen(Screen[None]):
     @work(thread=True, group="load", exclusive=True, exit_on_error=False)
     def load_devices(self) -> None:
         try:
-            devices = self.app.backend.devices_sync()  # type: ignore[attr-defined]
+            devices = self.backend.devices_sync()
             error = ""
         except NgbError as exc:  # a bad file: show why, keep the last good list, touch nothing
             devices, error = self.devices, str(exc)
@@ -162,7 +162,7 @@ class DevicesScreen(Screen[None]):
 
     # -- add / edit / remove ---------------------------------------------------------------------
     def action_add(self) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         self.app.push_screen(
             DeviceFormScreen(backend.make_device), lambda dev: self._saved(dev, None)
         )
@@ -171,7 +171,7 @@ class DevicesScreen(Screen[None]):
         dev = self.selected()
         if dev is None:
             return
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         self.app.push_screen(
             DeviceFormScreen(backend.make_device, dev), lambda new: self._saved(new, dev.name)
         )
@@ -183,7 +183,7 @@ class DevicesScreen(Screen[None]):
     @work(thread=True, group="save", exit_on_error=False)
     def save_device(self, device: Any, replace: str | None) -> None:
         try:
-            self.app.backend.save_device_sync(device, replace)  # type: ignore[attr-defined]
+            self.backend.save_device_sync(device, replace)
         except NgbError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
@@ -214,7 +214,7 @@ class DevicesScreen(Screen[None]):
     @work(thread=True, group="save", exit_on_error=False)
     def remove_device(self, name: str) -> None:
         try:
-            self.app.backend.remove_device_sync(name)  # type: ignore[attr-defined]
+            self.backend.remove_device_sync(name)
         except NgbError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
@@ -234,7 +234,7 @@ class DevicesScreen(Screen[None]):
 
     @work(group="probe", exit_on_error=False)
     async def probe(self, device: Any) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         self._set_status(device.name, "probing...")
         try:
             probe = await backend.probe(device)
@@ -251,7 +251,7 @@ class DevicesScreen(Screen[None]):
 
     def _record_probe(self, name: str, probe: dict[str, Any]) -> None:
         try:
-            self.app.backend.store().record_probe(name, probe)  # type: ignore[attr-defined]
+            self.backend.store().record_probe(name, probe)
         except NgbError as exc:  # the store is optional for a probe: say so, lose nothing
             self.app.call_from_thread(self.notify, f"probe not recorded: {exc}", severity="warning")
 
@@ -266,21 +266,23 @@ class DevicesScreen(Screen[None]):
 
     @work(group="trust", exclusive=True, exit_on_error=False)
     async def fetch_key(self, device: Any) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
-            key_type, fingerprint, key, status = await backend.fetch_host_key(device)
+            offer = await backend.fetch_host_key(device)
         except (TransportError, NgbError) as exc:
             self.notify(str(exc), severity="error")
             return
-        modal = HostKeyScreen(device.name, address_of(device), key_type, fingerprint, status)
+        modal = HostKeyScreen(
+            device.name, address_of(device), offer.key_type, offer.fingerprint, offer.status
+        )
         trusted = await self.app.push_screen_wait(modal)
         if not trusted:
             self.notify(f"host key of {device.name} not trusted")
             return
         try:
-            await asyncio.to_thread(backend.trust_sync, device, key)
+            await asyncio.to_thread(backend.trust_sync, device, offer.key)
         except (OSError, NgbError) as exc:
             self.notify(f"could not save the host key: {exc}", severity="error")
             return
         self._set_status(device.name, "key trusted")
-        self.notify(f"trusted {key_type} {fingerprint} for {device.name}")
+        self.notify(f"trusted {offer.key_type} {offer.fingerprint} for {device.name}")

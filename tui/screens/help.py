@@ -1,4 +1,8 @@
-"""The ``?`` help modal: keys and what each screen is for."""
+"""The ``?`` help modal: the global keys, then each main screen's purpose and keys.
+
+Built from ``ngb.tui.registry.SCREENS`` and each screen's own ``BINDINGS``, so a new screen or key
+shows up here without anyone editing help text.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +14,37 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP = """\
-# ngb-tui
+GLOBAL_KEYS = (
+    ("ctrl+p", "command palette (screens, start, themes; the theme is remembered)"),
+    ("?", "this help"),
+    ("q", "quit (runs go on on their devices; restart re-attaches)"),
+    ("escape", "leave a text box or editor (then the keys above work again)"),
+    ("/", "filter the table on Devices and Results"),
+)
 
-| key | what |
-|---|---|
-| `1` `2` `3` `4` | Devices, Run, Results, SQL |
-| `ctrl+p` | command palette (screens, start, themes) |
-| `?` | this help |
-| `q` | quit (runs go on on their devices; restart re-attaches) |
-| `/` | filter the table on Devices and Results |
 
-**Devices**: `a` add, `e` edit, `d` remove, `p` probe, `t` trust the host key, `r` reload.
+def key_text(binding: Binding) -> str:
+    return binding.key_display or binding.key.replace("question_mark", "?").replace("slash", "/")
 
-**Run**: choose a sweep preset (or type a sweep file) and devices, `s` start, `p` pause or resume
-after the trial in flight, `c` cancel. The log follows new lines while it is scrolled to the end.
 
-**Results**: pick run, device, family, model and compilers; the tabs hold the charts and a table.
+def help_markdown() -> str:
+    from ngb.tui.registry import SCREENS  # the registry imports every screen: import it late
 
-**SQL**: `ctrl+j` (or `ctrl+enter`) runs the query; read-only unless *allow writes* is on;
-export the result (or a table) to CSV or Parquet.
-
-Press `escape` to close.
-"""
+    lines = ["# ngb-tui", "", "| key | what |", "|---|---|"]
+    for entry in SCREENS:
+        lines.append(f"| `{entry.key}` | {entry.title}: {entry.summary} |")
+    lines += [f"| `{key}` | {what} |" for key, what in GLOBAL_KEYS]
+    for entry in SCREENS:
+        screen_keys = [
+            f"`{key_text(b)}` {b.description.lower()}"
+            for b in entry.build.__dict__.get("BINDINGS", [])
+            if isinstance(b, Binding) and b.description
+        ]
+        lines += ["", f"**{entry.title}** ({entry.key}): {entry.summary}."]
+        if screen_keys:
+            lines.append("Keys: " + ", ".join(screen_keys) + ".")
+    lines += ["", "Press `escape` to close."]
+    return "\n".join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -43,7 +55,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body", classes="modal-body"):
-            yield Markdown(HELP)
+            yield Markdown(help_markdown())
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)

@@ -8,11 +8,13 @@ is drawn.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui import results_data as rd
-from ngb.tui.widgets.cursor import apply_cursor_blink
+from ngb.tui.backend import Backend
+from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.widgets.result_chart import ResultChart
 from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
@@ -20,7 +22,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.widgets import (
     DataTable,
     Footer,
@@ -34,13 +35,6 @@ from textual.widgets import (
 )
 
 POLL_S = 5.0
-TABS = (
-    ("throughput", "Throughput"),
-    ("speedup", "Speed-up"),
-    ("bsr", "BSR"),
-    ("ase", "ASE heatmap"),
-    ("depth", "Depth"),
-)
 ALL = "(all)"
 
 
@@ -48,7 +42,7 @@ def _options(values: list[str]) -> list[tuple[str, str]]:
     return [(v, v) for v in values]
 
 
-class ResultsScreen(Screen[None]):
+class ResultsScreen(ConsoleScreen):
     AUTO_FOCUS = "#results-run"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
@@ -59,10 +53,10 @@ class ResultsScreen(Screen[None]):
     run_id: reactive[str] = reactive("")
     filter_text: reactive[str] = reactive("")
 
-    def __init__(self) -> None:
-        super().__init__(id="results")
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend, id="results")
         self.runs: list[dict[str, Any]] = []
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[Mapping[str, Any]] = []
         self._poll_timer: Any = None
         self._want_run: str | None = None
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
@@ -80,8 +74,8 @@ class ResultsScreen(Screen[None]):
             yield SelectionList[str](id="results-compilers")
         yield Label("", id="results-note")
         with TabbedContent(id="results-tabs"):
-            for tab_id, title in TABS:
-                with TabPane(title, id=f"tab-{tab_id}"):
+            for tab_id, kind in rd.CHARTS.items():
+                with TabPane(kind.title, id=f"tab-{tab_id}"):
                     yield ResultChart(id=f"chart-{tab_id}")
             with TabPane("Table", id="tab-table"):
                 yield Input(placeholder="filter rows", id="results-filter", classes="filter")
@@ -91,7 +85,7 @@ class ResultsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        apply_cursor_blink(self)
+        super().on_mount()
 
     # -- polling ---------------------------------------------------------------------------------
     def on_screen_resume(self) -> None:
@@ -119,7 +113,7 @@ class ResultsScreen(Screen[None]):
 
     @work(thread=True, group="runs", exclusive=True, exit_on_error=False)
     def load_runs(self) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
             runs = backend.runs_sync()
         except NgbError as exc:
@@ -186,7 +180,7 @@ class ResultsScreen(Screen[None]):
 
     @work(thread=True, group="trials", exclusive=True, exit_on_error=False)
     def load_trials(self, run_id: str, device: str | None) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
             devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
             rows = backend.trials_sync(run_id=run_id, device=device)
@@ -279,13 +273,13 @@ class ResultsScreen(Screen[None]):
         if tab == "table":
             self._fill_table(sel)
             return
-        builder = rd.CHARTS.get(tab)
-        if builder is None:
+        kind = rd.CHARTS.get(tab)
+        if kind is None:
             return
         if not self.rows or not sel.variant:
-            chart = rd.Chart(title=dict(TABS).get(tab, tab), note="no results to show yet")
+            chart = rd.Chart(title=kind.title, note="no results to show yet")
         else:
-            chart = builder(self.rows, sel)
+            chart = kind.build(self.rows, sel)
         self.query_one(f"#chart-{tab}", ResultChart).draw(chart)
         self.draws += 1
 

@@ -12,8 +12,10 @@ import asyncio
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
+from ngb.tui.backend import Backend
 from ngb.tui.run_model import RunModel
-from ngb.tui.widgets.cursor import apply_cursor_blink
+from ngb.tui.screens.base import ConsoleScreen
+from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.device_panel import DevicePanel
 from ngb.tui.widgets.log_tail import LogTail
 from textual import on, work
@@ -21,15 +23,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, SelectionList
 
 REFRESH_HZ = 10
+#: a run that took at least this long rings the terminal bell when it ends
+BELL_AFTER_S = 60.0
 DEFAULT_SWEEP = "demo"
 
 
-class RunScreen(Screen[None]):
+class RunScreen(ConsoleScreen):
     AUTO_FOCUS = "#sweep-select"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "start", "Start"),
@@ -47,8 +51,8 @@ class RunScreen(Screen[None]):
             super().__init__()
             self.run_id, self.state = run_id, state
 
-    def __init__(self) -> None:
-        super().__init__(id="run")
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend, id="run")
         self.model = RunModel()
         self._dirty: set[tuple[str, str]] = set()
         self._panels: dict[tuple[str, str], DevicePanel] = {}
@@ -77,7 +81,7 @@ class RunScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        apply_cursor_blink(self)
+        super().on_mount()
         self.set_interval(1 / REFRESH_HZ, self._tick)
         self.load_choices()
 
@@ -87,7 +91,7 @@ class RunScreen(Screen[None]):
     # -- choices -------------------------------------------------------------------------------
     @work(thread=True, group="choices", exclusive=True, exit_on_error=False)
     def load_choices(self) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
             presets = backend.presets()
             devices = backend.devices_sync()
@@ -127,7 +131,7 @@ class RunScreen(Screen[None]):
         if not choice:
             return
         try:
-            sweep = self.app.backend.load_sweep_sync(choice)  # type: ignore[attr-defined]
+            sweep = self.backend.load_sweep_sync(choice)
             text = f"{sweep.name}: {len(sweep.trials())} trials per device"
         except NgbError as exc:
             text = f"[red]{exc}[/]"
@@ -156,12 +160,12 @@ class RunScreen(Screen[None]):
 
     @work(group="start", exclusive=True, exit_on_error=False)
     async def start_run(self, choice: str, devices: list[str]) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
             sweep = await asyncio.to_thread(backend.load_sweep_sync, choice)
             await asyncio.to_thread(backend.import_orchestrator_sync)
             # subscribe before start, so no early event is missed
-            self.app.orchestrator()  # type: ignore[attr-defined]
+            backend.orchestrator()
             run_id = await backend.start_run(sweep, devices)
         except NgbError as exc:
             self.notify(str(exc), severity="error")
@@ -186,7 +190,7 @@ class RunScreen(Screen[None]):
 
     @work(group="control", exit_on_error=False)
     async def toggle_pause(self, run_id: str, pause: bool) -> None:
-        orch = self.app.orchestrator()  # type: ignore[attr-defined]
+        orch = self.backend.orchestrator()
         try:
             await (orch.pause(run_id) if pause else orch.resume(run_id))
         except NgbError as exc:
@@ -196,20 +200,30 @@ class RunScreen(Screen[None]):
         self.notify(f"run {run_id} {'paused after the trial in flight' if pause else 'resumed'}")
 
     def action_cancel(self) -> None:
-        if not self.current_run:
+        """Cancel the shown run after a yes/no (its trials in flight are lost)."""
+        run_id = self.current_run
+        if not run_id:
             self.notify("no run to cancel", severity="warning")
             return
-        self.cancel_run(self.current_run)
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self.cancel_run(run_id)
+
+        self.app.push_screen(
+            ConfirmScreen(f"Cancel run {run_id} on all its devices?", yes="Cancel run"), answered
+        )
 
     @work(group="control", exit_on_error=False)
     async def cancel_run(self, run_id: str) -> None:
-        orch = self.app.orchestrator()  # type: ignore[attr-defined]
+        """Cancel; the end of the run is announced once, by ``RunFinished`` ("cancelled")."""
+        self.notify(f"cancelling run {run_id}...")
         try:
-            await orch.cancel(run_id)
+            await self.backend.orchestrator().cancel(run_id)
         except NgbError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.notify(f"run {run_id} cancelled")
+        self._run_ended(run_id, "cancelled")
 
     def watch_paused(self, paused: bool) -> None:
         if self.is_mounted:
@@ -233,7 +247,7 @@ class RunScreen(Screen[None]):
         if ev.kind == "run" and ev.state in ("finished", "failed", "cancelled"):
             self._run_ended(ev.run_id, ev.state)
         elif changed is not None and self._all_finished(ev.run_id):
-            self._run_ended(ev.run_id, "finished")
+            self._run_ended(ev.run_id, self.model.derived_state(ev.run_id))
 
     def _all_finished(self, run_id: str) -> bool:
         states = self.model.devices_of(run_id)
@@ -246,9 +260,16 @@ class RunScreen(Screen[None]):
         self.post_message(self.RunFinished(run_id, state))
 
     def on_run_screen_run_finished(self, message: RunFinished) -> None:
+        severity: SeverityLevel = "information" if message.state == "finished" else "warning"
         self.notify(
-            f"run {message.run_id} {message.state}: press 3 for charts, 4 for SQL", timeout=8
+            f"run {message.run_id} {message.state}: press 3 for charts, 4 for SQL",
+            severity=severity,
+            timeout=8,
         )
+        # A long run (hours of TVM tuning) or one that did not finish rings the terminal bell, so
+        # an operator in another window or tmux pane hears it (tmux flags the window).
+        if message.state != "finished" or self.model.run_seconds(message.run_id) >= BELL_AFTER_S:
+            self.app.bell()
         results = self.app.get_screen("results")
         refresh = getattr(results, "refresh_runs", None)
         if refresh is not None:

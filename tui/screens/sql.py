@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
-from ngb.tui.widgets.cursor import apply_cursor_blink
+from ngb.tui.backend import Backend
+from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import (
     Button,
     DataTable,
@@ -67,7 +67,7 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-class SqlScreen(Screen[None]):
+class SqlScreen(ConsoleScreen):
     AUTO_FOCUS = "#sql-editor"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+j", "run_query", "Run query", priority=True),
@@ -76,8 +76,8 @@ class SqlScreen(Screen[None]):
         Binding("escape", "leave_editor", "Leave editor", show=False),
     ]
 
-    def __init__(self) -> None:
-        super().__init__(id="sql")
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend, id="sql")
         self.history: list[str] = []
         self.last_query = ""
         self.last_columns: list[str] = []
@@ -112,7 +112,7 @@ class SqlScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        apply_cursor_blink(self)
+        super().on_mount()
         self.query_one("#sql-editor", TextArea).focus()
 
     def action_leave_editor(self) -> None:
@@ -130,13 +130,13 @@ class SqlScreen(Screen[None]):
 
     @work(thread=True, group="query", exclusive=True, exit_on_error=False)
     def run_query(self, sql: str, allow_write: bool) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
-            columns, rows = backend.query_sync(sql, allow_write=allow_write)
+            result = backend.query_sync(sql, allow_write=allow_write)
         except NgbError as exc:
             self.app.call_from_thread(self._status, f"[red]{exc}[/]")
             return
-        self.app.call_from_thread(self._show_result, sql, list(columns), list(rows))
+        self.app.call_from_thread(self._show_result, sql, result.columns, result.rows)
 
     def _show_result(self, sql: str, columns: list[str], rows: list[tuple]) -> None:
         self.last_query, self.last_columns, self.last_rows = sql, columns, rows
@@ -196,11 +196,13 @@ class SqlScreen(Screen[None]):
 
     @work(thread=True, group="export", exclusive=True, exit_on_error=False)
     def export(self, dest: Path, fmt: str, table_or_sql: str) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.backend
         try:
-            written, rows = backend.export_sync(dest, fmt, table_or_sql)
+            done = backend.export_sync(dest, fmt, table_or_sql)
         except NgbError as exc:
             self.app.call_from_thread(self._status, f"[red]{exc}[/]")
             return
-        self.app.call_from_thread(self._status, f"exported {rows} row(s) to {written}")
-        self.app.call_from_thread(self.notify, f"exported {rows} row(s) as {fmt} to {written}")
+        self.app.call_from_thread(self._status, f"exported {done.rows} row(s) to {done.path}")
+        self.app.call_from_thread(
+            self.notify, f"exported {done.rows} row(s) as {fmt} to {done.path}"
+        )

@@ -1,11 +1,20 @@
-"""Device-side commands of a run, built as argv lists, plus the event-log offset bookkeeping.
+"""The device protocol: every command the workstation sends a device, the run-dir layout on the
+device, the sha256-checked agent installer, and the event-log offset bookkeeping.
 
-Everything the orchestrator asks a device to do goes through here, so the quoting lives in one
-place. Every command is an argv list; transports quote each element (``shlex.join``) before a
-remote shell sees it. Where a shell is needed (redirections, ``&``), the script is a *constant*
-passed to ``sh -c`` and every device-specific value (work directory, interpreter, run id) travels
-as a positional parameter (``"$1"``...), so an inventory field such as ``x; touch /tmp/pwned`` is
-only ever a (strange) file name, never shell code.
+The orchestrator (runs) and ``ngb.devices.deploy`` (probe) both speak it, so the quoting, the
+install check and the file layout live in one place. Every command is an argv list; transports
+quote each element (``shlex.join``) before a remote shell sees it. Where a shell is needed
+(redirections, ``&``), the script is a *constant* passed to ``sh -c`` and every device-specific
+value (work directory, interpreter, run id) travels as a positional parameter (``"$1"``...), so
+an inventory field such as ``x; touch /tmp/pwned`` is only ever a (strange) file name, never
+shell code.
+
+Layout of a device's work dir (``workdir`` from the inventory, ``~/.ngb`` by default)::
+
+    agent-<hash>.pyz  the agent bundle, installed only after its sha256 checked out
+    agent-<hash>.pyz.ready-<n>  marker: the python named <n> (a cksum) started this agent
+    cache/            long-lived: TVM tuning databases, ``cache/artifacts/`` (model files)
+    runs/<run_id>/    one run (below)
 
 Layout of a run on a device (``<workdir>/runs/<run_id>/``)::
 
@@ -58,34 +67,67 @@ nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
 echo $!
 """
 
-# The first start of a run on a device, in one round trip: resolve the work dir (``~`` too: a
-# quoted argument never gets the shell's tilde expansion), install an uploaded agent after its
-# sha256 checks out, check the agent that is there, then fall through to _START_SCRIPT. Output:
-# ``workdir <abs path>`` first, then either ``need-agent`` (upload it, call again with PART) or the
-# agent's pid. Arguments whose text starts with the WORK placeholder are rebased onto the resolved
-# work dir by string operations on variables, never by eval, so a strange work dir stays data.
+# The agent installer, shared by deploy/probe and by a run's first start. Arguments: WORK NAME SHA
+# PART PY. It resolves the work dir (``~`` too: a quoted argument never gets the shell's tilde
+# expansion), installs an uploaded agent (PART) after its sha256 checks out, and checks the agent
+# that is there. Output: ``workdir <abs path>`` first, then ``need-agent`` (upload it to a
+# temporary name, call again with PART) and exit 0, or fall through with the agent in place.
 # sha256sum (coreutils, like tail) is preferred; the device's python hashes where it is missing.
-_LAUNCH_PREAMBLE = r"""
-set -e
-mode=$1 work=$2 name=$3 sha=$4 part=$5 py=$6
-shift 6
+# Last, the interpreter must be able to start the agent (``agent ready`` imports it and exits):
+# a wrong ``python`` path or an old Python then fails here, once, with its own words (exit 5),
+# instead of as an agent that dies on every restart. A marker per (agent, python) remembers a
+# pass, so later starts skip the check (it costs an interpreter start and the agent's imports).
+_RESOLVE_WORK = r"""
 case $work in "~") work=$HOME;; "~/"*) work=$HOME/${work#"~/"};; esac
 mkdir -p "$work"
 cd "$work"
 work=$(pwd)
 printf 'workdir %s\n' "$work"
+"""
+_SUM = r"""
 hashpy='import hashlib as h,sys;print(h.sha256(open(sys.argv[1],"rb").read()).hexdigest())'
 sum() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum < "$1" | cut -c1-64
   else "$py" -c "$hashpy" "$1"
   fi
 }
+"""
+_INSTALL_SCRIPT = (
+    r"""
+set -e
+work=$1 name=$2 sha=$3 part=$4 py=$5
+shift 5
+"""
+    + _RESOLVE_WORK
+    + _SUM
+    + r"""
 if [ -n "$part" ] && [ -f "$part" ]; then
   if [ "$(sum "$part")" = "$sha" ]; then mv -f "$part" "$name"
   else rm -f "$part"; echo "uploaded agent is corrupt (sha256 mismatch)" >&2; exit 4
   fi
 fi
 if [ ! -f "$name" ] || [ "$(sum "$name")" != "$sha" ]; then echo need-agent; exit 0; fi
+ok=$name.ready-$(printf '%s' "$py" | cksum | cut -d ' ' -f 1)
+if [ ! -f "$ok" ]; then
+  status=0
+  why=$("$py" "$work/$name" ready 2>&1 >/dev/null) || status=$?
+  if [ "$status" -ne 0 ]; then
+    why=$(printf '%s\n' "$why" | grep -v '^[[:space:]]*$' | tail -n 1)
+    printf "python '%s' cannot run on the device (%s)\n" "$py" "${why:-exit status $status}" >&2
+    exit 5
+  fi
+  : > "$ok"
+fi
+"""
+)
+EXIT_AGENT_CORRUPT, EXIT_BAD_PYTHON = 4, 5
+
+# The first start of a run on a device, in one round trip: the installer above, then
+# _START_SCRIPT. Arguments: MODE, the installer's five, RUN_DIR, agent args. Arguments whose text
+# starts with the WORK placeholder are rebased onto the resolved work dir by string operations on
+# variables, never by eval, so a strange work dir stays data. Output: the installer's, then the
+# agent's pid.
+_REBASE_THEN_START = r"""
 n=$#
 while [ "$n" -gt 0 ]; do
   a=$1
@@ -98,6 +140,7 @@ rd=$1
 shift
 set -- "$mode" "$rd" "$py" "$work/$name" "$@"
 """
+_LAUNCH_SCRIPT = "mode=$1\nshift\n" + _INSTALL_SCRIPT + _REBASE_THEN_START + _START_SCRIPT
 WORK_PLACEHOLDER = "@WORK@"
 
 # Signal the agent: the pid file the agent wrote wins; the pid the workstation recorded at start
@@ -205,6 +248,31 @@ def start_agent_argv(
             *agent_args]  # fmt: skip
 
 
+def _check_agent_name(agent_name: str) -> None:
+    if "/" in agent_name or agent_name in ("", ".", ".."):
+        raise ConfigError(f"bad agent file name {agent_name!r}")
+
+
+def install_argv(
+    python: str, workdir: str, agent_name: str, agent_sha256: str, *, part: str = ""
+) -> list[str]:
+    """Check (and with ``part``, install) the agent in the work dir; parse with ``parse_install``.
+
+    The same installer ``launch_argv`` starts with, for callers that only need the agent there
+    (probe). Exit 4: the upload was corrupt; exit 5: ``python`` cannot start the agent (stderr
+    says why, in one line).
+    """
+    _check_agent_name(agent_name)
+    return ["sh", "-c", _INSTALL_SCRIPT + "echo agent-ok\n", "ngb-install", workdir, agent_name,
+            agent_sha256, part, python]  # fmt: skip
+
+
+def parse_install(out: str) -> tuple[str, bool]:
+    """``install_argv``'s answer -> (absolute work dir, whether the agent is in place)."""
+    workdir, _ = parse_launch(out)
+    return workdir, "agent-ok" in out.split()
+
+
 def launch_argv(
     python: str,
     workdir: str,
@@ -224,9 +292,8 @@ def launch_argv(
     template = start_agent_argv(python, agent_name, RunPaths(WORK_PLACEHOLDER, run_id),
                                 isolate=isolate, upload=True)  # fmt: skip
     agent_args = template[8:]  # after: sh -c SCRIPT $0 mode run_dir python agent
-    if "/" in agent_name or agent_name in ("", ".", ".."):
-        raise ConfigError(f"bad agent file name {agent_name!r}")
-    return ["sh", "-c", _LAUNCH_PREAMBLE + _START_SCRIPT, "ngb-launch", "upload", workdir,
+    _check_agent_name(agent_name)
+    return ["sh", "-c", _LAUNCH_SCRIPT, "ngb-launch", "upload", workdir,
             agent_name, agent_sha256, part, python, template[5], *agent_args]  # fmt: skip
 
 
@@ -289,6 +356,114 @@ def read_file_argv(path: str) -> list[str]:
 
 def stderr_tail_argv(paths: RunPaths, lines: int = 5) -> list[str]:
     return ["tail", "-n", str(int(lines)), paths.stderr]
+
+
+# -- model artifacts (the user's ONNX / .pt2 files and code folders) ---------------------------
+#
+# Content-addressed under ``<workdir>/cache/artifacts/<sha256>/<name>`` (a file, or a folder for
+# code), so any run on the device reuses what an earlier one uploaded. "have" lists which of the
+# asked-for hashes are there (one command, no hashing: the agent verifies before use, and removes
+# an entry whose content no longer has its hash, so the next run uploads it again). "install"
+# checks each upload's sha256 (the payload: the file itself, or the deterministic zip of a code
+# folder), unpacks a zip with the device's own Python (``python -m zipfile -e``), and renames a
+# finished temporary folder into place, so a reader never sees half an artifact.
+ARTIFACTS_DIR = "cache/artifacts"  # under the work dir; = RunPaths.cache_dir + "/artifacts"
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ARTIFACTS_HAVE_SCRIPT = (
+    r"""
+set -e
+work=$1
+shift
+"""
+    + _RESOLVE_WORK
+    + r"""
+mkdir -p cache/artifacts
+while [ "$#" -ge 2 ]; do
+  if [ -e "cache/artifacts/$1/$2" ]; then printf 'have %s\n' "$1"; fi
+  shift 2
+done
+"""
+)
+_ARTIFACTS_INSTALL_SCRIPT = (
+    r"""
+set -e
+work=$1 py=$2
+shift 2
+"""
+    + _RESOLVE_WORK
+    + _SUM
+    + r"""
+cd cache/artifacts
+while [ "$#" -ge 5 ]; do
+  sha=$1 name=$2 fmt=$3 psha=$4 part=$5
+  shift 5
+  if [ "$(sum "$part")" != "$psha" ]; then
+    rm -f "$part"
+    echo "uploaded artifact $name is corrupt (sha256 mismatch)" >&2
+    exit 4
+  fi
+  tmp=.$sha.$$.tmp
+  rm -rf "$tmp"
+  mkdir "$tmp"
+  if [ "$fmt" = zip ]; then "$py" -m zipfile -e "$part" "$tmp/$name"; rm -f "$part"
+  else mv -f "$part" "$tmp/$name"
+  fi
+  if [ -e "$sha/$name" ]; then rm -rf "$tmp"; else rm -rf "$sha"; mv "$tmp" "$sha"; fi
+  printf 'installed %s\n' "$sha"
+done
+"""
+)
+
+
+def check_artifact(sha256: Any, name: Any) -> None:
+    """Artifact hashes and names become path parts on the device: keep them plain."""
+    if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
+        raise ConfigError(f"bad artifact hash {sha256!r}: expected 64 lowercase hex digits")
+    if not isinstance(name, str) or "/" in name or name in ("", ".", "..") or "\0" in name:
+        raise ConfigError(f"bad artifact name {name!r}: a plain file or folder name")
+
+
+def artifacts_have_argv(workdir: str, items: Iterable[tuple[str, str]]) -> list[str]:
+    """Which ``(sha256, name)`` artifacts the device holds; parse with ``parse_artifacts_have``."""
+    args: list[str] = []
+    for sha, name in items:
+        check_artifact(sha, name)
+        args += [sha, name]
+    return ["sh", "-c", _ARTIFACTS_HAVE_SCRIPT, "ngb-artifacts", workdir, *args]
+
+
+def parse_artifacts_have(out: str) -> tuple[str, set[str]]:
+    """-> (absolute work dir, the hashes the device already holds)."""
+    workdir, _ = parse_launch(out)
+    have = {ln.split()[1] for ln in out.splitlines() if ln.startswith("have ") and len(ln) > 5}
+    return workdir, have
+
+
+@dataclass(frozen=True)
+class ArtifactUpload:
+    """One uploaded payload waiting on the device at ``part`` (an absolute path)."""
+
+    sha256: str  # the artifact's content address (models' hash of the file or folder)
+    name: str  # its file or folder name under <sha256>/
+    zipped: bool  # a code folder, packed as a deterministic zip
+    payload_sha256: str  # sha256 of the uploaded bytes (= sha256 for a plain file)
+    part: str
+
+
+def artifacts_install_argv(
+    python: str, workdir: str, uploads: Iterable[ArtifactUpload]
+) -> list[str]:
+    """Verify, unpack and move uploaded artifacts into place; prints ``installed <sha>`` each.
+
+    Exit 4: an upload's bytes do not have their sha256 (it is deleted; upload again).
+    """
+    args: list[str] = []
+    for up in uploads:
+        check_artifact(up.sha256, up.name)
+        if not _SHA256_RE.match(up.payload_sha256):
+            raise ConfigError(f"bad payload hash {up.payload_sha256!r}")
+        args += [up.sha256, up.name, "zip" if up.zipped else "file", up.payload_sha256, up.part]
+    return ["sh", "-c", _ARTIFACTS_INSTALL_SCRIPT, "ngb-artifacts-install", workdir, python, *args]
 
 
 def trials_jsonl(trial_dicts: Iterable[dict[str, Any]]) -> str:

@@ -1,0 +1,364 @@
+"""MetaSchedule search machinery for ``tvm-ms``: progress, early stop, database, builder.
+
+Four things are ours rather than MetaSchedule's defaults:
+
+* **Early stop.** MetaSchedule has no "stop after N trials without improvement" knob, only trial
+  caps. We plug in our own task scheduler (a MetaSchedule ``PyTaskScheduler``): before it picks
+  the next task it joins every pending measurement, then stops the whole search once
+  ``early_stop`` consecutive measured trials have not lowered any task's best latency (i.e. the
+  weighted sum of per-task bests, MetaSchedule's estimate of end-to-end latency, stayed put).
+  Because candidates are measured in batches of ``num_trials_per_iter``, the search may run up to
+  one batch past the window. Task choice otherwise follows MetaSchedule's gradient heuristic:
+  each task once, then the one whose weighted latency is expected to drop most per trial.
+* **Progress.** A measure callback (called by MetaSchedule after every measured batch, in the
+  tuning thread) updates per-task trial counts and best latencies and emits a ``tuning`` event,
+  so a multi-hour tuning run shows live progress without parsing logs.
+* **A reusable database.** Records go to a MetaSchedule ``JSONDatabase`` under
+  ``<cache_dir or workdir>/tvm-ms/<model>-b<batch>-<target>-<digest>/``, where the digest covers
+  the imported Relax module's structure (architecture + shapes, weights excluded), the target
+  (incl. cores and CPU flags) and the TVM version. ``meta.json`` beside it counts the trials run so
+  far; a finished search is reused without tuning, an interrupted or smaller one is resumed with
+  the remaining budget. With ``reuse_database=false`` a fresh database in the trial's workdir is
+  used and the cache is left untouched (to measure tuning from scratch).
+* **Overheads that are not tuning.** MetaSchedule imports its tensor-intrinsic registry in the
+  tuning process and in every builder batch; on the 2-core test machine that import alone took
+  ~70 CPU-seconds (see ``import_tensor_intrinsics``/``build_candidate``), which made a 4-trial
+  run time out. Its console log is moved off stdout, which is the agent's event stream.
+
+``best_ms`` in tuning events is MetaSchedule's own estimate (weighted sum of per-task bests), not
+a measurement of the built model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ngb.core.compilers.tvm import last_line
+from ngb.core.errors import NgbError
+
+# --------------------------------------------------------------------------------------------
+# Tuning progress and early stop (plain Python: testable without TVM)
+
+
+@dataclass
+class TaskProgress:
+    name: str
+    weight: float
+    trials: int = 0
+    errors: int = 0
+    best_s: float = math.inf
+    best_history: list[float] = field(default_factory=list)  # best after each measured batch
+
+
+class TuningProgress:
+    """Counts measured trials per task, tracks best latencies and decides the early stop."""
+
+    def __init__(
+        self,
+        names: list[str],
+        weights: list[float],
+        *,
+        budget: int,
+        early_stop: int | None,
+        emit: Callable[..., None] = lambda type_, **fields: None,
+        trials_before: int = 0,
+    ) -> None:
+        self.tasks = [TaskProgress(n, float(w)) for n, w in zip(names, weights, strict=True)]
+        self.budget = budget
+        self.early_stop = early_stop
+        self.trials_before = trials_before  # trials in the database from earlier runs
+        self.trials_done = 0
+        self.since_improvement = 0
+        self.stopped_early = False
+        self.first_error: str | None = None
+        self._emit = emit
+        self._started = time.monotonic()
+
+    def record(
+        self, task_id: int, latencies_s: list[float | None], error: str | None = None
+    ) -> None:
+        """One measured batch of ``task_id``; ``None`` marks a candidate that failed."""
+        task = self.tasks[task_id]
+        for lat in latencies_s:
+            self.trials_done += 1
+            task.trials += 1
+            if lat is None:
+                task.errors += 1
+                self.since_improvement += 1
+            elif lat < task.best_s:
+                task.best_s = lat
+                self.since_improvement = 0
+            else:
+                self.since_improvement += 1
+        if error and self.first_error is None:
+            self.first_error = error
+        task.best_history.append(task.best_s)
+
+    def should_stop(self) -> bool:
+        if self.early_stop is not None and self.since_improvement >= self.early_stop:
+            self.stopped_early = True
+        return self.stopped_early
+
+    @property
+    def valid_trials(self) -> int:
+        return sum(t.trials - t.errors for t in self.tasks)
+
+    @property
+    def estimated_ms(self) -> float:
+        """Weighted sum of per-task best latencies (ms) over the tasks measured so far."""
+        measured = [t.weight * t.best_s for t in self.tasks if math.isfinite(t.best_s)]
+        return sum(measured) * 1e3 if measured else math.nan
+
+    def score(self, task_id: int, *, alpha: float = 0.2, window: int = 3) -> float:
+        """Expected weighted latency gain per trial (MetaSchedule's gradient heuristic).
+
+        Blends the recent slope of the task's best latency with its best over the number of
+        batches so far (an optimistic "more trials still help" term). Tasks that never produced
+        a valid measurement rank last.
+        """
+        task = self.tasks[task_id]
+        hist = task.best_history
+        if not hist or not math.isfinite(hist[-1]):
+            return -math.inf
+        best = hist[-1]
+        slope = (hist[-1 - window] - best) / window if len(hist) > window else 0.0
+        if not math.isfinite(slope):
+            slope = 0.0
+        return task.weight * (alpha * slope + (1 - alpha) * best / len(hist))
+
+    def event(self) -> dict[str, Any]:
+        return {
+            "trials_done": self.trials_done,
+            "budget": self.budget,
+            "best_ms": self.estimated_ms,
+            "trials_before": self.trials_before,
+            "elapsed_s": round(time.monotonic() - self._started, 3),
+            "tasks": [
+                {
+                    "name": t.name,
+                    "trials": t.trials,
+                    "best_ms": t.best_s * 1e3 if math.isfinite(t.best_s) else None,
+                }
+                for t in self.tasks
+            ],
+        }
+
+    def emit(self) -> None:
+        self._emit("tuning", **self.event())
+
+
+# --------------------------------------------------------------------------------------------
+# The tuning database on disk
+
+
+class TuningStore:
+    """A MetaSchedule JSON database plus ``meta.json`` (trials so far, finished or not)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.workload_path = directory / "database_workload.json"
+        self.record_path = directory / "database_tuning_record.json"
+        self.meta_path = directory / "meta.json"
+
+    def meta(self) -> dict[str, Any]:
+        """The stored facts, or ``{}`` when absent, unreadable or the records are gone."""
+        if not self.record_path.is_file() or self.record_path.stat().st_size == 0:
+            return {}
+        try:
+            data = json.loads(self.meta_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write_meta(self, **facts: Any) -> None:
+        """Atomic replace, so a kill mid-write leaves the previous meta intact."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.meta_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**facts, "updated": time.time()}, indent=1, sort_keys=True))
+        os.replace(tmp, self.meta_path)
+
+    def open(self) -> Any:
+        from tvm.s_tir import meta_schedule as ms
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return ms.database.JSONDatabase(
+                path_workload=str(self.workload_path),
+                path_tuning_record=str(self.record_path),
+                allow_missing=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - TVM raises its own error types
+            raise NgbError(
+                f"tvm-ms: tuning database {self.dir} is unreadable ({last_line(exc)}); delete it"
+            ) from exc
+
+
+def plan_tuning(meta: Mapping[str, Any], budget: int) -> tuple[int, int]:
+    """(trials already in the database, trials still to run) for a requested ``budget``.
+
+    A finished search is reused as is when it ran at least ``budget`` trials or stopped early
+    (more trials would not have helped); otherwise the search resumes for the remainder.
+    """
+    before = int(meta.get("trials", 0) or 0)
+    if meta.get("complete") and (meta.get("early_stopped") or before >= budget):
+        return before, 0
+    return before, max(budget - before, 0)
+
+
+def build_candidate(mod: Any, target: Any, params: Any) -> Any:
+    """MetaSchedule builder function, run in its worker processes (module level: picklable).
+
+    MetaSchedule's default builder imports ``tvm.s_tir.tensor_intrin`` first, which registers
+    every tensor intrinsic for every target by parsing TVMScript: ~70 CPU-seconds on the 2-core
+    test machine, paid again for each measured batch because the builder restarts its worker
+    pool per batch. A candidate arrives already scheduled (tensorized blocks carry their
+    implementation), so the registry is normally not needed to build it; we import it only when
+    a build fails without it, and otherwise build exactly as the default does.
+    """
+    from tvm.driver import build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    if params:
+        raise ValueError("tvm-ms builder takes no params")
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    try:
+        return build(mod, target=target)
+    except Exception:  # noqa: BLE001 - retry with the full intrinsic registry, as the default
+        import_tensor_intrinsics()
+        return build(mod, target=target)
+
+
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule needs it) in seconds, not minutes.
+
+    Each of its ~250 TVMScript intrinsics calls ``inspect.stack()``, which looks up the module of
+    every frame; for the import machinery's ``<frozen ...>`` frames ``inspect.getmodule`` finds no
+    cached answer and rescans all of ``sys.modules`` every time. That made the import cost
+    ~70 CPU-seconds here (4 s without the rescans). For the duration of the import we memoise
+    ``getmodule`` per code file (a frame's module is determined by its code's file), then put
+    the original back.
+    """
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    original = inspect.getmodule
+    memo: dict[tuple[str, str | None], Any] = {}
+
+    def getmodule(obj: Any, _filename: str | None = None) -> Any:
+        code = getattr(obj, "f_code", None) if inspect.isframe(obj) else None
+        if code is None:
+            return original(obj, _filename)
+        key = (code.co_filename, _filename)
+        if key not in memo:
+            memo[key] = original(obj, _filename)
+        return memo[key]
+
+    inspect.getmodule = getmodule  # type: ignore[assignment]
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.getmodule = original
+
+
+@contextlib.contextmanager
+def quiet_meta_schedule_console() -> Any:
+    """Keep MetaSchedule's console log off stdout (the agent's event stream) and terse.
+
+    MetaSchedule (re)configures its loggers when tuning contexts are created, adding a console
+    handler bound to ``sys.stdout`` at DEBUG level that prints a statistics table after every
+    batch. We bind that handler to stderr and raise it to WARNING; the full log still goes to
+    the files under ``<workdir>/tvm-ms-logs/logs``.
+    """
+    import logging
+    import sys
+
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+    for handler in logging.getLogger("tvm.s_tir.meta_schedule").handlers:
+        if handler.get_name() == "tvm.s_tir.meta_schedule.console":
+            handler.setLevel(logging.WARNING)
+
+
+def _run_seconds(result: Any) -> float | None:
+    """Median of a MetaSchedule runner result's repeats, ``None`` for a failed candidate."""
+    if result.error_msg is not None or not result.run_secs:
+        return None
+    secs = [float(getattr(s, "value", s)) for s in result.run_secs]
+    return statistics.median(secs)
+
+
+def progress_callback(progress: TuningProgress, checkpoint: Callable[[bool], None]) -> Any:
+    """A MetaSchedule measure callback that feeds ``progress`` after every measured batch."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class ProgressCallback(PyMeasureCallback):
+        def apply(
+            self,
+            task_scheduler: Any,
+            task_id: int,
+            measure_candidates: Any,
+            builder_results: Any,
+            runner_results: Any,
+        ) -> None:
+            latencies: list[float | None] = []
+            error = None
+            for built, ran in zip(builder_results, runner_results, strict=True):
+                msg = built.error_msg if built.error_msg is not None else ran.error_msg
+                latencies.append(None if msg is not None else _run_seconds(ran))
+                if msg is not None and error is None:
+                    error = str(msg)
+            progress.record(int(task_id), latencies, error)
+            checkpoint(False)  # a killed run resumes from here
+            progress.emit()
+
+    return ProgressCallback()
+
+
+def early_stop_scheduler(progress: TuningProgress) -> Any:
+    """A MetaSchedule task scheduler that can stop the whole search early (see module doc)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+    @derived_object
+    class EarlyStopScheduler(PyTaskScheduler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.picked: set[int] = set()
+
+        def next_task_id(self) -> int:
+            sched = self._outer()
+            records = list(sched.tasks_)
+            # Join every pending batch first: the stop decision then sees all results, and the
+            # task handed back never has a measurement in flight (MetaSchedule requires that).
+            for i, rec in enumerate(records):
+                if not rec.is_terminated and rec.runner_futures is not None:
+                    sched.join_running_task(i)
+            alive = [i for i, rec in enumerate(records) if not rec.is_terminated]
+            if progress.should_stop():
+                for i in alive:
+                    sched.terminate_task(i)
+                return -1
+            if not alive:
+                return -1
+            fresh = [i for i in alive if i not in self.picked]
+            if fresh:
+                task_id = fresh[0]
+            else:
+                task_id = max(alive, key=lambda i: (progress.score(i), -progress.tasks[i].trials))
+            self.picked.add(task_id)
+            return task_id
+
+    return EarlyStopScheduler()
