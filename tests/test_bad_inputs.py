@@ -149,6 +149,7 @@ min_iters = 1
 min_duration_s = 0
 repetitions = 2
 verify = false
+workers = 1
 cpu_interval_s = 0.05
 [[matrix]]
 models = ["resnet18"]

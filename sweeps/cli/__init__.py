@@ -90,8 +90,19 @@ class LazyGroup(click.Group):
             raise _usage_line(exc) from None
         except click.ClickException as exc:
             raise click.ClickException(safe_text(exc.format_message())) from None
-        except (NgbError, OSError) as exc:
+        except _environment_errors() as exc:
             raise click.ClickException(safe_text(one_line(exc))) from None
+
+
+def _environment_errors() -> tuple[type[BaseException], ...]:
+    """What the operator's files and machine cause, as opposed to bugs: our own NgbError, OSError
+    (unwritable or missing paths) and DuckDB's I/O errors (a damaged or unreadable results file).
+    DuckDB is looked up only if a command imported it (``ngb --help`` must not)."""
+    errors: list[type[BaseException]] = [NgbError, OSError]
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        errors.append(duckdb.IOException)
+    return tuple(errors)
 
 
 def safe_text(text: str) -> str:
