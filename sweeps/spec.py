@@ -295,7 +295,7 @@ def check_sweep_name(name: Any, source: str, *, named: bool = True) -> str:
     starting with a letter or digit."""
     if isinstance(name, str) and NAME_RE.match(name):
         return name
-    origin = "name" if named else "name (from the file name; set name = \"...\" in the file)"
+    origin = "name" if named else 'name (from the file name; set name = "..." in the file)'
     raise ConfigError(
         f"{source}: bad sweep {origin} {name!r}: use ASCII letters, digits, '.', '_' and '-', "
         "starting with a letter or digit (64 characters at most)"

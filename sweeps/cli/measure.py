@@ -126,9 +126,8 @@ def measure(
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
-    from ngb.core.types import TrialSpec
-
     from ngb.core.models import resolve_model
+    from ngb.core.types import TrialSpec
     from ngb.sweeps.spec import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
