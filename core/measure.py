@@ -166,6 +166,9 @@ def _measure(
             f"(targets: {', '.join(compiler.devices)})"
         )
     compiler.check_precision(settings.precision, spec.device)  # unsupported: one line, no work
+    from ngb.core.model_sources import check_compiler_takes, source_of
+
+    check_compiler_takes(source_of(spec), compiler, spec)  # e.g. an ONNX file under identity
 
     uses_torch = compiler.needs_model or spec.device == "cuda"
     if spec.device == "cuda":
@@ -188,7 +191,7 @@ def _measure(
     _check_optimisation(spec)
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
-        model, example = _build_model(spec, result)
+        model, example = _build_model(spec, result, cache_dir)
     if spec.optimisation != "none":
         ctx_emit(events.PHASE, phase="optimise")
         model, example = _apply_optimisation(model, example, spec, result)
@@ -198,7 +201,7 @@ def _measure(
         from ngb.core.precision import strict_fp32
 
         with strict_fp32():
-            reference = _eager_output(model, example)
+            reference = _eager_output(model, example, spec.model)
 
     if spec.device == "cuda":
         import torch
@@ -264,13 +267,14 @@ def _time_compiled(
     return time_share(spec, compiled, share, sync, ctx_emit)
 
 
-def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
+def _build_model(spec: TrialSpec, result: TrialResult, cache_dir: Path | None) -> tuple[Any, Any]:
     from ngb.core import models
 
-    model, example = models.create_model(spec)
-    result.params = int(sum(p.numel() for p in model.parameters()))
+    # cache_dir: where a device keeps users' model files (ngb.core.model_sources.artifact_dir)
+    model, example = models.create_model(spec, cache_dir)
+    result.params = models.count_params(model)
     try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
-        macs = models.model_info_for(spec).macs
+        macs = models.model_info_for(spec, cache_dir).macs
         if macs is not None:
             result.macs = int(macs)
     except Exception as exc:
@@ -311,11 +315,11 @@ def _optimise_module() -> Any:
     return importlib.import_module("ngb.core.optimise")
 
 
-def _eager_output(model: Any, example: Any) -> np.ndarray:
-    import torch
+def _eager_output(model: Any, example: Any, name: str = "model") -> np.ndarray:
+    """Eager torch output (several inputs passed positionally); ONNX Runtime's for an ONNX file."""
+    from ngb.core.models import reference_output
 
-    with torch.inference_mode():
-        return to_numpy(model(example))
+    return reference_output(model, example, name)
 
 
 def _max_abs_err(reference: np.ndarray, out: Any, result: TrialResult) -> float | None:

@@ -128,6 +128,8 @@ class TrialSpec:
     input_size: int | None = None
     compiler_options: Mapping[str, Any] = field(default_factory=dict)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    # A user's model (ngb.core.model_sources.ModelSource as JSON); None for timm names and blocks.
+    source: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -140,6 +142,8 @@ class TrialSpec:
             _check_positive("width", self.width)
         if self.input_size is not None:
             _check_positive("input_size", self.input_size)
+        if self.source is not None and not isinstance(self.source, Mapping):
+            raise ConfigError(f"source must be a table (a model source), got {self.source!r}")
         # Freeze options into a plain sorted dict so equal specs compare and hash equal.
         object.__setattr__(
             self, "compiler_options", dict(sorted(dict(self.compiler_options).items()))
@@ -174,6 +178,8 @@ class TrialSpec:
     def key(self) -> str:
         """Stable identity: the same spec gives the same key on every machine and every run."""
         data = self.to_dict()
+        if data.get("source") is None:
+            data.pop("source", None)  # keys of trials without a source stay what they were
         # Settings added later are left out at their default, so specs written before they existed
         # keep their keys (a resumed run must not redo what it already measured).
         for name, default in _KEY_OMITS_AT_DEFAULT.items():

@@ -76,7 +76,13 @@ _TRIAL_COLUMNS_V2: tuple[tuple[str, str], ...] = (
     ("disturbed", "BOOLEAN"),  # other processes took a meaningful CPU share / held the GPU
     ("workers", "INTEGER"),  # processes the repetitions came from
 )
-TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2
+# Migration 3 (ngb.core.precision): the numeric precision that ran, as read back from the runtime.
+_TRIAL_COLUMNS_V3: tuple[tuple[str, str], ...] = (
+    ("precision", "VARCHAR"),  # fp32 | tf32 | bf16 | fp16 | mixes (tf32-conv); NULL: unknown/older
+    ("precision_asked", "VARCHAR"),  # MeasureSettings.precision: default | fp32 | tf32 | ...
+    ("precision_flags", "VARCHAR"),  # JSON: the runtime's settings read back
+)
+TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2 + _TRIAL_COLUMNS_V3
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
 # dictionary-compressed, almost free) so the common aggregates -- throughput by compiler and batch
@@ -233,9 +239,24 @@ SELECT run_id, device, model, family, compiler, optimisation, batch, depth, widt
 FROM trials WHERE status = 'ok'""",
 ]
 
+_V3 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V3),
+    # Rows stored before the column existed ran at each vendor's default.
+    "UPDATE trials SET precision_asked = 'default' WHERE precision_asked IS NULL",
+    """CREATE OR REPLACE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
+       throughput_ci_half, verdict, verdict_reason, disturbed, workers,
+       precision, precision_asked
+FROM trials WHERE status = 'ok'""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
+    ("precision that ran, precision asked for, precision flags read back", _V3),
 ]
 
 

@@ -293,6 +293,9 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "verdict_reason": r.verdict_reason,
         "disturbed": bool(r.disturbed),
         "workers": as_int(r.workers),
+        "precision": r.precision,
+        "precision_asked": (spec.get("measure") or {}).get("precision", "default"),
+        "precision_flags": to_json(r.precision_flags),
     }
 
 

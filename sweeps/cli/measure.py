@@ -60,6 +60,25 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.command("measure")
 @click.argument("model")
 @click.option("--compiler", "-c", required=True, help="Compiler name (see `ngb compilers`).")
+@click.option(
+    "--kwarg",
+    "-k",
+    "kwargs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Model init argument (repeatable) for timm or your factory, e.g. -k num_classes=10.",
+)
+@click.option(
+    "--input",
+    "-i",
+    "inputs",
+    multiple=True,
+    metavar="NAME:SHAPE[:DTYPE[:LOW-HIGH]]",
+    help="Model input (repeatable), e.g. -i tokens:batch,16:int64:0-1000 ('batch' marks the "
+    "batch dimension). Default: from the timm config, ONNX graph or .pt2 program.",
+)
+@click.option("--code", metavar="FOLDER", help="Folder holding MODEL's python package or file.")
+@click.option("--sweep", "sweep_file", help="Take MODEL from this sweep file's [[models]] tables.")
 @click.option("--batch", "-b", type=int, default=1, show_default=True)
 @click.option("--depth", type=int, default=1, show_default=True, help="Stacked blocks (conv/mha).")
 @click.option("--width", type=int, help="Channels / embedding size (conv/mha blocks).")
@@ -98,6 +117,10 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 def measure(
     model: str,
     compiler: str,
+    kwargs: tuple[str, ...],
+    inputs: tuple[str, ...],
+    code: str | None,
+    sweep_file: str | None,
     batch: int,
     depth: int,
     width: int | None,
@@ -122,7 +145,11 @@ def measure(
     precision: str | None,
     as_json: bool,
 ) -> None:
-    """Measure MODEL (a timm name, or conv/mha with --width) compiled by one compiler, here."""
+    """Measure MODEL compiled by one compiler, here.
+
+    MODEL is a timm name, conv/mha (with --width), package.module:factory, path/to/file.py:factory,
+    a .onnx file or a .pt2 program (torch.export.save), or a [[models]] name with --sweep.
+    """
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
@@ -131,7 +158,11 @@ def measure(
     from ngb.sweeps.spec import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
-    resolve_model(model)  # likewise, before anything is built
+    source = _model_source(model, kwargs, inputs, code, sweep_file)
+    if source is not None and input_size is not None:
+        raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
+    if source is None:
+        resolve_model(model)  # an unknown timm name: one line, before anything is built
     settings = {
         "repetitions": repetitions,
         "ci_target": ci_target,
@@ -160,6 +191,7 @@ def measure(
         input_size=input_size,
         compiler_options=dict(parse_option(o) for o in options),
         measure=parse_measure({k: v for k, v in settings.items() if v is not None}, "measure"),
+        source=source,
     )
     check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
 
@@ -189,6 +221,45 @@ def measure(
             kind = "" if result.error_kind == "error" else f" ({result.error_kind})"
             click.echo(f"error{kind}: {result.error}", err=True)
         sys.exit(1)
+
+
+def _model_source(
+    model: str,
+    kwargs: tuple[str, ...],
+    inputs: tuple[str, ...],
+    code: str | None,
+    sweep_file: str | None,
+) -> dict[str, Any] | None:
+    """``TrialSpec.source`` for MODEL; None keeps a plain timm name or block as it always was."""
+    from ngb.core.model_sources import parse_input, parse_source
+    from ngb.core.types import BLOCK_MODELS
+
+    if sweep_file is not None:
+        from ngb.sweeps.spec import load_sweep
+
+        if kwargs or inputs or code:
+            raise ConfigError(
+                "with --sweep, the model's kwargs and inputs come from the sweep file"
+            )
+        sweep = load_sweep(sweep_file)
+        if model not in sweep.model_sources:
+            known = ", ".join(sweep.model_sources) or "none"
+            raise ConfigError(
+                f"{sweep.source} has no [[models]] entry {model!r} (entries: {known})"
+            )
+        return dict(sweep.model_sources[model])
+    is_file = model.lower().endswith((".onnx", ".pt2"))
+    if model in BLOCK_MODELS or not (kwargs or inputs or code or is_file or ":" in model):
+        return None
+    parsed = parse_source(
+        model,
+        kwargs=dict(parse_option(k) for k in kwargs),
+        inputs=tuple(parse_input(i) for i in inputs),
+        code=code,
+    )
+    if parsed.kind == "python" and not parsed.inputs:
+        raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
+    return parsed.to_dict()
 
 
 def _print_summary(spec: Any, result: Any) -> None:

@@ -92,6 +92,9 @@ class _Progress:
             )
 
     def handle(self, item: Any) -> None:
+        if item.kind == "store":  # waiting for the results database: normal, one quiet line
+            self.console.print(f"[dim]{item.message}[/]")
+            return
         if not item.device:
             return
         task = self._task(item.device)
@@ -173,6 +176,8 @@ def _report(console: Any, summary: dict[str, Any]) -> None:
             str(d["restarts"]), d["error"] or "",
         )  # fmt: skip
     console.print(table)
+    if summary.get("error"):  # the run as a whole stopped (e.g. the database cannot be written)
+        console.print(f"[red]{summary['error']}[/]")
 
 
 async def _drive(
@@ -256,7 +261,10 @@ def run(
         raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
     if spec.models():
-        spec.check_models()  # an unknown timm name fails here, not as trials on every device
+        from ngb.core.models import resolve_model
+
+        for name in spec.models():  # an unknown timm name fails here, not on every device
+            resolve_model(name)
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()
