@@ -152,7 +152,8 @@ verify = false
 workers = 1
 cpu_interval_s = 0.05
 [[matrix]]
-models = ["resnet18"]
+models = ["conv"]
+widths = [8]
 compilers = ["noop"]
 batches = [1, 2]
 """
@@ -167,7 +168,10 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NGB_HOME", str(root / "home"))
         mp.delenv("NGB_DB", raising=False)
-        r = CliRunner().invoke(cli, ["run", str(sweep), "-d", "localhost"])
+        # In-process trials: one agent process instead of one child per trial (setup time).
+        r = CliRunner().invoke(
+            cli, ["run", str(sweep), "-d", "localhost", "--isolate", "inprocess"]
+        )
     assert r.exit_code == 0, r.output
     demo = (root / "home" / "data" / "results.duckdb").read_bytes()
     import duckdb
