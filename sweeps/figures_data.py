@@ -81,12 +81,12 @@ class FigureData(ReportData):
                 raise UnknownNameError("model family", self.family, known)
             enriched = [t for t in enriched if t.get("family") == self.family]
         if self.precision is not None:
-            if not self.has_precision:
-                raise ConfigError(
-                    "--precision needs a store that records precision; this one has no "
-                    "precision column (its results ran at each compiler's default)"
-                )
             known = sorted({str(t["precision"]) for t in enriched if t.get("precision")})
+            if not self.has_precision or not known:
+                raise ConfigError(
+                    "--precision: none of these results records the precision it ran at "
+                    "(measured before ngb recorded it; each compiler ran at its default)"
+                )
             if self.precision not in known:
                 raise UnknownNameError("precision", self.precision, known)
             enriched = [t for t in enriched if t.get("precision") == self.precision]
