@@ -77,14 +77,21 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
     shipment = await ship_run_artifacts(transport, dev.device, dev.trials_text)
     if shipment.uploaded or shipment.reused or shipment.unavailable:
         say(describe_shipment(shipment))
-    pid = await launch()
-    if pid is None:  # no agent (or another version) there: upload, then verify + start
-        assert dev.agent_path is not None
-        part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
-        await transport.put(str(local), part)
-        pid = await launch(part)
-        if pid is None:
-            raise NgbError(f"{dev.name}: the uploaded agent did not install")
+    try:
+        pid = await launch()
+        if pid is None:  # no agent (or another version) there: upload, then verify + start
+            assert dev.agent_path is not None
+            part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
+            await transport.put(str(local), part)
+            pid = await launch(part)
+            if pid is None:
+                raise NgbError(f"{dev.name}: the uploaded agent did not install")
+    except device_claim.DeviceBusy:
+        raise
+    except NgbError:  # refused (a bad python...): the claim must not outlive this attempt
+        with contextlib.suppress(NgbError, TransportError, OSError):
+            await release(dev, remove=False)
+        raise
     return pid
 
 
@@ -112,8 +119,7 @@ async def send_cancel(dev: DeviceRun) -> str:
 
 async def release(dev: DeviceRun, *, remove: bool) -> None:
     """Give the device up (and with ``remove``, delete the run dir first) in one command."""
-    assert dev.paths is not None
-    run_dir = dev.paths.run_dir if remove else None
+    run_dir = dev.paths.run_dir if remove and dev.paths else None
     argv = device_claim.release_argv(dev.device.workdir, dev.run_id, run_dir)
     await checked(dev.transport, argv, "remove run dir" if remove else "release the device")
 
