@@ -17,6 +17,7 @@ import signal
 from typing import Any
 
 import click
+from ngb.core.errors import NgbError
 
 FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
 
@@ -255,7 +256,15 @@ def run(
     """
     from ngb.sweeps.spec import load_sweep
 
+    if not [name for name in devices.split(",") if name.strip()]:
+        # An empty list must not mean "every device" (it did: `-d ''` ran the sweep everywhere).
+        raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
+    if spec.models():
+        from ngb.core.models import resolve_model
+
+        for name in spec.models():  # an unknown timm name fails here, not on every device
+            resolve_model(name)
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()
