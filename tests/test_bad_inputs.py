@@ -17,9 +17,10 @@ Case keys (see the data files for examples):
 ``id``, ``argv`` (list; ``{home}``, ``{work}``, ``{db}`` are replaced), ``exit`` (default 1),
 ``stderr`` (substring of the single line), ``files`` (path under the case folder -> text),
 ``db`` (a results database to put at ``home/data/results.duckdb``: demo, truncated, foreign,
-garbage, empty, sqlite, newer), ``env``, ``input`` (stdin), ``readonly``, ``creates``,
-``changes``, ``expect_files`` (path -> substring it must contain afterwards), ``stdout``,
-``stdout_excludes``, ``xfail`` (a defect owned elsewhere, e.g. "orch #1": strict xfail).
+garbage, empty, sqlite, newer, no-trials), ``env``, ``input`` (stdin), ``readonly``, ``creates``,
+``changes``, ``expect_files`` (path -> substring, or list of substrings, it must contain
+afterwards), ``stdout``, ``stdout_excludes``, ``xfail`` (a defect owned elsewhere, e.g.
+"orch #1": strict xfail).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from click.testing import CliRunner
 from ngb.sweeps.cli import cli
 
 CASES_DIR = Path(__file__).parent / "bad_inputs"
-DB_KINDS = ("demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer")
+DB_KINDS = ("demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer", "no-trials")
 CASE_KEYS = {
     "id", "argv", "exit", "stderr", "files", "db", "env", "input", "readonly", "creates",
     "changes", "expect_files", "stdout", "stdout_excludes", "xfail", "note", "binary",
@@ -72,7 +73,7 @@ class Case:
     readonly: bool = False
     creates: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
-    expect_files: dict[str, str] = field(default_factory=dict)
+    expect_files: dict[str, str | list[str]] = field(default_factory=dict)
     stdout: str = ""
     stdout_excludes: list[str] = field(default_factory=list)
     xfail: str = ""
@@ -184,6 +185,10 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     newer.write_bytes(demo)
     with duckdb.connect(str(newer)) as conn:
         conn.execute("INSERT INTO schema_version VALUES (999, 'from the future', now())")
+    no_trials = root / "no-trials.duckdb"  # a results file someone dropped a table from
+    no_trials.write_bytes(demo)
+    with duckdb.connect(str(no_trials)) as conn:
+        conn.execute("DROP TABLE trials CASCADE")
     lite = root / "lite.db"
     with sqlite3.connect(lite) as sconn:
         sconn.execute("CREATE TABLE trials (id INTEGER)")
@@ -195,6 +200,7 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         "empty": b"",
         "sqlite": lite.read_bytes(),
         "newer": newer.read_bytes(),
+        "no-trials": no_trials.read_bytes(),
     }
 
 
@@ -359,9 +365,10 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
         assert _expand(text, root) not in ran.stdout, f"stdout has {text!r}\n{where}"
     assert not lost, f"files changed or removed: {lost}\n{where}"
     assert not created, f"files created: {created}\n{where}"
-    for rel, text in case.expect_files.items():
+    for rel, wanted in case.expect_files.items():
         content = (root / rel).read_text(encoding="utf-8")
-        assert text in content, f"{rel} lacks {text!r}:\n{content}"
+        for text in [wanted] if isinstance(wanted, str) else wanted:
+            assert text in content, f"{rel} lacks {text!r}:\n{content}"
 
 
 def _matches(path: str, patterns: list[str]) -> bool:

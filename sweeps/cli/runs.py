@@ -164,7 +164,7 @@ async def _follow(orch: Any, run_id: str, sub: Any, console: Any) -> str:
     return final
 
 
-def _report(console: Any, summary: dict[str, Any]) -> None:
+def _report(console: Any, summary: dict[str, Any], *, show_error: bool = True) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {summary['run_id']}: {summary['status']}")
@@ -176,7 +176,7 @@ def _report(console: Any, summary: dict[str, Any]) -> None:
             str(d["restarts"]), d["error"] or "",
         )  # fmt: skip
     console.print(table)
-    if summary.get("error"):  # the run as a whole stopped (e.g. the database cannot be written)
+    if show_error and summary.get("error"):  # the run as a whole stopped
         console.print(f"[red]{summary['error']}[/]")
 
 
@@ -290,8 +290,11 @@ def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
 
 def _finish(console: Any, state: str, summary: dict[str, Any] | None) -> None:
     if summary is not None:
-        _report(console, summary)
+        _report(console, summary, show_error=False)
     if state in ("failed", "cancelled"):
+        error = (summary or {}).get("error")
+        if error:  # the run as a whole stopped (e.g. the database cannot be written): one line
+            raise NgbError(error)
         raise SystemExit(1)
 
 
