@@ -37,6 +37,7 @@ from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
 from ngb.sweeps.figures_data import FigureData, ratio_errors
 from ngb.sweeps.figures_model import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape
+from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
 from ngb.sweeps.reports import build_report, render
 from ngb.sweeps.store import Store
 
@@ -315,19 +316,20 @@ ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a t
     \toprule
     device & compiler & model & b1 & b4 \\
     \midrule
-    dev1 & identity & conv64x1 & 1.000 & 0.750 \\
-    dev1 & identity & conv64x2 & 1.000 & 0.708 \\
-    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 \\
-    dev1 & identity & resnet18 & 1.000 & 0.800 \\
-    dev1 & openvino & conv64x1 & 1.000 & 1.000 \\
-    dev1 & openvino & conv64x2 & 1.000 & 0.833 \\
-    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 \\
-    dev1 & openvino & resnet18 & 1.000 & 1.100 \\
+    dev1 & identity & conv64x1 & 1.000 & 0.750 $\pm$ 0.00674 \\
+    dev1 & identity & conv64x2 & 1.000 & 0.708 $\pm$ 0.00636 \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 $\pm$ 0.00561 \\
+    dev1 & identity & resnet18 & 1.000 & 0.800 $\pm$ 0.00719 \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.00898 \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.833 $\pm$ 0.00749 \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.00873 \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.00988 \\
     \bottomrule
   \end{tabular}
   \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}
+  \par\smallskip{\footnotesize UNCERTAINTY}
 \end{table}
-"""
+""".replace("UNCERTAINTY", escape(UNCERTAINTY_NOTE))
 
 
 def test_latex_ase_exact(store: Store) -> None:
