@@ -32,6 +32,10 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
     measure = { repetitions = 5 }      # optional: overrides [measure] for this matrix only
     compiler_options.openvino = { hint = "LATENCY" }   # optional per-matrix override
 
+Users' own models are named in ``[[models]]`` tables (``sweeps/spec_models.py``: source, kwargs,
+inputs, code) and used by that name in ``models = [...]``; ``baseline = "onnxruntime"`` (top level)
+names the compiler that reports measure speed-up, BSR and depth against (default ``identity``).
+
 Why matrices: the paper's grids are rectangular per family, and one product per table keeps the
 file short while still allowing blocks and timm models side by side. Axis values may be written as
 a single value (``batches = 8``) or a list.
