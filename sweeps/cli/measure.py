@@ -157,11 +157,11 @@ def measure(
     from ngb.core.types import TrialSpec
     from ngb.sweeps.spec import check_trial, parse_measure
 
-    compiler_class(compiler)  # unknown name -> one-line error with close matches
+    needs_model = compiler_class(compiler).needs_model  # unknown name: one line, close matches
     source = _model_source(model, kwargs, inputs, code, sweep_file)
     if source is not None and input_size is not None:
         raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
-    if source is None:
+    if source is None and needs_model:  # noop builds no model: any name goes
         resolve_model(model)  # an unknown timm name: one line, before anything is built
     settings = {
         "repetitions": repetitions,
