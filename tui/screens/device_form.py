@@ -86,6 +86,7 @@ class DeviceFormScreen(ModalScreen[Any]):
 
     def on_mount(self) -> None:
         apply_cursor_blink(self)
+        self.query_one("#field-name", Input).focus()  # typing goes into the form at once
 
     def _initial(self, key: str) -> str:
         if self.device is None:

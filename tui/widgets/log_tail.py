@@ -14,7 +14,7 @@ from textual.widgets import Log
 
 class LogTail(Log):
     DEFAULT_CSS = """
-    LogTail { height: 8; border: round $panel; }
+    LogTail { height: 8; min-height: 3; border: round $panel; }
     """
 
     def __init__(self, *, max_lines: int = 2000, id: str | None = None) -> None:
