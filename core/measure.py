@@ -130,6 +130,7 @@ def _measure(
             f"{spec.compiler} cannot target {spec.device!r} "
             f"(targets: {', '.join(compiler.devices)})"
         )
+    compiler.check_precision(settings.precision, spec.device)  # unsupported: one line, no work
 
     uses_torch = compiler.needs_model or spec.device == "cuda"
     if spec.device == "cuda":
@@ -157,8 +158,12 @@ def _measure(
         ctx_emit(events.PHASE, phase="optimise")
         model, example = _apply_optimisation(model, example, spec, result)
     if compiler.needs_model and settings.verify:
-        # Eager output of the (optimised) model, taken before compile can touch the module.
-        reference = _eager_output(model, example)
+        # Eager output of the (optimised) model, taken before compile can touch the module, in
+        # strict fp32 whatever the trial's precision: the error is measured against real fp32.
+        from ngb.core.precision import strict_fp32
+
+        with strict_fp32():
+            reference = _eager_output(model, example)
 
     if spec.device == "cuda":
         import torch
@@ -171,6 +176,7 @@ def _measure(
         threads=settings.threads,
         emit=ctx_emit,
         cache_dir=cache_dir,
+        precision=settings.precision,
     )
     ctx_emit(events.PHASE, phase="compile")
     start = time.perf_counter()
@@ -189,6 +195,7 @@ def _measure(
         result.tune_s = ctx.phases.get("tune")
         _time_compiled(spec, result, compiled, reference, emit, ctx_emit)
         result.extra.update(compiled.extra)
+        result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
         compiled.close()
     if spec.device == "cuda":

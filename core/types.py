@@ -16,6 +16,10 @@ from typing import Any
 from ngb.core.errors import ConfigError
 
 BLOCK_MODELS = ("conv", "mha")
+#: numeric precision a trial asks for (``MeasureSettings.precision``): ``default`` leaves each
+#: vendor's own choice (recorded as it resolved), ``fp32`` is strict fp32 everywhere (no TF32, no
+#: bf16 downcasts); tf32/bf16/fp16 where a compiler supports them. See core/precision.py.
+PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 
 
 def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -44,6 +48,7 @@ class MeasureSettings:
     cov_threshold: float = 0.05  # coefficient of variation above which a result is "unstable"
     timeout_s: float = 3600.0  # per trial, compile included; the agent kills a trial past it
     verify: bool = True  # compare one output against torch eager and record the max abs error
+    precision: str = "default"  # one of PRECISIONS; unsupported by a compiler -> "unsupported"
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "min_iters"):
@@ -54,6 +59,10 @@ class MeasureSettings:
             _check_positive(name, getattr(self, name), allow_zero=True)
         if self.threads is not None:
             _check_positive("threads", self.threads)
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}"
+            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> MeasureSettings:
@@ -124,11 +133,21 @@ class TrialSpec:
     @property
     def key(self) -> str:
         """Stable identity: the same spec gives the same key on every machine and every run."""
-        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        data = self.to_dict()
+        # Settings added later are left out at their default, so specs written before they existed
+        # keep their keys (a resumed run must not redo what it already measured).
+        for name, default in _KEY_OMITS_AT_DEFAULT.items():
+            if data["measure"].get(name) == default:
+                del data["measure"][name]
+        canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
     def __hash__(self) -> int:
         return hash(self.key)
+
+
+#: MeasureSettings fields that joined after keys were first stored, and their defaults
+_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {"precision": "default"}
 
 
 def _from_mapping(cls: type, data: Mapping[str, Any], what: str, extra: dict | None = None) -> Any:
@@ -191,6 +210,10 @@ class TrialResult:
     peak_rss_mb: float | None = None
     gpu_mem_mb: float | None = None
     max_abs_err: float | None = None
+    #: the precision that actually ran, as read back from the runtime (fp32, tf32, bf16, fp16,
+    #: or a mix such as "tf32-conv"); None when nothing was computed (noop) or it is unknown
+    precision: str | None = None
+    precision_flags: dict[str, Any] = field(default_factory=dict)  # the settings read back
     params: int | None = None
     macs: int | None = None
     threads: dict[str, Any] = field(default_factory=dict)

@@ -41,6 +41,7 @@ from typing import IO, Any
 
 from ngb.core import events
 from ngb.core.errors import NgbError
+from ngb.core.shipped import verify_shipped
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 
@@ -258,6 +259,14 @@ def run_subprocess(
     )
 
 
+def _failed_here(spec: TrialSpec, error: str, kind: str = "error") -> TrialResult:
+    now = time.time()
+    return TrialResult.failed(
+        spec, error, kind, host=socket.gethostname(), started_at=now, finished_at=now,
+        versions=library_versions(),
+    )  # fmt: skip
+
+
 def _pump_lines(stream: IO[bytes], put: Callable[[bytes | None], None]) -> None:
     try:
         for raw in stream:
@@ -374,6 +383,7 @@ def run_trials(
         host=socket.gethostname(),
     )
     counts = {"ok": 0, "failed": 0}
+    verdicts: dict[str, str] = {}  # shipped artifacts found damaged: hash -> one line
     cancelled = False
     with _CancelOnSignal(cancel) as guard:
         try:
@@ -390,10 +400,13 @@ def run_trials(
                     total=len(specs),
                 )
                 trial_dir = workdir / spec.key if workdir else None
-                if isolate == "inprocess":
+                problem = verify_shipped(getattr(spec, "source", None), cache_dir, verdicts)
+                if problem:  # a damaged model file: this trial fails, the run goes on
+                    result: TrialResult | None = _failed_here(spec, problem)
+                elif isolate == "inprocess":
                     guard.in_trial = True
                     try:
-                        result: TrialResult | None = run_inprocess(spec, out, trial_dir, cache_dir)
+                        result = run_inprocess(spec, out, trial_dir, cache_dir)
                     finally:
                         guard.in_trial = False
                 else:

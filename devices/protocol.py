@@ -77,21 +77,30 @@ echo $!
 # a wrong ``python`` path or an old Python then fails here, once, with its own words (exit 5),
 # instead of as an agent that dies on every restart. A marker per (agent, python) remembers a
 # pass, so later starts skip the check (it costs an interpreter start and the agent's imports).
-_INSTALL_SCRIPT = r"""
-set -e
-work=$1 name=$2 sha=$3 part=$4 py=$5
-shift 5
+_RESOLVE_WORK = r"""
 case $work in "~") work=$HOME;; "~/"*) work=$HOME/${work#"~/"};; esac
 mkdir -p "$work"
 cd "$work"
 work=$(pwd)
 printf 'workdir %s\n' "$work"
+"""
+_SUM = r"""
 hashpy='import hashlib as h,sys;print(h.sha256(open(sys.argv[1],"rb").read()).hexdigest())'
 sum() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum < "$1" | cut -c1-64
   else "$py" -c "$hashpy" "$1"
   fi
 }
+"""
+_INSTALL_SCRIPT = (
+    r"""
+set -e
+work=$1 name=$2 sha=$3 part=$4 py=$5
+shift 5
+"""
+    + _RESOLVE_WORK
+    + _SUM
+    + r"""
 if [ -n "$part" ] && [ -f "$part" ]; then
   if [ "$(sum "$part")" = "$sha" ]; then mv -f "$part" "$name"
   else rm -f "$part"; echo "uploaded agent is corrupt (sha256 mismatch)" >&2; exit 4
@@ -110,6 +119,7 @@ if [ ! -f "$ok" ]; then
   : > "$ok"
 fi
 """
+)
 EXIT_AGENT_CORRUPT, EXIT_BAD_PYTHON = 4, 5
 
 # The first start of a run on a device, in one round trip: the installer above, then
@@ -346,6 +356,114 @@ def read_file_argv(path: str) -> list[str]:
 
 def stderr_tail_argv(paths: RunPaths, lines: int = 5) -> list[str]:
     return ["tail", "-n", str(int(lines)), paths.stderr]
+
+
+# -- model artifacts (the user's ONNX / .pt2 files and code folders) ---------------------------
+#
+# Content-addressed under ``<workdir>/cache/artifacts/<sha256>/<name>`` (a file, or a folder for
+# code), so any run on the device reuses what an earlier one uploaded. "have" lists which of the
+# asked-for hashes are there (one command, no hashing: the agent verifies before use, and removes
+# an entry whose content no longer has its hash, so the next run uploads it again). "install"
+# checks each upload's sha256 (the payload: the file itself, or the deterministic zip of a code
+# folder), unpacks a zip with the device's own Python (``python -m zipfile -e``), and renames a
+# finished temporary folder into place, so a reader never sees half an artifact.
+ARTIFACTS_DIR = "cache/artifacts"  # under the work dir; = RunPaths.cache_dir + "/artifacts"
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ARTIFACTS_HAVE_SCRIPT = (
+    r"""
+set -e
+work=$1
+shift
+"""
+    + _RESOLVE_WORK
+    + r"""
+mkdir -p cache/artifacts
+while [ "$#" -ge 2 ]; do
+  if [ -e "cache/artifacts/$1/$2" ]; then printf 'have %s\n' "$1"; fi
+  shift 2
+done
+"""
+)
+_ARTIFACTS_INSTALL_SCRIPT = (
+    r"""
+set -e
+work=$1 py=$2
+shift 2
+"""
+    + _RESOLVE_WORK
+    + _SUM
+    + r"""
+cd cache/artifacts
+while [ "$#" -ge 5 ]; do
+  sha=$1 name=$2 fmt=$3 psha=$4 part=$5
+  shift 5
+  if [ "$(sum "$part")" != "$psha" ]; then
+    rm -f "$part"
+    echo "uploaded artifact $name is corrupt (sha256 mismatch)" >&2
+    exit 4
+  fi
+  tmp=.$sha.$$.tmp
+  rm -rf "$tmp"
+  mkdir "$tmp"
+  if [ "$fmt" = zip ]; then "$py" -m zipfile -e "$part" "$tmp/$name"; rm -f "$part"
+  else mv -f "$part" "$tmp/$name"
+  fi
+  if [ -e "$sha/$name" ]; then rm -rf "$tmp"; else rm -rf "$sha"; mv "$tmp" "$sha"; fi
+  printf 'installed %s\n' "$sha"
+done
+"""
+)
+
+
+def check_artifact(sha256: Any, name: Any) -> None:
+    """Artifact hashes and names become path parts on the device: keep them plain."""
+    if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
+        raise ConfigError(f"bad artifact hash {sha256!r}: expected 64 lowercase hex digits")
+    if not isinstance(name, str) or "/" in name or name in ("", ".", "..") or "\0" in name:
+        raise ConfigError(f"bad artifact name {name!r}: a plain file or folder name")
+
+
+def artifacts_have_argv(workdir: str, items: Iterable[tuple[str, str]]) -> list[str]:
+    """Which ``(sha256, name)`` artifacts the device holds; parse with ``parse_artifacts_have``."""
+    args: list[str] = []
+    for sha, name in items:
+        check_artifact(sha, name)
+        args += [sha, name]
+    return ["sh", "-c", _ARTIFACTS_HAVE_SCRIPT, "ngb-artifacts", workdir, *args]
+
+
+def parse_artifacts_have(out: str) -> tuple[str, set[str]]:
+    """-> (absolute work dir, the hashes the device already holds)."""
+    workdir, _ = parse_launch(out)
+    have = {ln.split()[1] for ln in out.splitlines() if ln.startswith("have ") and len(ln) > 5}
+    return workdir, have
+
+
+@dataclass(frozen=True)
+class ArtifactUpload:
+    """One uploaded payload waiting on the device at ``part`` (an absolute path)."""
+
+    sha256: str  # the artifact's content address (models' hash of the file or folder)
+    name: str  # its file or folder name under <sha256>/
+    zipped: bool  # a code folder, packed as a deterministic zip
+    payload_sha256: str  # sha256 of the uploaded bytes (= sha256 for a plain file)
+    part: str
+
+
+def artifacts_install_argv(
+    python: str, workdir: str, uploads: Iterable[ArtifactUpload]
+) -> list[str]:
+    """Verify, unpack and move uploaded artifacts into place; prints ``installed <sha>`` each.
+
+    Exit 4: an upload's bytes do not have their sha256 (it is deleted; upload again).
+    """
+    args: list[str] = []
+    for up in uploads:
+        check_artifact(up.sha256, up.name)
+        if not _SHA256_RE.match(up.payload_sha256):
+            raise ConfigError(f"bad payload hash {up.payload_sha256!r}")
+        args += [up.sha256, up.name, "zip" if up.zipped else "file", up.payload_sha256, up.part]
+    return ["sh", "-c", _ARTIFACTS_INSTALL_SCRIPT, "ngb-artifacts-install", workdir, python, *args]
 
 
 def trials_jsonl(trial_dicts: Iterable[dict[str, Any]]) -> str:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: Debian packages the tests need (openssh-server for the
-# loopback sshd fixture), a virtual environment in .venv with the pinned lock, and ngb installed
-# editable. Re-running is cheap: it does nothing when the lock and pyproject are unchanged.
+# loopback sshd fixture, chromium for the HTML report check), a virtual environment in .venv with
+# the pinned lock, and ngb installed editable. Re-running is cheap: it does nothing when the lock
+# and pyproject are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,14 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   echo "setup: installing openssh-server (Debian) for the sshd test fixture" >&2
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server >/dev/null
+fi
+# chromium opens the HTML report in the browser test (~300 MB, small beside the ~6 GB of wheels).
+# Optional: where it cannot be installed the test skips, so a failure here does not stop set-up.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium (Debian) for the HTML report's browser test" >&2
+  { as_root apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null; } ||
+    echo "setup: chromium not installed; the HTML browser test will be skipped" >&2
 fi
 
 stamp="$VENV/.ngb-setup-stamp"

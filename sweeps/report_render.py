@@ -1,9 +1,11 @@
-"""Render a ``Report`` as a rich table, Markdown or CSV.
+"""Render a ``Report`` as a rich table, Markdown, CSV or LaTeX.
 
 Human formats show a ``Cell`` as ``mean ± std note``; CSV keeps numbers numeric and puts spreads and
 notes in their own columns (``<col> std``, ``<col> note``), added only where a column has any, so a
 spreadsheet or pandas reads the values directly. A report with several tables writes each CSV
 table after a ``# title`` line and a blank line between them.
+
+LaTeX (booktabs tables for a paper) lives in ``report_latex``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from ngb.sweeps.report_data import Cell, Report, Table
 
-FORMATS = ("table", "markdown", "csv")
+FORMATS = ("table", "markdown", "csv", "latex")
 
 
 def fmt_number(value: float) -> str:
@@ -52,6 +54,10 @@ def render(report: Report, fmt: str = "table", width: int = 200) -> str:
         return _markdown(report)
     if fmt == "csv":
         return _csv(report)
+    if fmt == "latex":
+        from ngb.sweeps.report_latex import latex
+
+        return latex(report)
     return _rich(report, width)
 
 

@@ -1,22 +1,12 @@
-"""The results store: one DuckDB file on the workstation.
+"""The results store: one DuckDB file on the workstation, opened only for each operation.
 
-DuckDB lets one process hold a file read-write, and while it does no other process can open the
-file at all (not even read-only). So the store never keeps a connection open: every write opens a
-read-write connection for one batch (one transaction) and closes it, and every read opens a
-read-only connection and closes it. Between batches another terminal's ``ngb query`` gets in; if it
-arrives during a batch it retries for a bounded time and then fails with one clear line.
-``IngestBuffer`` collects a run's events and writes at most about once a second, which keeps the
-file free most of the time.
+How the file is opened, shared with other processes and what failures mean: ``store_connect``.
+How results become rows (idempotent per run, device and key): ``store_ingest``. Schema steps:
+``schema`` (the tables) and ``store_migrations`` (applying them). Export: ``store_query``.
 
-Inside one process a lock serialises connections to the same file, because DuckDB also refuses two
-simultaneous connections with different settings (read-write vs read-only) in one process — the TUI
-may ingest and run the SQL console at once.
-
-Ingest is idempotent: a result already stored for (run_id, device, key) is skipped together with
-its measurements and CPU samples (checked inside the writer's transaction, and DuckDB admits one
-writer process), so ingesting the same checkpoint twice (e.g. after a reconnect) stores every
-trial exactly once. Batches go in as Arrow
-tables, which DuckDB appends without per-row Python work.
+Reading never creates anything: a missing file reads as an empty database (``runs()`` is
+``[]``), except that free SQL (``query``) says the file is missing; a file that is not an ngb
+database, or is damaged, fails with one line. Only writers create the file and its folder.
 
 Read-only SQL (``query``) runs on a read-only connection with ``enable_external_access = false``,
 so it can neither change the results nor read or write other files; ``allow_write=True`` is the
@@ -26,22 +16,29 @@ operator's explicit opt-in.
 from __future__ import annotations
 
 import json
-import math
-import os
 import re
-import tempfile
-import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from ngb.core.errors import NgbError, UnknownNameError, first_line
-from ngb.core.types import BLOCK_MODELS, TrialResult
+from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.types import TrialResult
 from ngb.sweeps import schema
+from ngb.sweeps.result_store import IngestBatch
+from ngb.sweeps.store_connect import connection, lock_for, read_errors, write_errors
+from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
+from ngb.sweeps.store_ingest import as_int, now, num, to_datetime, to_json, write_batch
+from ngb.sweeps.store_migrations import migrate, read_version
+from ngb.sweeps.store_query import (
+    EXPORT_FORMATS,
+    check_export_destination,
+    sql_error,
+    write_export,
+)
 
-BUSY_MESSAGE = "results database is busy (being written by another ngb process); try again"
+__all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
+
 TERMINAL_RUN_STATES = ("done", "failed", "cancelled", "finished", "error")
 # Inventory fields that must never reach the database (key material, passwords, tokens).
 _SECRET_FIELD = re.compile(r"pass|secret|token|private|key_data|identity|credential", re.I)
@@ -62,73 +59,6 @@ _JSON_COLUMNS = {
     "tasks",
 }
 
-_process_locks: dict[str, threading.RLock] = {}
-_process_locks_guard = threading.Lock()
-
-
-class DatabaseBusy(NgbError):
-    """Another process holds the results file; the message says to try again."""
-
-
-def _lock_for(path: Path) -> threading.RLock:
-    key = str(path.resolve())
-    with _process_locks_guard:
-        return _process_locks.setdefault(key, threading.RLock())
-
-
-def _is_lock_error(exc: Exception) -> bool:
-    import duckdb
-
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
-
-
-# ---------------------------------------------------------------- value helpers
-
-
-def _num(value: Any) -> float | None:
-    """NaN/inf (unknown statistics) become NULL rather than poisoning aggregates."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _ts(seconds: Any) -> int | None:
-    """Unix seconds -> microseconds for an Arrow timestamp; 0/None mean 'not known'."""
-    if not seconds:
-        return None
-    return int(float(seconds) * 1_000_000)
-
-
-def _json(value: Any) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def model_family(model: str) -> str:
-    """The family of a model: the paper's (``ngb.core.models.family_of``; ``block`` for conv
-    and mha), else the name's leading letters (``regnety_040`` -> ``regnety``)."""
-    from ngb.core.models import family_of  # stdlib-only at import; torch/timm stay unloaded
-
-    family = family_of(model)
-    if family:
-        return family
-    match = re.match(r"[A-Za-z]+", model)
-    return match.group(0).lower() if match else model
-
-
-def _stats(result_stats: Any) -> dict[str, Any]:
-    if result_stats is None:
-        return {}
-    if isinstance(result_stats, Mapping):
-        return dict(result_stats)
-    return dict(vars(result_stats))
-
 
 def _decode_row(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
     out = {}
@@ -138,9 +68,6 @@ def _decode_row(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
                 value = json.loads(value)
         out[name] = value
     return out
-
-
-# ---------------------------------------------------------------- the store
 
 
 class Store:
@@ -168,63 +95,56 @@ class Store:
 
     # ------------------------------------------------------------ connections
 
-    def _open(self, *, write: bool, external_access: bool, timeout: float) -> Any:
-        import duckdb
-
-        config: dict[str, Any] = {} if external_access else {"enable_external_access": False}
-        deadline = time.monotonic() + timeout
-        delay = 0.01
-        while True:
-            try:
-                return duckdb.connect(str(self.path), read_only=not write, config=config)
-            except duckdb.Error as exc:
-                if not _is_lock_error(exc):
-                    raise NgbError(
-                        f"cannot open results database {self.path}: {first_line(exc)}"
-                    ) from None
-                if time.monotonic() >= deadline:
-                    raise DatabaseBusy(BUSY_MESSAGE) from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
-
-    @contextmanager
-    def _connection(self, *, write: bool, external_access: bool = True) -> Iterator[Any]:
-        with _lock_for(self.path):
-            if write:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            timeout = self.write_timeout_s if write else self.busy_timeout_s
-            conn = self._open(write=write, external_access=external_access, timeout=timeout)
-            try:
-                yield conn
-            finally:
-                conn.close()
+    def _connection(self, *, write: bool, external_access: bool = True) -> Any:
+        timeout = self.write_timeout_s if write else self.busy_timeout_s
+        return connection(self.path, write=write, timeout=timeout, external_access=external_access)
 
     @contextmanager
     def _writer(self) -> Iterator[Any]:
         """A read-write connection inside one transaction (committed on success)."""
-        self._ensure_schema()
-        with self._connection(write=True) as conn:
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with write_errors(self.path):
+            self._ensure_schema()
+            with self._connection(write=True) as conn:
+                conn.execute("BEGIN TRANSACTION")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
 
     @contextmanager
     def _reader(self, *, external_access: bool = True) -> Iterator[Any]:
-        if not self._schema_checked and self.path.exists():
+        """A read-only connection; a missing file reads as an empty database (nothing created)."""
+        with read_errors(self.path):
+            if not self.path.exists():
+                yield _empty_database()
+                return
             # Check the version on the connection we read with: one open instead of two,
             # which is most of the cost of a one-shot `ngb query`.
+            if not self._schema_checked:
+                with self._connection(write=False, external_access=external_access) as conn:
+                    version = read_version(conn)
+                    if version == schema.latest_version():
+                        self._schema_checked = True
+                        yield conn
+                        return
+                    self._check_readable(conn, version)
+                self._ensure_schema()  # an older ngb file: upgrade it once
             with self._connection(write=False, external_access=external_access) as conn:
-                if _read_version(conn) == schema.latest_version():
-                    self._schema_checked = True
-                    yield conn
-                    return
-        self._ensure_schema()
-        with self._connection(write=False, external_access=external_access) as conn:
-            yield conn
+                yield conn
+
+    def _check_readable(self, conn: Any, version: int) -> None:
+        if version > schema.latest_version():
+            raise NgbError(
+                f"results database {self.path} has schema version {version}, newer than this "
+                f"ngb understands ({schema.latest_version()}); upgrade ngb or use another file"
+            )
+        tables = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchone()[0]
+        if version == 0 and tables:
+            raise NgbError(f"{self.path} is a DuckDB file but not an ngb results database")
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -240,9 +160,10 @@ class Store:
         """
         import duckdb
 
-        with _lock_for(self.path):
+        with lock_for(self.path):
             # The schema check may open the file read-only: do it before holding it read-write.
-            self._ensure_schema()
+            with write_errors(self.path):
+                self._ensure_schema()
             keeper = None
             with suppress(duckdb.Error):
                 keeper = duckdb.connect(str(self.path))
@@ -258,10 +179,11 @@ class Store:
         """The version recorded in the file (0 for a file that does not exist yet)."""
         if not self.path.exists():
             return 0
-        with self._connection(write=False) as conn:
-            return _read_version(conn)
+        with read_errors(self.path), self._connection(write=False) as conn:
+            return read_version(conn)
 
     def _ensure_schema(self) -> None:
+        """Before a write: create or upgrade the file's schema (refusing foreign files)."""
         if self._schema_checked:
             return
         latest = schema.latest_version()
@@ -273,7 +195,7 @@ class Store:
             )
         if version < latest:
             with self._connection(write=True) as conn:
-                _migrate(conn, self.path)
+                migrate(conn, self.path)
         self._schema_checked = True
 
     # ------------------------------------------------------------ writers
@@ -288,7 +210,7 @@ class Store:
         meta: Mapping[str, Any] | None = None,
     ) -> bool:
         """Record a new run; returns False (and changes nothing) if ``run_id`` exists already."""
-        now = _now()
+        stamp = now()
         with self._writer() as conn:
             exists = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if exists:
@@ -299,23 +221,23 @@ class Store:
                     run_id,
                     sweep_name,
                     sweep_toml,
-                    _json(list(devices)),
+                    to_json(list(devices)),
                     n_trials,
-                    now,
-                    now,
-                    _json(dict(meta or {})),
+                    stamp,
+                    stamp,
+                    to_json(dict(meta or {})),
                 ],
             )
             return True
 
     def set_run_status(self, run_id: str, status: str) -> None:
-        now = _now()
-        finished = now if status in TERMINAL_RUN_STATES else None
+        stamp = now()
+        finished = stamp if status in TERMINAL_RUN_STATES else None
         with self._writer() as conn:
             found = conn.execute(
                 "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ? "
                 "RETURNING run_id",
-                [status, now, finished, run_id],
+                [status, stamp, finished, run_id],
             ).fetchall()
             if not found:
                 raise UnknownNameError(
@@ -346,7 +268,7 @@ class Store:
         other = {k: v for k, v in fields.items() if k not in self._RUN_DEVICE_FIELDS}
         for name in ("started_at", "finished_at"):
             if isinstance(known.get(name), int | float):
-                known[name] = _datetime(known[name])
+                known[name] = to_datetime(known[name])
         with self._writer() as conn:
             row = conn.execute(
                 "SELECT extra FROM run_devices WHERE run_id = ? AND device = ?", [run_id, device]
@@ -354,13 +276,13 @@ class Store:
             if row is None:
                 conn.execute(
                     "INSERT INTO run_devices (run_id, device, updated_at) VALUES (?, ?, ?)",
-                    [run_id, device, _now()],
+                    [run_id, device, now()],
                 )
             if other:
                 extra = json.loads(row[0]) if row and row[0] else {}
                 extra.update(other)
-                known["extra"] = _json(extra)
-            known["updated_at"] = _now()
+                known["extra"] = to_json(extra)
+            known["updated_at"] = now()
             sets = ", ".join(f"{name} = ?" for name in known)
             conn.execute(
                 f"UPDATE run_devices SET {sets} WHERE run_id = ? AND device = ?",  # noqa: S608 - names from a fixed list
@@ -382,10 +304,10 @@ class Store:
                 [
                     name,
                     *values[:6],
-                    _json(list(groups) if groups else []),
+                    to_json(list(groups) if groups else []),
                     values[6],
-                    _json(data),
-                    _now(),
+                    to_json(data),
+                    now(),
                 ],
             )
 
@@ -413,54 +335,66 @@ class Store:
                 "INSERT INTO probes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     device_name,
-                    _now(),
+                    now(),
                     pick("hostname", "host"),
                     pick("cpu_model", "cpu.model"),
-                    _int(cores) if isinstance(cores, int) else None,
-                    _num(ram) if isinstance(ram, int | float) else None,
-                    gpu if isinstance(gpu, str) or gpu is None else _json(gpu),
+                    as_int(cores) if isinstance(cores, int) else None,
+                    num(ram) if isinstance(ram, int | float) else None,
+                    gpu if isinstance(gpu, str) or gpu is None else to_json(gpu),
                     pick("os", "platform"),
                     pick("python", "python_version"),
-                    _json(pick("compilers", "available")),
-                    _json(pick("versions")),
-                    _json(probe),
+                    to_json(pick("compilers", "available")),
+                    to_json(pick("versions")),
+                    to_json(probe),
                 ],
             )
+
+    def write_batch(self, batch: IngestBatch) -> int:
+        """Write a live run's flush in one transaction; returns the number of new trials.
+
+        A trial already stored for (run_id, device, key) is skipped, so writing twice is safe.
+        Raises ``RowRejected`` for data that can never fit (nothing of the batch is written),
+        ``StoreUnwritable`` when the file cannot be written and ``DatabaseBusy`` while another
+        process holds it.
+        """
+        if not len(batch):
+            return 0
+        with self._writer() as conn:
+            return write_batch(conn, batch)
 
     def ingest_results(
         self, run_id: str, device: str, results: Iterable[TrialResult | Mapping[str, Any]]
     ) -> int:
-        """Store finished trials with their repetitions and CPU samples; returns new trials.
-
-        A trial already stored for (run_id, device, key) is skipped, so ingesting twice is safe.
-        """
-        with self._writer() as conn:
-            return _ingest_results(conn, run_id, device, results)
+        """Store finished trials with their repetitions and CPU samples; returns new trials."""
+        batch = IngestBatch()
+        for item in results:
+            result = item if isinstance(item, TrialResult) else TrialResult.from_dict(item)
+            batch.add_result(run_id, device, result)
+        return self.write_batch(batch)
 
     def ingest_cpu_samples(
         self, run_id: str, device: str, samples: Iterable[Mapping[str, Any]]
     ) -> int:
         """Store live CPU events (``{ts, key, percent, proc_percent}``) from the event stream."""
-        with self._writer() as conn:
-            return _ingest_cpu_events(conn, run_id, device, samples)
+        batch = IngestBatch(cpu=[(run_id, device, event) for event in samples])
+        self.write_batch(batch)
+        return len(batch.cpu)
 
     def ingest_tuning(
         self, run_id: str, device: str, key: str, events: Iterable[Mapping[str, Any]]
     ) -> int:
         """Store TVM tuning progress events (``{ts, trials_done, budget, best_ms, tasks}``)."""
-        with self._writer() as conn:
-            return _ingest_tuning(conn, run_id, device, key, events)
+        batch = IngestBatch(tuning=[(run_id, device, key, event) for event in events])
+        self.write_batch(batch)
+        return len(batch.tuning)
 
     def record_error(
         self, run_id: str | None, device: str | None, key: str | None, kind: str, message: str
     ) -> None:
         """A trial or connection error, with the time it was seen."""
-        with self._writer() as conn:
-            _insert_errors(conn, [(run_id, device, key, time.time(), kind, message)])
-
-    def buffer(self, *, max_delay_s: float = 1.0, max_rows: int = 100_000) -> IngestBuffer:
-        """A batching writer for a live run (see ``IngestBuffer``)."""
-        return IngestBuffer(self, max_delay_s=max_delay_s, max_rows=max_rows)
+        batch = IngestBatch()
+        batch.add_error(run_id, device, key, kind, message)
+        self.write_batch(batch)
 
     # ------------------------------------------------------------ readers
 
@@ -563,14 +497,16 @@ class Store:
         """Run SQL and return (column names, rows). Read-only unless ``allow_write``.
 
         Bad SQL and attempts to write on the read-only connection raise ``NgbError`` with one
-        line; a busy file raises ``DatabaseBusy``.
+        line; a busy file raises ``DatabaseBusy``. Read-only SQL never creates the file: a
+        missing one reads as empty (``require_file`` first where that should be an error).
         """
         import duckdb
 
         if not sql or not sql.strip():
             raise NgbError("empty SQL query")
         if allow_write:
-            self._ensure_schema()
+            with write_errors(self.path):
+                self._ensure_schema()
             ctx = self._connection(write=True)
         else:
             ctx = self._reader(external_access=False)
@@ -582,20 +518,30 @@ class Store:
                 columns = [d[0] for d in cur.description]
                 return columns, cur.fetchall()
             except duckdb.Error as exc:
-                raise _sql_error(exc, allow_write) from None
+                raise sql_error(exc, allow_write) from None
 
-    def export(self, dest: str | Path, fmt: str = "parquet", table_or_sql: str = "trials") -> int:
+    def export(
+        self,
+        dest: str | Path,
+        fmt: str = "parquet",
+        table_or_sql: str = "trials",
+        *,
+        overwrite: bool = False,
+    ) -> int:
         """Write a table, view or read-only query to Parquet or CSV; returns rows written.
 
         The query runs on the locked-down read-only connection and pyarrow writes the file, so
         an exported query cannot touch any file but ``dest``. The file appears complete or not
-        at all (written next to ``dest``, then renamed).
+        at all (written next to ``dest``, then renamed). ``dest`` is never the results database,
+        and an existing file is replaced only with ``overwrite``.
         """
         import duckdb
-        import pyarrow as pa
 
-        if fmt not in ("parquet", "csv"):
+        if fmt not in EXPORT_FORMATS:
             raise NgbError(f"unknown export format {fmt!r}; use parquet or csv")
+        dest = Path(dest).expanduser()
+        check_export_destination(dest, self.path, overwrite=overwrite)
+        self.require_file()
         source = table_or_sql.strip()
         if _IDENTIFIER.match(source):
             tables = self.tables()
@@ -606,137 +552,16 @@ class Store:
             try:
                 table = conn.sql(source).to_arrow_table()
             except duckdb.Error as exc:
-                raise _sql_error(exc, False) from None
+                raise sql_error(exc, False) from None
             except AttributeError:  # a statement without a result (e.g. SET)
                 raise NgbError("export needs a query that returns rows") from None
-        dest = Path(dest).expanduser()
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-        os.close(fd)
-        try:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
+        write_export(table, dest, fmt, self.path, overwrite=overwrite)
+        return int(table.num_rows)
 
-                pq.write_table(table, tmp)
-            else:
-                import pyarrow.csv as pcsv
-
-                pcsv.write_csv(table, tmp)
-            os.replace(tmp, dest)
-        except (pa.ArrowException, OSError) as exc:
-            raise NgbError(f"cannot export to {dest}: {first_line(exc)}") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return table.num_rows
-
-
-# ---------------------------------------------------------------- batching for live runs
-
-
-class IngestBuffer:
-    """Collects a run's results and events and writes them in batches.
-
-    ``flush_if_due()`` writes when the oldest buffered item is ``max_delay_s`` old or about
-    ``max_rows`` rows are waiting (a result counts 1 + its repetitions); call it on every event
-    and on a timer, and ``flush()`` at the end. Each write costs a fixed ~0.1 s (open, commit,
-    checkpoint, close), so batches of ~100k rows are what reach >= 100k rows/s. Each flush is
-    one connection and one transaction, so between flushes the file is free for readers in
-    other processes. Not thread-safe: use it from one task.
-    """
-
-    def __init__(self, store: Store, *, max_delay_s: float = 1.0, max_rows: int = 100_000):
-        self.store = store
-        self.max_delay_s = max_delay_s
-        self.max_rows = max_rows
-        self._results: list[tuple[str, str, TrialResult | Mapping[str, Any]]] = []
-        self._cpu: list[tuple[str, str, Mapping[str, Any]]] = []
-        self._tuning: list[tuple[str, str, str, Mapping[str, Any]]] = []
-        self._errors: list[tuple[Any, ...]] = []
-        self._oldest: float | None = None
-        self._rows = 0
-
-    def __len__(self) -> int:
-        return len(self._results) + len(self._cpu) + len(self._tuning) + len(self._errors)
-
-    def _touch(self, rows: int = 1) -> None:
-        self._rows += rows
-        if self._oldest is None:
-            self._oldest = time.monotonic()
-
-    def add_result(self, run_id: str, device: str, result: TrialResult | Mapping) -> None:
-        self._results.append((run_id, device, result))
-        reps = (
-            result.repetitions
-            if isinstance(result, TrialResult)
-            else result.get("repetitions") or []
-        )
-        self._touch(1 + len(reps))
-
-    def add_cpu_sample(self, run_id: str, device: str, event: Mapping[str, Any]) -> None:
-        self._cpu.append((run_id, device, event))
-        self._touch()
-
-    def add_tuning(self, run_id: str, device: str, key: str, event: Mapping[str, Any]) -> None:
-        self._tuning.append((run_id, device, key, event))
-        self._touch()
-
-    def add_error(
-        self, run_id: str | None, device: str | None, key: str | None, kind: str, message: str
-    ) -> None:
-        self._errors.append((run_id, device, key, time.time(), kind, message))
-        self._touch()
-
-    def due(self) -> bool:
-        if self._oldest is None:
-            return False
-        return self._rows >= self.max_rows or time.monotonic() - self._oldest >= self.max_delay_s
-
-    def flush_if_due(self) -> int:
-        return self.flush() if self.due() else 0
-
-    def flush(self) -> int:
-        """Write everything buffered; returns the number of new trials stored."""
-        if not len(self):
-            return 0
-        new = 0
-        with self.store._writer() as conn:
-            for (run_id, device), results in _group(self._results).items():
-                new += _ingest_results(conn, run_id, device, results)
-            for (run_id, device), events in _group(self._cpu).items():
-                _ingest_cpu_events(conn, run_id, device, events)
-            tuning: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-            for run_id, device, key, event in self._tuning:
-                tuning.setdefault((run_id, device, key), []).append(event)
-            for (run_id, device, key), events in tuning.items():
-                _ingest_tuning(conn, run_id, device, key, events)
-            if self._errors:
-                _insert_errors(conn, self._errors)
-        self._results, self._cpu, self._tuning, self._errors = [], [], [], []
-        self._oldest = None
-        self._rows = 0
-        return new
-
-
-def _group(items: list[tuple[str, str, Any]]) -> dict[tuple[str, str], list[Any]]:
-    out: dict[tuple[str, str], list[Any]] = {}
-    for run_id, device, item in items:
-        out.setdefault((run_id, device), []).append(item)
-    return out
-
-
-# ---------------------------------------------------------------- ingest internals
-
-
-def _now() -> Any:
-    return _datetime(time.time())
-
-
-def _datetime(seconds: float) -> Any:
-    """A naive UTC datetime (DuckDB TIMESTAMP), the way every timestamp here is stored."""
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+    def require_file(self) -> None:
+        """Raise a one-line NgbError when the results file does not exist."""
+        if not self.path.exists():
+            raise NgbError(f"no results database at {self.path} (nothing has been stored yet)")
 
 
 def _filters(**columns: Any) -> tuple[str, list[Any]]:
@@ -746,305 +571,12 @@ def _filters(**columns: Any) -> tuple[str, list[Any]]:
     return " WHERE " + " AND ".join(f"{k} = ?" for k in given), list(given.values())
 
 
-def _sql_error(exc: Exception, allow_write: bool) -> NgbError:
-    if _is_lock_error(exc):
-        return DatabaseBusy(BUSY_MESSAGE)
-    line = first_line(exc)
-    if not allow_write and "read-only" in line:
-        return NgbError(
-            f"the results database is opened read-only; use --write to change it ({line})"
-        )
-    if "file system operations are disabled" in line:
-        return NgbError(f"read-only SQL cannot read or write files ({line})")
-    return NgbError(f"SQL error: {line}")
+def _empty_database() -> Any:
+    """An in-memory database with the current schema: what a file not yet written reads as."""
+    import duckdb
 
-
-def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[Any]]) -> Any:
-    """An Arrow table in the column order and types of a schema table."""
-    import pyarrow as pa
-
-    arrays = []
-    for name, sql_type in columns:
-        base = sql_type.split()[0]
-        typ = {
-            "VARCHAR": pa.string(),
-            "INTEGER": pa.int32(),
-            "BIGINT": pa.int64(),
-            "DOUBLE": pa.float64(),
-            "BOOLEAN": pa.bool_(),
-            "TIMESTAMP": pa.int64(),
-        }[base]
-        arr = pa.array(data[name], type=typ)
-        if base == "TIMESTAMP":
-            arr = arr.cast(pa.timestamp("us"))
-        arrays.append(arr)
-    return pa.Table.from_arrays(arrays, names=[name for name, _ in columns])
-
-
-def _append(conn: Any, table: str, arrow_table: Any) -> None:
-    view = f"_ngb_new_{table}"
-    conn.register(view, arrow_table)
-    try:
-        conn.execute(f"INSERT INTO {table} SELECT * FROM {view}")  # noqa: S608 - fixed names
-    finally:
-        conn.unregister(view)
-
-
-def _ingest_results(
-    conn: Any, run_id: str, device: str, results: Iterable[TrialResult | Mapping[str, Any]]
-) -> int:
-    batch: dict[str, TrialResult] = {}
-    for item in results:
-        result = item if isinstance(item, TrialResult) else TrialResult.from_dict(item)
-        batch.setdefault(result.key, result)  # the first copy of a key wins
-    if not batch:
-        return 0
-    stored = {
-        row[0]
-        for row in conn.execute(
-            "SELECT key FROM trials WHERE run_id = ? AND device = ? AND list_contains(?, key)",
-            [run_id, device, list(batch)],
-        ).fetchall()
-    }
-    fresh = [r for key, r in batch.items() if key not in stored]
-    if not fresh:
-        return 0
-    now_us = _ts(time.time())
-    trial_cols: dict[str, list[Any]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
-    for r in fresh:
-        for name, value in _trial_row(run_id, device, r, now_us).items():
-            trial_cols[name].append(value)
-    _append(conn, "trials", _arrow_table(schema.TRIAL_COLUMNS, trial_cols))
-    measurements = _per_trial_rows(
-        run_id,
-        device,
-        fresh,
-        "repetitions",
-        {"iters": "iters", "elapsed_s": "elapsed_s", "throughput": "throughput"},
-        index_name="rep",
-    )
-    if measurements is not None:
-        _append(conn, "measurements", measurements)
-    samples = _per_trial_rows(
-        run_id, device, fresh, "cpu_samples", {"t_s": 0, "sys_percent": 1, "proc_percent": 2}
-    )
-    if samples is not None:
-        _append(conn, "cpu_samples", samples)
-    return len(fresh)
-
-
-def _per_trial_rows(
-    run_id: str,
-    device: str,
-    results: Sequence[TrialResult],
-    attr: str,
-    fields: Mapping[str, Any],
-    index_name: str | None = None,
-) -> Any:
-    """Arrow table of the per-trial rows in ``attr`` (repetitions or CPU samples).
-
-    This is the bulk of an ingest (100 repetitions per trial in the paper's presets), so the
-    repeated run/device/key columns are dictionary-encoded (one string per trial, not per row)
-    and values go to Arrow without per-value Python calls; NaN becomes NULL on the way.
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    counts = np.fromiter(
-        (len(getattr(r, attr)) for r in results), dtype=np.int64, count=len(results)
-    )
-    total = int(counts.sum())
-    if not total:
-        return None
-    rows = [row for r in results for row in getattr(r, attr)]
-    trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
-    zeros = np.zeros(total, dtype=np.int32)
-    columns: dict[str, Any] = {
-        "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
-        "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
-        "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
-    }
-    if attr == "repetitions":  # the trial's axes, repeated per row (see schema.py)
-        take = pa.array(trial_index)
-        specs = [r.spec or {} for r in results]
-        for name in ("model", "compiler", "optimisation"):
-            per_trial = pa.array([s.get(name) for s in specs], type=pa.string())
-            columns[name] = pa.DictionaryArray.from_arrays(trial_index, per_trial)
-        for name in ("batch", "depth", "width"):
-            columns[name] = pa.array([s.get(name) for s in specs], type=pa.int32()).take(take)
-    if index_name:
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        columns[index_name] = pa.array(np.arange(total, dtype=np.int32) - starts)
-    if attr == "cpu_samples":
-        columns["source"] = pa.DictionaryArray.from_arrays(zeros, pa.array(["trial"]))
-        columns["ts"] = pa.nulls(total, pa.timestamp("us"))
-    for name, field_key in fields.items():
-        if isinstance(field_key, int):
-            values = [row[field_key] if len(row) > field_key else None for row in rows]
-        else:
-            values = [row.get(field_key) for row in rows]
-        columns[name] = pa.array(values, from_pandas=True)
-    table_columns = (
-        schema.MEASUREMENT_COLUMNS if attr == "repetitions" else schema.CPU_SAMPLE_COLUMNS
-    )
-    names = [name for name, _ in table_columns]
-    return pa.table({name: columns[name] for name in names})
-
-
-def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> dict[str, Any]:
-    spec = dict(r.spec or {})
-    model = str(spec.get("model", ""))
-    thr = _stats(r.throughput)
-    lat = _stats(r.latency_ms)
-    # TrialSpec.label without re-validating the spec (that costs more than the rest of the row)
-    width, depth = spec.get("width"), spec.get("depth", 1)
-    label = f"{model}{width}x{depth}" if model in BLOCK_MODELS else model
-    label += f"/{spec.get('compiler')}"
-    if spec.get("optimisation", "none") != "none":
-        label += f"/{spec['optimisation']}"
-    label += f"/b{spec.get('batch')}"
-    return {
-        "run_id": run_id,
-        "device": device,
-        "key": r.key,
-        "label": label,
-        "model": model or None,
-        "family": model_family(model) if model else None,
-        "compiler": spec.get("compiler"),
-        "batch": _int(spec.get("batch")),
-        "depth": _int(spec.get("depth")),
-        "width": _int(spec.get("width")),
-        "optimisation": spec.get("optimisation"),
-        "target": spec.get("device"),
-        "input_size": _int(spec.get("input_size")),
-        "status": r.status,
-        "error": r.error,
-        "error_kind": r.error_kind,
-        "export_s": _num(r.export_s),
-        "compile_s": _num(r.compile_s),
-        "tune_s": _num(r.tune_s),
-        "first_call_s": _num(r.first_call_s),
-        "repetitions": len(r.repetitions),
-        "throughput_mean": _num(thr.get("mean")),
-        "throughput_std": _num(thr.get("std")),
-        "throughput_median": _num(thr.get("median")),
-        "throughput_min": _num(thr.get("min")),
-        "throughput_max": _num(thr.get("max")),
-        "throughput_p50": _num(thr.get("p50")),
-        "throughput_p90": _num(thr.get("p90")),
-        "throughput_p99": _num(thr.get("p99")),
-        "throughput_cov": _num(thr.get("cov")),
-        "latency_mean_ms": _num(lat.get("mean")),
-        "latency_p50_ms": _num(lat.get("p50")),
-        "latency_p90_ms": _num(lat.get("p90")),
-        "latency_p99_ms": _num(lat.get("p99")),
-        "unstable": bool(r.unstable),
-        "cpu_percent_mean": _num(r.cpu_percent_mean),
-        "cpu_percent_max": _num(r.cpu_percent_max),
-        "proc_cpu_percent_mean": _num(r.proc_cpu_percent_mean),
-        "peak_rss_mb": _num(r.peak_rss_mb),
-        "gpu_mem_mb": _num(r.gpu_mem_mb),
-        "params": _int(r.params),
-        "macs": _int(r.macs),
-        "max_abs_err": _num(r.max_abs_err),
-        "host": r.host or None,
-        "versions": _json(r.versions),
-        "threads": _json(r.threads),
-        "compiler_options": _json(spec.get("compiler_options") or {}),
-        "measure": _json(spec.get("measure") or {}),
-        "spec": _json(spec),
-        "extra": _json(r.extra),
-        "started_at": _ts(r.started_at),
-        "finished_at": _ts(r.finished_at),
-        "ingested_at": now_us,
-    }
-
-
-def _ingest_cpu_events(
-    conn: Any, run_id: str, device: str, events: Iterable[Mapping[str, Any]]
-) -> int:
-    cols: dict[str, list[Any]] = {name: [] for name, _ in schema.CPU_SAMPLE_COLUMNS}
-    for e in events:
-        cols["run_id"].append(run_id)
-        cols["device"].append(device)
-        cols["key"].append(e.get("key"))
-        cols["source"].append("live")
-        cols["ts"].append(_ts(e.get("ts")))
-        cols["t_s"].append(_num(e.get("t_s")))
-        cols["sys_percent"].append(_num(e.get("percent", e.get("sys_percent"))))
-        cols["proc_percent"].append(_num(e.get("proc_percent")))
-    if cols["run_id"]:
-        _append(conn, "cpu_samples", _arrow_table(schema.CPU_SAMPLE_COLUMNS, cols))
-    return len(cols["run_id"])
-
-
-def _ingest_tuning(
-    conn: Any, run_id: str, device: str, key: str, events: Iterable[Mapping[str, Any]]
-) -> int:
-    rows = [
-        [
-            run_id,
-            device,
-            key,
-            _datetime(e["ts"]) if e.get("ts") else _now(),
-            _int(e.get("trials_done")),
-            _int(e.get("budget")),
-            _num(e.get("best_ms")),
-            _json(e.get("tasks")),
-        ]
-        for e in events
-    ]
-    if rows:
-        conn.executemany("INSERT INTO tuning_progress VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    return len(rows)
-
-
-def _insert_errors(conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
-    conn.executemany(
-        "INSERT INTO errors VALUES (?, ?, ?, ?, ?, ?)",
-        [(run, dev, key, _datetime(ts), kind, msg) for run, dev, key, ts, kind, msg in rows],
-    )
-
-
-# ---------------------------------------------------------------- migrations
-
-
-def _read_version(conn: Any) -> int:
-    has_table = conn.execute(
-        "SELECT count(*) FROM information_schema.tables "
-        "WHERE table_schema = 'main' AND table_name = 'schema_version'"
-    ).fetchone()[0]
-    if not has_table:
-        return 0
-    return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0])
-
-
-def _migrate(conn: Any, path: Path) -> None:
-    """Apply every missing migration step in one transaction (another process may race us)."""
-    conn.execute("BEGIN TRANSACTION")
-    try:
-        other = conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND table_name NOT IN ('schema_version')"
-        ).fetchone()[0]
-        version = _read_version(conn)
-        if version == 0 and other:
-            raise NgbError(f"{path} is a DuckDB file but not an ngb results database")
-        if version > schema.latest_version():
-            raise NgbError(
-                f"results database {path} has schema version {version}, newer than this ngb "
-                f"understands ({schema.latest_version()}); upgrade ngb"
-            )
-        conn.execute(schema.VERSION_TABLE)
-        for number, (description, statements) in enumerate(schema.MIGRATIONS, start=1):
-            if number <= version:
-                continue
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_version VALUES (?, ?, ?)", [number, description, _now()]
-            )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+    conn = duckdb.connect(":memory:")
+    for _description, statements in schema.MIGRATIONS:
+        for statement in statements:
+            conn.execute(statement)
+    return conn

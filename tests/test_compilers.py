@@ -382,3 +382,89 @@ def test_timm_resnet18_matches_eager(name: str, tol: float, tmp_path: Any) -> No
         assert compiled.timed_loop(min_iters=2, min_duration_s=0.0).iters >= 2
     finally:
         compiled.close()
+
+
+class _FakeRequest:
+    latency = 0.0  # ms, as OpenVINO reports it
+
+
+class _FakeQueue:
+    """An AsyncInferQueue stand-in whose requests each take ``run_s`` of real time.
+
+    A request finishes only when the queue is asked (``get_idle_request_id``/``wait_all``), so what
+    the driver did between two calls is exactly observable.
+    """
+
+    def __init__(self, n: int, run_s: float) -> None:
+        self.requests = [_FakeRequest() for _ in range(n)]
+        self.run_s = run_s
+        self.idle = list(range(n))
+        self.running: dict[int, float] = {}
+        self.starts = 0
+        self.wait_all_calls = 0
+
+    def _finish(self) -> None:
+        import time
+
+        now = time.perf_counter()
+        for handle, began in sorted(self.running.items(), key=lambda kv: kv[1]):
+            if now >= began + self.run_s:
+                del self.running[handle]
+                self.requests[handle].latency = self.run_s * 1e3
+                self.idle.append(handle)
+
+    def get_idle_request_id(self) -> int:
+        import time
+
+        while True:
+            self._finish()
+            if self.idle:
+                return self.idle[0]
+            time.sleep(self.run_s / 20)
+
+    def start_async(self) -> None:
+        import time
+
+        self.running[self.idle.pop(0)] = time.perf_counter()
+        self.starts += 1
+
+    def wait_all(self) -> None:
+        import time
+
+        self.wait_all_calls += 1
+        while self.running:
+            time.sleep(self.run_s / 20)
+            self._finish()
+
+
+def test_openvino_steady_state_driver_counts_completions_per_window() -> None:
+    """The queue is filled once, never drained between windows, and completions that happen
+    between two windows count in neither (no real OpenVINO needed: a fake queue)."""
+    import time
+
+    from ngb.core.compilers.base import Compiled
+    from ngb.core.compilers.openvino import _OvCompiled
+
+    n, run_s = 3, 0.02
+    fake = _FakeQueue(n, run_s)
+    compiled = object.__new__(_OvCompiled)
+    Compiled.__init__(compiled)
+    compiled._hint, compiled._queue, compiled._model, compiled._request = "THROUGHPUT", fake, 0, 0
+    compiled._requests, compiled._started = fake.requests, [None] * n
+
+    first = compiled.timed_loop(min_iters=6, min_duration_s=0.0)
+    assert first.iters == 6 and fake.wait_all_calls == 0
+    assert len(fake.running) == n  # left full for the next window
+    assert 0 < compiled.extra["mean_in_flight"] <= n
+
+    time.sleep(5 * run_s)  # the gap between two repetitions: every request finishes in it
+    starts_before = fake.starts
+    second = compiled.timed_loop(min_iters=3, min_duration_s=0.0)
+    # The n requests that finished in the gap were restarted but not counted; the 3 counted ones
+    # started and finished inside this window.
+    assert second.iters == 3 and fake.starts - starts_before == n + 3
+    assert all(ns == int(run_s * 1e9) for ns in second.latencies_ns)
+    assert fake.wait_all_calls == 0
+
+    compiled.close()
+    assert fake.wait_all_calls == 1 and not fake.running

@@ -21,7 +21,8 @@ from ngb.core import events as ev
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
-from ngb.sweeps.orchestrator import Orchestrator, RunEvent, Subscription
+from ngb.sweeps.orchestrator import Orchestrator
+from ngb.sweeps.run_events import RunEvent, Subscription
 from ngb.sweeps.store import Store
 
 from tests.noop_sweeps import noop_sweep

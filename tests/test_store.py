@@ -19,6 +19,7 @@ import pytest
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps import schema
+from ngb.sweeps.result_store import IngestBatch
 from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, Store
 
 NGB = str(Path(sys.executable).with_name("ngb"))
@@ -60,7 +61,9 @@ def count(store: Store, table: str) -> int:
 
 def test_schema_is_created_with_readable_tables_and_version(store: Store) -> None:
     assert not store.path.exists()
-    assert store.runs() == []
+    assert store.runs() == [] and store.tables() and store.trials() == []
+    assert not store.path.exists()  # reading never creates the file (issue 8 #6)
+    store.create_run("r0", "demo", "", [], 0)  # the first write does
     assert store.schema_version() == schema.latest_version()
     tables = set(store.tables())
     assert {
@@ -94,7 +97,7 @@ def test_schema_is_created_with_readable_tables_and_version(store: Store) -> Non
 
 
 def test_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
-    store.runs()  # create
+    store.create_run("r0", "demo", "", [], 0)  # create
     conn = duckdb.connect(str(store.path))
     conn.execute("INSERT INTO schema_version VALUES (999, 'from the future', now())")
     conn.close()
@@ -241,20 +244,18 @@ def test_devices_never_store_secrets(store: Store) -> None:
     assert "hunter2" not in flat and "PRIVATE KEY" not in flat and "id_ed25519" not in flat
 
 
-def test_ingest_buffer_batches_and_flushes_once(store: Store) -> None:
-    buf = store.buffer(max_delay_s=3600, max_rows=10)
-    assert not buf.due() and buf.flush() == 0
-    buf.add_result("r1", "a", make_result(0))  # 1 trial + 3 repetitions = 4 rows
-    buf.add_result("r1", "a", make_result(0))  # a repeat from a re-read event log
-    buf.add_cpu_sample("r1", "a", {"ts": 1.7e9, "key": "x", "percent": 10.0})
-    assert not buf.due() and buf.flush_if_due() == 0
-    assert not store.path.exists() or count(store, "trials") == 0
-    buf.add_error("r1", "a", None, "connection", "dropped")  # the 10th row
-    assert buf.due()
-    assert buf.flush_if_due() == 1
-    assert len(buf) == 0
+def test_ingest_batch_writes_everything_in_one_transaction(store: Store) -> None:
+    batch = IngestBatch()
+    assert store.write_batch(batch) == 0 and not store.path.exists()  # nothing to write
+    batch.add_result("r1", "a", make_result(0))  # 1 trial + 3 repetitions
+    batch.add_result("r1", "a", make_result(0))  # a repeat from a re-read event log
+    batch.add_cpu_sample("r1", "a", {"ts": 1.7e9, "key": "x", "percent": 10.0})
+    batch.add_error("r1", "a", None, "connection", "dropped")
+    assert len(batch) == 4
+    assert store.write_batch(batch) == 1
     assert (count(store, "trials"), count(store, "errors")) == (1, 1)
     assert count(store, "cpu_samples") == 2 + 1  # the trial's two + one live
+    assert store.write_batch(IngestBatch(results=batch.results)) == 0  # stored once
 
 
 def test_threads_in_one_process_can_read_while_writing(store: Store) -> None:

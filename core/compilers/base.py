@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 from ngb.core.errors import ConfigError, UnsupportedTrial
+from ngb.core.types import PRECISIONS
 from ngb.core.versions import dist_version
 
 
@@ -68,6 +69,7 @@ class CompileContext:
     emit: Callable[..., None] = lambda type_, **fields: None  # progress events (e.g. tuning)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per named phase
     cache_dir: Path | None = None  # long-lived cache (TVM tuning databases), survives runs
+    precision: str = "default"  # ngb.core.types.PRECISIONS; checked by Compiler.check_precision
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -85,9 +87,16 @@ class Compiled(ABC):
 
     #: extra facts worth recording with the result (e.g. number of infer requests in flight)
     extra: dict[str, Any]
+    #: the precision that actually runs (ngb.core.precision), read back from the runtime;
+    #: None when nothing is computed (noop)
+    precision: str | None
+    #: the runtime's precision settings as read back (recorded with the result)
+    precision_flags: dict[str, Any]
 
     def __init__(self) -> None:
         self.extra = {}
+        self.precision = None
+        self.precision_flags = {}
 
     @abstractmethod
     def run(self) -> Any:
@@ -134,10 +143,6 @@ def to_numpy(out: Any) -> Any:
         out = out.numpy()
     return np.asarray(out)
 
-
-#: ngb's precision names. ``default`` = whatever the vendor picks (recorded as it resolved);
-#: ``fp32`` = strict fp32 (no TF32, no bf16 downcasts); the others where a compiler supports them.
-PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 
 ConfigT = TypeVar("ConfigT", bound=CompilerConfig)
 

@@ -1,13 +1,16 @@
 """``identity``: torch eager, the paper's baseline every speed-up is measured against.
 
 Also home of the small torch helpers the other torch-based backends (torchscript, inductor)
-share: moving a model to the target device, binding the example batch, and a ``Compiled`` whose
-``run`` is one synchronous call under ``torch.inference_mode``.
+share: moving a model to the target device, binding the example batch, setting torch's precision
+flags for the trial (``torch_precision``; see ``ngb.core.precision``), and a ``Compiled`` whose
+``run`` is one synchronous call under ``torch.inference_mode`` and which records the precision
+torch runs at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +21,20 @@ from ngb.core.compilers.base import (
     CompilerConfig,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError
+from ngb.core.precision import (
+    resolve_torch,
+    restore_torch_flags,
+    set_torch_flags,
+    torch_dtype,
+    torch_flags,
+)
+
+#: what the torch backends can run: strict fp32 or TF32 are flags (TF32 exists on NVIDIA GPUs only),
+#: bf16/fp16 cast the model; fp16 convolutions on the CPU are slow or missing in torch, so GPU only
+TORCH_PRECISIONS = {
+    "cpu": ("default", "fp32", "bf16"),
+    "cuda": ("default", "fp32", "tf32", "bf16", "fp16"),
+}
 
 
 def check_bool(name: str, value: Any) -> None:
@@ -51,13 +68,18 @@ def apply_threads(ctx: CompileContext) -> int:
 def prepare(
     model: Any, example: Any, ctx: CompileContext, *, channels_last: bool = False
 ) -> tuple[Any, tuple[Any, ...]]:
-    """Eval-mode model and example inputs on the target device (optionally channels-last)."""
+    """Eval-mode model and example inputs on the target device (optionally channels-last),
+    cast to bf16/fp16 when the trial asks for it (floating inputs only)."""
     import torch
     from ngb.core.compilers.onnx_export import example_tuple
 
     device = torch_device(ctx.device)
     model = model.eval().to(device)
     inputs = tuple(t.to(device) for t in example_tuple(example))
+    dtype = torch_dtype(ctx.precision)
+    if dtype is not None:
+        model = model.to(dtype)
+        inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
         inputs = tuple(
@@ -70,15 +92,40 @@ def prepare(
 TORCH_VERSIONS = {"torch": ("torch",)}
 
 
+@contextlib.contextmanager
+def torch_precision(ctx: CompileContext) -> Iterator[dict[str, Any]]:
+    """Set torch's process-wide flags for ``ctx.precision`` (strict fp32 or TF32) for a compile.
+
+    Yields the previous flags, which the ``TorchCompiled`` takes over and puts back on ``close``;
+    a compile that fails puts them back at once.
+    """
+    before = set_torch_flags(ctx.precision)
+    try:
+        yield before
+    except BaseException:
+        restore_torch_flags(before)
+        raise
+
+
 class TorchCompiled(Compiled):
     """A torch callable bound to its inputs; ``run`` waits for the GPU so timings are real."""
 
-    def __init__(self, fn: Callable[..., Any], inputs: tuple[Any, ...], device: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        inputs: tuple[Any, ...],
+        device: str,
+        restore: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         import torch
 
         self._fn = fn
         self._inputs = inputs
+        self._restore = restore  # torch flags to put back on close
+        floating = [t.dtype for t in inputs if t.is_floating_point()]
+        self.precision_flags = torch_flags(floating[0] if floating else None)
+        self.precision = resolve_torch(self.precision_flags, device)
         self._sync = torch.cuda.synchronize if device == "cuda" else None
         self._inference_mode = torch.inference_mode
 
@@ -92,6 +139,9 @@ class TorchCompiled(Compiled):
     def close(self) -> None:
         self._fn = None  # type: ignore[assignment]
         self._inputs = ()
+        if self._restore is not None:
+            restore_torch_flags(self._restore)
+            self._restore = None
 
 
 @dataclass(frozen=True)
@@ -107,12 +157,13 @@ class IdentityCompiler(Compiler[IdentityConfig]):
     description = "torch eager (the baseline)"
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
-        with ctx.phase("compile"):
+        with ctx.phase("compile"), torch_precision(ctx) as before:
             threads = apply_threads(ctx)
             model, inputs = prepare(model, example, ctx, channels_last=self.config.channels_last)
-        compiled = TorchCompiled(model, inputs, ctx.device)
+            compiled = TorchCompiled(model, inputs, ctx.device, restore=before)
         compiled.extra.update(torch_threads=threads, channels_last=self.config.channels_last)
         return compiled

@@ -20,11 +20,13 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.identity import (
+    TORCH_PRECISIONS,
     TORCH_VERSIONS,
     TorchCompiled,
     apply_threads,
     check_bool,
     prepare,
+    torch_precision,
 )
 from ngb.core.errors import NgbError
 
@@ -48,11 +50,18 @@ class InductorCompiler(Compiler[InductorConfig]):
     description = "torch.compile (inductor backend)"
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
     #: torch._dynamo.exc.Unsupported: dynamo cannot trace a construct
     unsupported_errors = ("Unsupported",)
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
+            return self._build(model, example, ctx, before)
+
+    def _build(
+        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+    ) -> Compiled:
         import torch
         import torch._dynamo
         import torch._inductor.config as inductor_config
@@ -78,7 +87,7 @@ class InductorCompiler(Compiler[InductorConfig]):
                 ) from exc
             if ctx.device == "cuda":
                 torch.cuda.synchronize()
-        compiled = TorchCompiled(compiled_fn, inputs, ctx.device)
+        compiled = TorchCompiled(compiled_fn, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads, mode=cfg.mode, fullgraph=cfg.fullgraph, cache=cfg.cache
         )

@@ -49,6 +49,11 @@ class NoopCompiler(Compiler[NoopConfig]):
     description = "does nothing; measures the harness itself"
     needs_model = False
     devices = ("cpu", "cuda")
+    # It computes nothing, so every precision is accepted and none is recorded as having run.
+    precisions = {
+        "cpu": ("default", "fp32", "tf32", "bf16", "fp16"),
+        "cuda": ("default", "fp32", "tf32", "bf16", "fp16"),
+    }
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import time

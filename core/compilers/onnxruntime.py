@@ -3,6 +3,15 @@
 The input is bound once through IOBinding (on the GPU for CUDA), so a timed call is the session
 run alone, as with ``onnxruntime_perf_test``; per-call numpy feed building would be measured
 otherwise. Building the session (graph optimisation, kernel selection) is the compile phase.
+
+Precision: the CPU EP computes in fp32. The CUDA EP runs convolutions and matmuls in TF32 unless
+its provider option ``use_tf32`` is 0; ``fp32`` sets it to 0, ``tf32`` to 1, and the value the
+session reports back is recorded. ORT's TensorRT EP has no TF32 switch (TensorRT allows TF32 by
+default), so ``auto`` leaves it out when a trial asks for ``fp32`` or ``tf32``.
+
+One request in flight: ``run`` is a synchronous ``run_with_iobinding`` (as ``onnxruntime_perf_test``
+runs by default, one concurrent session run), so the base timed loop is already its steady state;
+intra-op threads, not concurrent requests, fill the cores.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from ngb.core.compilers.base import (
     module_available,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError
+from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 
 OPT_LEVELS = ("all", "extended", "basic", "disable")
 EXECUTION_MODES = ("sequential", "parallel")
@@ -54,16 +63,23 @@ class OnnxRuntimeConfig(CompilerConfig):
         _check_threads("inter_op_threads", self.inter_op_threads)
 
 
-def select_providers(provider: str, device: str, available: list[str]) -> list[str]:
+def select_providers(
+    provider: str, device: str, available: list[str], precision: str = "default"
+) -> list[str]:
     """Execution providers in priority order, CPU always last as ORT's fallback.
 
     ``auto`` takes the TensorRT EP on cuda only if its Python package is installed too: the EP is
-    compiled into onnxruntime-gpu but needs the TensorRT libraries at session creation.
+    compiled into onnxruntime-gpu but needs the TensorRT libraries at session creation. It also
+    leaves it out for a trial that sets the TF32 mode, which only the CUDA EP can.
     """
     if provider == "auto":
         if device == "cuda":
             wanted = ["cuda"]
-            if _EP_NAMES["tensorrt"] in available and module_available("tensorrt")[0]:
+            if (
+                precision == "default"
+                and _EP_NAMES["tensorrt"] in available
+                and module_available("tensorrt")[0]
+            ):
                 wanted.insert(0, "tensorrt")
         else:
             wanted = ["cpu"]
@@ -82,7 +98,33 @@ def select_providers(provider: str, device: str, available: list[str]) -> list[s
         chosen.append(ep)
     if _EP_NAMES["cpu"] not in chosen:
         chosen.append(_EP_NAMES["cpu"])
+    if precision in ("fp32", "tf32") and chosen[0] == _EP_NAMES["tensorrt"]:
+        raise UnsupportedTrial(
+            f"onnxruntime's TensorRT EP has no TF32 switch, so precision {precision} cannot be "
+            "guaranteed; use -o provider=cuda"
+        )
     return chosen
+
+
+def provider_options(providers: list[str], precision: str) -> list[dict[str, str]]:
+    """Per-provider options for ``InferenceSession`` (the CUDA EP's TF32 mode)."""
+    tf32 = {"fp32": "0", "tf32": "1"}.get(precision)
+    return [
+        {"use_tf32": tf32} if ep == _EP_NAMES["cuda"] and tf32 is not None else {}
+        for ep in providers
+    ]
+
+
+def resolve_precision(providers: list[str], options: dict[str, dict[str, str]]) -> str:
+    """The precision a session runs at, from its providers and the options it reports back."""
+    first = providers[0] if providers else _EP_NAMES["cpu"]
+    if first == _EP_NAMES["cuda"]:
+        # ORT's CUDA EP default is use_tf32=1; an option it does not report is at that default.
+        return "tf32" if options.get(first, {}).get("use_tf32", "1") == "1" else "fp32"
+    if first == _EP_NAMES["tensorrt"]:
+        trt = options.get(first, {})
+        return "fp16" if trt.get("trt_fp16_enable") in ("1", "True", "true") else "tf32"
+    return "fp32"
 
 
 class _OrtCompiled(Compiled):
@@ -112,6 +154,7 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
     devices = ("cpu", "cuda")
     requires = ("onnxruntime", "onnx", "torch")
     unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
+    precisions = {"cpu": ("default", "fp32"), "cuda": ("default", "fp32", "tf32")}
     version_packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
@@ -119,7 +162,9 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
         from ngb.core.compilers.onnx_export import example_tuple, export_onnx, input_names
 
         cfg = self.config
-        providers = select_providers(cfg.provider, ctx.device, ort.get_available_providers())
+        providers = select_providers(
+            cfg.provider, ctx.device, ort.get_available_providers(), ctx.precision
+        )
         with ctx.phase("export"):
             path = export_onnx(model, example, ctx.workdir / "model.onnx")
         with ctx.phase("compile"):
@@ -140,11 +185,28 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 opts.intra_op_num_threads = intra
             if cfg.inter_op_threads:
                 opts.inter_op_num_threads = cfg.inter_op_threads
-            session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            session = ort.InferenceSession(
+                str(path),
+                sess_options=opts,
+                providers=providers,
+                provider_options=provider_options(providers, ctx.precision),
+            )
             binding, keep_alive = self._bind(
                 ort, session, example_tuple(example), input_names(example), ctx.device
             )
         compiled = _OrtCompiled(session, binding, keep_alive)
+        ran = session.get_providers()
+        reported = {ep: dict(o) for ep, o in session.get_provider_options().items()}
+        compiled.precision = resolve_precision(ran, reported)
+        compiled.precision_flags = {
+            ep: {k: v for k, v in o.items() if "tf32" in k or "fp16" in k}
+            for ep, o in reported.items()
+        }
+        if ctx.precision != "default" and compiled.precision != ctx.precision:
+            compiled.close()
+            raise UnsupportedTrial(
+                f"onnxruntime ran {compiled.precision} on {ran[0]} when {ctx.precision} was asked"
+            )
         compiled.extra.update(
             providers=session.get_providers(),
             graph_optimization_level=cfg.graph_optimization_level,

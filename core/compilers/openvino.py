@@ -2,10 +2,16 @@
 
 Under the THROUGHPUT hint OpenVINO splits the CPU into several streams and expects one infer
 request in flight per stream; a single synchronous request leaves most streams idle and
-under-reports throughput by ~45 % on a 2-core CPU. So ``timed_loop`` keeps an ``AsyncInferQueue``
-(sized by the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS, or ``nireq``) saturated until
-both stop conditions hold, then drains it. Under the LATENCY hint one synchronous request is the
-vendor's own protocol, so the base loop is kept.
+under-reports throughput by ~45 % on a 2-core CPU. So ``timed_loop`` drives an ``AsyncInferQueue``
+(sized by the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS, or ``nireq``), in steady state
+as ``benchmark_app`` does: the queue is filled once (by the first timed loop, i.e. the warm-up)
+and never drained between timed loops. Each loop counts the requests that *complete inside its
+window* (a request's completion = our start stamp + OpenVINO's own latency for it), so a window
+neither waits for a drain (with 16 requests of ~80 ms in flight, ``wait_all`` after each 0.5 s
+repetition cost ~10 % on a 16-core CPU) nor starts from an idle queue. Requests still in flight
+at the end of a window finish in the gap or are counted by the next window; ``close`` drains.
+Under the LATENCY hint one synchronous request is the vendor's own protocol, so the base loop is
+kept.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError
+from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
+from ngb.core.precision import from_openvino, openvino_hint
 
 HINTS = ("THROUGHPUT", "LATENCY")
 DEVICES = ("CPU", "GPU", "AUTO")
@@ -67,6 +74,9 @@ class _OvCompiled(Compiled):
         self._request = compiled_model.create_infer_request()
         self._bind(self._request)
         self._queue: Any = None
+        self._requests: list[Any] = []
+        # perf_counter_ns when each queue request was last started; None = idle, not yet counted
+        self._started: list[int | None] = []
 
     def _bind(self, request: Any) -> None:
         for i, tensor in enumerate(self._inputs):
@@ -94,33 +104,40 @@ class _OvCompiled(Compiled):
                 queue.start_async()
             queue.wait_all()
             self._queue = queue
+            self._requests = [queue[i] for i in range(len(queue))]
+            self._started = [None] * len(queue)
         return self._queue
 
     def timed_loop(self, min_iters: int, min_duration_s: float) -> LoopResult:
         if self._hint != "THROUGHPUT":
             return super().timed_loop(min_iters, min_duration_s)
         queue = self._infer_queue()
-        requests = [queue[i] for i in range(len(queue))]
+        requests, started = self._requests, self._started
         # No Python completion callback: OpenVINO's own callback stamps each request's start and
         # end (``request.latency``) without the GIL, so completions never wait on this thread
         # (and tearing the queue down cannot deadlock on a pending Python callback).
-        busy = [False] * len(requests)
         latencies: list[int] = []
+        busy_ns = 0  # request-time spent inside the window, summed over requests
         clock = time.perf_counter_ns
         min_ns = int(min_duration_s * 1e9)
-        start = clock()
-        while len(latencies) < min_iters or clock() - start < min_ns:
-            handle = queue.get_idle_request_id()  # blocks until one is free: queue stays full
-            if busy[handle]:
-                latencies.append(int(requests[handle].latency * 1e6))  # ms -> ns
+        start = now = clock()
+        while len(latencies) < min_iters or now - start < min_ns:
+            handle = queue.get_idle_request_id()  # blocks until one is free: the queue stays full
+            now = clock()
+            began = started[handle]
+            if began is not None:  # it completed since it was started: count it if in this window
+                latency = int(requests[handle].latency * 1e6)  # ms -> ns
+                if began + latency >= start:
+                    latencies.append(latency)
+                    busy_ns += min(latency, began + latency - start)
             queue.start_async()  # takes that same idle request; inputs are bound already
-            busy[handle] = True
-        queue.wait_all()
-        elapsed = clock() - start
-        latencies.extend(int(r.latency * 1e6) for r, b in zip(requests, busy, strict=True) if b)
-        # Requests in flight on average (Little's law): ~nireq when the queue is kept full, 1.0
+            started[handle] = clock()
+        elapsed = now - start  # the window ends at the last completion it counted
+        busy_ns += sum(now - max(b, start) for b in started if b is not None and b < now)
+        # Requests in flight on average over the window: ~nireq when the queue is kept full, 1.0
         # for one synchronous request. Recorded as evidence of how the runtime was driven.
-        self.extra["mean_in_flight"] = round(sum(latencies) / elapsed, 3) if elapsed else 0.0
+        self.extra["mean_in_flight"] = round(busy_ns / elapsed, 3) if elapsed else 0.0
+        self.extra["driver"] = "steady-state async queue (filled once, drained on close)"
         return LoopResult(iters=len(latencies), elapsed_s=elapsed / 1e9, latencies_ns=latencies)
 
     def close(self) -> None:
@@ -138,6 +155,9 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     requires = ("openvino", "onnx", "torch")
     #: OpConversionFailure: OpenVINO's ONNX frontend has no conversion for an op
     unsupported_errors = (*EXPORT_UNSUPPORTED_ERRORS, "OpConversionFailure")
+    #: INFERENCE_PRECISION_HINT f32 / bf16 / f16; a CPU without bf16 or f16 kernels refuses the
+    #: trial after compile (the hint read back differs), it never runs another precision silently
+    precisions = {"cpu": ("default", "fp32", "bf16", "fp16")}
     version_packages = {"openvino": ("openvino",)}
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
@@ -155,12 +175,13 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
             )
         with ctx.phase("export"):
             path = export_onnx(model, example, ctx.workdir / "model.onnx")
+        asked = _precision_hint(ctx.precision, cfg.inference_precision)
         with ctx.phase("compile"):
             properties: dict[str, Any] = {"PERFORMANCE_HINT": cfg.hint}
             if cfg.streams:
                 properties["NUM_STREAMS"] = cfg.streams
-            if cfg.inference_precision:
-                properties["INFERENCE_PRECISION_HINT"] = cfg.inference_precision
+            if asked:
+                properties["INFERENCE_PRECISION_HINT"] = asked
             if ctx.threads:
                 properties["INFERENCE_NUM_THREADS"] = ctx.threads
             compiled_model = core.compile_model(core.read_model(str(path)), cfg.device, properties)
@@ -168,13 +189,23 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
             nireq = cfg.nireq or optimal
             arrays = [t.detach().cpu().contiguous().numpy() for t in example_tuple(example)]
             compiled = _OvCompiled(compiled_model, arrays, cfg.hint, nireq)
+        facts = _properties(compiled_model)
+        ran = facts.get("inference_precision")
+        if asked and ran != asked:
+            compiled.close()
+            raise UnsupportedTrial(
+                f"OpenVINO {cfg.device} compiled {ran} when {asked} was asked "
+                "(no such kernels on this device)"
+            )
+        compiled.precision = from_openvino(ran) if ran else None
+        compiled.precision_flags = {"INFERENCE_PRECISION_HINT": ran, "asked": asked}
         compiled.extra.update(
             hint=cfg.hint,
             device=cfg.device,
             nireq=nireq if cfg.hint == "THROUGHPUT" else 1,
             optimal_nireq=optimal,
             onnx_path=str(path),
-            **_properties(compiled_model),
+            **facts,
         )
         return compiled
 
@@ -183,6 +214,19 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
         import openvino as ov
 
         return {"openvino": ov.get_version()}
+
+
+def _precision_hint(precision: str, option: str | None) -> str | None:
+    """The INFERENCE_PRECISION_HINT to ask for: the trial's precision, else the option, else none.
+
+    Both given and different is a contradiction the operator must resolve.
+    """
+    hint = openvino_hint(precision)
+    if hint and option and option != hint:
+        raise ConfigError(
+            f"precision {precision} contradicts the openvino option inference_precision={option}"
+        )
+    return hint or option
 
 
 def _properties(compiled_model: Any) -> dict[str, Any]:

@@ -8,6 +8,14 @@ Precision: fp32 by default. TensorRT 10 enables fp16/int8 kernels through builde
 11 removed those flags (networks are always strongly typed), so there fp16 is obtained by
 exporting the model in half precision, and int8 needs an ONNX with explicit Q/DQ nodes, which ngb
 does not produce: asking for it is a clear error rather than a silent fp32 engine.
+
+TensorRT lets fp32 layers use TF32 unless the TF32 builder flag is cleared (on by default, as with
+trtexec; Polygraphy clears it). A trial's ``precision`` decides: ``fp32`` clears it, ``tf32`` sets
+it, ``fp16`` is the config's fp16, ``default`` keeps the config's choice with TensorRT's defaults.
+The flags are read back from the builder config and recorded (``precision_flags``).
+
+One request in flight: ``run`` enqueues on one stream and synchronises, like ``trtexec`` with its
+default single stream, so the base timed loop is this runtime's steady state.
 """
 
 from __future__ import annotations
@@ -27,10 +35,45 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError, UnsupportedTrial
 
 PRECISIONS = ("fp32", "fp16", "int8")
 NO_GPU_REASON = "no NVIDIA GPU/CUDA driver found (no /dev/nvidia0, nvidia-smi or libcuda)"
+
+
+def plan_precision(
+    precision: str, config_precision: str, has_flags: bool
+) -> tuple[str, dict[str, bool]]:
+    """(the engine's precision, builder flags to set or clear) for a trial.
+
+    ``precision`` is the trial's setting, ``config_precision`` the compiler option (fp32 by
+    default, so it only conflicts when set to something else). Without builder flags (TensorRT
+    >= 11) fp16 comes from a half-precision export, not a flag.
+    """
+    if precision != "default" and config_precision not in ("fp32", precision):
+        raise ConfigError(
+            f"precision {precision} contradicts the tensorrt option precision={config_precision}"
+        )
+    wanted = config_precision if precision == "default" else precision
+    flags: dict[str, bool] = {}
+    if precision == "fp32":
+        flags["TF32"] = False
+    elif precision == "tf32":
+        flags["TF32"] = True
+    if has_flags and wanted in ("fp16", "int8"):
+        flags["FP16"] = True  # int8 layers without ranges fall back to fp16
+    if wanted == "int8":
+        flags["INT8"] = True
+    return wanted, flags
+
+
+def resolve_precision(flags: dict[str, bool], half_export: bool, tf32_hardware: bool) -> str:
+    """The engine's precision from the builder flags read back (TF32 needs CC 8.0 or newer)."""
+    if flags.get("INT8"):
+        return "int8"
+    if flags.get("FP16") or half_export:
+        return "fp16"
+    return "tf32" if flags.get("TF32") and tf32_hardware else "fp32"
 
 
 def nvidia_gpu_present() -> bool:
@@ -91,6 +134,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
         "int8": "TensorRT needs explicit Q/DQ int8 graphs, not torch quantized:: kernels"
     }
     unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
+    precisions = {"cuda": ("default", "fp32", "tf32", "fp16")}
     version_packages = {"tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12")}
 
     @classmethod
@@ -110,12 +154,18 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
         if not torch.cuda.is_available():
             raise CompilerUnavailable("torch sees no CUDA GPU; TensorRT needs one")
         has_flags = hasattr(trt.BuilderFlag, "FP16")  # False on TensorRT >= 11 (strong typing)
-        if cfg.precision == "int8" and not hasattr(trt.BuilderFlag, "INT8"):
+        wanted, flags = plan_precision(ctx.precision, cfg.precision, has_flags)
+        if wanted == "int8" and not hasattr(trt.BuilderFlag, "INT8"):
             raise ConfigError(
                 f"precision int8 needs an ONNX with Q/DQ nodes on TensorRT {trt.__version__}; "
                 "use fp32 or fp16"
             )
-        half_export = cfg.precision == "fp16" and not has_flags
+        if "TF32" in flags and not hasattr(trt.BuilderFlag, "TF32"):
+            raise UnsupportedTrial(
+                f"TensorRT {trt.__version__} has no TF32 builder flag; precision "
+                f"{ctx.precision} cannot be set"
+            )
+        half_export = wanted == "fp16" and not has_flags
         with ctx.phase("export"):
             export_model, export_example = model, example
             if half_export:  # a copy: the caller's model stays fp32 for the reference output
@@ -133,10 +183,13 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             config = builder.create_builder_config()
             config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, cfg.workspace_mb << 20)
             config.builder_optimization_level = cfg.builder_optimization_level
-            if has_flags and cfg.precision in ("fp16", "int8"):
-                config.set_flag(trt.BuilderFlag.FP16)  # int8 layers without ranges fall back
-            if cfg.precision == "int8":
-                config.set_flag(trt.BuilderFlag.INT8)
+            for flag, on in flags.items():
+                (config.set_flag if on else config.clear_flag)(getattr(trt.BuilderFlag, flag))
+            read_back = {
+                name: bool(config.get_flag(getattr(trt.BuilderFlag, name)))
+                for name in ("TF32", "FP16", "BF16", "INT8")
+                if hasattr(trt.BuilderFlag, name)
+            }
             serialized = builder.build_serialized_network(network, config)
             if serialized is None:
                 raise NgbError("TensorRT engine build failed (see the TensorRT log above)")
@@ -146,8 +199,11 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             tensors, outputs = self._bind(trt, torch, engine, context, export_example)
         compiled = _TrtCompiled(engine, context, tensors, outputs, torch.cuda.Stream())
         compiled._runtime = runtime  # type: ignore[attr-defined]  # keep alive with the engine
+        tf32_hardware = torch.cuda.get_device_capability()[0] >= 8
+        compiled.precision = resolve_precision(read_back, half_export, tf32_hardware)
+        compiled.precision_flags = {**read_back, "half_export": half_export}
         compiled.extra.update(
-            precision=cfg.precision,
+            precision=wanted,
             precision_via="builder flag" if has_flags else ("half export" if half_export else ""),
             workspace_mb=cfg.workspace_mb,
             builder_optimization_level=cfg.builder_optimization_level,

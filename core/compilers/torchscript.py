@@ -18,11 +18,13 @@ from ngb.core.compilers.base import (
     CompilerConfig,
 )
 from ngb.core.compilers.identity import (
+    TORCH_PRECISIONS,
     TORCH_VERSIONS,
     TorchCompiled,
     apply_threads,
     check_bool,
     prepare,
+    torch_precision,
 )
 from ngb.core.errors import ConfigError
 
@@ -46,9 +48,16 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
     description = "torch.jit.trace + freeze"
     devices = ("cpu", "cuda")
     requires = ("torch",)
+    precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+        with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
+            return self._build(model, example, ctx, before)
+
+    def _build(
+        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+    ) -> Compiled:
         import warnings
 
         import torch
@@ -59,7 +68,7 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
             module = self._script(torch, model, inputs, ctx)
-        compiled = TorchCompiled(module, inputs, ctx.device)
+        compiled = TorchCompiled(module, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads,
             frozen=self.config.freeze,

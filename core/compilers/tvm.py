@@ -171,8 +171,13 @@ class TvmCompiled(Compiled):
         self._dev = tvm.cuda(0) if device_kind == "cuda" else tvm.cpu(0)
         self._vm = relax.VirtualMachine(executable, self._dev)
         self._main = self._vm["main"]
-        self._inputs = [tvm.runtime.tensor(a, device=self._dev) for a in _example_numpy(example)]
+        arrays = _example_numpy(example)
+        self._inputs = [tvm.runtime.tensor(a, device=self._dev) for a in arrays]
         self._sync = device_kind == "cuda"
+        # Relax legalises the graph in the model's own dtype (no TF32 or implicit downcasts).
+        dtype = next((str(a.dtype) for a in arrays if a.dtype.kind == "f"), "float32")
+        self.precision = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp32")
+        self.precision_flags = {"dtype": dtype}
 
     def run(self) -> Any:
         out = self._main(*self._inputs)
@@ -201,6 +206,7 @@ class TvmBase(Compiler[ConfigT]):
 
     devices = ("cpu", "cuda")
     requires = ("tvm", "tvm_ffi", "torch")
+    precisions = {"cpu": ("default", "fp32"), "cuda": ("default", "fp32")}
     unsupported_optimisations = {"int8": TVM_INT8_REASON}
     unsupported_errors = TVM_UNSUPPORTED_ERRORS
     version_packages = TVM_VERSIONS

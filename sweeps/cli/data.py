@@ -68,7 +68,10 @@ def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     Tables: runs, run_devices, trials, measurements, cpu_samples, tuning_progress, errors,
     devices, probes; views: results, failures, run_progress.
     """
-    columns, rows = _store(db, wait).query(sql, allow_write=write)
+    store = _store(db, wait)
+    if not write:
+        store.require_file()  # read-only SQL on a missing file: say so, create nothing
+    columns, rows = store.query(sql, allow_write=write)
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
@@ -104,16 +107,23 @@ def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     default=None,
     help="Destination file (default: TABLE.FORMAT in the current directory).",
 )
+@click.option("--force", is_flag=True, help="Replace DEST if it exists already.")
 @_db_option
 def export(
-    fmt: str, table: str | None, sql: str | None, output: str | None, db: str | None, wait: float
+    fmt: str,
+    table: str | None,
+    sql: str | None,
+    output: str | None,
+    force: bool,
+    db: str | None,
+    wait: float,
 ) -> None:
     """Export a table, view or query as Parquet or CSV."""
     if table and sql:
         raise NgbError("give --table or --sql, not both")
     source = sql or table or "trials"
     dest = Path(output) if output else Path(f"{table or ('query' if sql else 'trials')}.{fmt}")
-    n = _store(db, wait).export(dest, fmt, source)
+    n = _store(db, wait).export(dest, fmt, source, overwrite=force)
     click.echo(f"wrote {n} rows to {dest}")
 
 

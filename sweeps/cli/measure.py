@@ -82,6 +82,10 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option("--threads", type=int, help="Intra-op threads for the runtime.")
 @click.option("--timeout", "timeout_s", type=float, help="Per-trial limit in seconds (agent only).")
 @click.option("--no-verify", is_flag=True, help="Skip the comparison with torch eager.")
+@click.option(
+    "--precision",
+    help="default (each vendor's own), fp32 (strict, no TF32), tf32, bf16 or fp16.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def measure(
     model: str,
@@ -101,6 +105,7 @@ def measure(
     threads: int | None,
     timeout_s: float | None,
     no_verify: bool,
+    precision: str | None,
     as_json: bool,
 ) -> None:
     """Measure MODEL (a timm name, or conv/mha with --width) compiled by one compiler, here."""
@@ -119,6 +124,7 @@ def measure(
         "threads": threads,
         "timeout_s": timeout_s,
         "verify": False if no_verify else None,
+        "precision": precision,
     }
     spec = TrialSpec(
         model=model,
@@ -193,6 +199,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         ),
         ("cpu (this process)", _fmt(result.proc_cpu_percent_mean, ".0f", "%")),
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
+        ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("max |err| vs eager", _fmt(result.max_abs_err, ".3g")),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),

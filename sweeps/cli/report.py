@@ -1,8 +1,19 @@
-"""``ngb report [NAME]``: regenerate a paper table from the results database (read-only)."""
+"""``ngb report [NAME]``: regenerate a paper table from the results database (read-only).
+
+``NAME`` may be ``all`` (every report, in the paper's order). ``--format latex`` gives booktabs
+tables for a paper; ``--format html`` gives a self-contained page: without NAME (or with ``all``)
+the whole-run report with figures, testbed and failures, with NAME that report's tables only.
+``-o FILE`` writes to a file instead of stdout.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+ALL = "all"
+FORMATS = ("table", "markdown", "csv", "latex", "html")
 
 
 @click.command("report")
@@ -10,9 +21,17 @@ import click
 @click.option("--run", "run_id", default=None, help="Only this run (default: newest per point).")
 @click.option("--device", default=None, help="Only this testbed device.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "markdown", "csv"]), default="table",
-    show_default=True, help="Output format.",
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="Output format (html: a self-contained page; without NAME, the whole-run report).",
 )  # fmt: skip
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+    help="Write to this file instead of stdout.",
+)  # fmt: skip
+@click.option("--family", default=None, help="html whole-run report: only this model family.")
+@click.option(
+    "--no-figures", is_flag=True, help="html whole-run report: leave the figures out (faster)."
+)
 @click.option(
     "--db", type=click.Path(dir_okay=False), default=None,
     help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
@@ -22,18 +41,52 @@ import click
     help="Seconds to wait while another ngb process is writing the results file.",
 )  # fmt: skip
 def report(
-    name: str | None, run_id: str | None, device: str | None, fmt: str, db: str | None,
-    wait: float,
+    name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
+    family: str | None, no_figures: bool, db: str | None, wait: float,
 ) -> None:  # fmt: skip
-    """Print report NAME; without NAME, list the reports."""
+    """Print report NAME (or `all`); without NAME, list the reports."""
     from ngb.sweeps import reports
 
-    if name is None:
+    if name is None and fmt != "html":
         width = max(len(n) for n, _ in reports.list_reports())
         for report_name, description in reports.list_reports():
             click.echo(f"{report_name.ljust(width)}  {description}")
+        click.echo(f"{ALL.ljust(width)}  Every report above, in order")
         return
     from ngb.sweeps.store import Store
 
-    built = reports.build_report(name, Store(db, busy_timeout_s=wait), run_id=run_id, device=device)
-    click.echo(reports.render(built, fmt), nl=False)
+    store = Store(db, busy_timeout_s=wait)
+    whole = fmt == "html" and name in (None, ALL)
+    if family is not None and not whole:
+        from ngb.core.errors import ConfigError
+
+        raise ConfigError("--family applies to the html whole-run report only")
+    if whole:
+        from ngb.sweeps.figures_data import FigureData
+        from ngb.sweeps.report_html import run_report
+
+        data = FigureData(store, run_id=run_id, device=device, family=family)
+        _emit(run_report(data, figures=not no_figures), output)
+        return
+    names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
+    built = [reports.build_report(n, store, run_id=run_id, device=device) for n in names]
+    if fmt == "html":
+        from ngb.sweeps.report_html import single_report_page
+
+        text = single_report_page(built[0])
+    else:
+        text = "\n".join(reports.render(b, fmt) for b in built)
+    _emit(text, output)
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from ngb.core.errors import NgbError
+
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NgbError(f"cannot write {output}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {output}", err=True)

@@ -1,0 +1,217 @@
+"""What the figures read: the report data layer's trials, narrowed and given an uncertainty each.
+
+``FigureData`` is a ``ReportData`` (same "newest result per point" rule, same ``--run`` /
+``--device`` checks) that also filters by model family and -- where the store has the column --
+by precision, so the report builders reused by the figures (ASE grid, ranking reversals) see the
+same trials as the figures drawn directly.
+
+Each trial gets:
+
+- ``ci_half``: the half-width of the 95 % confidence interval of its mean throughput. Taken from
+  the store when it has a CI column (newer schemas), else a Student-t interval over the stored
+  repetitions (``measurements``), else ``None`` (no error bar is drawn -- never a made-up one).
+- ``ci_source``: where ``ci_half`` came from, for the captions.
+- ``n_reps``, ``precision``, ``verdict``, ``measure`` (the timing settings), read from the full
+  ``trials`` row through ``Store.trials`` (which returns every column, so columns added by later
+  schemas arrive without a change here).
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import metadata
+from typing import Any
+
+from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.significance import confidence_interval
+from ngb.sweeps.report_data import ReportData, finite
+
+# Column names a store may use for a stored interval / verdict / precision (newest schema first).
+CI_COLUMNS = ("throughput_ci_half", "throughput_ci_half_width", "ci_half_width")
+VERDICT_COLUMNS = ("verdict",)
+PRECISION_COLUMNS = ("precision", "precision_resolved")
+LEVEL = 0.95
+
+
+def _first(row: dict[str, Any], names: tuple[str, ...]) -> Any:
+    for name in names:
+        if row.get(name) is not None:
+            return row[name]
+    return None
+
+
+class FigureData(ReportData):
+    """Report data narrowed by family and precision, each trial with its interval; see module."""
+
+    def __init__(
+        self,
+        store: Any,
+        run_id: str | None = None,
+        device: str | None = None,
+        family: str | None = None,
+        precision: str | None = None,
+    ):
+        super().__init__(store, run_id=run_id, device=device)
+        self.family = family
+        self.precision = precision
+        self._rows: list[dict[str, Any]] | None = None
+        self._details: dict[tuple[str, str, str], dict[str, Any]] | None = None
+        self.has_precision = False
+        if family is not None or precision is not None:
+            self.trials()  # validate the filters now: one clear error before any drawing
+
+    def _full_rows(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        if self._details is None:
+            rows = self.store.trials(run_id=self.run_id, device=self.device, status="ok")
+            self._details = {(r["run_id"], r["device"], r["key"]): r for r in rows}
+            # a column, not a value: the store's schema records precision or it does not
+            self.has_precision = bool(rows) and any(n in rows[0] for n in PRECISION_COLUMNS)
+        return self._details
+
+    def trials(self) -> list[dict[str, Any]]:
+        if self._rows is not None:
+            return self._rows
+        base = super().trials()
+        details = self._full_rows()
+        enriched = [self._enrich(t, details.get((t["run_id"], t["device"], t["key"]), {}))
+                    for t in base]  # fmt: skip
+        if self.family is not None:
+            known = sorted({str(t.get("family")) for t in enriched if t.get("family")})
+            if self.family not in known:
+                raise UnknownNameError("model family", self.family, known)
+            enriched = [t for t in enriched if t.get("family") == self.family]
+        if self.precision is not None:
+            if not self.has_precision:
+                raise ConfigError(
+                    "--precision needs a store that records precision; this one has no "
+                    "precision column (its results ran at each compiler's default)"
+                )
+            known = sorted({str(t["precision"]) for t in enriched if t.get("precision")})
+            if self.precision not in known:
+                raise UnknownNameError("precision", self.precision, known)
+            enriched = [t for t in enriched if t.get("precision") == self.precision]
+        self._rows = enriched
+        return enriched
+
+    def _enrich(self, trial: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
+        out = dict(trial)
+        samples = self.samples(trial)
+        out["n_reps"] = len(samples) or full.get("repetitions")
+        out["precision"] = _first(full, PRECISION_COLUMNS)
+        out["verdict"] = _first(full, VERDICT_COLUMNS)
+        out["unstable"] = full.get("unstable")
+        measure = full.get("measure")
+        out["measure"] = measure if isinstance(measure, dict) else {}
+        versions = full.get("versions")
+        out["ngb_version"] = versions.get("ngb") if isinstance(versions, dict) else None
+        stored = _first(full, CI_COLUMNS)
+        if finite(stored):
+            out["ci_half"], out["ci_source"] = float(stored), "stored"
+        elif len(samples) >= 2:
+            out["ci_half"] = confidence_interval(samples, LEVEL).half_width
+            out["ci_source"] = "t-interval"
+        else:
+            out["ci_half"], out["ci_source"] = None, "none"
+        return out
+
+
+# ---------------------------------------------------------------- propagation
+
+
+def relative(value: float | None, half: float | None) -> float | None:
+    """Relative half-width ``half / value`` (None when either is missing or value is 0)."""
+    if not finite(value) or not finite(half) or value == 0:
+        return None
+    return abs(float(half) / float(value))  # type: ignore[arg-type]
+
+
+def ratio_errors(ratio: float, *relatives: float | None) -> tuple[float, float] | None:
+    """Error bar (below, above) of a product/quotient of independent throughputs.
+
+    Speed-up, ASE and BSR are products and quotients of throughputs, so the relative half-widths
+    add in quadrature, taken in log space: ``delta = sqrt(sum(rel_i^2))`` and the interval is
+    ``ratio * exp(-delta) .. ratio * exp(+delta)`` -- asymmetric, and never below zero however
+    noisy the inputs (a linear bar would cross zero once the relative error passes 1). Any
+    missing term gives None: a bar built from part of the inputs would look smaller than it is.
+    """
+    if not finite(ratio) or any(r is None for r in relatives):
+        return None
+    delta = math.sqrt(sum(r * r for r in relatives if r is not None))
+    return ratio - ratio * math.exp(-delta), ratio * math.exp(delta) - ratio
+
+
+# ---------------------------------------------------------------- captions
+
+
+def ngb_version() -> str:
+    try:
+        return metadata.version("ngb")
+    except metadata.PackageNotFoundError:  # running from a checkout without an install
+        return "unknown"
+
+
+def _span(values: list[int]) -> str:
+    if not values:
+        return "?"
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def stopping_rule(trials: list[dict[str, Any]]) -> str:
+    """How the repetitions ended, from the stored timing settings (fixed count unless told)."""
+    reps = [int(t["n_reps"]) for t in trials if isinstance(t.get("n_reps"), int)]
+    rules = set()
+    for t in trials:
+        m = t.get("measure") or {}
+        rule = m.get("stopping") or m.get("stop") or m.get("stopping_rule")
+        if rule and rule != "fixed":
+            target = m.get("ci_target") or m.get("target_ci") or m.get("rel_ci_target")
+            rules.add(f"{rule}" + (f" (CI target ±{float(target) * 100:g} %)" if target else ""))
+        elif m:
+            rules.add(
+                f"fixed count, each repetition >= {m.get('min_iters', '?')} calls and "
+                f">= {m.get('min_duration_s', '?')} s"
+            )
+    rule_text = "; ".join(sorted(rules)) or "settings not recorded"
+    return f"Repetitions: {_span(reps)} per point ({rule_text})"
+
+
+def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
+    """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version."""
+    devices = sorted({str(t["device"]) for t in trials}) or ([data.device] if data.device else [])
+    precisions = sorted({str(t["precision"]) for t in trials if t.get("precision")})
+    if precisions:
+        precision = ", ".join(precisions)
+    else:
+        precision = "not recorded by this store (each compiler's default)"
+    sources = {t.get("ci_source") for t in trials}
+    if sources == {"stored"}:
+        bars = f"Error bars: stored {LEVEL:.0%} CI of the mean"
+    elif "t-interval" in sources or "stored" in sources:
+        bars = f"Error bars: {LEVEL:.0%} Student-t CI of the mean over the repetitions"
+    else:
+        bars = "No error bars (fewer than 2 repetitions stored)"
+    if "none" in sources and len(sources) > 1:
+        bars += "; points with fewer than 2 repetitions have none"
+    invalid = sum(1 for t in trials if str(t.get("verdict") or "").upper().startswith("INVALID"))
+    unstable = sum(1 for t in trials if t.get("unstable"))
+    flags = []
+    if invalid:
+        flags.append(f"{invalid} INVALID")
+    if unstable:
+        flags.append(f"{unstable} unstable (CoV above threshold)")
+    scope = [f"Source: run {data.run_id}" if data.run_id else "Source: all runs, newest per point"]
+    if data.family:
+        scope.append(f"family {data.family}")
+    made_by = {str(t["ngb_version"]) for t in trials if t.get("ngb_version")}
+    version = ngb_version() + (f" (measured with {', '.join(sorted(made_by))})" if made_by else "")
+    parts = [
+        f"Device: {', '.join(devices) or '-'}",
+        f"Precision: {precision}",
+        stopping_rule(trials),
+        bars,
+        f"Trials: {len(trials)}" + (f" ({', '.join(flags)})" if flags else ""),
+        "; ".join(scope),
+        f"Made by ngb {version}",
+    ]
+    return ". ".join(parts) + "."

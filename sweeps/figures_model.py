@@ -1,0 +1,80 @@
+"""What a figure is before it is drawn: panels of lines, heatmaps or grouped bars.
+
+The builders (``figures_series``) produce these plain objects from the store; the painter
+(``figures_plot``) turns them into matplotlib figures. Keeping the two apart lets tests check the
+numbers without drawing and lets the TUI or HTML report reuse either half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ErrorBar = tuple[float, float] | None  # (below, above) the value
+
+
+@dataclass
+class Line:
+    """One series; ``errs`` are (below, above) error bar lengths (None: no bar), ``weak`` marks
+    points to draw hollow (not significantly different from the baseline, or a trial the stopping
+    rule called INVALID)."""
+
+    label: str
+    xs: list[float]
+    ys: list[float]
+    errs: list[ErrorBar]
+    weak: list[bool]
+    colour_key: str = ""  # the compiler: one colour per compiler across every figure
+
+
+@dataclass
+class LinePanel:
+    title: str
+    lines: list[Line]
+    xlabel: str
+    ylabel: str
+    logx: bool = False
+    logy: bool = False
+    reference: float | None = None  # a dashed horizontal line (1.0 for speed-up and BSR)
+    xticklabels: list[str] | None = None  # categorical x axis (xs are 0..n-1)
+
+
+@dataclass
+class HeatPanel:
+    title: str
+    rows: list[str]
+    cols: list[str]
+    values: list[list[float | None]]
+    label: str  # the colour bar's name
+    centre: float | None = None  # diverging colours around this value (BSR: 1.0)
+
+
+@dataclass
+class BarSeries:
+    label: str
+    values: list[float | None]
+    errs: list[float | None]
+    colour_key: str = ""
+
+
+@dataclass
+class BarPanel:
+    title: str
+    groups: list[str]
+    series: list[BarSeries]
+    ylabel: str
+    reference: float | None = None
+
+
+Panel = LinePanel | HeatPanel | BarPanel
+
+
+@dataclass
+class FigureSpec:
+    """A whole figure: its panels, what it shows (for the caption) and the trials behind it."""
+
+    name: str
+    title: str
+    description: str
+    panels: list[Panel] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trials: list[dict] = field(default_factory=list)

@@ -1,0 +1,271 @@
+"""Draw a ``FigureSpec`` with matplotlib and save it as PNG, SVG or PDF.
+
+Headless by construction: figures are ``matplotlib.figure.Figure`` objects created without pyplot,
+so no GUI backend is ever selected and nothing global (pyplot's figure list) is touched; saving
+goes through the Agg/SVG/PDF canvases. Output is reproducible: SVG ids are salted with a fixed
+string and the date metadata of SVG and PDF is left out, so the same data gives the same bytes.
+
+Each compiler keeps one colour in every figure (its position in the compiler registry picks a
+colour of the colour-blind-safe "tab10" cycle); hollow markers are weak points (see
+``figures_series``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ngb.sweeps.figures_model import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
+from ngb.sweeps.report_paper import compiler_order
+
+FORMATS = ("png", "svg", "pdf")
+PANEL_W, PANEL_H = 3.4, 2.7  # inches per panel
+PNG_DPI = 150
+MARKERS = "osD^vP*Xh<>"
+SAVE_OPTIONS: dict[str, dict[str, Any]] = {
+    "png": {"dpi": PNG_DPI, "metadata": {"Software": None}},
+    "svg": {"metadata": {"Date": None}},
+    "pdf": {"metadata": {"CreationDate": None}},
+}
+
+
+def _colour(key: str, index: int) -> str:
+    """A compiler's colour (registry position); other keys take their index in the panel."""
+    import matplotlib as mpl
+
+    cycle = mpl.color_sequences["tab10"]
+    if key:
+        position, _ = compiler_order(key)
+        return mpl.colors.to_hex(cycle[position % len(cycle)])
+    return mpl.colors.to_hex(cycle[(index + 3) % len(cycle)])
+
+
+def _grid(n: int, kind: type) -> tuple[int, int]:
+    cols = 1 if n == 1 else 2 if (n in (2, 4) or kind is not LinePanel) else 3 if n <= 9 else 4
+    return math.ceil(n / cols), cols
+
+
+def draw(spec: FigureSpec) -> Any:
+    """The matplotlib ``Figure`` of a spec with at least one panel."""
+    from matplotlib.figure import Figure
+
+    if not spec.panels:
+        raise ValueError(f"{spec.name}: nothing to draw")
+    kind = type(spec.panels[0])
+    rows, cols = _grid(len(spec.panels), kind)
+    scale = 1.3 if kind is HeatPanel else 1.15 if kind is BarPanel else 1.0
+    fig = Figure(
+        figsize=(PANEL_W * cols * scale, PANEL_H * rows * scale + 0.9), layout="constrained"
+    )
+    axes = fig.subplots(rows, cols, squeeze=False)
+    handles: dict[str, Any] = {}
+    for index, ax in enumerate(axes.flat):
+        if index >= len(spec.panels):
+            ax.set_axis_off()
+            continue
+        panel = spec.panels[index]
+        if isinstance(panel, LinePanel):
+            _lines(ax, panel, handles)
+        elif isinstance(panel, HeatPanel):
+            _heat(fig, ax, panel)
+        else:
+            _bars(ax, panel, handles)
+    fig.suptitle(spec.title, fontsize=11)
+    if handles:
+        weak = any(
+            w for p in spec.panels if isinstance(p, LinePanel) for ln in p.lines for w in ln.weak
+        )
+        if weak:
+            from matplotlib.lines import Line2D
+
+            handles["hollow: n.s. / INVALID"] = Line2D(
+                [], [], marker="o", linestyle="none", markerfacecolor="white", color="0.3"
+            )
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncols=min(len(handles), 5),
+            fontsize=8,
+            frameon=False,
+        )
+    return fig
+
+
+def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
+    for i, line in enumerate(panel.lines):
+        colour = _colour(line.colour_key, i)
+        marker = MARKERS[(compiler_order(line.colour_key)[0] if line.colour_key else i) % 11]
+        below = [e[0] if e is not None else 0.0 for e in line.errs]
+        above = [e[1] if e is not None else 0.0 for e in line.errs]
+        has_err = any(e is not None and max(e) > 0 for e in line.errs)
+        (drawn,) = ax.plot(
+            line.xs,
+            line.ys,
+            color=colour,
+            marker=marker,
+            markersize=4.5,
+            linewidth=1.3,
+            label=line.label,
+        )
+        if has_err:
+            ax.errorbar(
+                line.xs,
+                line.ys,
+                yerr=[below, above],
+                fmt="none",
+                ecolor=colour,
+                elinewidth=0.9,
+                capsize=2.5,
+            )
+        hollow = [(x, y) for x, y, w in zip(line.xs, line.ys, line.weak, strict=True) if w]
+        if hollow:
+            ax.plot(
+                [p[0] for p in hollow],
+                [p[1] for p in hollow],
+                linestyle="none",
+                marker=marker,
+                markersize=4.5,
+                markerfacecolor="white",
+                color=colour,
+            )
+        # Lines keyed by compiler share one legend entry; per-panel labels (models in Fig. 1)
+        # are labelled inside the panel instead.
+        if line.colour_key:
+            handles.setdefault(line.label, drawn)
+    if not any(ln.colour_key for ln in panel.lines):
+        ax.legend(fontsize=7, frameon=False)
+    if panel.reference is not None:
+        ax.axhline(panel.reference, color="0.5", linestyle="--", linewidth=0.8)
+    if panel.logx:
+        ax.set_xscale("log", base=2)
+        xs = sorted({x for ln in panel.lines for x in ln.xs})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.minorticks_off()
+    elif panel.xticklabels is not None:
+        ax.set_xticks(range(len(panel.xticklabels)), panel.xticklabels)
+        ax.set_xlim(-0.3, len(panel.xticklabels) - 0.7)
+    else:
+        xs = sorted({x for ln in panel.lines for x in ln.xs})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    if panel.logy:
+        from matplotlib import ticker
+
+        ax.set_yscale("log")
+        # 1-2-5 ticks printed as plain numbers: a ratio axis reads "0.5 1 2", not "10^0"
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_title(panel.title, fontsize=9)
+    ax.set_xlabel(panel.xlabel, fontsize=8)
+    ax.set_ylabel(panel.ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
+
+
+def _heat(fig: Any, ax: Any, panel: HeatPanel) -> None:
+    import numpy as np
+    from matplotlib.colors import Normalize, TwoSlopeNorm
+
+    grid = np.array([[math.nan if v is None else float(v) for v in row] for row in panel.values])
+    finite = grid[np.isfinite(grid)]
+    if panel.centre is not None:
+        lo = min(float(finite.min()) if finite.size else panel.centre, panel.centre * 0.999)
+        hi = max(float(finite.max()) if finite.size else panel.centre, panel.centre * 1.001)
+        norm: Any = TwoSlopeNorm(panel.centre, lo, hi)
+        cmap = "RdBu_r"
+    else:
+        norm = Normalize(0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
+        cmap = "viridis"
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+    ax.set_xticks(range(len(panel.cols)), panel.cols)
+    ax.set_yticks(range(len(panel.rows)), panel.rows)
+    for (r, c), value in np.ndenumerate(grid):
+        if math.isfinite(value):
+            shade = norm(value)
+            dark = (shade > 0.25 and shade < 0.75) if panel.centre is not None else shade > 0.55
+            ax.text(
+                c,
+                r,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="black" if dark else "white",
+            )
+    ax.set_title(panel.title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    bar = fig.colorbar(image, ax=ax, shrink=0.85)
+    bar.set_label(panel.label, fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+
+
+def _bars(ax: Any, panel: BarPanel, handles: dict[str, Any]) -> None:
+    n = max(len(panel.series), 1)
+    width = 0.8 / n
+    for i, series in enumerate(panel.series):
+        xs = [g + (i - (n - 1) / 2) * width for g in range(len(panel.groups))]
+        ys = [v if v is not None else math.nan for v in series.values]
+        errs = [e if e is not None else 0.0 for e in series.errs]
+        drawn = ax.bar(
+            xs,
+            ys,
+            width,
+            yerr=errs,
+            capsize=2,
+            color=_colour(series.colour_key, i),
+            error_kw={"elinewidth": 0.8},
+            label=series.label,
+        )
+        handles.setdefault(series.label, drawn)
+    if panel.reference is not None:
+        ax.axhline(panel.reference, color="0.5", linewidth=0.8)
+    ax.set_xticks(range(len(panel.groups)), panel.groups)
+    ax.set_title(panel.title, fontsize=9)
+    ax.set_ylabel(panel.ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
+
+
+def _stable_ids(svg: str) -> str:
+    """Renumber matplotlib's hashed SVG ids in order of appearance.
+
+    Clip-path ids hash ``id()`` of Python objects, which differ from process to process even with
+    ``svg.hashsalt`` set; renumbered, the same data gives the same file (no churn in a repository).
+    """
+    mapping: dict[str, str] = {}
+    for found in re.finditer(r'id="([a-z][0-9a-f]{10})"', svg):
+        mapping.setdefault(found.group(1), f"ngb{len(mapping) + 1}")
+    if not mapping:
+        return svg
+    pattern = re.compile("|".join(re.escape(k) for k in mapping))
+    return pattern.sub(lambda m: mapping[m.group(0)], svg)
+
+
+def svg_text(fig: Any) -> str:
+    """The figure as an SVG document (reproducible ids; for files and the HTML report)."""
+    import matplotlib as mpl
+
+    buffer = io.StringIO()
+    with mpl.rc_context({"svg.hashsalt": "ngb"}):
+        fig.savefig(buffer, format="svg", **SAVE_OPTIONS["svg"])
+    return _stable_ids(buffer.getvalue())
+
+
+def save(fig: Any, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Write ``base.<fmt>`` for each format; returns the paths written."""
+    written = []
+    for fmt in formats:
+        path = base.with_name(f"{base.name}.{fmt}")
+        if fmt == "svg":
+            path.write_text(svg_text(fig), encoding="utf-8")
+        else:
+            fig.savefig(path, format=fmt, **SAVE_OPTIONS[fmt])
+        written.append(path)
+    return written
+
+
+__all__ = ["FORMATS", "Panel", "draw", "save", "svg_text"]

@@ -1,0 +1,459 @@
+"""The numbers behind each figure, as ``FigureSpec`` objects (nothing is drawn here).
+
+Definitions follow the reports (``report_paper``): only trials without an optimisation, the newest
+result per point, speed-up = T_c / T_identity at the same point, ASE = T(b) / (b T(1)),
+BSR = ASE_c / ASE_identity. Where a report already computes a figure's numbers (ASE grid, BSR
+table, ranking reversals) the figure is built from that report's rows, so a figure and its table
+cannot disagree.
+
+Error bars are 95 % confidence intervals: a throughput's own interval (``FigureData``), and for
+ratios the relative half-widths of the throughputs involved added in quadrature in log space
+(``figures_data.ratio_errors``; asymmetric, never below zero). Points drawn hollow ("weak") are
+not significantly different from the baseline (Welch, 5 %, as the reports' "n.s.") or were judged
+INVALID by the stopping rule.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from ngb.core import metrics
+from ngb.sweeps import report_beyond, report_paper
+from ngb.sweeps.figures_data import FigureData, ratio_errors, relative
+from ngb.sweeps.figures_model import (
+    BarPanel,
+    BarSeries,
+    ErrorBar,
+    FigureSpec,
+    HeatPanel,
+    Line,
+    LinePanel,
+)
+from ngb.sweeps.report_data import finite, group
+from ngb.sweeps.report_paper import compiler_order, significance_note
+
+BASELINE = "identity"
+BLOCKS = ("conv", "mha")
+MAX_REVERSAL_PANELS = 12
+
+
+def _usable(data: FigureData) -> list[dict[str, Any]]:
+    """Plain trials with a positive throughput (what every figure starts from)."""
+    return [
+        t
+        for t in report_paper.plain(data.trials())
+        if finite(t.get("throughput_mean")) and t["throughput_mean"] > 0
+    ]
+
+
+def _invalid(trial: dict[str, Any]) -> bool:
+    return str(trial.get("verdict") or "").upper().startswith("INVALID")
+
+
+def _rel(trial: dict[str, Any]) -> float | None:
+    return relative(trial["throughput_mean"], trial.get("ci_half"))
+
+
+def _sym(trial: dict[str, Any] | None) -> ErrorBar:
+    """A throughput's own symmetric interval as an error bar."""
+    half = trial.get("ci_half") if trial else None
+    return (half, half) if finite(half) else None
+
+
+def _scope_title(base: str, rows: list[dict[str, Any]], device: str, target: str) -> str:
+    """Add the device / target to a panel title only when the figure has several of them."""
+    extra = []
+    if len({r["device"] for r in rows}) > 1:
+        extra.append(device)
+    if len({r["target"] for r in rows}) > 1:
+        extra.append(str(target))
+    return base + (f" [{', '.join(extra)}]" if extra else "")
+
+
+def _by_model(rows: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...], list[dict[str, Any]]]]:
+    """Rows per (device, label, target), ordered by family then label."""
+    keyed = group(rows, "device", "label", "target")
+    order = sorted(keyed, key=lambda k: (str(keyed[k][0].get("family")), k[0], k[1], str(k[2])))
+    return [(k, keyed[k]) for k in order]
+
+
+def _compilers(rows: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted({r["compiler"] for r in rows}, key=compiler_order)
+
+
+# ---------------------------------------------------------------- Fig. 5 and 6
+
+
+def throughput(data: FigureData) -> FigureSpec:
+    rows = _usable(data)
+    spec = FigureSpec(
+        "fig05-throughput",
+        "Fig. 5: throughput vs batch size",
+        "Mean throughput (samples/s) per model and compiler against batch size, log-log axes.",
+        trials=rows,
+    )
+    for (device, label, target), cell in _by_model(rows):
+        lines = []
+        for compiler in _compilers(cell):
+            mine = sorted((r for r in cell if r["compiler"] == compiler), key=lambda r: r["batch"])
+            lines.append(
+                Line(
+                    compiler,
+                    [r["batch"] for r in mine],
+                    [r["throughput_mean"] for r in mine],
+                    [_sym(r) for r in mine],
+                    [_invalid(r) for r in mine],
+                    compiler,
+                )
+            )
+        title = _scope_title(f"{label} ({cell[0].get('family')})", rows, device, target)
+        spec.panels.append(LinePanel(title, lines, "batch", "samples/s", logx=True, logy=True))
+    return spec
+
+
+def _speedup_line(
+    data: FigureData, compiler: str, mine: dict[Any, dict], base: dict[Any, dict]
+) -> Line | None:
+    xs = sorted(set(mine) & set(base))
+    if not xs:
+        return None
+    ys: list[float] = []
+    errs: list[ErrorBar] = []
+    weak: list[bool] = []
+    for x in xs:
+        c, i = mine[x], base[x]
+        s = metrics.speedup(c["throughput_mean"], i["throughput_mean"])
+        ys.append(s)
+        errs.append(ratio_errors(s, _rel(c), _rel(i)))
+        weak.append(bool(significance_note(data, c, i)) or _invalid(c) or _invalid(i))
+    return Line(compiler, list(xs), ys, errs, weak, compiler)
+
+
+def speedup_batch(data: FigureData) -> FigureSpec:
+    rows = _usable(data)
+    spec = FigureSpec(
+        "fig06-speedup-batch",
+        "Fig. 6: speed-up over the baseline vs batch size",
+        "Speed-up T_compiler / T_identity (PyTorch eager) per model at each batch size; "
+        "1 = as fast as eager. Hollow points: not significant (Welch, 5 %).",
+        trials=rows,
+    )
+    for (device, label, target), cell in _by_model(rows):
+        base = {r["batch"]: r for r in cell if r["compiler"] == BASELINE}
+        if not base:
+            spec.notes.append(f"{label}: no identity baseline")
+            continue
+        lines = []
+        for compiler in _compilers(cell):
+            if compiler != BASELINE:
+                mine = {r["batch"]: r for r in cell if r["compiler"] == compiler}
+                line = _speedup_line(data, compiler, mine, base)
+                if line is not None:
+                    lines.append(line)
+        if lines:
+            title = _scope_title(label, rows, device, target)
+            spec.panels.append(
+                LinePanel(title, lines, "batch", "speed-up", logx=True, logy=True, reference=1.0)
+            )
+    return spec
+
+
+# ---------------------------------------------------------------- Fig. 7: depth
+
+
+def speedup_depth(data: FigureData) -> FigureSpec:
+    rows = [r for r in _usable(data) if r["model"] in BLOCKS and r.get("width")]
+    spec = FigureSpec(
+        "fig07-speedup-depth",
+        "Fig. 7: speed-up over the baseline vs depth (stacked blocks)",
+        "Speed-up T_compiler / T_identity of the synthetic blocks against the number of stacked "
+        "blocks, per block kind, width and batch. Hollow points: not significant (Welch, 5 %).",
+        trials=rows,
+    )
+    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
+    for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
+        device, block, width, batch, target, _ = key
+        cell = keyed[key]
+        base = {r["depth"]: r for r in cell if r["compiler"] == BASELINE}
+        if len(base) < 2:
+            continue
+        lines = []
+        for compiler in _compilers(cell):
+            if compiler != BASELINE:
+                mine = {r["depth"]: r for r in cell if r["compiler"] == compiler}
+                line = _speedup_line(data, compiler, mine, base)
+                if line is not None and len(line.xs) >= 2:
+                    lines.append(line)
+        if lines:
+            title = _scope_title(f"{block}{width} b{batch}", rows, device, target)
+            spec.panels.append(
+                LinePanel(title, lines, "depth (blocks)", "speed-up", logy=True, reference=1.0)
+            )
+    if not spec.panels:
+        spec.notes.append("needs blocks measured at two or more depths under identity")
+    return spec
+
+
+# ---------------------------------------------------------------- Fig. 8 and 9: by family
+
+
+def _family_metric(data: FigureData, which: str) -> FigureSpec:
+    """Mean ASE (or BSR) over each family's models per compiler and batch."""
+    rows = _usable(data)
+    is_ase = which == "ase"
+    if is_ase:
+        name, title = "fig08-ase-family", "Fig. 8: average scaling efficiency (ASE) by family"
+        text = "ASE = T(b) / (b T(1)), averaged over the family's models; 1 = perfect scaling."
+    else:
+        name, title = "fig09-bsr-family", "Fig. 9: batch scaling ratio (BSR) by family"
+        text = (
+            "BSR = ASE_compiler / ASE_identity, averaged over the family's models; above 1 the "
+            "compiler gains more from batching than eager does."
+        )
+    spec = FigureSpec(name, title, text, trials=rows)
+    spec.description += " Error bars propagate each model's intervals (not the spread of models)."
+    keyed = group(rows, "device", "family", "target")
+    for key in sorted(keyed, key=lambda k: (str(k[1]), k[0], str(k[2]))):
+        device, family, target = key
+        # {compiler: {batch: [(value, error bar, weak)]}} over the family's models
+        acc: dict[str, dict[int, list[tuple[float, ErrorBar, bool]]]] = {}
+        for (label,), per_model in group(keyed[key], "label").items():
+            per_c = {
+                c: {r["batch"]: r for r in per_model if r["compiler"] == c}
+                for c in _compilers(per_model)
+            }
+            base = per_c.get(BASELINE, {})
+            for compiler, by_batch in per_c.items():
+                if 1 not in by_batch or (not is_ase and (compiler == BASELINE or 1 not in base)):
+                    if 1 not in by_batch:
+                        spec.notes.append(f"{label} {compiler}: no batch-1 throughput, left out")
+                    continue
+                one = by_batch[1]
+                for b, r in by_batch.items():
+                    value = metrics.ase(r["throughput_mean"], one["throughput_mean"], b)
+                    terms = [_rel(r), _rel(one)]
+                    weak = _invalid(r) or _invalid(one)
+                    if not is_ase:
+                        if b not in base:
+                            continue
+                        i_b, i_1 = base[b], base[1]
+                        value /= metrics.ase(i_b["throughput_mean"], i_1["throughput_mean"], b)
+                        terms += [_rel(i_b), _rel(i_1)]
+                        weak = weak or _invalid(i_b) or _invalid(i_1)
+                    # exactly 1 at batch 1 (a trial divided by itself): no bar
+                    bar = (0.0, 0.0) if b == 1 else ratio_errors(value, *terms)
+                    acc.setdefault(compiler, {}).setdefault(b, []).append((value, bar, weak))
+        lines = []
+        for compiler in sorted(acc, key=compiler_order):
+            batches = sorted(acc[compiler])
+            ys: list[float] = []
+            errs: list[ErrorBar] = []
+            marks: list[bool] = []
+            for b in batches:
+                points = acc[compiler][b]
+                ys.append(statistics.fmean(p[0] for p in points))
+                errs.append(_mean_bar([p[1] for p in points]))
+                marks.append(any(p[2] for p in points))
+            lines.append(Line(compiler, batches, ys, errs, marks, compiler))
+        if lines:
+            title = _scope_title(str(family), rows, device, target)
+            spec.panels.append(
+                LinePanel(
+                    title,
+                    lines,
+                    "batch",
+                    "ASE" if is_ase else "BSR",
+                    logx=True,
+                    logy=not is_ase,
+                    reference=None if is_ase else 1.0,
+                )
+            )
+    return spec
+
+
+def _mean_bar(bars: list[ErrorBar]) -> ErrorBar:
+    """Error bar of a mean of independent values: sqrt(sum of squares) / n on each side."""
+    if not bars or any(b is None for b in bars):
+        return None
+    n = len(bars)
+    below = math.sqrt(sum(b[0] ** 2 for b in bars if b is not None)) / n
+    above = math.sqrt(sum(b[1] ** 2 for b in bars if b is not None)) / n
+    return below, above
+
+
+def ase_family(data: FigureData) -> FigureSpec:
+    return _family_metric(data, "ase")
+
+
+def bsr_family(data: FigureData) -> FigureSpec:
+    return _family_metric(data, "bsr")
+
+
+# ---------------------------------------------------------------- Fig. 10 and 11: heatmaps
+
+
+def _heat_panels(
+    rows: list[list[Any]], batches: list[str], value_at: Any, centre: float | None, label: str
+) -> list[HeatPanel]:
+    """rows: report rows (device, compiler, model, ...); value_at(row, i) -> value at batch i."""
+    panels = []
+    for (device, compiler), mine in group(
+        [{"device": r[0], "compiler": r[1], "row": r} for r in rows], "device", "compiler"
+    ).items():
+        models = [m["row"][2] for m in mine]
+        values = [[value_at(m["row"], i) for i in range(len(batches))] for m in mine]
+        several = len({r[0] for r in rows}) > 1
+        title = f"{compiler}" + (f" [{device}]" if several else "")
+        panels.append(HeatPanel(title, models, batches, values, label, centre))
+    return panels
+
+
+def ase_heatmap(data: FigureData) -> FigureSpec:
+    table = report_paper.ase(data).tables[0]
+    batches = [c for c in table.columns[3:]]
+    spec = FigureSpec(
+        "fig10-ase-heatmap",
+        "Fig. 10: ASE by model/width and batch",
+        "ASE = T(b) / (b T(1)) per compiler, one row per model or block width (the `ngb report "
+        "ase` table as heatmaps); 1 = perfect scaling, blank = not measured.",
+        trials=_usable(data),
+    )
+    spec.panels = _heat_panels(
+        table.rows, batches, lambda row, i: row[3 + i] if finite(row[3 + i]) else None, None, "ASE"
+    )
+    return spec
+
+
+def block_bsr(data: FigureData) -> FigureSpec:
+    report = report_paper.bsr(data)
+    blocks = {t["label"] for t in _usable(data) if t["model"] in BLOCKS}
+    rows = [r for r in report.tables[0].rows if r[1] in blocks and r[2] != BASELINE]
+    batches = sorted({r[3] for r in rows})
+    grid: dict[tuple[str, str, str], dict[int, float | None]] = {}
+    for device, label, compiler, batch, *_rest, bsr, _speedup in rows:
+        grid.setdefault((device, compiler, label), {})[batch] = bsr if finite(bsr) else None
+    # the report lists rows by device and label (widths numerically); keep that order per compiler
+    order = sorted(grid, key=lambda k: (k[0], compiler_order(k[1])))
+    table_rows = [[d, c, m, *(grid[(d, c, m)].get(b) for b in batches)] for d, c, m in order]
+    spec = FigureSpec(
+        "fig11-block-bsr",
+        "Fig. 11: BSR of the synthetic blocks by width and batch",
+        "BSR = ASE_compiler / ASE_identity for the conv and MHA blocks; red above 1 (the "
+        "compiler gains more from batching than eager), blue below.",
+        trials=[t for t in _usable(data) if t["model"] in BLOCKS],
+    )
+    spec.panels = _heat_panels(
+        table_rows, [f"b{b}" for b in batches], lambda row, i: row[3 + i], 1.0, "BSR"
+    )
+    spec.notes += [n for n in report.notes if any(b in n for b in blocks)]
+    return spec
+
+
+# ---------------------------------------------------------------- Fig. 12: CPU
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    values = [v for v in values if finite(v)]
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def cpu_usage(data: FigureData) -> FigureSpec:
+    rows = [r for r in _usable(data) if finite(r.get("cpu_percent_mean"))]
+    spec = FigureSpec(
+        "fig12-cpu",
+        "Fig. 12: CPU usage and its reduction against eager",
+        "Left: mean system-wide CPU % during the timed loops per family and compiler. Right: "
+        "reduction against identity at the same model and batch (percentage points; positive = "
+        "the compiler leaves more CPU free). Error bars here: std across the family's "
+        "(model, batch) points.",
+        trials=rows,
+    )
+    several = len({r["device"] for r in rows}) > 1
+    keyed = group(rows, "device", "family")
+    groups = sorted(keyed, key=lambda k: (str(k[1]), k[0]))
+    names = [f"{f}@{d}" if several else str(f) for d, f in groups]
+    compilers = _compilers(rows)
+    usage, saved = [], []
+    for compiler in compilers:
+        u_vals, u_errs, s_vals, s_errs = [], [], [], []
+        for key in groups:
+            cell = keyed[key]
+            mean, std = _mean_std(
+                [r["cpu_percent_mean"] for r in cell if r["compiler"] == compiler]
+            )
+            u_vals.append(mean)
+            u_errs.append(std)
+            base = {
+                (r["label"], r["batch"], r["target"]): r["cpu_percent_mean"]
+                for r in cell
+                if r["compiler"] == BASELINE
+            }
+            diffs = [
+                base[(r["label"], r["batch"], r["target"])] - r["cpu_percent_mean"]
+                for r in cell
+                if r["compiler"] == compiler and (r["label"], r["batch"], r["target"]) in base
+            ]
+            mean, std = _mean_std(diffs)
+            s_vals.append(mean)
+            s_errs.append(std)
+        usage.append(BarSeries(compiler, u_vals, u_errs, compiler))
+        if compiler != BASELINE:
+            saved.append(BarSeries(compiler, s_vals, s_errs, compiler))
+    if groups:
+        spec.panels.append(BarPanel("CPU usage", names, usage, "CPU % (system-wide)"))
+    if saved:
+        spec.panels.append(
+            BarPanel("CPU reduction vs identity", names, saved, "percentage points", reference=0.0)
+        )
+    return spec
+
+
+# ---------------------------------------------------------------- Fig. 1: ranking reversals
+
+
+def reversals(data: FigureData) -> FigureSpec:
+    report = report_beyond.reversals(data)
+    lookup = {(t["device"], t["label"], t["compiler"], t["batch"]): t for t in _usable(data)}
+    spec = FigureSpec(
+        "fig01-reversals",
+        "Fig. 1: ranking reversals between models",
+        "Pairs of models whose order under PyTorch eager (identity) flips under a compiler: "
+        "throughput of both models under each. Hollow: the flip is not significant (Welch, 5 %, "
+        "both orders).",
+    )
+
+    def strength(row: list[Any]) -> tuple[bool, float]:
+        _, _, _, _, _, ia, ib, ca, cb, flip = row
+        return (flip != "significant", -(math.log(ia / ib) + math.log(cb / ca)))
+
+    rows = sorted(report.tables[0].rows, key=strength)
+    if len(rows) > MAX_REVERSAL_PANELS:
+        spec.notes.append(
+            f"{len(rows) - MAX_REVERSAL_PANELS} more pairs in `ngb report reversals` (the "
+            f"{MAX_REVERSAL_PANELS} strongest are drawn)"
+        )
+    used: list[dict[str, Any]] = []
+    for device, batch, compiler, a, b, ia, ib, ca, cb, flip in rows[:MAX_REVERSAL_PANELS]:
+        lines = []
+        for model, ident, comp in ((a, ia, ca), (b, ib, cb)):
+            trials = [
+                lookup.get((device, model, BASELINE, batch)),
+                lookup.get((device, model, compiler, batch)),
+            ]
+            used += [t for t in trials if t is not None]
+            errs = [_sym(t) for t in trials]
+            lines.append(Line(model, [0, 1], [ident, comp], errs, [flip != "significant"] * 2))
+        several = len({r[0] for r in rows}) > 1
+        title = f"b{batch}: {compiler}, {flip}" + (f" [{device}]" if several else "")
+        spec.panels.append(
+            LinePanel(title, lines, "", "samples/s", xticklabels=[BASELINE, compiler])
+        )
+    spec.trials = used
+    if not rows:
+        spec.notes.append("no ranking reversals found")
+    return spec

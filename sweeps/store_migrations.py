@@ -1,0 +1,56 @@
+"""Schema migrations of the results database: read the file's version, apply missing steps.
+
+The steps themselves are data in ``ngb.sweeps.schema.MIGRATIONS`` (append-only; to add a column,
+append a step with its ``ALTER TABLE`` and the schema version follows). This module applies them
+in one transaction, so two processes racing to upgrade the same file cannot both apply a step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ngb.core.errors import NgbError
+from ngb.sweeps import schema
+from ngb.sweeps.store_ingest import now
+
+
+def read_version(conn: Any) -> int:
+    has_table = conn.execute(
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not has_table:
+        return 0
+    return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0])
+
+
+def migrate(conn: Any, path: Path) -> None:
+    """Apply every missing migration step in one transaction (another process may race us)."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        other = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_name NOT IN ('schema_version')"
+        ).fetchone()[0]
+        version = read_version(conn)
+        if version == 0 and other:
+            raise NgbError(f"{path} is a DuckDB file but not an ngb results database")
+        if version > schema.latest_version():
+            raise NgbError(
+                f"results database {path} has schema version {version}, newer than this ngb "
+                f"understands ({schema.latest_version()}); upgrade ngb"
+            )
+        conn.execute(schema.VERSION_TABLE)
+        for number, (description, statements) in enumerate(schema.MIGRATIONS, start=1):
+            if number <= version:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)", [number, description, now()]
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,452 @@
+"""Figures, LaTeX tables and the HTML run report, from a small fixed dataset in a real DuckDB file.
+
+The dataset (device ``dev1``, run ``r1``; throughputs in samples/s, 5 repetitions spread
+symmetrically by ±1 % around the mean, so means are exact and every difference is significant):
+
+    model        compiler   b1   b4     CPU %
+    resnet18     identity   10   32     90
+    resnet18     openvino   20   88     60
+    deit3_small  identity   12   30     90      <- faster than resnet18 at b1 under eager ...
+    deit3_small  openvino   18   70     60      <- ... slower under OpenVINO: one ranking reversal
+    conv64 d1    identity  100  300     90
+    conv64 d2    identity   60  170     90
+    conv64 d1    openvino  150  600     60
+    conv64 d2    openvino  120  400     60
+    resnet18     tvm        (failed: "TVM build exploded")
+
+Drawing is headless (matplotlib's Agg/SVG/PDF canvases; no display is ever opened).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.sweeps.cli import cli
+from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
+from ngb.sweeps.figures_data import FigureData, ratio_errors
+from ngb.sweeps.figures_model import HeatPanel, LinePanel
+from ngb.sweeps.report_latex import escape
+from ngb.sweeps.reports import build_report, render
+from ngb.sweeps.store import Store
+
+NOISE = (-0.01, -0.005, 0.0, 0.005, 0.01)
+MEASURE = MeasureSettings(repetitions=5, min_iters=5, min_duration_s=0.3)
+TABLE = {
+    ("resnet18", None, 1, "identity"): {1: 10, 4: 32},
+    ("resnet18", None, 1, "openvino"): {1: 20, 4: 88},
+    ("deit3_small_patch16_224", None, 1, "identity"): {1: 12, 4: 30},
+    ("deit3_small_patch16_224", None, 1, "openvino"): {1: 18, 4: 70},
+    ("conv", 64, 1, "identity"): {1: 100, 4: 300},
+    ("conv", 64, 2, "identity"): {1: 60, 4: 170},
+    ("conv", 64, 1, "openvino"): {1: 150, 4: 600},
+    ("conv", 64, 2, "openvino"): {1: 120, 4: 400},
+}
+
+
+def _result(model: str, width: int | None, depth: int, compiler: str, batch: int, tput: float):
+    spec = TrialSpec(
+        model=model, compiler=compiler, batch=batch, width=width, depth=depth, measure=MEASURE
+    )
+    reps = [tput * (1 + n) for n in NOISE]
+    return TrialResult(
+        key=spec.key,
+        spec=spec.to_dict(),
+        started_at=1_700_000_000.0,
+        finished_at=1_700_000_010.0,
+        throughput=Stats(n=5, mean=tput, std=statistics.stdev(reps)),
+        repetitions=[{"iters": 10, "elapsed_s": 1.0, "throughput": v} for v in reps],
+        cpu_percent_mean=90.0 if compiler == "identity" else 60.0,
+        compile_s=0.5,
+        versions={"ngb": "0.1.0"},
+    )
+
+
+def _build_store(path: Path) -> Store:
+    store = Store(path)
+    results = [
+        _result(model, width, depth, compiler, batch, tput)
+        for (model, width, depth, compiler), per_batch in TABLE.items()
+        for batch, tput in per_batch.items()
+    ]
+    failed_spec = TrialSpec(model="resnet18", compiler="tvm", batch=1, measure=MEASURE)
+    results.append(
+        TrialResult(
+            key=failed_spec.key, spec=failed_spec.to_dict(), status="failed",
+            error="RuntimeError: TVM build exploded", error_kind="crash",
+        )
+    )  # fmt: skip
+    store.create_run("r1", "fixture", "", ["dev1"], len(results))
+    assert store.ingest_results("r1", "dev1", results) == len(results)
+    store.record_probe(
+        "dev1",
+        {
+            "hostname": "box", "cpu_model": "Test CPU", "cores_logical": 2, "ram_mb": 24576,
+            "os": "Debian 12", "python": "3.11.7",
+            "versions": {"torch": "2.15.0", "openvino": "2026.4.1"},
+            "compilers": {"identity": {"available": True}, "openvino": {"available": True}},
+        },
+    )  # fmt: skip
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return _build_store(tmp_path_factory.mktemp("figures") / "results.duckdb")
+
+
+@pytest.fixture(scope="module")
+def written(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("figures-out")
+    results = write_figures(FigureData(store, run_id="r1"), out)
+    assert [r.name for r in results] == list(FIGURES)
+    assert all(not r.skipped for r in results), [(r.name, r.skipped) for r in results]
+    return out
+
+
+# ---------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_every_figure_is_a_valid_png_svg_pdf_with_caption(written: Path, name: str) -> None:
+    from PIL import Image
+
+    png = (written / f"{name}.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(png)) as image:
+        image.verify()
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.width > 300 and image.height > 200
+        lo, hi = image.convert("L").getextrema()
+        assert hi - lo > 100  # something was drawn, not a blank canvas
+
+    root = ET.fromstring((written / f"{name}.svg").read_bytes())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert len(list(root.iter())) > 50
+
+    pdf = (written / f"{name}.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+
+    caption = (written / f"{name}.caption.txt").read_text()
+    assert caption.startswith("Fig. ")
+    assert "Device: dev1" in caption
+    assert "Precision: not recorded by this store" in caption
+    assert "Repetitions: 5 per point (fixed count, each repetition >= 5 calls and >= 0.3 s)" in (
+        caption
+    )
+    assert "Error bars: 95% Student-t CI" in caption
+    assert re.search(r"Made by ngb \S+ \(measured with 0\.1\.0\)", caption)
+
+
+def test_same_data_gives_the_same_svg_and_pdf(store: Store, written: Path, tmp_path: Path) -> None:
+    write_figures(FigureData(store, run_id="r1"), tmp_path, ["fig06"], ["svg", "pdf"])
+    for ext in ("svg", "pdf"):
+        again = (tmp_path / f"fig06-speedup-batch.{ext}").read_bytes()
+        assert again == (written / f"fig06-speedup-batch.{ext}").read_bytes()
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def _line(panel: LinePanel, label: str):
+    return next(line for line in panel.lines if line.label == label)
+
+
+def _panel(spec, title: str):
+    return next(p for p in spec.panels if p.title.startswith(title))
+
+
+def test_speedup_values_and_error_bars(store: Store) -> None:
+    data = FigureData(store, run_id="r1")
+    spec = build_figure("fig06", data)
+    ov = _line(_panel(spec, "resnet18"), "openvino")
+    assert ov.xs == [1, 4]
+    assert ov.ys == pytest.approx([2.0, 88 / 32])
+    # both throughputs have the same relative CI half-width h: delta = sqrt(2) h, log-space bar
+    resnet_id = next(t for t in data.trials() if t["label"] == "resnet18" and t["batch"] == 1
+                     and t["compiler"] == "identity")  # fmt: skip
+    h = resnet_id["ci_half"] / resnet_id["throughput_mean"]
+    delta = math.sqrt(2) * h
+    below, above = ov.errs[0]
+    assert below == pytest.approx(2.0 * (1 - math.exp(-delta)))
+    assert above == pytest.approx(2.0 * (math.exp(delta) - 1))
+    assert ov.weak == [False, False]  # ±1 % noise: every difference is significant
+
+
+def test_ratio_errors_never_cross_zero_and_need_every_term() -> None:
+    below, above = ratio_errors(2.0, 1.5, 1.5)  # huge relative errors
+    assert 0 < 2.0 - below < 2.0 and above > below
+    assert ratio_errors(2.0, 0.1, None) is None
+
+
+def test_family_ase_bsr_depth_and_cpu(store: Store) -> None:
+    data = FigureData(store, run_id="r1")
+    ase = _panel(build_figure("fig08", data), "resnet")
+    assert _line(ase, "identity").ys == pytest.approx([1.0, 32 / 40])
+    bsr = _panel(build_figure("fig09", data), "resnet")
+    assert _line(bsr, "openvino").ys == pytest.approx([1.0, (88 / 80) / (32 / 40)])
+    assert _line(bsr, "openvino").errs[0] == (0.0, 0.0)  # a trial divided by itself
+    depth = build_figure("fig07", data)
+    assert [p.title for p in depth.panels] == ["conv64 b1", "conv64 b4"]
+    assert _line(depth.panels[1], "openvino").ys == pytest.approx([2.0, 400 / 170])
+    cpu = build_figure("fig12", data)
+    usage, saved = cpu.panels
+    assert usage.groups == ["block", "deit", "resnet"]
+    assert next(s for s in saved.series if s.label == "openvino").values == pytest.approx(
+        [30.0, 30.0, 30.0]
+    )
+
+
+def test_heatmaps_reuse_the_report_rows(store: Store) -> None:
+    data = FigureData(store, run_id="r1")
+    heat = build_figure("fig10", data).panels
+    assert all(isinstance(p, HeatPanel) for p in heat)
+    ident = next(p for p in heat if p.title == "identity")
+    row = ident.rows.index("resnet18")
+    assert ident.values[row] == pytest.approx([1.0, 0.8])
+    blocks = build_figure("fig11", data).panels
+    assert [p.title for p in blocks] == ["openvino"]
+    assert (blocks[0].rows, blocks[0].cols) == (["conv64x1", "conv64x2"], ["b1", "b4"])
+    assert blocks[0].values == [
+        pytest.approx([1.0, (600 / 600) / (300 / 400)]),
+        pytest.approx([1.0, (400 / 480) / (170 / 240)]),
+    ]
+
+
+def test_reversal_pair(store: Store) -> None:
+    spec = build_figure("fig01", FigureData(store, run_id="r1"))
+    (panel,) = spec.panels
+    assert panel.title == "b1: openvino, significant"
+    assert panel.xticklabels == ["identity", "openvino"]
+    deit, resnet = panel.lines
+    assert (deit.label, deit.ys) == ("deit3_small_patch16_224", [12, 18])
+    assert (resnet.label, resnet.ys) == ("resnet18", [10, 20])
+
+
+# ---------------------------------------------------------------- filters and stored columns
+
+
+def test_family_filter_and_unknown_names(store: Store) -> None:
+    spec = build_figure("fig05", FigureData(store, run_id="r1", family="resnet"))
+    assert [p.title for p in spec.panels] == ["resnet18 (resnet)"]
+    with pytest.raises(UnknownNameError, match="unknown model family 'vgg'"):
+        FigureData(store, family="vgg")
+    with pytest.raises(ConfigError, match="no precision column"):
+        FigureData(store, precision="fp32")
+    with pytest.raises(UnknownNameError, match="unknown figure 'fig99'"):
+        build_figure("fig99", FigureData(store))
+
+
+def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) -> None:
+    """A store whose schema has CI, verdict and precision columns: figures use them."""
+    import duckdb
+
+    store = _build_store(tmp_path / "newer.duckdb")
+    with duckdb.connect(str(store.path)) as conn:
+        conn.execute("ALTER TABLE trials ADD COLUMN precision VARCHAR")
+        conn.execute("ALTER TABLE trials ADD COLUMN throughput_ci_half DOUBLE")
+        conn.execute("ALTER TABLE trials ADD COLUMN verdict VARCHAR")
+        conn.execute("UPDATE trials SET precision = 'fp32', throughput_ci_half = 0.1 * "
+                     "throughput_mean, verdict = 'VALID'")  # fmt: skip
+        conn.execute("UPDATE trials SET precision = 'bf16', verdict = 'INVALID: noisy' "
+                     "WHERE compiler = 'openvino' AND model = 'conv'")  # fmt: skip
+    data = FigureData(store, run_id="r1", precision="fp32")
+    assert {t["precision"] for t in data.trials()} == {"fp32"}
+    assert all(t["ci_source"] == "stored" for t in data.trials())
+    line = _line(_panel(build_figure("fig05", data), "resnet18"), "identity")
+    assert line.errs == [(pytest.approx(1.0), pytest.approx(1.0)),
+                         (pytest.approx(3.2), pytest.approx(3.2))]  # fmt: skip
+    everything = FigureData(store, run_id="r1")
+    conv = _line(_panel(build_figure("fig05", everything), "conv64x1"), "openvino")
+    assert conv.weak == [True, True]  # INVALID trials are drawn hollow
+    from ngb.sweeps.figures import caption
+
+    text = caption(build_figure("fig05", everything), everything)
+    assert "Precision: bf16, fp32" in text and "Error bars: stored 95% CI" in text
+    assert "4 INVALID" in text
+    with pytest.raises(UnknownNameError, match="unknown precision 'fp8'"):
+        FigureData(store, precision="fp8")
+
+
+def test_save_figure_for_a_tui_tab(store: Store, tmp_path: Path) -> None:
+    paths = save_figure("speedup", store, tmp_path, run_id="r1", formats=["png"])
+    assert [p.name for p in paths] == ["fig06-speedup-batch.png", "fig06-speedup-batch.caption.txt"]
+    with pytest.raises(ConfigError, match="nothing to draw"):
+        save_figure("depth", store, tmp_path, run_id="r1", family="resnet")
+
+
+# ---------------------------------------------------------------- LaTeX
+
+ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a table)
+% needs \usepackage{booktabs}
+% source: run r1
+
+\begin{table}[htbp]
+  \centering
+  \caption{ASE by model/width and batch}
+  \label{tab:ngb-ase-1}
+  \begin{tabular}{lllrr}
+    \toprule
+    device & compiler & model & b1 & b4 \\
+    \midrule
+    dev1 & identity & conv64x1 & 1.000 & 0.750 \\
+    dev1 & identity & conv64x2 & 1.000 & 0.708 \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 \\
+    dev1 & identity & resnet18 & 1.000 & 0.800 \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.833 \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 \\
+    \bottomrule
+  \end{tabular}
+  \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}
+\end{table}
+"""
+
+
+def test_latex_ase_exact(store: Store) -> None:
+    assert render(build_report("ase", store, run_id="r1"), "latex") == ASE_LATEX
+
+
+def test_latex_escapes_and_every_report_renders(store: Store) -> None:
+    assert escape("a_b & 5 % ± {x} #1 ~ ^ \\") == (
+        r"a\_b \& 5 \% $\pm$ \{x\} \#1 \textasciitilde{} \textasciicircum{} \textbackslash{}"
+    )
+    out = CliRunner().invoke(cli, ["report", "all", "--format", "latex", "--db", str(store.path),
+                                   "--run", "r1"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert text.count(r"\begin{table}") == text.count(r"\end{table}") >= 9
+    assert text.count(r"\toprule") == text.count(r"\bottomrule") == text.count(r"\midrule")
+    assert r"\label{tab:ngb-testbed-2}" in text and "\\caption{Table III: compile time (s)}" in text
+    # every row of every tabular has as many cells as the header
+    for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", text, re.S):
+        spec, body = block
+        rows = [ln for ln in body.splitlines() if ln.strip().endswith("\\\\")]
+        for row in rows:
+            if "multicolumn" not in row:
+                assert row.count(" & ") == len(spec) - 1, row
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_figures(store: Store, tmp_path: Path) -> None:
+    runner = CliRunner()
+    listing = runner.invoke(cli, ["figures", "--list"])
+    assert listing.exit_code == 0 and "fig12-cpu" in listing.output
+    out = runner.invoke(cli, ["figures", "fig05", "fig10", "--db", str(store.path), "--run", "r1",
+                              "-o", str(tmp_path), "--format", "png,svg"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fig05-throughput.caption.txt", "fig05-throughput.png", "fig05-throughput.svg",
+        "fig10-ase-heatmap.caption.txt", "fig10-ase-heatmap.png", "fig10-ase-heatmap.svg",
+    ]  # fmt: skip
+    empty = runner.invoke(cli, ["figures", "fig07", "--db", str(store.path), "--family", "resnet",
+                                "-o", str(tmp_path / "none")])  # fmt: skip
+    assert empty.exit_code == 1 and "skip fig07-speedup-depth" in empty.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["figures", "fig99"], "unknown figure 'fig99'"),
+        (["figures", "--format", "gif"], "unknown figure format 'gif'"),
+        (["figures", "--family", "vgg"], "unknown model family 'vgg'"),
+        (["figures", "--precision", "fp32"], "no precision column"),
+        (["figures", "--run", "nope"], "unknown run 'nope'"),
+        (["report", "bsr", "--format", "html", "--family", "resnet"], "whole-run report only"),
+    ],
+)
+def test_bad_input_is_one_line(store: Store, tmp_path: Path, args: list[str], message: str) -> None:
+    out = CliRunner().invoke(cli, [*args, "--db", str(store.path)])
+    assert out.exit_code == 1, out.output
+    assert message in out.output and "Traceback" not in out.output
+    assert len(out.output.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- HTML
+
+
+@pytest.fixture(scope="module")
+def run_html(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("html") / "run.html"
+    out = CliRunner().invoke(cli, ["report", "--format", "html", "-o", str(path), "--db",
+                                   str(store.path), "--run", "r1"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    return path
+
+
+def test_html_report_is_self_contained(run_html: Path) -> None:
+    text = run_html.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|#)""", text)  # no external files
+    assert "<script" not in text
+    assert text.count("<figure") == len(FIGURES)
+    assert text.count('src="data:image/svg+xml;base64,') == len(FIGURES)
+    for needle in ("Table I: devices", "Table II: software and compilers", "Test CPU",
+                   "Table III: compile time (s)", "Failed trials (1)", "TVM build exploded",
+                   "Ranking reversals"):  # fmt: skip
+        assert needle in text, needle
+
+
+PROBE = """<script>addEventListener("load", () => {
+  const imgs = [...document.images];
+  document.body.dataset.images = imgs.length;
+  document.body.dataset.broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).length;
+  document.body.dataset.tables = document.querySelectorAll("table").length;
+});</script>"""
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _headless(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--virtual-time-budget=5000", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _console(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (scripts/setup.sh does)")
+def test_html_report_in_headless_chromium(run_html: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    browser = _chromium()
+    assert browser is not None
+    # The check itself can fail: a broken image and a script error are seen on a bad page.
+    bad = tmp_path / "bad.html"
+    bad.write_text(f'<html><body><img src="gone.png"><script>throw Error("x")</script>{PROBE}')
+    seen = _headless(browser, "--dump-dom", bad.as_uri())
+    assert 'data-broken="1"' in seen.stdout and _console(seen.stderr)
+
+    probe = tmp_path / "probe.html"
+    probe.write_text(run_html.read_text().replace("</body>", PROBE + "</body>"))
+    dom = _headless(browser, "--dump-dom", probe.as_uri())
+    assert f'data-images="{len(FIGURES)}"' in dom.stdout
+    assert 'data-broken="0"' in dom.stdout  # every figure decoded
+    assert re.search(r'data-tables="(\d+)"', dom.stdout).group(1) == str(  # type: ignore[union-attr]
+        run_html.read_text().count("<table>")
+    )
+    shot = tmp_path / "shot.png"
+    page = _headless(browser, f"--screenshot={shot}", "--window-size=1280,1600", run_html.as_uri())
+    assert _console(page.stderr) == []
+    with Image.open(shot) as image:
+        assert image.size == (1280, 1600)
+        lo, hi = image.convert("L").getextrema()
+        assert hi - lo > 150  # the page's tables and text, not a blank or error page
