@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from ngb.sweeps.orchestrator import Orchestrator
 
 
+SCREEN_KEYS = Binding.Group("screens", compact=True)
+
+
 class NgbApp(App[None]):
     CSS_PATH = "app.tcss"
     # Layout classes set on each screen by size (see app.tcss).
@@ -44,7 +47,9 @@ class NgbApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        *(Binding(s.key, f"show('{s.name}')", s.title) for s in SCREENS),
+        # One compact footer entry for all screen keys ("12345 screens"), so at 80 columns the
+        # global keys are not pushed off the footer by each screen's own.
+        *(Binding(s.key, f"show('{s.name}')", s.title, group=SCREEN_KEYS) for s in SCREENS),
     ]
 
     def __init__(

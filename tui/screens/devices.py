@@ -69,7 +69,7 @@ class DevicesScreen(ConsoleScreen):
         Binding("d", "remove", "Remove"),
         Binding("p", "probe", "Probe"),
         Binding("t", "trust", "Trust key"),
-        Binding("r", "reload", "Reload"),
+        Binding("r", "reload", "Reload", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -93,7 +93,7 @@ class DevicesScreen(ConsoleScreen):
         yield table
         yield Label("", id="devices-error")
         yield Static("", id="device-details")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()

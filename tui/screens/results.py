@@ -103,7 +103,7 @@ class ResultsScreen(ConsoleScreen):
             with TabPane("Table", id="tab-table"):
                 yield Input(placeholder="filter rows", id="results-filter", classes="filter")
                 yield DataGrid(id="results-table")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -82,7 +82,7 @@ class RunScreen(ConsoleScreen):
         yield Label("No run yet: choose a sweep and devices, then press s.", id="run-status")
         yield VerticalScroll(id="device-panels")
         yield LogTail(id="run-log")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -102,7 +102,7 @@ class SqlScreen(ConsoleScreen):
         # priority: the editor and the path box would take ctrl+e (end of line) otherwise
         Binding("ctrl+e", "export", "Export", priority=True),
         Binding("ctrl+l", "clear", "Clear", priority=True),
-        Binding("escape", "leave_editor", "Leave editor", show=False),
+        Binding("escape", "leave_editor", "Leave editor", key_display="esc"),
     ]
 
     def __init__(self, backend: Backend) -> None:
@@ -137,7 +137,7 @@ class SqlScreen(ConsoleScreen):
                     yield Button("Export", id="sql-export")
                 yield Label("", id="sql-status")
         yield DataGrid(id="sql-results")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
