@@ -1,19 +1,48 @@
 """CPU utilisation sampler: a side thread that polls psutil while the timed loops run.
 
 It records system-wide utilisation (0..100, where 100 means every logical core busy) and this
-process's utilisation (psutil's convention: 100 per busy core). psutil is imported when a sampler
-is created, not at module import, so ``ngb.core`` stays stdlib + numpy at import time.
+process's utilisation (psutil's convention: 100 per busy core); ``samples`` keeps those three
+numbers per tick (what the store's ``cpu_samples`` table holds). Each tick also reads per-core
+utilisation, CPU steal time (the hypervisor running someone else: Linux VMs report it, elsewhere
+it is None) and system memory; the callback gets all of it as a ``CpuTick`` for live display, and
+``summary()`` adds the steal mean and the memory peak. ``others_percent`` -- system-wide use minus
+this process's, on the same 0..100 scale -- is what ``ngb.core.interference`` judges.
+psutil is imported when a sampler is created, not at module import, so ``ngb.core`` stays stdlib
++ numpy at import time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-#: called from the sampler thread with (t_offset_s, system %, process %)
-SampleCallback = Callable[[float, float, float], None]
+
+@dataclass
+class CpuTick:
+    """One sampler tick, everything it read (percentages 0..100 unless said otherwise)."""
+
+    t: float  # seconds since the sampler started
+    percent: float  # system-wide, 100 = every logical core busy
+    proc_percent: float  # this process, 100 per busy core
+    others_percent: float  # system-wide minus this process, 0..100 of the whole machine
+    per_cpu: list[float] = field(default_factory=list)  # per logical core
+    steal_percent: float | None = None  # None where the kernel does not report steal
+    mem_percent: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+
+
+#: called from the sampler thread with each tick
+SampleCallback = Callable[[CpuTick], None]
+
+
+def others_percent(system: float, proc: float, ncpu: int) -> float:
+    """Other processes' share of the machine (0..100) from system-wide % and this process's %."""
+    return max(0.0, system - proc / max(1, ncpu))
 
 
 class CpuSampler:
@@ -31,6 +60,10 @@ class CpuSampler:
         self.interval_s = interval_s
         self.on_sample = on_sample
         self.samples: list[list[float]] = []  # [t_offset_s, system %, process %]
+        self.others: list[float] = []  # others_percent per tick
+        self.steal: list[float] = []  # steal % per tick, where reported
+        self.mem_percent_max: float | None = None
+        self.ncpu = os.cpu_count() or 1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -50,6 +83,8 @@ class CpuSampler:
         # psutil keeps the "previous reading" of cpu_percent(None) per calling thread, so every
         # call, priming included, happens in this thread.
         self._psutil.cpu_percent(None)
+        self._psutil.cpu_percent(None, percpu=True)
+        self._psutil.cpu_times_percent(None)
         self._proc.cpu_percent(None)
         primed.set()
         while not self._stop.wait(self.interval_s):
@@ -58,16 +93,33 @@ class CpuSampler:
             self._take()
 
     def _take(self) -> None:
-        sample = [
-            round(time.perf_counter() - self._t0, 4),
-            float(self._psutil.cpu_percent(None)),
-            float(self._proc.cpu_percent(None)),
-        ]
-        self.samples.append(sample)
+        psutil = self._psutil
+        system = float(psutil.cpu_percent(None))
+        proc = float(self._proc.cpu_percent(None))
+        tick = CpuTick(
+            t=round(time.perf_counter() - self._t0, 4),
+            percent=system,
+            proc_percent=proc,
+            others_percent=others_percent(system, proc, self.ncpu),
+        )
+        with contextlib.suppress(Exception):  # the extras are nice-to-have on exotic kernels
+            tick.per_cpu = [float(v) for v in psutil.cpu_percent(None, percpu=True)]
+            steal = getattr(psutil.cpu_times_percent(None), "steal", None)
+            tick.steal_percent = None if steal is None else float(steal)
+            mem = psutil.virtual_memory()
+            tick.mem_percent = float(mem.percent)
+            tick.mem_used_mb = round((mem.total - mem.available) / 2**20, 1)
+            tick.mem_total_mb = round(mem.total / 2**20, 1)
+        self.samples.append([tick.t, system, proc])
+        self.others.append(tick.others_percent)
+        if tick.steal_percent is not None:
+            self.steal.append(tick.steal_percent)
+        if tick.mem_percent is not None:
+            self.mem_percent_max = max(self.mem_percent_max or 0.0, tick.mem_percent)
         if self.on_sample is not None:
             # A broken listener (e.g. a closed event pipe) must not kill the measurement.
             with contextlib.suppress(Exception):
-                self.on_sample(*sample)
+                self.on_sample(tick)
 
     def stop(self) -> list[list[float]]:
         """Stop sampling and return the samples."""
@@ -97,4 +149,14 @@ class CpuSampler:
             "cpu_percent_mean": sum(sys_pct) / len(sys_pct),
             "cpu_percent_max": max(sys_pct),
             "proc_cpu_percent_mean": sum(proc_pct) / len(proc_pct),
+        }
+
+    def extras(self) -> dict[str, float | None]:
+        """Others' CPU share (mean/max), steal (mean, None if unreported), memory peak %."""
+        others = self.others
+        return {
+            "others_percent_mean": sum(others) / len(others) if others else None,
+            "others_percent_max": max(others) if others else None,
+            "steal_percent_mean": sum(self.steal) / len(self.steal) if self.steal else None,
+            "mem_percent_max": self.mem_percent_max,
         }

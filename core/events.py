@@ -15,9 +15,15 @@ PROTOCOL_VERSION = 1
 
 RUN_STARTED = "run_started"  # run_id, total, skipped (already in the checkpoint)
 TRIAL_STARTED = "trial_started"  # key, label, index, total
-PHASE = "phase"  # key, phase: export | compile | tune | first_call | warmup | measure
-PROGRESS = "progress"  # key, rep, reps (repetitions done / planned)
-CPU = "cpu"  # key, percent (system 0..100), proc_percent
+PHASE = "phase"  # key, phase: build | optimise | export | compile | tune | first_call | warmup |
+#                  measure; `worker` (1, 2 ...) when a worker process of the trial sent it
+PROGRESS = "progress"  # key, rep, reps (repetitions done / planned maximum), throughput,
+#                        ci_relative (CI half-width / mean over all repetitions so far, null
+#                        while n < 2), ci_target, worker (0 = the trial's own process)
+CPU = "cpu"  # key, percent (system 0..100), proc_percent (100 per busy core), others_percent
+#              (other processes' share of the machine, 0..100), per_cpu ([0..100] per logical
+#              core), steal_percent (null where the kernel reports no steal), mem_percent,
+#              mem_used_mb, mem_total_mb (system memory), worker (when a worker process sent it)
 TUNING = "tuning"  # key, trials_done, budget, best_ms, tasks: [{name, trials, best_ms}]
 TRIAL_DONE = "trial_done"  # key, result (TrialResult.to_dict())
 TRIAL_FAILED = "trial_failed"  # key, error, error_kind, result

@@ -2,8 +2,10 @@
 
 Order of a trial (each step timed apart, as the paper reports them apart): build model ->
 optimisation -> eager reference output -> compile (export and tuning phases split out by the
-compiler through ``ctx.phase``) -> first call -> warm-up -> ``repetitions`` timed loops with the CPU
-sampler running -> statistics.
+compiler through ``ctx.phase``) -> first call -> this process's share of the timed repetitions
+(``ngb.core.timing``: warm-up, quiet check, timed loops with the CPU sampler running, until
+``ngb.core.stopping`` says stop) -> the other workers' shares in fresh processes
+(``ngb.core.workers``) -> statistics, interval and verdict over all of them.
 
 ``run_trial`` never raises for a trial failure: whatever goes wrong becomes a failed result with a
 one-line ``error`` and an ``error_kind`` the store and the TUI can group by. Only interpreter-level
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ngb.core import events
+from ngb.core import events, stopping
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -33,21 +35,17 @@ from ngb.core.compilers import (
     unsupported_error_names,
 )
 from ngb.core.compilers.base import to_numpy
-from ngb.core.cpu import CpuSampler
 from ngb.core.errors import (
     CompilerUnavailable,
     UnsupportedOptimisation,
     UnsupportedTrial,
     one_line,
 )
-from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
+from ngb.core.timing import Part, merge, time_share
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 
 Emit = Callable[[dict[str, Any]], None]
-
-#: seconds between two ``cpu`` events (samples are kept at ``cpu_interval_s`` in the result)
-CPU_EVENT_PERIOD_S = 1.0
 
 # Exception type names that mean "this model/op cannot go through this compiler" rather than a bug:
 # NotImplementedError anywhere, plus what each compiler declares (Compiler.unsupported_errors).
@@ -85,16 +83,31 @@ def run_trial(
     result = TrialResult(
         key=spec.key, spec=spec.to_dict(), host=socket.gethostname(), started_at=time.time()
     )
+    deadline = time.monotonic() + spec.measure.timeout_s
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ngb-trial-"))
         Path(workdir).mkdir(parents=True, exist_ok=True)
+        cache = Path(cache_dir) if cache_dir else None
         try:
-            _measure(spec, result, sink, Path(workdir), Path(cache_dir) if cache_dir else None)
+            first = _measure(
+                spec, result, sink, Path(workdir), cache, stopping.plan(spec.measure, 0, (), 0.0)
+            )
+            parts = [first]
+            if first is not None and stopping.worker_count(spec.measure) > 1:
+                from ngb.core.workers import run_workers
+
+                parts, errors = run_workers(
+                    spec, first, sink, workdir=Path(workdir), cache_dir=cache, deadline=deadline
+                )
+                if errors:
+                    result.extra["worker_errors"] = errors
+            merge(result, [p for p in parts if p is not None], spec)
         except Exception as exc:  # the whole point: a failure is a result, not a crash
             result.status = "failed"
             result.error = one_line(exc)
             result.error_kind = classify_error(exc)
+            result.verdict = result.verdict_reason = None
         finally:
             result.finished_at = time.time()
             result.peak_rss_mb = peak_rss_mb()
@@ -105,10 +118,32 @@ def run_trial(
     return result
 
 
+def run_share(
+    spec: TrialSpec, share: stopping.Plan, emit: Emit, workdir: Path, cache_dir: Path | None
+) -> tuple[Part | None, str | None]:
+    """A worker process's job: build, compile and time ``share`` (no verification)."""
+    result = TrialResult(key=spec.key, spec=spec.to_dict())
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        part = _measure(spec, result, emit, workdir, cache_dir, share)
+    except Exception as exc:
+        return None, one_line(exc)
+    if part is not None:
+        part.compile_s, part.first_call_s = result.compile_s, result.first_call_s
+    return part, None
+
+
 def _measure(
-    spec: TrialSpec, result: TrialResult, emit: Emit, workdir: Path, cache_dir: Path | None
-) -> None:
+    spec: TrialSpec,
+    result: TrialResult,
+    emit: Emit,
+    workdir: Path,
+    cache_dir: Path | None,
+    share: stopping.Plan,
+) -> Part:
     settings = spec.measure
+    # Worker 0 is the trial's own process: it verifies and its compile is the one recorded.
+    verify = settings.verify and share.worker == 0
 
     last_phase: list[str | None] = [None]
 
@@ -131,6 +166,9 @@ def _measure(
             f"(targets: {', '.join(compiler.devices)})"
         )
     compiler.check_precision(settings.precision, spec.device)  # unsupported: one line, no work
+    from ngb.core.model_sources import check_compiler_takes, source_of
+
+    check_compiler_takes(source_of(spec), compiler, spec)  # e.g. an ONNX file under identity
 
     uses_torch = compiler.needs_model or spec.device == "cuda"
     if spec.device == "cuda":
@@ -153,17 +191,17 @@ def _measure(
     _check_optimisation(spec)
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
-        model, example = _build_model(spec, result)
+        model, example = _build_model(spec, result, cache_dir)
     if spec.optimisation != "none":
         ctx_emit(events.PHASE, phase="optimise")
         model, example = _apply_optimisation(model, example, spec, result)
-    if compiler.needs_model and settings.verify:
+    if compiler.needs_model and verify:
         # Eager output of the (optimised) model, taken before compile can touch the module, in
         # strict fp32 whatever the trial's precision: the error is measured against real fp32.
         from ngb.core.precision import strict_fp32
 
         with strict_fp32():
-            reference = _eager_output(model, example)
+            reference = _eager_output(model, example, spec.model)
 
     if spec.device == "cuda":
         import torch
@@ -188,20 +226,24 @@ def _measure(
         result.export_s, result.tune_s = ctx.phases.get("export"), ctx.phases.get("tune")
         raise
     total = time.perf_counter() - start
+    # The workers build their own copy; this one must not hold memory while they run.
+    del model, example
     try:
         export_s = ctx.phases.get("export")
         result.export_s = export_s
         result.compile_s = total - (export_s or 0.0)
         result.tune_s = ctx.phases.get("tune")
-        _time_compiled(spec, result, compiled, reference, emit, ctx_emit)
+        part = _time_compiled(spec, result, compiled, reference, share, ctx_emit)
         result.extra.update(compiled.extra)
         result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
         compiled.close()
+        del compiled
     if spec.device == "cuda":
         import torch
 
         result.gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
+    return part
 
 
 def _time_compiled(
@@ -209,10 +251,9 @@ def _time_compiled(
     result: TrialResult,
     compiled: Compiled,
     reference: np.ndarray | None,
-    emit: Emit,
+    share: stopping.Plan,
     ctx_emit: Callable[..., None],
-) -> None:
-    settings = spec.measure
+) -> Part:
     sync = _synchronizer(spec.device)
 
     ctx_emit(events.PHASE, phase="first_call")
@@ -222,51 +263,18 @@ def _time_compiled(
     result.first_call_s = time.perf_counter() - start
     if reference is not None:
         result.max_abs_err = _max_abs_err(reference, out, result)
-
-    ctx_emit(events.PHASE, phase="warmup")
-    compiled.timed_loop(settings.warmup_iters, settings.warmup_s)
-    sync()
-
-    ctx_emit(events.PHASE, phase="measure")
-    last_cpu_event = [0.0]
-
-    def on_cpu_sample(t: float, system: float, proc: float) -> None:
-        now = time.monotonic()
-        if now - last_cpu_event[0] >= CPU_EVENT_PERIOD_S:
-            last_cpu_event[0] = now
-            ctx_emit(events.CPU, percent=system, proc_percent=proc)
-
-    latencies: list[np.ndarray] = []
-    throughputs: list[float] = []
-    sampler = CpuSampler(settings.cpu_interval_s, on_cpu_sample)
-    with sampler:
-        for rep in range(settings.repetitions):
-            loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
-            sync()
-            tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else float("nan")
-            throughputs.append(tput)
-            result.repetitions.append(
-                {"iters": loop.iters, "elapsed_s": loop.elapsed_s, "throughput": tput}
-            )
-            latencies.append(np.asarray(loop.latencies_ns, dtype=np.int64))
-            del loop
-            ctx_emit(events.PROGRESS, rep=rep + 1, reps=settings.repetitions, throughput=tput)
-    result.cpu_samples = sampler.samples
-    for name, value in sampler.summary().items():
-        setattr(result, name, value)
-
-    result.throughput = summarize(throughputs)
-    result.latency_ms = summarize(concat_ns_to_ms(latencies))
-    result.unstable = is_unstable(result.throughput, settings.cov_threshold)
+    del out
+    return time_share(spec, compiled, share, sync, ctx_emit)
 
 
-def _build_model(spec: TrialSpec, result: TrialResult) -> tuple[Any, Any]:
+def _build_model(spec: TrialSpec, result: TrialResult, cache_dir: Path | None) -> tuple[Any, Any]:
     from ngb.core import models
 
-    model, example = models.create_model(spec)
-    result.params = int(sum(p.numel() for p in model.parameters()))
+    # cache_dir: where a device keeps users' model files (ngb.core.model_sources.artifact_dir)
+    model, example = models.create_model(spec, cache_dir)
+    result.params = models.count_params(model)
     try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
-        macs = models.model_info_for(spec).macs
+        macs = models.model_info_for(spec, cache_dir).macs
         if macs is not None:
             result.macs = int(macs)
     except Exception as exc:
@@ -307,11 +315,11 @@ def _optimise_module() -> Any:
     return importlib.import_module("ngb.core.optimise")
 
 
-def _eager_output(model: Any, example: Any) -> np.ndarray:
-    import torch
+def _eager_output(model: Any, example: Any, name: str = "model") -> np.ndarray:
+    """Eager torch output (several inputs passed positionally); ONNX Runtime's for an ONNX file."""
+    from ngb.core.models import reference_output
 
-    with torch.inference_mode():
-        return to_numpy(model(example))
+    return reference_output(model, example, name)
 
 
 def _max_abs_err(reference: np.ndarray, out: Any, result: TrialResult) -> float | None:

@@ -38,6 +38,7 @@ from ngb.core.blocks import (
     check_block,
 )
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError, first_line
+from ngb.core.model_sources import ModelSource, source_of
 from ngb.core.types import TrialSpec
 
 # The paper's Table IV: three sizes per family, smallest first.
@@ -79,6 +80,8 @@ class ModelInfo:
     input_shape: tuple[int, ...]
     width: int | None = None  # blocks only
     depth: int = 1  # blocks only
+    source: str | None = None  # a user's model: "onnx model.onnx", "python enc.py:build"...
+    inputs: str = ""  # a user's model: its inputs, described for listings
 
     @property
     def gmacs(self) -> float:
@@ -184,17 +187,25 @@ def _torch_device(device: str) -> Any:
     return dev
 
 
-def create_model(spec: TrialSpec) -> tuple[Any, Any]:
+def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[Any, Any]:
     """Build ``spec``'s model in eval mode on ``spec.device`` and a deterministic example batch.
 
     Weights come from ``WEIGHT_SEED`` (the global RNG is restored afterwards) and the example from a
     private ``torch.Generator`` seeded with ``EXAMPLE_SEED``: identical on every call and machine.
     Shapes: timm ``(batch, 3, H, W)`` (H, W from the model's pretrained config unless
     ``spec.input_size``); conv blocks ``(batch, width, S, S)``; MHA blocks ``(batch, 10, width)``.
+    A user's model (``spec.source``) is built by ``ngb.core.model_build`` from its files, found in
+    ``cache_dir``'s artifacts on a device; its example is a ``NamedInputs`` tuple.
     """
     import torch
 
     device = _torch_device(spec.device)
+    source = source_of(spec)
+    if source is not None:
+        from ngb.core import model_build
+
+        cache = Path(cache_dir) if cache_dir is not None else None
+        return model_build.create(spec.model, source, spec.batch, device, cache)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(WEIGHT_SEED)
         model, shape = _build(spec.model, spec.width, spec.depth, spec.input_size)
@@ -205,7 +216,22 @@ def create_model(spec: TrialSpec) -> tuple[Any, Any]:
 
 
 def count_params(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
+    """Parameters of a torch module; for an ONNX model, the elements of its initializers."""
+    from ngb.core.model_build import is_onnx
+
+    if is_onnx(model):
+        from ngb.core import onnx_graph
+
+        return onnx_graph.count_params(onnx_graph.load(model.onnx_path))
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def reference_output(model: Any, example: Any, name: str = "model") -> Any:
+    """The eager output (numpy) every compiler's output is compared with; several inputs are
+    passed positionally; an ONNX model's reference comes from ONNX Runtime (unoptimised)."""
+    from ngb.core.model_build import reference_output as reference
+
+    return reference(model, example, name)
 
 
 def count_macs(model: Any, example: Any) -> int:
@@ -217,8 +243,9 @@ def count_macs(model: Any, example: Any) -> int:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    args = tuple(example) if isinstance(example, tuple | list) else (example,)
     with FlopCounterMode(display=False) as counter, torch.enable_grad():
-        model(example)
+        model(*args)
     return int(counter.get_total_flops()) // 2
 
 
@@ -254,9 +281,30 @@ def model_info(
     )
 
 
-def model_info_for(spec: TrialSpec) -> ModelInfo:
+def model_info_for(spec: TrialSpec, cache_dir: Path | str | None = None) -> ModelInfo:
     """``model_info`` for the model a trial runs (batch-1 figures, whatever ``spec.batch`` is)."""
-    return model_info(spec.model, spec.width, spec.depth, spec.input_size)
+    source = source_of(spec)
+    if source is None:
+        return model_info(spec.model, spec.width, spec.depth, spec.input_size)
+    return source_info(spec.model, source, cache_dir)
+
+
+def source_info(name: str, source: ModelSource, cache_dir: Path | str | None = None) -> ModelInfo:
+    """Parameters and batch-1 MACs of a user's model (torch counter, or the ONNX graph's)."""
+    from ngb.core import model_build
+
+    cache = Path(cache_dir) if cache_dir is not None else None
+    found = model_build.info(name, source, cache)
+    inputs = found["inputs"]
+    return ModelInfo(
+        name=name,
+        family=None,
+        params=int(found["params"]),
+        macs=int(found["macs"]),
+        input_shape=inputs[0].concrete(1) if inputs else (),
+        source=source.describe,
+        inputs=model_build.describe_inputs(inputs),
+    )
 
 
 def _versions() -> dict[str, str]:

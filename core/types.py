@@ -36,25 +36,65 @@ class MeasureSettings:
     Each repetition is a timed loop that runs until *both* ``min_iters`` calls and
     ``min_duration_s`` seconds are reached; throughput is computed per repetition. Defaults suit a
     2-core CPU; the paper's presets raise ``repetitions`` to 100.
+
+    How many repetitions (``ngb.core.stopping``): ``repetitions = None`` (default) stops on
+    confidence -- the ``confidence`` interval of mean throughput within ``ci_target`` -- between
+    ``min_repetitions`` and ``max_repetitions`` and within ``max_measure_s`` of timed loops; an
+    integer is a fixed count. Either way they are spread over ``workers`` processes
+    (``ngb.core.workers``). Other processes' CPU use during the timed loop above
+    ``disturbance_threshold`` (a fraction of the whole machine) flags the trial as disturbed
+    (``ngb.core.interference``); ``disturbed_retries`` waits ``disturbed_wait_s`` and measures
+    again. On a GPU the warm-up repeats until throughput and SM clock settle (``warmup_tolerance``,
+    at most ``warmup_max_s``).
     """
 
     warmup_iters: int = 3
     warmup_s: float = 0.2
     min_iters: int = 5
     min_duration_s: float = 0.5
-    repetitions: int = 5
+    repetitions: int | None = None  # fixed count; None = stop on confidence (adaptive)
     threads: int | None = None  # intra-op threads for the runtime; None = library default
     cpu_interval_s: float = 0.1  # CPU sampler period during the timed loops
     cov_threshold: float = 0.05  # coefficient of variation above which a result is "unstable"
     timeout_s: float = 3600.0  # per trial, compile included; the agent kills a trial past it
     verify: bool = True  # compare one output against torch eager and record the max abs error
     precision: str = "default"  # one of PRECISIONS; unsupported by a compiler -> "unsupported"
+    # -- stopping on confidence, worker processes, interference (ngb.core.stopping / workers)
+    workers: int = 2  # processes the repetitions are spread over (1 = this process only)
+    min_repetitions: int = 6  # adaptive mode: at least this many in all
+    max_repetitions: int = 40  # adaptive mode: at most this many in all
+    ci_target: float = 0.02  # adaptive mode: stop once the CI half-width <= this x the mean
+    confidence: float = 0.95  # level of the throughput interval
+    max_measure_s: float = 60.0  # adaptive mode: seconds of timed loops over all workers
+    warmup_max_s: float = 30.0  # GPU: warm-up until clocks settle, at most this long
+    warmup_tolerance: float = 0.03  # GPU: two warm-up windows this close = settled
+    disturbance_threshold: float = 0.15  # others' CPU share of the machine that disturbs
+    quiet_check_s: float = 0.3  # others' CPU is sampled this long before the timed loop
+    disturbed_retries: int = 0  # measure again (after disturbed_wait_s) when disturbed
+    disturbed_wait_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("warmup_iters", "min_iters"):
+        for name in ("warmup_iters", "min_iters", "disturbed_retries"):
             _check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("repetitions", "cpu_interval_s", "cov_threshold", "timeout_s"):
+        for name in ("cpu_interval_s", "cov_threshold", "timeout_s", "workers"):
             _check_positive(name, getattr(self, name))
+        for name in ("max_measure_s", "warmup_max_s"):
+            _check_positive(name, getattr(self, name))
+        if self.repetitions is not None:
+            _check_positive("repetitions", self.repetitions)
+        if self.min_repetitions < 2:
+            raise ConfigError(f"min_repetitions must be >= 2, got {self.min_repetitions!r}")
+        if self.max_repetitions < self.min_repetitions:
+            raise ConfigError(
+                f"max_repetitions ({self.max_repetitions}) must be >= min_repetitions "
+                f"({self.min_repetitions})"
+            )
+        for name in ("ci_target", "confidence", "warmup_tolerance", "disturbance_threshold"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
+        for name in ("quiet_check_s", "disturbed_wait_s"):
+            _check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("warmup_s", "min_duration_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         if self.threads is not None:
@@ -88,6 +128,8 @@ class TrialSpec:
     input_size: int | None = None
     compiler_options: Mapping[str, Any] = field(default_factory=dict)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    # A user's model (ngb.core.model_sources.ModelSource as JSON); None for timm names and blocks.
+    source: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -100,6 +142,8 @@ class TrialSpec:
             _check_positive("width", self.width)
         if self.input_size is not None:
             _check_positive("input_size", self.input_size)
+        if self.source is not None and not isinstance(self.source, Mapping):
+            raise ConfigError(f"source must be a table (a model source), got {self.source!r}")
         # Freeze options into a plain sorted dict so equal specs compare and hash equal.
         object.__setattr__(
             self, "compiler_options", dict(sorted(dict(self.compiler_options).items()))
@@ -134,6 +178,8 @@ class TrialSpec:
     def key(self) -> str:
         """Stable identity: the same spec gives the same key on every machine and every run."""
         data = self.to_dict()
+        if data.get("source") is None:
+            data.pop("source", None)  # keys of trials without a source stay what they were
         # Settings added later are left out at their default, so specs written before they existed
         # keep their keys (a resumed run must not redo what it already measured).
         for name, default in _KEY_OMITS_AT_DEFAULT.items():
@@ -202,7 +248,13 @@ class TrialResult:
     unstable: bool = False
     repetitions: list[dict[str, float]] = field(
         default_factory=list
-    )  # iters, elapsed_s, throughput
+    )  # iters, elapsed_s, throughput, worker
+    # ngb.core.stopping: the throughput interval and the verdict; ngb.core.interference
+    ci_half_width: float | None = None  # samples/s, at MeasureSettings.confidence
+    verdict: str | None = None  # VALID | INVALID (None for failed trials)
+    verdict_reason: str | None = None
+    disturbed: bool = False  # other processes took a meaningful CPU share (or held the GPU)
+    workers: int = 1  # processes the repetitions came from
     cpu_percent_mean: float | None = None  # system-wide, 0..100 (100 = every core busy)
     cpu_percent_max: float | None = None
     proc_cpu_percent_mean: float | None = None  # this process, 100 per busy core

@@ -155,6 +155,14 @@ async def alive(dev: DeviceRun, timeout: float) -> bool:
     return answer == "alive"
 
 
+async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> None:
+    """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while await alive(dev, timeout) and loop.time() < end:
+        await asyncio.sleep(0.1)
+
+
 async def remote_workdir(transport: Transport, workdir: str) -> str:
     """The work dir with ``~`` resolved on the device."""
     if not workdir.startswith("~"):

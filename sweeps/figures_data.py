@@ -81,12 +81,12 @@ class FigureData(ReportData):
                 raise UnknownNameError("model family", self.family, known)
             enriched = [t for t in enriched if t.get("family") == self.family]
         if self.precision is not None:
-            if not self.has_precision:
-                raise ConfigError(
-                    "--precision needs a store that records precision; this one has no "
-                    "precision column (its results ran at each compiler's default)"
-                )
             known = sorted({str(t["precision"]) for t in enriched if t.get("precision")})
+            if not self.has_precision or not known:
+                raise ConfigError(
+                    "--precision: none of these results records the precision it ran at "
+                    "(measured before ngb recorded it; each compiler ran at its default)"
+                )
             if self.precision not in known:
                 raise UnknownNameError("precision", self.precision, known)
             enriched = [t for t in enriched if t.get("precision") == self.precision]
@@ -100,6 +100,8 @@ class FigureData(ReportData):
         out["precision"] = _first(full, PRECISION_COLUMNS)
         out["verdict"] = _first(full, VERDICT_COLUMNS)
         out["unstable"] = full.get("unstable")
+        out["disturbed"] = full.get("disturbed")
+        out["workers"] = full.get("workers")
         measure = full.get("measure")
         out["measure"] = measure if isinstance(measure, dict) else {}
         versions = full.get("versions")
@@ -157,22 +159,31 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+def _rule(m: dict[str, Any], workers: Any = None) -> str:
+    """One trial's stopping rule in words, from its stored ``MeasureSettings`` (and the worker
+    processes it really used, where the store records that, over the setting)."""
+    calls, seconds = m.get("min_iters", "?"), m.get("min_duration_s", "?")
+    each = f"each repetition >= {calls} calls and >= {seconds} s"
+    workers = workers if isinstance(workers, int) else m.get("workers")
+    spread = (
+        f", over {workers} worker processes" if isinstance(workers, int) and workers > 1 else ""
+    )
+    if "repetitions" in m and m["repetitions"] is None:  # adaptive: stop on confidence
+        level = float(m.get("confidence") or LEVEL)
+        target = float(m.get("ci_target") or 0.0)
+        return (
+            f"stop when the {level:.0%} CI is within ±{target:.0%} of the mean, "
+            f"{m.get('min_repetitions', '?')}-{m.get('max_repetitions', '?')} repetitions, "
+            f"<= {m.get('max_measure_s', '?')} s; {each}{spread}"
+        )
+    return f"fixed count, {each}{spread}"
+
+
 def stopping_rule(trials: list[dict[str, Any]]) -> str:
-    """How the repetitions ended, from the stored timing settings (fixed count unless told)."""
+    """How many repetitions the points had and the rule(s) that ended them."""
     reps = [int(t["n_reps"]) for t in trials if isinstance(t.get("n_reps"), int)]
-    rules = set()
-    for t in trials:
-        m = t.get("measure") or {}
-        rule = m.get("stopping") or m.get("stop") or m.get("stopping_rule")
-        if rule and rule != "fixed":
-            target = m.get("ci_target") or m.get("target_ci") or m.get("rel_ci_target")
-            rules.add(f"{rule}" + (f" (CI target ±{float(target) * 100:g} %)" if target else ""))
-        elif m:
-            rules.add(
-                f"fixed count, each repetition >= {m.get('min_iters', '?')} calls and "
-                f">= {m.get('min_duration_s', '?')} s"
-            )
-    rule_text = "; ".join(sorted(rules)) or "settings not recorded"
+    rules = sorted({_rule(t["measure"], t.get("workers")) for t in trials if t.get("measure")})
+    rule_text = "; ".join(rules) or "settings not recorded"
     return f"Repetitions: {_span(reps)} per point ({rule_text})"
 
 
@@ -180,13 +191,19 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
     """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version."""
     devices = sorted({str(t["device"]) for t in trials}) or ([data.device] if data.device else [])
     precisions = sorted({str(t["precision"]) for t in trials if t.get("precision")})
+    requested = sorted({str(t["measure"].get("precision")) for t in trials
+                        if (t.get("measure") or {}).get("precision")})  # fmt: skip
     if precisions:
         precision = ", ".join(precisions)
+    elif requested and requested != ["default"]:
+        precision = f"{', '.join(requested)} requested (what ran is not recorded by this store)"
     else:
         precision = "not recorded by this store (each compiler's default)"
     sources = {t.get("ci_source") for t in trials}
     if sources == {"stored"}:
-        bars = f"Error bars: stored {LEVEL:.0%} CI of the mean"
+        levels = {float((t.get("measure") or {}).get("confidence") or LEVEL) for t in trials}
+        level = f"{levels.pop():.0%}" if len(levels) == 1 else "stored-level"
+        bars = f"Error bars: stored {level} CI of the mean"
     elif "t-interval" in sources or "stored" in sources:
         bars = f"Error bars: {LEVEL:.0%} Student-t CI of the mean over the repetitions"
     else:
@@ -195,9 +212,12 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
         bars += "; points with fewer than 2 repetitions have none"
     invalid = sum(1 for t in trials if str(t.get("verdict") or "").upper().startswith("INVALID"))
     unstable = sum(1 for t in trials if t.get("unstable"))
+    disturbed = sum(1 for t in trials if t.get("disturbed"))
     flags = []
     if invalid:
         flags.append(f"{invalid} INVALID")
+    if disturbed:
+        flags.append(f"{disturbed} disturbed by other processes")
     if unstable:
         flags.append(f"{unstable} unstable (CoV above threshold)")
     scope = [f"Source: run {data.run_id}" if data.run_id else "Source: all runs, newest per point"]

@@ -62,6 +62,9 @@ def draw(spec: FigureSpec) -> Any:
     )
     axes = fig.subplots(rows, cols, squeeze=False)
     handles: dict[str, Any] = {}
+    # one colour scale for every heatmap of a figure, so panels compare at a glance
+    shared = [float(v) for p in spec.panels if isinstance(p, HeatPanel) for row in p.values
+              for v in row if v is not None and math.isfinite(v)]  # fmt: skip
     for index, ax in enumerate(axes.flat):
         if index >= len(spec.panels):
             ax.set_axis_off()
@@ -70,7 +73,7 @@ def draw(spec: FigureSpec) -> Any:
         if isinstance(panel, LinePanel):
             _lines(ax, panel, handles)
         elif isinstance(panel, HeatPanel):
-            _heat(fig, ax, panel)
+            _heat(fig, ax, panel, shared)
         else:
             _bars(ax, panel, handles)
     fig.suptitle(spec.title, fontsize=11)
@@ -166,16 +169,19 @@ def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
     ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
 
 
-def _heat(fig: Any, ax: Any, panel: HeatPanel) -> None:
+def _heat(fig: Any, ax: Any, panel: HeatPanel, shared: list[float]) -> None:
     import numpy as np
-    from matplotlib.colors import Normalize, TwoSlopeNorm
+    from matplotlib import ticker
+    from matplotlib.colors import LogNorm, Normalize
 
     grid = np.array([[math.nan if v is None else float(v) for v in row] for row in panel.values])
-    finite = grid[np.isfinite(grid)]
+    finite = np.array(shared)
     if panel.centre is not None:
-        lo = min(float(finite.min()) if finite.size else panel.centre, panel.centre * 0.999)
-        hi = max(float(finite.max()) if finite.size else panel.centre, panel.centre * 1.001)
-        norm: Any = TwoSlopeNorm(panel.centre, lo, hi)
+        # a ratio: log colours symmetric around the centre, so 0.5 and 2 are equally strong
+        spread = panel.centre * 1.1
+        if finite.size:
+            spread = max(spread, float(finite.max()), panel.centre**2 / float(finite.min()))
+        norm: Any = LogNorm(panel.centre**2 / spread, spread)
         cmap = "RdBu_r"
     else:
         norm = Normalize(0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
@@ -199,6 +205,10 @@ def _heat(fig: Any, ax: Any, panel: HeatPanel) -> None:
     ax.set_title(panel.title, fontsize=9)
     ax.tick_params(labelsize=7)
     bar = fig.colorbar(image, ax=ax, shrink=0.85)
+    if panel.centre is not None:
+        bar.ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        bar.ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     bar.set_label(panel.label, fontsize=8)
     bar.ax.tick_params(labelsize=7)
 

@@ -32,7 +32,7 @@ from ngb.sweeps.figures_model import (
     Line,
     LinePanel,
 )
-from ngb.sweeps.report_data import finite, group
+from ngb.sweeps.report_data import Cell, finite, group
 from ngb.sweeps.report_paper import compiler_order, significance_note
 
 BASELINE = "identity"
@@ -311,6 +311,11 @@ def _heat_panels(
     return panels
 
 
+def _number(value: Any) -> Any:
+    """A report cell's number (reports give ``Cell(value ± interval)`` for derived metrics)."""
+    return value.value if isinstance(value, Cell) else value
+
+
 def ase_heatmap(data: FigureData) -> FigureSpec:
     table = report_paper.ase(data).tables[0]
     batches = [c for c in table.columns[3:]]
@@ -322,7 +327,11 @@ def ase_heatmap(data: FigureData) -> FigureSpec:
         trials=_usable(data),
     )
     spec.panels = _heat_panels(
-        table.rows, batches, lambda row, i: row[3 + i] if finite(row[3 + i]) else None, None, "ASE"
+        table.rows,
+        batches,
+        lambda row, i: _number(row[3 + i]) if finite(_number(row[3 + i])) else None,
+        None,
+        "ASE",
     )
     return spec
 
@@ -333,7 +342,8 @@ def block_bsr(data: FigureData) -> FigureSpec:
     rows = [r for r in report.tables[0].rows if r[1] in blocks and r[2] != BASELINE]
     batches = sorted({r[3] for r in rows})
     grid: dict[tuple[str, str, str], dict[int, float | None]] = {}
-    for device, label, compiler, batch, *_rest, bsr, _speedup in rows:
+    for device, label, compiler, batch, *_rest, bsr_cell, _speedup, _verdict in rows:
+        bsr = _number(bsr_cell)
         grid.setdefault((device, compiler, label), {})[batch] = bsr if finite(bsr) else None
     # the report lists rows by device and label (widths numerically); keep that order per compiler
     order = sorted(grid, key=lambda k: (k[0], compiler_order(k[1])))

@@ -417,6 +417,8 @@ class Orchestrator:
 
     async def _finish_if_complete(self, run: Run, dev: DeviceRun) -> bool:
         """Agent gone: ingest the checkpoint; finish if complete, cancelled or cancel asked."""
+        if dev.run_done is not None:  # it said goodbye: let it exit (the device is free then)
+            await device_io.wait_for_exit(dev, self.connect_timeout)
         checkpoint = await device_io.read_checkpoint(dev)
         if not dev.keys:
             dev.keys = await device_io.read_trial_keys(dev)

@@ -3,8 +3,9 @@
 - dlas: for each trial with an optimisation, the same point without one (same device, model,
   width, depth, compiler, batch) is the baseline. achieved = T_opt / T_none; expected = the
   compression ratio recorded by ``ngb.core.optimise`` (bytes for fp16/int8, non-zero parameters
-  for pruning); "% of expected" = 100 · achieved / expected. n.s. marks an achieved speed-up whose
-  T_opt vs T_none difference is not significant (Welch, 5 %).
+  for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries ± its 95 %
+  interval (bootstrap over both trials' repetitions, ``ngb.core.intervals``) and "n.s." when that
+  interval includes 1 (the optimisation made no significant difference).
 - reversals: on each device, at each batch, every pair of models (A, B) with A faster than B under
   identity (torch eager) but slower under a compiler -- the paper's Fig. 1 effect. Pairs are
   comparable workloads only: two timm models, or two stacks of the same block kind (a conv stack
@@ -18,10 +19,11 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
+from ngb.core import intervals
 from ngb.core.optimise import percent_of_expected
 from ngb.core.significance import compare
-from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group
-from ngb.sweeps.report_paper import compiler_order, significance_note
+from ngb.sweeps.report_data import Report, ReportData, Table, finite, group
+from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, estimate_cell, verdict_text
 
 _SAME_POINT = ("device", "model", "width", "depth", "compiler", "batch", "target", "input_size")
 
@@ -43,12 +45,13 @@ def dlas(data: ReportData) -> Report:
     table = Table(
         "DLAS: achieved vs expected speed-up per optimisation",
         ["device", "model", "compiler", "batch", "optimisation", "T none", "T opt", "achieved",
-         "expected", "% of expected"],
+         "expected", "% of expected", "verdict"],
     )  # fmt: skip
     table.notes.append(
         "achieved = T_opt / T_none; expected = compression ratio (size before / after); "
         "% of expected = 100 · achieved / expected"
     )
+    table.notes.append(UNCERTAINTY_NOTE)
     report = Report("dlas", "DLAS optimisation axis", [table])
     optimised = [r for r in rows if (r["optimisation"] or "none") != "none"]
     optimised.sort(
@@ -70,8 +73,10 @@ def dlas(data: ReportData) -> Report:
         table.rows.append(
             [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
              base["throughput_mean"], r["throughput_mean"],
-             Cell(achieved, note=significance_note(data, r, base)),
-             expected if finite(expected) else None, percent]
+             estimate_cell(
+                 achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
+             ),
+             expected if finite(expected) else None, percent, verdict_text(r)]
         )  # fmt: skip
     return report
 

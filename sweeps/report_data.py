@@ -43,12 +43,20 @@ _TRIAL_COLUMNS = (
     "throughput_std",
     "cpu_percent_mean",
     "extra",
+    "throughput_ci_half",
+    "verdict",
+    "verdict_reason",
+    "disturbed",
 )
 
 
 @dataclass(frozen=True)
 class Cell:
-    """A value with an optional spread (``± std``) and a note such as "n.s." (not significant)."""
+    """A value with an optional spread and a note such as "n.s." (not significant).
+
+    ``std`` is what the renderers print after ``±``: a standard deviation where a table's notes
+    say so (Table VI), otherwise the half-width of the value's 95 % confidence interval.
+    """
 
     value: float | None
     std: float | None = None

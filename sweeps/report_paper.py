@@ -10,13 +10,20 @@ choice, the choice is written here and in the table's notes):
   compiler.
 - families (Table VI): per device, family and compiler, over the family's models at batch 2..4 and
   at batch 8..16: mean ± sample std (ddof=1) of the per-trial mean throughputs, and the same for
-  the system-wide CPU % -- i.e. the spread across the (model, batch) cells of the group.
+  the system-wide CPU % -- i.e. the spread across the (model, batch) cells of the group; beside it
+  "CI ±x", the 95 % interval of that mean from the trials' own repetitions.
 - depth (Tables VII/VIII): speed-up over identity at each depth for every block kind, width, batch
-  and compiler, the least-squares slope of speed-up over depth and retention (deepest / depth 1);
-  a speed-up whose compiler-vs-identity difference is not significant (Welch, 5 %) is flagged n.s.
-- bsr: throughput, RTR, ASE, BSR and speed-up per model, compiler and batch.
+  and compiler, the least-squares slope of speed-up over depth and retention (deepest / depth 1).
+- bsr: throughput, RTR, ASE, BSR and speed-up per model, compiler and batch, with each trial's
+  verdict (VALID / INVALID from the stopping rule; "-" for results stored before it existed).
 - ase: ASE as a grid of (model/width) × batch per compiler, the paper's heatmaps in table form.
 Only trials without an optimisation (``optimisation = 'none'``) enter these tables.
+
+Uncertainty (``ngb.core.intervals``): every derived number carries ``± half-width`` of its 95 %
+interval, bootstrapped from the repetitions of every trial it is made of. A speed-up, BSR or
+retention whose interval includes 1, or a slope whose interval includes 0, is marked "n.s." (not
+significant: the data do not say it differs from "no effect"); "n<2" where a trial has fewer than
+two repetitions and no interval can be known. A throughput's ``±`` is its own t interval.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ngb.core import metrics
+from ngb.core import intervals, metrics
 from ngb.core.errors import ConfigError
+from ngb.core.intervals import Estimate
 from ngb.core.significance import compare
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group
 
@@ -59,6 +67,30 @@ def mean_std(values: Sequence[float]) -> Cell:
 def significance_note(data: ReportData, a: dict[str, Any], b: dict[str, Any]) -> str:
     """ "" when a and b differ significantly, else the comparison's flag ("n.s." / "n<2")."""
     return compare(data.samples(a), data.samples(b)).flag
+
+
+def estimate_cell(value: float | None, estimate: Estimate, null: float | None = None) -> Cell:
+    """``value ± half-width``; note "n.s." when the interval includes ``null``, "n<2" when unknown.
+
+    ``value`` comes from the stored trial means (the table's number); ``estimate`` only lends its
+    interval, so a report over results without stored repetitions still shows the numbers."""
+    if value is None or not finite(value):
+        return Cell(None)
+    if not estimate.known:
+        return Cell(value, note="n<2")
+    note = "n.s." if null is not None and not estimate.excludes(null) else ""
+    return Cell(value, estimate.half_width, note)
+
+
+def throughput_cell(data: ReportData, row: dict[str, Any]) -> Cell:
+    """A trial's mean throughput ± its own t interval (from its repetitions)."""
+    return estimate_cell(row["throughput_mean"], intervals.mean_interval(data.samples(row)))
+
+
+UNCERTAINTY_NOTE = (
+    "± = 95 % interval (bootstrap over the repetitions); n.s. = interval includes 1 (0 for a "
+    "slope): no significant effect; n<2 = too few repetitions for an interval"
+)
 
 
 # ---------------------------------------------------------------- testbed
@@ -135,7 +167,8 @@ def families(data: ReportData) -> Report:
          *(f"CPU% b{g}" for g in groups)],
     )  # fmt: skip
     table.notes.append(
-        "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide"
+        "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide; "
+        "CI ±x = 95 % interval of the mean T from the trials' repetitions (bootstrap)"
     )
     keyed = group(rows, "device", "family", "compiler")
     for device, family, compiler in sorted(keyed, key=lambda k: (k[0], k[1], compiler_order(k[2]))):
@@ -143,7 +176,12 @@ def families(data: ReportData) -> Report:
         tput, cpu = [], []
         for lo, hi in FAMILY_BATCH_GROUPS.values():
             inside = [r for r in cells if lo <= r["batch"] <= hi]
-            tput.append(mean_std([r["throughput_mean"] for r in inside]))
+            spread = mean_std([r["throughput_mean"] for r in inside])
+            if spread.value is not None:
+                ci = intervals.mean_of_means([data.samples(r) for r in inside])
+                note = f"CI ±{ci.half_width:.3g}" if ci.half_width is not None else "CI n<2"
+                spread = Cell(spread.value, spread.std, note)
+            tput.append(spread)
             cpu.append(mean_std([r["cpu_percent_mean"] for r in inside]))
         table.rows.append([device, family, compiler, *tput, *cpu])
     return Report("families", "Aggregate by model family (Table VI)", [table])
@@ -169,8 +207,9 @@ def depth(data: ReportData) -> Report:
     )  # fmt: skip
     table.notes.append(
         "speed-up = T_c / T_identity at the same depth; slope = least-squares slope over depth; "
-        "retention = speed-up at deepest / at depth 1; n.s. = not significant (Welch, 5 %)"
+        "retention = speed-up at deepest / at depth 1"
     )
+    table.notes.append(UNCERTAINTY_NOTE)
     skipped: list[str] = []
     keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
@@ -191,15 +230,26 @@ def depth(data: ReportData) -> Report:
                     cells.append(None)
                     continue
                 s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
-                cells.append(Cell(s, note=significance_note(data, mine[d], identity[d])))
+                est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
+                cells.append(estimate_cell(s, est, null=1.0))
+            slope: Cell | None = None
+            kept: Cell | None = None
             try:
                 dm = metrics.depth_metrics(
                     {d: mine[d]["throughput_mean"] for d in shared},
                     {d: identity[d]["throughput_mean"] for d in shared},
                 )
-                slope, kept = dm["slope"], dm["retention"]
             except ConfigError:  # fewer than two shared depths
-                slope = kept = None
+                dm = None
+            if dm is not None:
+                trend, retained = intervals.depth_trend(
+                    shared,
+                    [data.samples(mine[d]) for d in shared],
+                    [data.samples(identity[d]) for d in shared],
+                )
+                slope = estimate_cell(float(dm["slope"]), trend, null=0.0)  # type: ignore[arg-type]
+                if dm["retention"] is not None and retained is not None:
+                    kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
             table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
     report.notes.extend(skipped)
@@ -209,36 +259,77 @@ def depth(data: ReportData) -> Report:
 # ---------------------------------------------------------------- batch scaling
 
 
-def _batch_groups(data: ReportData) -> dict[tuple[Any, ...], dict[str, dict[int, float]]]:
-    """``{(device, label, target, input_size): {compiler: {batch: throughput}}}``."""
-    out: dict[tuple[Any, ...], dict[str, dict[int, float]]] = {}
+def _batch_groups(
+    data: ReportData,
+) -> dict[tuple[Any, ...], dict[str, dict[int, dict[str, Any]]]]:
+    """``{(device, label, target, input_size): {compiler: {batch: trial row}}}``."""
+    out: dict[tuple[Any, ...], dict[str, dict[int, dict[str, Any]]]] = {}
     for r in plain(data.trials()):
         if not finite(r.get("throughput_mean")) or r["throughput_mean"] <= 0:
             continue
         key = (r["device"], r["label"], r["target"], r["input_size"])
-        out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r["throughput_mean"]
+        out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r
     return out
+
+
+def _tputs(rows: dict[int, dict[str, Any]]) -> dict[int, float]:
+    return {b: r["throughput_mean"] for b, r in rows.items()}
+
+
+def verdict_text(row: dict[str, Any]) -> str:
+    """VALID / INVALID (+ "disturbed"), "-" for results stored before verdicts existed."""
+    verdict = row.get("verdict")
+    if not verdict:
+        return "-"
+    return f"{verdict} (disturbed)" if row.get("disturbed") else str(verdict)
 
 
 def bsr(data: ReportData) -> Report:
     table = Table(
         "Batch scaling: RTR, ASE, BSR",
-        ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup"],
-    )
+        ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup",
+         "verdict"],
+    )  # fmt: skip
     table.notes.append(
         "RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_identity; speed-up = T_c/T_identity"
     )
+    table.notes.append(UNCERTAINTY_NOTE)
     report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
     for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
-        usable = {c: t for c, t in per_compiler.items() if 1 in t}
+        usable = {c: rows for c, rows in per_compiler.items() if 1 in rows}
         for name in sorted(set(per_compiler) - set(usable)):
             report.notes.append(f"{device} {label} {name}: no batch-1 throughput, left out")
-        table_rows = metrics.batch_metrics(usable) if usable else {}
+        table_rows = metrics.batch_metrics({c: _tputs(r) for c, r in usable.items()})
+        base = usable.get(metrics.BASELINE, {})
         for compiler in sorted(table_rows, key=compiler_order):
+            mine = usable[compiler]
+            one = data.samples(mine[1])
             for batch, m in sorted(table_rows[compiler].items()):
+                row, here = mine[batch], data.samples(mine[batch])
+                # At batch 1, RTR, ASE and BSR are 1 by definition (a trial over itself).
+                rtr = (
+                    Cell(m["rtr"])
+                    if batch == 1
+                    else estimate_cell(m["rtr"], intervals.rtr(here, one))
+                )
+                ase_cell = (
+                    Cell(m["ase"])
+                    if batch == 1
+                    else estimate_cell(m["ase"], intervals.ase(here, one, batch))
+                )
+                bsr_cell = speedup_cell = None
+                if batch in base and m["bsr"] is not None:
+                    i_b, i_1 = data.samples(base[batch]), data.samples(base[1])
+                    bsr_cell = (
+                        Cell(m["bsr"])
+                        if batch == 1
+                        else estimate_cell(m["bsr"], intervals.bsr(here, one, i_b, i_1), 1.0)
+                    )
+                    speed = intervals.speedup(here, i_b)
+                    speedup_cell = estimate_cell(m["speedup"], speed, 1.0)
                 table.rows.append(
-                    [device, label, compiler, batch, m["throughput"], m["rtr"], m["ase"],
-                     m["bsr"], m["speedup"]]
+                    [device, label, compiler, batch, throughput_cell(data, row), rtr, ase_cell,
+                     bsr_cell, speedup_cell, verdict_text(row)]
                 )  # fmt: skip
     return report
 
@@ -250,13 +341,23 @@ def ase(data: ReportData) -> Report:
         "ASE by model/width and batch", ["device", "compiler", "model", *(f"b{b}" for b in batches)]
     )
     table.notes.append("ASE = T(b) / (b · T(1)); 1.0 = perfect scaling")
+    table.notes.append(UNCERTAINTY_NOTE)
     rows = []
     for (device, label, _, _), per_compiler in groups.items():
-        for compiler, tps in per_compiler.items():
-            if 1 not in tps:
+        for compiler, trials in per_compiler.items():
+            if 1 not in trials:
                 continue
-            values = metrics.ase_table(tps, compiler)
-            rows.append([device, compiler, label, *(values.get(b) for b in batches)])
+            values = metrics.ase_table(_tputs(trials), compiler)
+            one = data.samples(trials[1])
+            cells: list[Cell | None] = [
+                None
+                if b not in values
+                else Cell(values[b])  # 1 by definition
+                if b == 1
+                else estimate_cell(values[b], intervals.ase(data.samples(trials[b]), one, b))
+                for b in batches
+            ]
+            rows.append([device, compiler, label, *cells])
     rows.sort(key=lambda r: (r[0], compiler_order(r[1]), _label_key(r[2])))
     table.rows = rows
     return Report("ase", "Average scaling efficiency (ASE heatmap as a table)", [table])

@@ -61,7 +61,18 @@ def build_report(
 
         store = Store()
     builder, _ = REPORTS[name]
-    report = builder(ReportData(store, run_id=run_id, device=device))
+    data = ReportData(store, run_id=run_id, device=device)
+    report = builder(data)
+    if name != "testbed":
+        judged = [t for t in data.trials() if t.get("verdict")]
+        invalid = [t for t in judged if t["verdict"] != "VALID"]
+        if invalid:
+            disturbed = sum(1 for t in invalid if t.get("disturbed"))
+            report.notes.append(
+                f"{len(invalid)} of {len(judged)} trials are INVALID ({disturbed} disturbed by "
+                "other processes, the rest with a CI wider than its target): read their numbers "
+                "with their ± (`ngb report bsr` lists each verdict)"
+            )
     scope = [f"run {run_id}" if run_id else "all runs (newest result per point)"]
     if device:
         scope.append(f"device {device}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 # Columns of `trials`, in table order, with their SQL types. The store builds its Arrow batches
 # from this list, so the DDL and the ingest code cannot drift apart.
-TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+_TRIAL_COLUMNS_V1: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR NOT NULL"),
     ("device", "VARCHAR NOT NULL"),  # testbed device name (inventory)
     ("key", "VARCHAR NOT NULL"),  # TrialSpec.key: stable across runs and machines
@@ -68,11 +68,26 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("finished_at", "TIMESTAMP"),
     ("ingested_at", "TIMESTAMP"),
 )
+# Migration 2 (ngb.core.stopping / interference): how sure a trial's throughput is.
+_TRIAL_COLUMNS_V2: tuple[tuple[str, str], ...] = (
+    ("throughput_ci_half", "DOUBLE"),  # samples/s: half-width of the CI of the mean (95 %)
+    ("verdict", "VARCHAR"),  # VALID | INVALID; NULL for failed trials and older rows
+    ("verdict_reason", "VARCHAR"),
+    ("disturbed", "BOOLEAN"),  # other processes took a meaningful CPU share / held the GPU
+    ("workers", "INTEGER"),  # processes the repetitions came from
+)
+# Migration 3 (ngb.core.precision): the numeric precision that ran, as read back from the runtime.
+_TRIAL_COLUMNS_V3: tuple[tuple[str, str], ...] = (
+    ("precision", "VARCHAR"),  # fp32 | tf32 | bf16 | fp16 | mixes (tf32-conv); NULL: unknown/older
+    ("precision_asked", "VARCHAR"),  # MeasureSettings.precision: default | fp32 | tf32 | ...
+    ("precision_flags", "VARCHAR"),  # JSON: the runtime's settings read back
+)
+TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2 + _TRIAL_COLUMNS_V3
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
 # dictionary-compressed, almost free) so the common aggregates -- throughput by compiler and batch
 # over millions of repetitions -- need no join and the table reads on its own in the duckdb CLI.
-MEASUREMENT_COLUMNS = (
+_MEASUREMENT_COLUMNS_V1 = (
     ("run_id", "VARCHAR NOT NULL"),
     ("device", "VARCHAR NOT NULL"),
     ("key", "VARCHAR NOT NULL"),
@@ -86,6 +101,10 @@ MEASUREMENT_COLUMNS = (
     ("iters", "BIGINT"),
     ("elapsed_s", "DOUBLE"),
     ("throughput", "DOUBLE"),  # samples per second in this repetition
+)
+MEASUREMENT_COLUMNS = (
+    *_MEASUREMENT_COLUMNS_V1,
+    ("worker", "INTEGER"),  # migration 2: the worker process (0 = the trial's own)
 )
 
 CPU_SAMPLE_COLUMNS = (
@@ -164,8 +183,8 @@ _V1 = [
     # (run_id, device, key) is unique, but enforced by the store's ingest (an anti-join inside
     # the writer's transaction; DuckDB admits one writer process) rather than a PRIMARY KEY:
     # the key index cost ~40 % of ingest time and grows with every stored trial.
-    _ddl("trials", TRIAL_COLUMNS),
-    _ddl("measurements", MEASUREMENT_COLUMNS),
+    _ddl("trials", _TRIAL_COLUMNS_V1),
+    _ddl("measurements", _MEASUREMENT_COLUMNS_V1),
     _ddl("cpu_samples", CPU_SAMPLE_COLUMNS),
     """CREATE TABLE tuning_progress (
   run_id VARCHAR NOT NULL,
@@ -208,8 +227,36 @@ FROM trials WHERE status <> 'ok'""",
 ]
 
 # Append-only. Each entry: (description, statements).
+_V2 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V2),
+    "ALTER TABLE measurements ADD COLUMN worker INTEGER",
+    """CREATE OR REPLACE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
+       throughput_ci_half, verdict, verdict_reason, disturbed, workers
+FROM trials WHERE status = 'ok'""",
+]
+
+_V3 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V3),
+    # Rows stored before the column existed ran at each vendor's default.
+    "UPDATE trials SET precision_asked = 'default' WHERE precision_asked IS NULL",
+    """CREATE OR REPLACE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
+       throughput_ci_half, verdict, verdict_reason, disturbed, workers,
+       precision, precision_asked
+FROM trials WHERE status = 'ok'""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
+    ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
+    ("precision that ran, precision asked for, precision flags read back", _V3),
 ]
 
 

@@ -8,8 +8,10 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
     device = "cpu"                     # target on each testbed device: "cpu" or "cuda"
 
     [measure]                          # ngb.core.types.MeasureSettings fields
-    repetitions = 3
     min_duration_s = 0.2
+    ci_target = 0.02                   # stop once the 95 % CI is within ±2 % (the default) ...
+    max_repetitions = 40               # ... or after 40; `repetitions = 100` is a fixed count
+    workers = 2                        # processes the repetitions are spread over
 
     [compiler_options.openvino]        # per-compiler options, checked against its Config
     hint = "THROUGHPUT"
@@ -65,7 +67,17 @@ else:  # pragma: no cover - Python 3.10
 PRESETS_DIR = Path(__file__).parent / "presets"
 TARGETS = ("cpu", "cuda")
 
-_TOP_KEYS = ("name", "description", "device", "measure", "compiler_options", "matrix")
+_TOP_KEYS = (
+    "name",
+    "description",
+    "device",
+    "baseline",
+    "measure",
+    "compiler_options",
+    "models",
+    "matrix",
+)
+DEFAULT_BASELINE = "identity"
 # matrix key -> (TrialSpec field, element type); the order here is the expansion order.
 _AXES: dict[str, tuple[str, type]] = {
     "models": ("model", str),
@@ -130,6 +142,10 @@ class Sweep:
     measure: Mapping[str, Any] = field(default_factory=dict)
     compiler_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = "<string>"  # file path or "preset:NAME", for messages
+    baseline: str = DEFAULT_BASELINE  # compiler that speed-up, BSR and depth are relative to
+    # [[models]]: name -> ModelSource JSON, and the tables as to_toml writes them back
+    model_sources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    model_tables: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def measure_settings(self) -> MeasureSettings:
@@ -149,21 +165,32 @@ class Sweep:
                     **self.compiler_options.get(compiler, {}),
                     **matrix.compiler_options.get(compiler, {}),
                 }
-                spec = TrialSpec(**point, device=device, compiler_options=options, measure=measure)
+                spec = TrialSpec(
+                    **point,
+                    device=device,
+                    compiler_options=options,
+                    measure=measure,
+                    source=self.model_sources.get(point["model"]),
+                )
                 seen.setdefault(spec.key, spec)
         return list(seen.values())
 
     def models(self) -> list[str]:
-        """Distinct timm model names (blocks excluded), in first-seen order."""
+        """Distinct timm model names (blocks and [[models]] excluded), in first-seen order."""
         names = (m for matrix in self.matrices for m in matrix.models)
-        return list(dict.fromkeys(n for n in names if n not in BLOCK_MODELS))
+        return list(
+            dict.fromkeys(n for n in names if n not in BLOCK_MODELS and n not in self.model_sources)
+        )
 
     def check_models(self) -> None:
-        """Check that every timm model name exists (imports timm; slower than parsing)."""
+        """Check that every timm model name exists and every python factory imports (imports
+        timm and the user's code; slower than parsing)."""
         try:
             from ngb.core.models import resolve_model
+            from ngb.sweeps.spec_models import check_sources
         except ImportError as exc:
             raise NgbError(f"{self.source}: cannot check models here: {exc}") from None
+        check_sources(self.model_sources, self.source)
         for name in self.models():
             try:
                 resolve_model(name)
@@ -175,10 +202,14 @@ class Sweep:
         if self.description:
             out["description"] = self.description
         out["device"] = self.device
+        if self.baseline != DEFAULT_BASELINE:
+            out["baseline"] = self.baseline
         if self.measure:
             out["measure"] = dict(self.measure)
         if self.compiler_options:
             out["compiler_options"] = {k: dict(v) for k, v in self.compiler_options.items()}
+        if self.model_tables:
+            out["models"] = [dict(t) for t in self.model_tables]
         out["matrix"] = [m.to_dict() for m in self.matrices]
         return out
 
@@ -200,6 +231,9 @@ class Sweep:
         for compiler, options in data.get("compiler_options", {}).items():
             lines += ["", f"[compiler_options.{_toml_key(compiler)}]"]
             lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in options.items()]
+        for table in data.get("models", []):
+            lines += ["", "[[models]]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
         for matrix in data["matrix"]:
             lines += ["", "[[matrix]]"]
             lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in matrix.items()]
@@ -229,17 +263,28 @@ def _toml_value(value: Any) -> str:
 # ---------------------------------------------------------------- parsing and validation
 
 
-def loads_sweep(text: str, *, source: str = "<string>", default_name: str = "sweep") -> Sweep:
-    """Parse and validate sweep TOML text; errors name ``source`` and the offending key."""
+def loads_sweep(
+    text: str,
+    *,
+    source: str = "<string>",
+    default_name: str = "sweep",
+    base_dir: Path | None = None,
+) -> Sweep:
+    """Parse and validate sweep TOML text; errors name ``source`` and the offending key.
+    Relative model paths in ``[[models]]`` are taken from ``base_dir`` (default: the cwd)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    return parse_sweep(data, source=source, default_name=default_name)
+    return parse_sweep(data, source=source, default_name=default_name, base_dir=base_dir)
 
 
 def parse_sweep(
-    data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "sweep"
+    data: Mapping[str, Any],
+    *,
+    source: str = "<dict>",
+    default_name: str = "sweep",
+    base_dir: Path | None = None,
 ) -> Sweep:
     for key in data:
         if key not in _TOP_KEYS:
@@ -255,13 +300,20 @@ def parse_sweep(
     options = _parse_compiler_options(
         data.get("compiler_options", {}), f"{source}: [compiler_options]"
     )
+    baseline = _check_compiler(data.get("baseline", DEFAULT_BASELINE), f"{source}: baseline")
+    from ngb.sweeps.spec_models import parse_models
+
+    model_sources, model_tables = parse_models(
+        data.get("models", []), f"{source}: models", base_dir
+    )
     raw_matrices = data.get("matrix")
     if raw_matrices is None:
         raise ConfigError(f"{source}: no [[matrix]] table; a sweep needs at least one")
     if not isinstance(raw_matrices, list) or not raw_matrices:
         raise ConfigError(f"{source}: matrix must be one or more [[matrix]] tables")
     matrices = tuple(
-        _parse_matrix(raw, f"{source}: matrix[{i}]", measure) for i, raw in enumerate(raw_matrices)
+        _parse_matrix(raw, f"{source}: matrix[{i}]", measure, model_sources)
+        for i, raw in enumerate(raw_matrices)
     )
     sweep = Sweep(
         name=name.strip(),
@@ -271,6 +323,9 @@ def parse_sweep(
         measure=measure,
         compiler_options=options,
         source=source,
+        baseline=baseline,
+        model_sources=model_sources,
+        model_tables=model_tables,
     )
     try:
         sweep.trials()  # catches what only a combination can break (e.g. an option type)
@@ -370,7 +425,12 @@ def _as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))  # drop repeats, keep order
 
 
-def _parse_matrix(raw: Any, where: str, sweep_measure: Mapping[str, Any]) -> Matrix:
+def _parse_matrix(
+    raw: Any,
+    where: str,
+    sweep_measure: Mapping[str, Any],
+    model_sources: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Matrix:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where} must be a table")
     for key in raw:
@@ -388,8 +448,12 @@ def _parse_matrix(raw: Any, where: str, sweep_measure: Mapping[str, Any]) -> Mat
         _check_compiler(compiler, f"{where}.compilers")
     for name in axes.get("optimisations", ()):
         _check_optimisation(name, f"{where}.optimisations")
+    own = model_sources or {}
+    from ngb.sweeps.spec_models import check_matrix_models
+
+    check_matrix_models(axes["models"], own, axes, where)
     blocks = [m for m in axes["models"] if m in BLOCK_MODELS]
-    timm_models = [m for m in axes["models"] if m not in BLOCK_MODELS]
+    timm_models = [m for m in axes["models"] if m not in BLOCK_MODELS and m not in own]
     if blocks and "widths" not in axes:
         raise ConfigError(f"{where}: block model {blocks[0]!r} needs widths = [...]")
     if timm_models and "widths" in axes:
@@ -444,4 +508,4 @@ def load_sweep(path_or_preset: str | Path) -> Sweep:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise NgbError(f"cannot read sweep file {path}: {exc}") from None
-    return loads_sweep(text, source=source, default_name=path.stem)
+    return loads_sweep(text, source=source, default_name=path.stem, base_dir=path.parent)

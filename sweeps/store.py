@@ -26,7 +26,13 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
-from ngb.sweeps.store_connect import connection, lock_for, read_errors, write_errors
+from ngb.sweeps.store_connect import (
+    check_intact,
+    connection,
+    lock_for,
+    read_errors,
+    write_errors,
+)
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store_ingest import as_int, now, num, to_datetime, to_json, write_batch
 from ngb.sweeps.store_migrations import migrate, read_version
@@ -124,6 +130,7 @@ class Store:
             # which is most of the cost of a one-shot `ngb query`.
             if not self._schema_checked:
                 with self._connection(write=False, external_access=external_access) as conn:
+                    check_intact(conn, self.path)
                     version = read_version(conn)
                     if version == schema.latest_version():
                         self._schema_checked = True
@@ -180,6 +187,7 @@ class Store:
         if not self.path.exists():
             return 0
         with read_errors(self.path), self._connection(write=False) as conn:
+            check_intact(conn, self.path)
             return read_version(conn)
 
     def _ensure_schema(self) -> None:

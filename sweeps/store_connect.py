@@ -51,6 +51,26 @@ def check_is_file(path: Path) -> None:
         raise NgbError(f"results database {path} is not a regular file")
 
 
+def check_intact(conn: Any, path: Path) -> None:
+    """Refuse a truncated file: DuckDB may answer from the blocks that are left, silently.
+
+    Every block in use lies inside the file (DuckDB trims only free blocks off its end), so a
+    file shorter than its used blocks has lost data. Blocks not yet checkpointed live in the
+    write-ahead log, so with one present the check is left to DuckDB.
+    """
+    if Path(f"{path}.wal").exists():
+        return
+    row = conn.execute("PRAGMA database_size").fetchone()
+    block_size, used_blocks = int(row[2] or 0), int(row[4] or 0)
+    expected = block_size * used_blocks
+    size = path.stat().st_size
+    if size < expected:
+        raise NgbError(
+            f"results database {path} is truncated ({size} of at least {expected} bytes); "
+            "restore it from a copy"
+        )
+
+
 def open_connection(path: Path, *, write: bool, external_access: bool, timeout: float) -> Any:
     """A DuckDB connection, retried while another process holds the file (up to ``timeout``)."""
     import duckdb

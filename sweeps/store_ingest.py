@@ -146,7 +146,12 @@ def ingest_results(
         device,
         fresh,
         "repetitions",
-        {"iters": "iters", "elapsed_s": "elapsed_s", "throughput": "throughput"},
+        {
+            "iters": "iters",
+            "elapsed_s": "elapsed_s",
+            "throughput": "throughput",
+            "worker": "worker",
+        },
         index_name="rep",
     )
     if measurements is not None:
@@ -283,6 +288,14 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "started_at": _ts(r.started_at),
         "finished_at": _ts(r.finished_at),
         "ingested_at": now_us,
+        "throughput_ci_half": num(r.ci_half_width),
+        "verdict": r.verdict,
+        "verdict_reason": r.verdict_reason,
+        "disturbed": bool(r.disturbed),
+        "workers": as_int(r.workers),
+        "precision": r.precision,
+        "precision_asked": (spec.get("measure") or {}).get("precision", "default"),
+        "precision_flags": to_json(r.precision_flags),
     }
 
 

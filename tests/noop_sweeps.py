@@ -15,6 +15,8 @@ warmup_s = 0
 min_iters = 1
 min_duration_s = 0
 repetitions = 2
+workers = 1  # one process per trial: these tests exercise the machinery
+quiet_check_s = 0
 verify = false
 cpu_interval_s = 0.05
 [[matrix]]

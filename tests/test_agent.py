@@ -26,6 +26,8 @@ FAST = {
     "min_iters": 1,
     "min_duration_s": 0.01,
     "repetitions": 2,
+    "workers": 1,  # worker processes are covered by tests/test_workers.py
+    "quiet_check_s": 0.0,
 }
 
 

@@ -264,3 +264,36 @@ def test_tensorrt_fp32_and_tf32_engines_record_their_flags(tmp_path: Path) -> No
         flags[precision] = compiled.precision_flags
         compiled.close()
     assert flags["fp32"]["TF32"] is False and flags["tf32"]["TF32"] is True
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+def test_precision_travels_to_the_store_and_older_files_migrate(tmp_path: Path) -> None:
+    """A real trial into a real DuckDB file, one made at schema version 2 and upgraded."""
+    needs("identity")
+    duckdb = pytest.importorskip("duckdb")
+    from ngb.sweeps import schema
+    from ngb.sweeps.store import Store
+
+    path = tmp_path / "v2.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute(schema.VERSION_TABLE)
+    for version, (description, statements) in enumerate(schema.MIGRATIONS[:2], start=1):
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, description])
+    conn.execute(
+        "INSERT INTO trials (run_id, device, key, status) VALUES ('old', 'dev', 'k', 'ok')"
+    )
+    conn.close()
+
+    result = run_trial(conv_spec("identity", "fp32"))
+    assert result.ok, result.error
+    store = Store(path)
+    assert store.ingest_results("new", "dev", [result]) == 1
+    assert store.schema_version() == schema.latest_version()
+    _, rows = store.query("SELECT run_id, precision, precision_asked FROM results ORDER BY 1")
+    assert rows == [("new", "fp32", "fp32"), ("old", None, "default")]
+    _, flags = store.query("SELECT precision_flags FROM trials WHERE run_id = 'new'")
+    assert json.loads(flags[0][0])["float32_matmul_precision"] == "highest"

@@ -8,9 +8,13 @@ unknown host key must be refused with a one-line error while the others finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from ngb.devices.inventory import load_inventory
@@ -134,3 +138,97 @@ async def test_unknown_host_key_fails_that_device_only(sshd_home, sshd_server, t
     assert_exactly_once(store, run_id, {t.key for t in sw.trials()}, ["dev-a", "dev-b"])
     assert store.trials(run_id=run_id, device="dev-c") == []
     assert any(e["kind"] == "hostkey" for e in store.errors(run_id, "dev-c"))
+
+
+# ---------------------------------------------------------------- resume edges (issue 8 #7)
+
+
+async def test_a_device_past_its_restart_limit_is_resumed_later(sshd_home, tmp_path):
+    store = Store(tmp_path / "r.duckdb")
+    sw = sweep(8, 0.3)
+    keys = {t.key for t in sw.trials()}
+    orch = orchestrator(store, max_restarts=1)
+    run_id = await orch.start(sw, ["dev-a", "dev-b"], isolate="inprocess")
+    killed: set[int] = set()
+
+    def state() -> dict:
+        return orch.device_states(run_id)["dev-a"]
+
+    await wait_until(lambda: state()["done"] >= 1)
+    while state()["state"] not in ("failed", "finished"):
+        info = state()
+        if info["state"] == "running" and info["pid"] and info["pid"] not in killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info["pid"], signal.SIGKILL)
+            killed.add(info["pid"])
+        await asyncio.sleep(0.02)
+    summary = await orch.wait(run_id)
+    await orch.close()
+    a = summary["devices"]["dev-a"]
+    assert a["state"] == "failed" and a["restarts"] == 2 and len(killed) == 2, a
+    assert f"ngb attach {run_id}" in a["error"] and "\n" not in a["error"]
+    assert summary["devices"]["dev-b"]["state"] == "finished"
+    assert len(store.trials(run_id=run_id, device="dev-a")) < len(keys)  # some left to do
+
+    again = orchestrator(store, max_restarts=1)  # a fresh restart budget for the new follower
+    await again.attach(run_id)
+    summary = await again.wait(run_id)
+    await again.close()
+    assert summary["status"] == "finished", summary
+    assert set(summary["devices"]) == {"dev-a"}  # the finished device is left alone
+    assert_exactly_once(store, run_id, keys, ["dev-a", "dev-b"])
+    assert store.run(run_id)["status"] == "finished"
+
+
+# A workstation that is SIGKILLed while it connects: no agent was launched anywhere.
+KILLED_BEFORE_LAUNCH = """
+import asyncio, sys
+from ngb.devices.inventory import load_inventory
+from ngb.sweeps.orchestrator import Orchestrator
+from ngb.sweeps.store import Store
+from tests.noop_sweeps import noop_sweep
+
+class NeverConnects:
+    name = "hung"
+    async def connect(self):
+        await asyncio.Event().wait()
+    async def close(self):
+        pass
+
+async def main():
+    orch = Orchestrator(Store(sys.argv[1]), load_inventory(),
+                        transport_factory=lambda device: NeverConnects())
+    run_id = await orch.start(noop_sweep(5, name="faults"), ["dev-a", "dev-b"])
+    print(run_id, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_run_killed_before_its_agents_launched_is_resumed_later(sshd_home, tmp_path):
+    db = tmp_path / "r.duckdb"
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_BEFORE_LAUNCH, str(db)],
+        stdout=subprocess.PIPE, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    run_id = (await asyncio.to_thread(proc.stdout.readline)).strip()
+    await asyncio.sleep(0.5)  # it is connecting (forever) now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert run_id, "the workstation never started the run"
+    store = Store(db)
+    rows = store.run_devices(run_id)
+    assert {r["device"] for r in rows} == {"dev-a", "dev-b"}
+    assert not any(r["extra"].get("started") for r in rows)  # no agent was launched
+
+    orch = orchestrator(store)
+    await orch.attach(run_id)
+    summary = await orch.wait(run_id)
+    await orch.close()
+    assert summary["status"] == "finished", summary
+    keys = {t.key for t in sweep(5, 0.05).trials()}
+    assert_exactly_once(store, run_id, keys, ["dev-a", "dev-b"])

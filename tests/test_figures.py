@@ -37,6 +37,7 @@ from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
 from ngb.sweeps.figures_data import FigureData, ratio_errors
 from ngb.sweeps.figures_model import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape
+from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
 from ngb.sweeps.reports import build_report, render
 from ngb.sweeps.store import Store
 
@@ -241,21 +242,22 @@ def test_family_filter_and_unknown_names(store: Store) -> None:
     assert [p.title for p in spec.panels] == ["resnet18 (resnet)"]
     with pytest.raises(UnknownNameError, match="unknown model family 'vgg'"):
         FigureData(store, family="vgg")
-    with pytest.raises(ConfigError, match="no precision column"):
+    with pytest.raises(ConfigError, match="none of these results records the precision"):
         FigureData(store, precision="fp32")
     with pytest.raises(UnknownNameError, match="unknown figure 'fig99'"):
         build_figure("fig99", FigureData(store))
 
 
 def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) -> None:
-    """A store whose schema has CI, verdict and precision columns: figures use them."""
+    """Stored CI half-width, verdict and precision columns are used when present (the CI and
+    verdict columns came with schema 2; a precision column is added as a later schema would)."""
     import duckdb
 
     store = _build_store(tmp_path / "newer.duckdb")
     with duckdb.connect(str(store.path)) as conn:
-        conn.execute("ALTER TABLE trials ADD COLUMN precision VARCHAR")
-        conn.execute("ALTER TABLE trials ADD COLUMN throughput_ci_half DOUBLE")
-        conn.execute("ALTER TABLE trials ADD COLUMN verdict VARCHAR")
+        for column, sql_type in (("precision", "VARCHAR"), ("throughput_ci_half", "DOUBLE"),
+                                 ("verdict", "VARCHAR")):  # fmt: skip
+            conn.execute(f"ALTER TABLE trials ADD COLUMN IF NOT EXISTS {column} {sql_type}")
         conn.execute("UPDATE trials SET precision = 'fp32', throughput_ci_half = 0.1 * "
                      "throughput_mean, verdict = 'VALID'")  # fmt: skip
         conn.execute("UPDATE trials SET precision = 'bf16', verdict = 'INVALID: noisy' "
@@ -276,6 +278,21 @@ def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) 
     assert "4 INVALID" in text
     with pytest.raises(UnknownNameError, match="unknown precision 'fp8'"):
         FigureData(store, precision="fp8")
+
+
+def test_adaptive_stopping_rule_in_words() -> None:
+    from ngb.sweeps.figures_data import stopping_rule
+
+    adaptive = {
+        "repetitions": None, "confidence": 0.95, "ci_target": 0.02, "min_repetitions": 6,
+        "max_repetitions": 40, "max_measure_s": 60.0, "min_iters": 5, "min_duration_s": 0.5,
+        "workers": 2,
+    }  # fmt: skip
+    text = stopping_rule([{"n_reps": 8, "measure": adaptive}, {"n_reps": 12, "measure": adaptive}])
+    assert text == (
+        "Repetitions: 8-12 per point (stop when the 95% CI is within ±2% of the mean, 6-40 "
+        "repetitions, <= 60.0 s; each repetition >= 5 calls and >= 0.5 s, over 2 worker processes)"
+    )
 
 
 def test_save_figure_for_a_tui_tab(store: Store, tmp_path: Path) -> None:
@@ -299,19 +316,20 @@ ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a t
     \toprule
     device & compiler & model & b1 & b4 \\
     \midrule
-    dev1 & identity & conv64x1 & 1.000 & 0.750 \\
-    dev1 & identity & conv64x2 & 1.000 & 0.708 \\
-    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 \\
-    dev1 & identity & resnet18 & 1.000 & 0.800 \\
-    dev1 & openvino & conv64x1 & 1.000 & 1.000 \\
-    dev1 & openvino & conv64x2 & 1.000 & 0.833 \\
-    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 \\
-    dev1 & openvino & resnet18 & 1.000 & 1.100 \\
+    dev1 & identity & conv64x1 & 1.000 & 0.750 $\pm$ 0.00674 \\
+    dev1 & identity & conv64x2 & 1.000 & 0.708 $\pm$ 0.00636 \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 $\pm$ 0.00561 \\
+    dev1 & identity & resnet18 & 1.000 & 0.800 $\pm$ 0.00719 \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.00898 \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.833 $\pm$ 0.00749 \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.00873 \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.00988 \\
     \bottomrule
   \end{tabular}
   \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}
+  \par\smallskip{\footnotesize UNCERTAINTY}
 \end{table}
-"""
+""".replace("UNCERTAINTY", escape(UNCERTAINTY_NOTE))
 
 
 def test_latex_ase_exact(store: Store) -> None:
@@ -363,7 +381,7 @@ def test_cli_figures(store: Store, tmp_path: Path) -> None:
         (["figures", "fig99"], "unknown figure 'fig99'"),
         (["figures", "--format", "gif"], "unknown figure format 'gif'"),
         (["figures", "--family", "vgg"], "unknown model family 'vgg'"),
-        (["figures", "--precision", "fp32"], "no precision column"),
+        (["figures", "--precision", "fp32"], "none of these results records the precision"),
         (["figures", "--run", "nope"], "unknown run 'nope'"),
         (["report", "bsr", "--format", "html", "--family", "resnet"], "whole-run report only"),
     ],

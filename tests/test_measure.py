@@ -22,6 +22,8 @@ FAST = {
     "min_iters": 3,
     "min_duration_s": 0.02,
     "repetitions": 3,
+    "workers": 1,
+    "quiet_check_s": 0.0,
 }
 
 

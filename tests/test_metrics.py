@@ -133,3 +133,58 @@ def test_depth_metrics():
     # No depth-1 run: slope still computed over shared depths, retention None.
     out = metrics.depth_metrics({2: 780.0, 8: 196.0}, identity)
     assert out["retention"] is None and out["slope"] == approx((1.4 - 1.5) / 6)
+
+
+# ---- intervals propagated from repetitions (ngb.core.intervals) --------------------------------
+
+
+def test_speedup_interval_from_repetitions() -> None:
+    from ngb.core import intervals
+
+    narrow = intervals.speedup([200.0, 202.0, 198.0, 201.0, 199.0], [100.0, 101.0, 99.0, 100.0])
+    assert narrow.value == pytest.approx(2.0) and narrow.known and narrow.excludes(1.0)
+    assert narrow.low < 2.0 < narrow.high and narrow.half_width < 0.05
+    same = intervals.speedup([100.0, 130.0, 70.0], [100.0, 130.0, 70.0])
+    assert same.value == pytest.approx(1.0) and not same.excludes(1.0)
+    single = intervals.speedup([100.0], [50.0, 51.0])
+    assert single.value == pytest.approx(100 / 50.5) and not single.known
+    assert not single.excludes(1.0)  # unknown is never "significant"
+    # Seeded: the same data give the same interval every time.
+    assert intervals.speedup([1.0, 2.0, 3.0], [1.0, 1.1]) == intervals.speedup(
+        [1.0, 2.0, 3.0], [1.0, 1.1]
+    )
+
+
+def test_bsr_rtr_ase_intervals_match_the_point_metrics() -> None:
+    from ngb.core import intervals
+
+    c8, c1, i8, i1 = [176.0, 177.0, 175.0], [20.0, 20.1, 19.9], [56.0, 56.5, 55.5], [10.0] * 3
+    assert intervals.rtr(c8, c1).value == pytest.approx(metrics.rtr(176, 20))
+    assert intervals.ase(c8, c1, 8).value == pytest.approx(metrics.ase(176, 20, 8))
+    bsr = intervals.bsr(c8, c1, i8, i1)
+    assert bsr.value == pytest.approx(metrics.bsr(1.1, 0.7)) and bsr.excludes(1.0)
+
+
+def test_depth_slope_interval_says_when_a_slope_is_noise() -> None:
+    from ngb.core import intervals
+
+    depths = [1, 2, 4, 6]
+    identity = [[100.0, 101.0, 99.0, 100.0]] * 4
+    rising = [[100.0 * (1 + 0.1 * d) + e for e in (-1.0, 0.0, 1.0, 0.5)] for d in depths]
+    trend, kept = intervals.depth_trend(depths, rising, identity)
+    assert trend.value == pytest.approx(metrics.depth_slope(depths, [1.1, 1.2, 1.4, 1.6]), rel=1e-2)
+    assert trend.excludes(0.0) and kept is not None and kept.excludes(1.0)
+    # A flat speed-up buried in ±20 % noise: a slope of this size is not a finding.
+    noisy = [[150.0 + e for e in (-30.0, 25.0, -10.0, 20.0, 0.0)] for _ in depths]
+    flat, _ = intervals.depth_trend(depths, noisy, identity)
+    assert flat.known and not flat.excludes(0.0)
+    no_one, none_kept = intervals.depth_trend([2, 4], rising[:2], identity[:2])
+    assert none_kept is None and no_one.known
+
+
+def test_mean_of_means_interval() -> None:
+    from ngb.core import intervals
+
+    est = intervals.mean_of_means([[10.0, 10.2, 9.8], [20.0, 20.4, 19.6]])
+    assert est.value == pytest.approx(15.0) and est.low < 15.0 < est.high
+    assert intervals.mean_interval([5.0]).known is False

@@ -538,3 +538,117 @@ def test_liveness_check_calls_a_zombie_dead():
         live.kill()
         live.wait()
         zombie.wait()
+
+
+# ---------------------------------------------------------------- the store misbehaves (issue 8)
+
+
+async def test_a_result_that_can_never_be_stored_becomes_a_failed_trial(tmp_path):
+    from ngb.core.types import Stats, TrialResult, TrialSpec
+    from ngb.sweeps.run_state import DeviceRun
+    from ngb.sweeps.run_writer import RunWriter
+
+    store = Store(tmp_path / "r.duckdb")
+    store.create_run("r1", "demo", "", ["d"], 2)
+    dev = DeviceRun("r1", Device(name="d", host="localhost", transport="local"), {"a", "b"})
+    events: list[RunEvent] = []
+    broken: list[str] = []
+    writer = RunWriter(store, device_of=lambda run, name: dev, publish=events.append,
+                       on_unwritable=broken.append)  # fmt: skip
+
+    def result(batch: int) -> TrialResult:
+        spec = TrialSpec(model="resnet18", compiler="noop", batch=1).to_dict()
+        spec["batch"] = batch  # what a sweep that slipped past validation would send
+        rep = {"iters": 1, "elapsed_s": 1.0, "throughput": 1.0}
+        return TrialResult(
+            key=f"k{batch}", spec=spec, throughput=Stats(mean=1.0), repetitions=[rep]
+        )
+
+    good, poison = result(4), result(2_147_483_648)
+    for r in (good, poison):
+        dev.results[r.key] = True
+        writer.pending_for(dev).results[r.key] = r
+    await writer.flush()  # no exception, no retry loop
+    await writer.flush()
+    rows = {t["key"]: t for t in store.trials(run_id="r1")}
+    assert rows[good.key]["status"] == "ok" and rows[good.key]["batch"] == 4
+    bad = rows[poison.key]
+    assert bad["status"] == "failed" and bad["error_kind"] == "ingest"
+    assert "2147483648" in bad["error"] and "\n" not in bad["error"]
+    assert bad["extra"]["spec"]["batch"] == 2_147_483_648  # what was sent, kept as text
+    assert dev.results == {good.key: True, poison.key: False} and dev.failed == 1
+    assert store.run_devices("r1")[0]["n_failed"] == 1
+    assert any(e.kind == "connection" and "not stored" in e.message for e in events)
+    assert not broken and writer.broken is None
+    assert len(store.trials(run_id="r1")) == 2
+
+
+async def test_an_unwritable_store_stops_following_with_one_line_and_attach_resumes(env):
+    inventory, store, workdir = env
+    sweep = noop_sweep(6, compile_s=0.3)
+    orch = Orchestrator(store, inventory)
+    run_id = await orch.start(sweep, "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 1)
+    await asyncio.to_thread(
+        store.query, "DROP VIEW results; DROP VIEW failures; DROP VIEW run_progress; "
+        "DROP TABLE trials", allow_write=True,
+    )  # fmt: skip
+    summary = await asyncio.wait_for(orch.wait(run_id), 60)
+    await orch.close()
+    assert summary["status"] == "failed"
+    assert "results database cannot be written" in summary["error"]
+    assert f"ngb attach {run_id}" in summary["error"] and "\n" not in summary["error"]
+    assert summary["devices"]["localhost"]["state"] == "detached"
+    assert (workdir / "runs" / run_id / "checkpoint.jsonl").exists()  # kept on the device
+
+    from ngb.sweeps import schema
+
+    ddl = [s for s in schema.MIGRATIONS[0][1] if "trials" in s.split("(")[0] or "VIEW" in s]
+    await asyncio.to_thread(store.query, ";\n".join(ddl), allow_write=True)  # fixed
+    again = Orchestrator(store, inventory)
+    await again.attach(run_id)
+    summary = await asyncio.wait_for(again.wait(run_id), 60)
+    await again.close()
+    assert summary["status"] == "finished", summary
+    counts = trial_counts(store, run_id)
+    assert len(counts) == 6 and set(counts.values()) == {1}
+
+
+async def test_a_long_read_elsewhere_is_waited_for_quietly(env, caplog):
+    inventory, _, _ = env
+    store = Store(env[1].path, write_timeout_s=0.3)
+    orch = Orchestrator(store, inventory, flush_interval=0.2)
+    sub = orch.subscribe()
+    seen: list[RunEvent] = []
+    consumer = asyncio.create_task(collect(sub, seen))
+    run_id = await orch.start(noop_sweep(6, compile_s=0.3), "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 1)
+    reader = (  # another process holds the file for 3 s (as a long `ngb query` would)
+        "import duckdb, sys, time\n"
+        "while True:\n"
+        "    try:\n"
+        "        c = duckdb.connect(sys.argv[1], read_only=True)\n"
+        "        break\n"
+        "    except duckdb.IOException:\n"
+        "        time.sleep(0.01)\n"
+        "print('open', flush=True)\n"
+        "time.sleep(3)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", reader, str(store.path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert await asyncio.to_thread(holder.stdout.readline) == "open\n"
+        summary = await asyncio.wait_for(orch.wait(run_id), 90)
+    finally:
+        holder.wait(30)
+        await orch.close()
+        await consumer
+    assert summary["status"] == "finished"
+    counts = trial_counts(store, run_id)
+    assert len(counts) == 6 and set(counts.values()) == {1}
+    store_events = [(e.state, e.message) for e in seen if e.kind == "store"]
+    assert store_events and store_events[0][0] == "waiting" and store_events[-1][0] == "ok"
+    assert all("\n" not in m for _, m in store_events)
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]

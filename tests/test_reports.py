@@ -158,14 +158,21 @@ def test_bsr_against_hand_computed(store: Store) -> None:
     rep = build_report("bsr", store, run_id="r1")
     rows = _row_map(rep, "model", "compiler", "batch")
     ov8 = rows[("resnet18", "openvino", 8)]
-    assert ov8["rtr"] == pytest.approx(176 / 20)  # 8.8
-    assert ov8["ase"] == pytest.approx(1.1)
-    assert ov8["bsr"] == pytest.approx(1.1 / 0.7)  # identity ASE(8) = 56 / 80
-    assert ov8["speedup"] == pytest.approx(176 / 56)
+    assert _value(ov8["rtr"]) == pytest.approx(176 / 20)  # 8.8
+    assert _value(ov8["ase"]) == pytest.approx(1.1)
+    assert _value(ov8["bsr"]) == pytest.approx(1.1 / 0.7)  # identity ASE(8) = 56 / 80
+    assert _value(ov8["speedup"]) == pytest.approx(176 / 56)
     r50 = rows[("resnet50", "openvino", 4)]
-    assert r50["ase"] == pytest.approx(30 / (4 * 8))
-    assert r50["bsr"] == pytest.approx((30 / 32) / (16 / 20))
-    assert rows[("resnet18", "identity", 8)]["bsr"] == pytest.approx(1.0)
+    assert _value(r50["ase"]) == pytest.approx(30 / (4 * 8))
+    assert _value(r50["bsr"]) == pytest.approx((30 / 32) / (16 / 20))
+    assert _value(rows[("resnet18", "identity", 8)]["bsr"]) == pytest.approx(1.0)
+    # Intervals: ±1 % repetitions give a narrow, significant speed-up; identity against itself
+    # has a BSR of exactly 1 whose interval includes 1, so it is not called an effect.
+    speed = ov8["speedup"]
+    assert 0 < speed.std < 0.05 * speed.value and speed.note == ""
+    assert rows[("resnet18", "identity", 8)]["bsr"].note == "n.s."
+    assert ov8["throughput"].value == pytest.approx(176) and ov8["throughput"].std > 0
+    assert ov8["verdict"] == "-"  # the fixture's results predate verdicts
     # convnext/resnet101 have no batch 1: left out with a note, not a crash
     assert not any(k[0] == "convnext_tiny" for k in rows)
     assert any("convnext_tiny" in n and "batch-1" in n for n in rep.notes)
@@ -174,9 +181,9 @@ def test_bsr_against_hand_computed(store: Store) -> None:
 def test_newest_result_per_point_unless_run_given(store: Store) -> None:
     newest = _row_map(build_report("bsr", store), "model", "compiler", "batch")
     only_r1 = _row_map(build_report("bsr", store, run_id="r1"), "model", "compiler", "batch")
-    assert newest[("resnet18", "identity", 1)]["throughput"] == pytest.approx(12)
-    assert only_r1[("resnet18", "identity", 1)]["throughput"] == pytest.approx(10)
-    assert newest[("resnet18", "identity", 8)]["rtr"] == pytest.approx(56 / 12)
+    assert _value(newest[("resnet18", "identity", 1)]["throughput"]) == pytest.approx(12)
+    assert _value(only_r1[("resnet18", "identity", 1)]["throughput"]) == pytest.approx(10)
+    assert _value(newest[("resnet18", "identity", 8)]["rtr"]) == pytest.approx(56 / 12)
 
 
 def test_ase_grid(store: Store) -> None:
@@ -184,8 +191,9 @@ def test_ase_grid(store: Store) -> None:
     t = rep.tables[0]
     assert t.columns[-4:] == ["b1", "b2", "b4", "b8"]
     rows = _row_map(rep, "compiler", "model")
-    assert rows[("openvino", "resnet18")]["b2"] == pytest.approx(40 / (2 * 20))
-    assert rows[("identity", "resnet50")]["b8"] == pytest.approx(24 / 40)
+    assert _value(rows[("openvino", "resnet18")]["b2"]) == pytest.approx(40 / (2 * 20))
+    assert _value(rows[("identity", "resnet50")]["b8"]) == pytest.approx(24 / 40)
+    assert rows[("identity", "resnet50")]["b8"].std > 0
 
 
 def test_families_table_vi(store: Store) -> None:
@@ -213,8 +221,11 @@ def test_depth_slope_retention_and_significance(store: Store) -> None:
     assert ov["d1"].value == pytest.approx(1.5)
     assert ov["d2"].value == pytest.approx(1.8)
     assert ov["d3"].value == pytest.approx(2.1)
-    assert ov["slope"] == pytest.approx(0.3)
-    assert ov["retention"] == pytest.approx(2.1 / 1.5)
+    assert ov["slope"].value == pytest.approx(0.3)
+    assert ov["retention"].value == pytest.approx(2.1 / 1.5)
+    # The slope's interval is wide (depth 1 is noisy) but still excludes 0: 0.3 ± 0.27.
+    assert 0.1 < ov["slope"].std < 0.3 and ov["slope"].note == ""
+    assert ov["retention"].std > ov["d2"].std  # retention inherits depth 1's noise
     assert ov["d1"].note == "n.s."  # ±60 % noise on openvino depth 1
     assert ov["d2"].note == "" and ov["d3"].note == ""
 
@@ -378,3 +389,20 @@ def test_sweep_rejects_unknown_optimisation() -> None:
     )
     with pytest.raises(ConfigError, match=r"matrix\[0\].optimisations: unknown optimisation"):
         loads_sweep(text)
+
+
+def test_verdicts_reach_the_reports(tmp_path) -> None:
+    store = Store(tmp_path / "v.duckdb")
+    store.create_run("v1", "fixture", "", ["dev1"], 2)
+    valid = _result("resnet18", "identity", 1, 10.0)
+    valid.verdict, valid.verdict_reason, valid.ci_half_width = "VALID", "95% CI ±1%", 0.1
+    bad = _result("resnet18", "openvino", 1, 20.0, noise=WIDE)
+    bad.verdict, bad.verdict_reason, bad.disturbed = "INVALID", "disturbed: a hog", True
+    assert store.ingest_results("v1", "dev1", [valid, bad]) == 2
+    rep = build_report("bsr", store)
+    rows = _row_map(rep, "model", "compiler", "batch")
+    assert rows[("resnet18", "identity", 1)]["verdict"] == "VALID"
+    assert rows[("resnet18", "openvino", 1)]["verdict"] == "INVALID (disturbed)"
+    assert any(n.startswith("1 of 2 trials are INVALID (1 disturbed") for n in rep.notes)
+    text = render(rep, "markdown")
+    assert "±" in text and "INVALID (disturbed)" in text

@@ -20,7 +20,7 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
-from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, Store
+from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, RowRejected, Store, StoreUnwritable
 
 NGB = str(Path(sys.executable).with_name("ngb"))
 
@@ -119,15 +119,42 @@ def test_older_files_are_migrated_and_keep_their_data(
 ) -> None:
     store.ingest_results("r1", "dev", [make_result(0)])
     step = ("add a note to runs", ["ALTER TABLE runs ADD COLUMN note VARCHAR"])
+    current = schema.latest_version()
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, step])
     upgraded = Store(store.path)
-    assert upgraded.schema_version() == 1  # not touched until used
+    assert upgraded.schema_version() == current  # not touched until used
     assert len(upgraded.trials()) == 1
-    assert upgraded.schema_version() == 2
+    assert upgraded.schema_version() == current + 1
     columns, _ = upgraded.query("SELECT * FROM runs LIMIT 0")
     assert "note" in columns
     _, rows = upgraded.query("SELECT version, description FROM schema_version ORDER BY 1")
-    assert rows == [(1, "initial schema"), (2, "add a note to runs")]
+    assert rows[0] == (1, "initial schema") and rows[-1] == (current + 1, "add a note to runs")
+
+
+def test_a_version_1_file_gains_the_interval_columns(tmp_path: Path) -> None:
+    """Migration 2: a file made before it keeps its rows and takes verdicts from then on."""
+    path = tmp_path / "v1.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute(schema.VERSION_TABLE)
+    for statement in schema.MIGRATIONS[0][1]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_version VALUES (1, 'initial schema', now())")
+    conn.execute(
+        "INSERT INTO trials (run_id, device, key, status) VALUES ('old', 'dev', 'k', 'ok')"
+    )
+    conn.close()
+    store = Store(path)
+    fresh = make_result(1)
+    fresh.verdict, fresh.verdict_reason, fresh.ci_half_width = "VALID", "95% CI ±1.0%", 2.5
+    fresh.disturbed, fresh.workers = True, 2
+    fresh.repetitions = [{**rep, "worker": i % 2} for i, rep in enumerate(fresh.repetitions)]
+    assert store.ingest_results("new", "dev", [fresh]) == 1
+    _, rows = store.query(
+        "SELECT run_id, verdict, throughput_ci_half, disturbed, workers FROM results ORDER BY 1"
+    )
+    assert rows == [("new", "VALID", 2.5, True, 2), ("old", None, None, None, None)]
+    _, workers = store.query("SELECT DISTINCT worker FROM measurements ORDER BY 1")
+    assert workers == [(0,), (1,)]
 
 
 # ---------------------------------------------------------------- ingest
@@ -495,3 +522,115 @@ def test_record_probe_reads_the_agents_own_field_names(tmp_path) -> None:
     row = dict(zip(cols, rows[0], strict=True))
     assert row["hostname"] == "orin"
     assert 12 in row.values() and 32.0 in row.values()
+
+
+# ---------------------------------------------------------------- nothing lost (issue 8)
+
+
+def ngb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [NGB, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+
+
+def test_export_never_overwrites_the_store_or_an_existing_file(store: Store, tmp_path: Path):
+    store.ingest_results("r1", "a", [make_result(0), make_result(1)])
+    before = store.path.read_bytes()
+    db = str(store.path)
+    for fmt in ("csv", "parquet"):  # the data-loss case: -o the results database itself
+        res = ngb("export", "--format", fmt, "-o", db, "--db", db)
+        assert_one_line_error(res, "results database itself")
+        res = ngb("export", "--format", fmt, "-o", db, "--db", db, "--force")
+        assert_one_line_error(res, "results database itself")
+    assert store.path.read_bytes() == before and count(store, "trials") == 2
+    with pytest.raises(NgbError, match="results database itself"):
+        store.export(tmp_path / "." / "results.duckdb.wal", "csv", overwrite=True)
+
+    other = tmp_path / "mine.csv"
+    other.write_text("keep me\n")
+    assert_one_line_error(ngb("export", "-o", str(other), "--db", db, "--format", "csv"), "--force")
+    assert other.read_text() == "keep me\n"
+    res = ngb("export", "-o", str(other), "--db", db, "--format", "csv", "--force")
+    assert res.returncode == 0 and "wrote 2 rows" in res.stdout
+    assert other.read_text().startswith('"run_id",')
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]  # no temp left over
+
+
+def test_export_to_an_impossible_destination_is_one_line(store: Store, tmp_path: Path):
+    store.ingest_results("r1", "a", [make_result(0)])
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = ngb("export", "-o", str(blocker / "out.csv"), "--db", str(store.path), "--format", "csv")
+    assert_one_line_error(res, "cannot export to")
+    assert blocker.read_text() == "x"
+    with pytest.raises(NgbError, match="is a directory"):
+        store.export(tmp_path, "csv", overwrite=True)
+
+
+def test_read_only_commands_create_no_files(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent-dir" / "x.duckdb"
+    res = ngb("status", env={"NGB_DB": str(missing)})
+    assert res.returncode == 0 and "no runs yet" in res.stdout, res.stderr
+    assert_one_line_error(ngb("query", "SELECT 1", "--db", str(missing)), "no results database")
+    assert_one_line_error(ngb("export", "-o", str(tmp_path / "o.csv"), "--db", str(missing)))
+    assert not missing.parent.exists() and not (tmp_path / "o.csv").exists()
+    store = Store(missing)
+    assert store.runs() == [] and store.trials() == [] and store.schema_version() == 0
+    assert not missing.parent.exists()
+
+
+def test_truncated_corrupt_and_foreign_databases_are_one_line(store: Store, tmp_path: Path):
+    store.ingest_results("r1", "a", [make_result(i) for i in range(40)])
+    good = store.path.read_bytes()
+    cases = {
+        "truncated": good[: len(good) // 2],  # DuckDB alone would answer from what is left
+        "cut-in-header": good[:5000],
+        "garbage": b"not a database\n" * 500,
+        "empty": b"",
+    }
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.duckdb"
+        path.write_bytes(data)
+        res = ngb("query", "SELECT count(*) FROM trials", "--db", str(path))
+        if name == "empty":  # an empty file is no DuckDB file either
+            assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        else:
+            assert_one_line_error(res, str(path.name))
+        res = ngb("status", env={"NGB_DB": str(path)})
+        assert res.returncode == 1 and "Traceback" not in res.stderr, (name, res.stderr)
+        assert path.read_bytes() == data, name  # untouched
+    foreign = tmp_path / "foreign.duckdb"
+    conn = duckdb.connect(str(foreign))
+    conn.execute("CREATE TABLE stuff (a INT)")
+    conn.close()
+    assert_one_line_error(ngb("status", env={"NGB_DB": str(foreign)}), "not an ngb results")
+    fifo = tmp_path / "fifo.duckdb"
+    os.mkfifo(fifo)
+    assert_one_line_error(ngb("query", "SELECT 1", "--db", str(fifo)), "not a regular file")
+
+
+def test_a_result_that_cannot_fit_is_rejected_and_nothing_of_its_batch_written(store: Store):
+    poison = make_result(1)
+    poison.spec["batch"] = 2_147_483_648  # too large for the INTEGER batch column
+    batch = IngestBatch()
+    batch.add_result("r1", "a", make_result(0))
+    batch.add_result("r1", "a", poison)
+    with pytest.raises(RowRejected, match="2147483648"):
+        store.write_batch(batch)
+    assert store.trials() == []  # one transaction: all or nothing
+    assert store.write_batch(IngestBatch(results=batch.results[:1])) == 1
+
+
+def test_a_missing_table_makes_writes_fail_as_unwritable(store: Store) -> None:
+    store.ingest_results("r1", "a", [make_result(0)])
+    store.query("DROP VIEW results; DROP VIEW run_progress; DROP VIEW failures", allow_write=True)
+    store.query("DROP TABLE trials", allow_write=True)
+    with pytest.raises(StoreUnwritable, match="trials"):
+        store.ingest_results("r1", "a", [make_result(1)])

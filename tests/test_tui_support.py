@@ -22,6 +22,8 @@ warmup_s = 0.0
 min_iters = 2
 min_duration_s = 0.01
 repetitions = 2
+workers = 1
+quiet_check_s = 0
 verify = false
 [[matrix]]
 models = ["conv"]

@@ -106,7 +106,10 @@ class Compiled(ABC):
         """Call ``run`` until both ``min_iters`` calls and ``min_duration_s`` seconds are reached.
 
         Throughput-oriented runtimes override this to keep several requests in flight, the way
-        their vendors' benchmark tools do.
+        their vendors' benchmark tools do, in steady state: such a loop may return with requests
+        still in flight (the next call picks them up, so consecutive calls are windows onto one
+        continuous run) and counts only the calls that complete inside its own window.
+        ``drain`` (or ``close``) waits for what is left in flight.
         """
         run = self.run
         clock = time.perf_counter_ns
@@ -125,6 +128,9 @@ class Compiled(ABC):
     def output_numpy(self) -> Any:
         """Run once and return the (first) output as a numpy array, for correctness checks."""
         return to_numpy(self.run())
+
+    def drain(self) -> None:  # noqa: B027 - optional hook
+        """Wait for requests ``timed_loop`` left in flight (none for a synchronous runtime)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release runtime resources."""
@@ -192,6 +198,9 @@ class Compiler(ABC, Generic[ConfigT]):
                 (param,) = get_args(base)
                 if isinstance(param, type) and issubclass(param, CompilerConfig):
                     cls.Config = param
+
+    #: model forms it takes: "torch" (an nn.Module) and/or "onnx" (a user's ONNX file)
+    sources: ClassVar[tuple[str, ...]] = ("torch",)
 
     def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
         if isinstance(config, CompilerConfig):

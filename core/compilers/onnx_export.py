@@ -30,7 +30,11 @@ def example_tuple(example: Any) -> tuple[Any, ...]:
 
 
 def input_names(example: Any) -> list[str]:
-    """Stable input names: ``input`` for one tensor, ``input0``, ``input1``... for several."""
+    """Stable input names: ``input`` for one tensor, ``input0``, ``input1``... for several;
+    a user's model declares its own (``ngb.core.model_build.NamedInputs``)."""
+    names = getattr(example, "names", None)
+    if names:
+        return list(names)
     n = len(example_tuple(example))
     return ["input"] if n == 1 else [f"input{i}" for i in range(n)]
 
@@ -50,6 +54,9 @@ def export_onnx(
     """
     import torch
 
+    source_path = getattr(model, "onnx_path", None)
+    if source_path is not None:  # a user's ONNX file: every runtime reads it as given
+        return Path(source_path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = example_tuple(example)

@@ -156,6 +156,7 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
     unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
     precisions = {"cpu": ("default", "fp32"), "cuda": ("default", "fp32", "tf32")}
     version_packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort

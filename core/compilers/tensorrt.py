@@ -136,6 +136,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
     unsupported_errors = EXPORT_UNSUPPORTED_ERRORS
     precisions = {"cuda": ("default", "fp32", "tf32", "fp16")}
     version_packages = {"tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12")}
+    sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -149,7 +150,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             raise ConfigError(f"tensorrt runs on device cuda only; got device {ctx.device!r}")
         import tensorrt as trt
         import torch
-        from ngb.core.compilers.onnx_export import example_tuple, export_onnx
+        from ngb.core.compilers.onnx_export import export_onnx
 
         if not torch.cuda.is_available():
             raise CompilerUnavailable("torch sees no CUDA GPU; TensorRT needs one")
@@ -168,9 +169,19 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
         half_export = wanted == "fp16" and not has_flags
         with ctx.phase("export"):
             export_model, export_example = model, example
+            if half_export and getattr(model, "onnx_path", None) is not None:
+                raise UnsupportedTrial(
+                    f"TensorRT {trt.__version__} makes fp16 engines from a half-precision export; "
+                    "a user's ONNX file is used as given (export it in fp16 yourself)"
+                )
             if half_export:  # a copy: the caller's model stays fp32 for the reference output
+                from ngb.core.model_build import map_inputs
+
                 export_model = copy.deepcopy(model).to("cuda").half()
-                export_example = tuple(t.to("cuda").half() for t in example_tuple(example))
+                export_example = map_inputs(  # names kept; integer inputs (token ids) stay ints
+                    example,
+                    lambda t: t.to("cuda").half() if t.is_floating_point() else t.to("cuda"),
+                )
             path = export_onnx(export_model, export_example, ctx.workdir / "model.onnx")
         logger = trt.Logger(trt.Logger.WARNING)
         with ctx.phase("compile"):

@@ -136,6 +136,14 @@ def import_model(model: Any, example: Any, ctx: CompileContext) -> tuple[Any, in
 
     if ctx.device == "cuda" and not torch.cuda.is_available():
         raise CompilerUnavailable("device 'cuda' asked for, but torch sees no CUDA GPU")
+    if getattr(model, "onnx_path", None) is not None:
+        with ctx.phase("export"):
+            mod = _import_onnx(model.onnx_path, example)
+            mod = tvm.transform.Sequential(
+                [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+            )(mod)
+            digest = tvm_ffi.structural_hash(mod, map_free_vars=True, skip_tensor_content=True)
+        return mod, int(digest)
     model = model.eval().cpu()
     args = tuple(example) if isinstance(example, list | tuple) else (example,)
     args = tuple(a.cpu() for a in args)
@@ -151,6 +159,24 @@ def import_model(model: Any, example: Any, ctx: CompileContext) -> tuple[Any, in
         )(mod)
         digest = tvm_ffi.structural_hash(mod, map_free_vars=True, skip_tensor_content=True)
     return mod, int(digest)
+
+
+def _import_onnx(path: Any, example: Any) -> Any:
+    """A user's ONNX file -> Relax, shapes and dtypes bound to the example batch."""
+    import onnx
+    from ngb.core.compilers.onnx_export import input_names
+    from tvm.relax.frontend.onnx import from_onnx
+
+    arrays = _example_numpy(example)
+    names = input_names(example)
+    try:
+        return from_onnx(
+            onnx.load(str(path)),
+            shape_dict={n: list(a.shape) for n, a in zip(names, arrays, strict=True)},
+            dtype_dict={n: str(a.dtype) for n, a in zip(names, arrays, strict=True)},
+        )
+    except Exception as exc:  # noqa: BLE001 - unsupported op etc.: one clear line
+        raise NgbError(f"tvm: cannot import the ONNX model: {last_line(exc)}") from exc
 
 
 def _example_numpy(example: Any) -> list[Any]:
@@ -210,6 +236,7 @@ class TvmBase(Compiler[ConfigT]):
     unsupported_optimisations = {"int8": TVM_INT8_REASON}
     unsupported_errors = TVM_UNSUPPORTED_ERRORS
     version_packages = TVM_VERSIONS
+    sources = ("torch", "onnx")  # a user's ONNX file goes through the Relax ONNX frontend
 
 
 class TvmCompiler(TvmBase[TvmConfig]):

@@ -60,6 +60,25 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.command("measure")
 @click.argument("model")
 @click.option("--compiler", "-c", required=True, help="Compiler name (see `ngb compilers`).")
+@click.option(
+    "--kwarg",
+    "-k",
+    "kwargs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Model init argument (repeatable) for timm or your factory, e.g. -k num_classes=10.",
+)
+@click.option(
+    "--input",
+    "-i",
+    "inputs",
+    multiple=True,
+    metavar="NAME:SHAPE[:DTYPE[:LOW-HIGH]]",
+    help="Model input (repeatable), e.g. -i tokens:batch,16:int64:0-1000 ('batch' marks the "
+    "batch dimension). Default: from the timm config, ONNX graph or .pt2 program.",
+)
+@click.option("--code", metavar="FOLDER", help="Folder holding MODEL's python package or file.")
+@click.option("--sweep", "sweep_file", help="Take MODEL from this sweep file's [[models]] tables.")
 @click.option("--batch", "-b", type=int, default=1, show_default=True)
 @click.option("--depth", type=int, default=1, show_default=True, help="Stacked blocks (conv/mha).")
 @click.option("--width", type=int, help="Channels / embedding size (conv/mha blocks).")
@@ -74,7 +93,15 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     metavar="KEY=VALUE",
     help="Compiler option (repeatable), e.g. -o hint=throughput.",
 )
-@click.option("--repetitions", type=int, help="Timed loops (default 5).")
+@click.option(
+    "--repetitions", type=int, help="Fixed count of timed loops (default: stop on confidence)."
+)
+@click.option("--ci-target", type=float, help="Stop when the 95% CI is within ± this (0.02).")
+@click.option("--min-repetitions", type=int, help="Adaptive: at least this many (6).")
+@click.option("--max-repetitions", type=int, help="Adaptive: at most this many (40).")
+@click.option("--max-measure-s", type=float, help="Adaptive: seconds of timed loops, at most.")
+@click.option("--workers", type=int, help="Processes the repetitions are spread over (2).")
+@click.option("--retry-disturbed", type=int, help="Times to wait and retry a disturbed share.")
 @click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
 @click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
 @click.option("--warmup-iters", type=int)
@@ -90,6 +117,10 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 def measure(
     model: str,
     compiler: str,
+    kwargs: tuple[str, ...],
+    inputs: tuple[str, ...],
+    code: str | None,
+    sweep_file: str | None,
     batch: int,
     depth: int,
     width: int | None,
@@ -98,6 +129,12 @@ def measure(
     optimisation: str,
     options: tuple[str, ...],
     repetitions: int | None,
+    ci_target: float | None,
+    min_repetitions: int | None,
+    max_repetitions: int | None,
+    max_measure_s: float | None,
+    workers: int | None,
+    retry_disturbed: int | None,
     min_duration: float | None,
     min_iters: int | None,
     warmup_iters: int | None,
@@ -108,15 +145,28 @@ def measure(
     precision: str | None,
     as_json: bool,
 ) -> None:
-    """Measure MODEL (a timm name, or conv/mha with --width) compiled by one compiler, here."""
+    """Measure MODEL compiled by one compiler, here.
+
+    MODEL is a timm name, conv/mha (with --width), package.module:factory, path/to/file.py:factory,
+    a .onnx file or a .pt2 program (torch.export.save), or a [[models]] name with --sweep.
+    """
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
     from ngb.core.types import MeasureSettings, TrialSpec
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
+    source = _model_source(model, kwargs, inputs, code, sweep_file)
+    if source is not None and input_size is not None:
+        raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
     settings = {
         "repetitions": repetitions,
+        "ci_target": ci_target,
+        "min_repetitions": min_repetitions,
+        "max_repetitions": max_repetitions,
+        "max_measure_s": max_measure_s,
+        "workers": workers,
+        "disturbed_retries": retry_disturbed,
         "min_duration_s": min_duration,
         "min_iters": min_iters,
         "warmup_iters": warmup_iters,
@@ -137,6 +187,7 @@ def measure(
         input_size=input_size,
         compiler_options=dict(parse_option(o) for o in options),
         measure=MeasureSettings.from_dict({k: v for k, v in settings.items() if v is not None}),
+        source=source,
     )
 
     def show_progress(event: dict[str, Any]) -> None:
@@ -167,6 +218,45 @@ def measure(
         sys.exit(1)
 
 
+def _model_source(
+    model: str,
+    kwargs: tuple[str, ...],
+    inputs: tuple[str, ...],
+    code: str | None,
+    sweep_file: str | None,
+) -> dict[str, Any] | None:
+    """``TrialSpec.source`` for MODEL; None keeps a plain timm name or block as it always was."""
+    from ngb.core.model_sources import parse_input, parse_source
+    from ngb.core.types import BLOCK_MODELS
+
+    if sweep_file is not None:
+        from ngb.sweeps.spec import load_sweep
+
+        if kwargs or inputs or code:
+            raise ConfigError(
+                "with --sweep, the model's kwargs and inputs come from the sweep file"
+            )
+        sweep = load_sweep(sweep_file)
+        if model not in sweep.model_sources:
+            known = ", ".join(sweep.model_sources) or "none"
+            raise ConfigError(
+                f"{sweep.source} has no [[models]] entry {model!r} (entries: {known})"
+            )
+        return dict(sweep.model_sources[model])
+    is_file = model.lower().endswith((".onnx", ".pt2"))
+    if model in BLOCK_MODELS or not (kwargs or inputs or code or is_file or ":" in model):
+        return None
+    parsed = parse_source(
+        model,
+        kwargs=dict(parse_option(k) for k in kwargs),
+        inputs=tuple(parse_input(i) for i in inputs),
+        code=code,
+    )
+    if parsed.kind == "python" and not parsed.inputs:
+        raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
+    return parsed.to_dict()
+
+
 def _print_summary(spec: Any, result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -183,7 +273,14 @@ def _print_summary(spec: Any, result: Any) -> None:
     table.add_row("n", str(t.n), str(lat.n))
     console.print(table)
     facts = [
-        ("repetitions", f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls)"),
+        (
+            "repetitions",
+            f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls) "
+            f"in {result.workers} process(es)",
+        ),
+        ("throughput 95% CI", f"± {_fmt(result.ci_half_width, '.4g')}"),
+        ("verdict", f"{result.verdict}: {result.verdict_reason}"),
+        ("disturbed", "YES" if result.disturbed else "no"),
         ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
         (
             "export / compile / tune",

@@ -1,4 +1,5 @@
-"""``ngb models``: the paper's Table IV (timm models) and Table V (blocks) with params and MACs.
+"""``ngb models``: the paper's Table IV (timm models) and Table V (blocks) with params and MACs;
+``ngb models --file SWEEP`` lists a sweep's own models instead (``models_sweep``).
 
 Counting builds each model on torch's meta device (seconds for all 15, plus the torch/timm import);
 the table is cached in ngb's cache folder keyed by the torch and timm versions, so later calls
@@ -40,11 +41,24 @@ def _render(headers: list[str], rows: list[list[str]], right: set[int]) -> list[
     default=None,
     help="Include the conv/MHA blocks (Table V); on by default unless --family is given.",
 )
+@click.option(
+    "--file",
+    "sweep_file",
+    metavar="SWEEP",
+    help="List the models of this sweep file (or preset) instead: yours and timm's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def models(family: str | None, blocks: bool | None, as_json: bool) -> None:
+def models(family: str | None, blocks: bool | None, sweep_file: str | None, as_json: bool) -> None:
     """List the paper's models (Table IV) and blocks (Table V) with parameters and MACs."""
     from ngb.core.models import MACS_COUNTER, PAPER_FAMILIES, paper_table
     from ngb.devices.paths import get_paths
+
+    if sweep_file is not None:
+        from ngb.sweeps.cli.models_sweep import list_sweep_models
+
+        if not list_sweep_models(sweep_file, as_json, _render):
+            sys.exit(1)
+        return
 
     if family is not None and family not in PAPER_FAMILIES:
         raise UnknownNameError("family", family, list(PAPER_FAMILIES))

@@ -30,6 +30,9 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 )  # fmt: skip
 @click.option("--family", default=None, help="html whole-run report: only this model family.")
 @click.option(
+    "--precision", default=None, help="html whole-run report: only results at this precision."
+)
+@click.option(
     "--no-figures", is_flag=True, help="html whole-run report: leave the figures out (faster)."
 )
 @click.option(
@@ -42,7 +45,7 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 )  # fmt: skip
 def report(
     name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
-    family: str | None, no_figures: bool, db: str | None, wait: float,
+    family: str | None, precision: str | None, no_figures: bool, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Print report NAME (or `all`); without NAME, list the reports."""
     from ngb.sweeps import reports
@@ -57,15 +60,15 @@ def report(
 
     store = Store(db, busy_timeout_s=wait)
     whole = fmt == "html" and name in (None, ALL)
-    if family is not None and not whole:
+    if (family is not None or precision is not None) and not whole:
         from ngb.core.errors import ConfigError
 
-        raise ConfigError("--family applies to the html whole-run report only")
+        raise ConfigError("--family and --precision apply to the html whole-run report only")
     if whole:
         from ngb.sweeps.figures_data import FigureData
         from ngb.sweeps.report_html import run_report
 
-        data = FigureData(store, run_id=run_id, device=device, family=family)
+        data = FigureData(store, run_id=run_id, device=device, family=family, precision=precision)
         _emit(run_report(data, figures=not no_figures), output)
         return
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]

@@ -91,6 +91,9 @@ class _Progress:
             )
 
     def handle(self, item: Any) -> None:
+        if item.kind == "store":  # waiting for the results database: normal, one quiet line
+            self.console.print(f"[dim]{item.message}[/]")
+            return
         if not item.device:
             return
         task = self._task(item.device)
@@ -172,6 +175,8 @@ def _report(console: Any, summary: dict[str, Any]) -> None:
             str(d["restarts"]), d["error"] or "",
         )  # fmt: skip
     console.print(table)
+    if summary.get("error"):  # the run as a whole stopped (e.g. the database cannot be written)
+        console.print(f"[red]{summary['error']}[/]")
 
 
 async def _drive(

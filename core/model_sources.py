@@ -1,0 +1,402 @@
+"""Model sources: where a user's model comes from, what it is fed, and which files travel with it.
+
+A trial names its model the way the user did (``TrialSpec.model``); for anything but a plain timm
+name or a synthetic block, ``TrialSpec.source`` carries a ``ModelSource`` as plain JSON:
+
+- ``timm``: a timm name with ``kwargs`` for ``timm.create_model`` (num_classes, img_size...);
+- ``python``: ``"package.module:factory"`` or ``"path/to/file.py:factory"`` called with ``kwargs``,
+  returning an ``nn.Module``; the code folder travels as an artifact (a package folder whose parent
+  goes on ``sys.path``, or a file's folder, which goes on ``sys.path`` itself);
+- ``onnx``: an ONNX file (one file, no external data), run only by compilers that take ONNX;
+- ``pt2``: a ``torch.export`` program saved with ``torch.export.save``.
+
+Inputs (``InputSpec``): a name, a shape in which the string ``"batch"`` marks the batch dimension,
+a dtype, and for integer inputs a value range ``[low, high)``. Defaults come from the source: the
+timm pretrained config (or ``img_size``), the ONNX graph's inputs (a symbolic first dimension is
+the batch), the exported program's placeholders. A source whose inputs have no batch dimension
+runs at one fixed batch (``ModelSource.fixed_batch``).
+
+Artifacts are content-addressed: a file's sha256 is the hash of its bytes; a folder's is the
+sha256 of ``"<relative posix path>\\0<file sha256>\\n"`` lines over ``folder_files`` (sorted,
+caches and VCS folders left out). On a device an artifact lives at
+``<cache_dir>/artifacts/<sha256>/<name>`` (``artifact_dir``); ``ngb.devices`` uploads it there
+once and checks the hash with ``sha256_of``. On the workstation (``ngb measure``, the built-in
+localhost) the recorded local path is used when its hash still matches.
+
+Nothing heavy is imported at module level: parsing a sweep needs neither torch nor onnx (ONNX
+files are read with ``onnx`` only when the sweep has one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ngb.core.errors import ConfigError, NgbError, UnsupportedTrial
+
+KINDS = ("timm", "python", "onnx", "pt2")
+BATCH = "batch"
+ARTIFACTS_SUBDIR = "artifacts"
+# dtype name -> is it an integer type (needs a value range)
+DTYPES: dict[str, bool] = {
+    "float32": False,
+    "float16": False,
+    "bfloat16": False,
+    "float64": False,
+    "int64": True,
+    "int32": True,
+    "bool": True,
+}
+DEFAULT_INT_RANGE = (0, 2)  # bool and int inputs without a range: 0/1 (always a valid index)
+SKIP_NAMES = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One named model input; ``shape`` holds ints and at most one ``"batch"``."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str = "float32"
+    range: tuple[int, int] | None = None  # integer inputs: values drawn from [low, high)
+
+    def __post_init__(self) -> None:
+        where = f"input {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"input name must be a non-empty string, got {self.name!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"{where}: dtype {self.dtype!r} not one of {', '.join(DTYPES)}")
+        for dim in self.shape:
+            ok = dim == BATCH or (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0)
+            if not ok:
+                raise ConfigError(
+                    f"{where}: shape entries are positive integers or {BATCH!r}, got {dim!r}"
+                )
+        if list(self.shape).count(BATCH) > 1:
+            raise ConfigError(f"{where}: mark at most one dimension {BATCH!r}")
+        if self.range is not None:
+            if not DTYPES[self.dtype]:
+                raise ConfigError(f"{where}: range applies to integer inputs, not {self.dtype}")
+            low, high = self.range
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+                raise ConfigError(f"{where}: range must be two integers [low, high)")
+            if high <= low:
+                raise ConfigError(f"{where}: range [low, high) needs high > low, got {self.range}")
+
+    def concrete(self, batch: int) -> tuple[int, ...]:
+        return tuple(batch if d == BATCH else int(d) for d in self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.range is not None:
+            out["range"] = list(self.range)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> InputSpec:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"an input is a table with name, shape, dtype, range; got {data!r}")
+        unknown = sorted(set(data) - {"name", "shape", "dtype", "range"})
+        if unknown:
+            raise ConfigError(
+                f"input: unknown key {unknown[0]!r} (valid: name, shape, dtype, range)"
+            )
+        shape, rng = data.get("shape"), data.get("range")
+        if not isinstance(shape, list | tuple):
+            raise ConfigError(f"input {data.get('name')!r}: shape must be a list, got {shape!r}")
+        if rng is not None and (not isinstance(rng, list | tuple) or len(rng) != 2):
+            raise ConfigError(f"input {data.get('name')!r}: range must be [low, high)")
+        return cls(
+            name=data.get("name"),  # type: ignore[arg-type]  # checked in __post_init__
+            shape=tuple(shape),
+            dtype=data.get("dtype", "float32"),
+            range=tuple(rng) if rng is not None else None,  # type: ignore[arg-type]
+        )
+
+
+def parse_input(text: str) -> InputSpec:
+    """The command-line form ``NAME:SHAPE[:DTYPE[:LOW-HIGH]]``, e.g. ``x:batch,16:int64:0-1000``."""
+    parts = text.split(":")
+    if len(parts) < 2 or len(parts) > 4:
+        raise ConfigError(f"--input wants NAME:SHAPE[:DTYPE[:LOW-HIGH]], got {text!r}")
+    dims: list[int | str] = []
+    for dim in parts[1].split(","):
+        dim = dim.strip()
+        dims.append(dim if dim == BATCH else _int(dim, text))
+    rng = None
+    if len(parts) == 4:
+        low, sep, high = parts[3].partition("-")
+        if not sep:
+            raise ConfigError(f"--input range is LOW-HIGH, got {parts[3]!r} in {text!r}")
+        rng = (_int(low, text), _int(high, text))
+    return InputSpec(parts[0], tuple(dims), parts[2] if len(parts) > 2 else "float32", rng)
+
+
+def _int(text: str, whole: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not an integer (in {whole!r})") from None
+
+
+# ---------------------------------------------------------------- artifacts
+
+
+def folder_files(folder: Path) -> Iterator[Path]:
+    """Files of a code folder that travel with it, sorted (caches and VCS folders left out)."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_NAMES)
+        for name in sorted(files):
+            if not name.endswith(_SKIP_SUFFIXES):
+                yield Path(root) / name
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def sha256_of(path: Path | str) -> str:
+    """Content hash of a file or a code folder (see the module docstring for the folder form)."""
+    path = Path(path)
+    if path.is_file():
+        stat = path.stat()
+        memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if memo not in _HASHES:
+            _HASHES[memo] = _file_sha256(path)
+        return _HASHES[memo]
+    if path.is_dir():
+        lines = [f"{f.relative_to(path).as_posix()}\0{sha256_of(f)}\n" for f in folder_files(path)]
+        return hashlib.sha256("".join(lines).encode()).hexdigest()
+    raise NgbError(f"not found: {path}")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file or folder a model needs on the device; ``local`` is where the workstation has it."""
+
+    name: str
+    sha256: str
+    local: str
+    role: str = "model"  # model (the .onnx/.pt2 file) | package (parent on sys.path) | folder
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "sha256": self.sha256, "local": self.local, "role": self.role}
+
+    @classmethod
+    def of(cls, path: Path, role: str) -> Artifact:
+        path = path.resolve()
+        return cls(name=path.name, sha256=sha256_of(path), local=str(path), role=role)
+
+
+def artifact_dir(cache_dir: Path | str, sha256: str) -> Path:
+    """Where a device keeps an artifact: ``<cache_dir>/artifacts/<sha256>/`` holds ``<name>``."""
+    return Path(cache_dir) / ARTIFACTS_SUBDIR / sha256
+
+
+def locate(artifact: Artifact, cache_dir: Path | str | None) -> Path:
+    """The artifact's path here: the device cache first, else the recorded local path if its
+    content still has the recorded hash. One clear line when neither holds."""
+    if cache_dir is not None:
+        shipped = artifact_dir(cache_dir, artifact.sha256) / artifact.name
+        if shipped.exists():
+            return shipped
+    local = Path(artifact.local)
+    if not local.exists():
+        raise NgbError(
+            f"model file {artifact.name} (sha256 {artifact.sha256[:12]}) is not on this device "
+            f"and {local} does not exist here"
+        )
+    if sha256_of(local) != artifact.sha256:
+        raise NgbError(
+            f"{local} changed since the sweep was loaded (sha256 {artifact.sha256[:12]} expected); "
+            "load the sweep again"
+        )
+    return local
+
+
+# ---------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A user's model: ``kind`` (``KINDS``), ``ref`` (timm name, ``module:factory``,
+    ``file.py:factory`` relative to the code folder, or the model file's name)."""
+
+    kind: str
+    ref: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[InputSpec, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"model source kind {self.kind!r} not one of {', '.join(KINDS)}")
+        names = [i.name for i in self.inputs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"input names must be unique, got {names}")
+
+    @property
+    def takes(self) -> str:
+        """What a compiler must accept to run this model: ``torch`` or ``onnx``."""
+        return "onnx" if self.kind == "onnx" else "torch"
+
+    @property
+    def describe(self) -> str:
+        """Short text for listings: ``onnx model.onnx``, ``python enc.py:build``."""
+        return f"{self.kind} {self.ref}"
+
+    def fixed_batch(self) -> int | None:
+        """None when an input marks a batch dimension; else the one batch this model runs at."""
+        if not self.inputs or any(BATCH in i.shape for i in self.inputs):
+            return None
+        first = self.inputs[0].shape
+        return int(first[0]) if first else 1
+
+    def check_batch(self, batch: int, model: str) -> None:
+        fixed = self.fixed_batch()
+        if fixed is not None and batch != fixed:
+            raise ConfigError(
+                f"model {model!r} has static input shapes for batch {fixed}; batch {batch} needs "
+                f"an input dimension marked {BATCH!r} (a dynamic first dimension in the file)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "ref": self.ref}
+        if self.kwargs:
+            out["kwargs"] = dict(self.kwargs)
+        if self.inputs:
+            out["inputs"] = [i.to_dict() for i in self.inputs]
+        if self.artifacts:
+            out["artifacts"] = [a.to_dict() for a in self.artifacts]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelSource:
+        return cls(
+            kind=data["kind"],
+            ref=data["ref"],
+            kwargs=dict(data.get("kwargs") or {}),
+            inputs=tuple(InputSpec.from_dict(i) for i in data.get("inputs") or ()),
+            artifacts=tuple(Artifact(**a) for a in data.get("artifacts") or ()),
+        )
+
+
+def source_of(spec: Any) -> ModelSource | None:
+    """The ``ModelSource`` of a ``TrialSpec`` (None for plain timm names and blocks)."""
+    raw = getattr(spec, "source", None)
+    return ModelSource.from_dict(raw) if raw else None
+
+
+def parse_source(
+    text: str,
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    inputs: Sequence[InputSpec] = (),
+    code: str | None = None,
+    base_dir: Path | str | None = None,
+) -> ModelSource:
+    """Read a user's source text; relative paths are taken from ``base_dir`` (the sweep's folder).
+
+    Checks what can be checked without torch: files exist, names are well formed, ONNX files parse
+    and declared inputs match the graph.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"model source must be a non-empty string, got {text!r}")
+    text = text.strip()
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    kwargs = dict(kwargs or {})
+    if code is not None and ":" not in text:
+        raise ConfigError(f"code = {code!r} applies to python sources (module:factory)")
+    lower = text.lower()
+    if lower.endswith((".onnx", ".pt2")):
+        kind = "onnx" if lower.endswith(".onnx") else "pt2"
+        if kwargs:
+            raise ConfigError(f"kwargs apply to timm and python sources, not to a .{kind} file")
+        path = _existing(base, text, "model file")
+        artifact = Artifact.of(path, "model")
+        declared = tuple(inputs)
+        if kind == "onnx":
+            from ngb.core import onnx_graph
+
+            declared = onnx_graph.merge_inputs(path, declared)
+        return ModelSource(kind, path.name, {}, declared, (artifact,))
+    if ":" in text:
+        return _python_source(text, kwargs, tuple(inputs), code, base)
+    return ModelSource("timm", text, kwargs, tuple(inputs))
+
+
+def _existing(base: Path, text: str, what: str) -> Path:
+    path = (base / Path(text).expanduser()).resolve()
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    return path
+
+
+def _python_source(
+    text: str, kwargs: dict[str, Any], inputs: tuple[InputSpec, ...], code: str | None, base: Path
+) -> ModelSource:
+    target, _, factory = text.rpartition(":")
+    if not factory.isidentifier():
+        raise ConfigError(f"python source {text!r}: {factory!r} is not a function name")
+    if target.endswith(".py"):
+        file = _existing(base, target, "python file")
+        folder = _existing(base, code, "code folder") if code else file.parent
+        try:
+            rel = file.relative_to(folder)
+        except ValueError:
+            raise ConfigError(
+                f"python file {file} is not inside its code folder {folder}"
+            ) from None
+        artifact = Artifact.of(folder, "folder")
+        return ModelSource("python", f"{rel.as_posix()}:{factory}", kwargs, inputs, (artifact,))
+    if not _MODULE_RE.fullmatch(target):
+        raise ConfigError(
+            f"python source {text!r}: expected package.module:factory or path/to/file.py:factory"
+        )
+    top = target.split(".", 1)[0]
+    package = (_existing(base, code, "code folder") if code is not None else base) / top
+    if package.is_dir():
+        artifacts: tuple[Artifact, ...] = (Artifact.of(package, "package"),)
+    elif package.with_suffix(".py").is_file():  # a single top-level module beside the sweep
+        artifacts = (Artifact.of(package.with_suffix(".py"), "package"),)
+    elif code is not None:
+        raise ConfigError(f"python source {text!r}: no {top!r} in code folder {code!r}")
+    else:
+        artifacts = ()  # an installed package: it must be installed on the device too
+    return ModelSource("python", text, kwargs, inputs, artifacts)
+
+
+def check_compiler_takes(source: ModelSource | None, compiler: Any, spec: Any) -> None:
+    """Refuse a pair that cannot work (``UnsupportedTrial``, recorded as ``unsupported``)."""
+    if source is None or not getattr(compiler, "needs_model", True):
+        return
+    takes = getattr(compiler, "sources", ("torch",))
+    if source.takes not in takes:
+        from ngb.core.compilers import compiler_class, list_compilers
+
+        able = [n for n in list_compilers() if "onnx" in getattr(compiler_class(n), "sources", ())]
+        raise UnsupportedTrial(
+            f"{compiler.name} cannot take an ONNX file (it needs PyTorch code or a .pt2 program); "
+            f"ONNX models run on {', '.join(able)}"
+        )
+    if source.kind == "onnx" and spec.optimisation != "none":
+        raise UnsupportedTrial(
+            f"optimisation {spec.optimisation!r} works on PyTorch models; {spec.model!r} is ONNX"
+        )

@@ -1,0 +1,46 @@
+"""Write the example's model files: tiny_cnn.onnx (ONNX) and tiny_text.pt2 (torch.export).
+
+    python examples/own-models/make_files.py [OUT_DIR]      # default: this folder
+
+Both are exported with a dynamic batch dimension, so a sweep may run them at any batch size.
+They are generated rather than committed: a .pt2 file is tied to the torch version that wrote it.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "single_file"))
+
+from my_cnn import build  # noqa: E402
+from tiny_nets.text import text_classifier  # noqa: E402
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    cnn = build().eval()
+    torch.onnx.export(
+        cnn,
+        (torch.randn(2, 3, 32, 32),),
+        str(out / "tiny_cnn.onnx"),
+        dynamo=False,
+        opset_version=17,
+        input_names=["image"],
+        output_names=["logits"],
+        dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+    )
+    text = text_classifier().eval()
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(
+        text, (torch.randint(0, 1000, (2, 16)),), dynamic_shapes=({0: batch},)
+    )
+    torch.export.save(program, str(out / "tiny_text.pt2"))
+    print(f"wrote {out / 'tiny_cnn.onnx'} and {out / 'tiny_text.pt2'}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)

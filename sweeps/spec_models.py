@@ -1,0 +1,147 @@
+"""The ``[[models]]`` tables of a sweep file: a user's models, referenced by name in ``[[matrix]]``.
+
+::
+
+    baseline = "onnxruntime"            # optional: what speed-up/BSR/depth are relative to
+
+    [[models]]
+    name = "text-encoder"               # how results, reports and the console show it
+    source = "tiny_nets.text:build"     # timm name | package.module:factory | file.py:factory
+                                        #   | model.onnx | program.pt2; default: name (timm)
+    kwargs = { vocab = 1000, dim = 32 } # timm.create_model / factory keyword arguments
+    code = "src"                        # optional: folder holding the python package/file
+    inputs = [                          # inferred for timm, ONNX, .pt2; required for python
+      { name = "tokens", shape = ["batch", 16], dtype = "int64", range = [0, 1000] },
+    ]
+
+Relative paths are taken from the sweep file's folder. What can be known without torch is checked
+here (files exist, ONNX graphs parse and match the declared inputs, static-batch files against
+``batches``); ``Sweep.check_models`` also imports python factories and checks timm names.
+Written back (``to_toml``) with absolute paths, so the copy stored with a run reads back the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ngb.core.errors import ConfigError, NgbError
+from ngb.core.model_sources import InputSpec, ModelSource, parse_source
+from ngb.core.types import BLOCK_MODELS
+
+MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code")
+
+
+def parse_models(
+    raw: Any, where: str, base_dir: Path | None
+) -> tuple[dict[str, dict[str, Any]], tuple[dict[str, Any], ...]]:
+    """``[[models]]`` -> (name -> ``ModelSource`` JSON, the tables as written back)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where} must be one or more [[models]] tables")
+    sources: dict[str, dict[str, Any]] = {}
+    tables = []
+    for i, entry in enumerate(raw):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{here} must be a table")
+        for key in entry:
+            if key not in MODEL_KEYS:
+                raise ConfigError(f"{here}: unknown key {key!r} (valid: {', '.join(MODEL_KEYS)})")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip() or "/" in name:
+            raise ConfigError(f"{here}: name must be a non-empty string without '/', got {name!r}")
+        name = name.strip()
+        here = f"{where} {name!r}"
+        if name in BLOCK_MODELS:
+            raise ConfigError(f"{here}: {name!r} is a built-in block; choose another name")
+        if name in sources:
+            raise ConfigError(f"{here}: defined twice")
+        source = _parse_entry(entry, name, here, base_dir)
+        sources[name] = source.to_dict()
+        tables.append(_table(name, source, entry))
+    return sources, tuple(tables)
+
+
+def _parse_entry(entry: Mapping[str, Any], name: str, here: str, base: Path | None) -> ModelSource:
+    kwargs = entry.get("kwargs", {})
+    if not isinstance(kwargs, Mapping):
+        raise ConfigError(f"{here}: kwargs must be a table, e.g. kwargs = {{ num_classes = 10 }}")
+    raw_inputs = entry.get("inputs", [])
+    if not isinstance(raw_inputs, list):
+        raise ConfigError(f"{here}: inputs must be a list of tables")
+    code = entry.get("code")
+    if code is not None and not isinstance(code, str):
+        raise ConfigError(f"{here}: code must be a folder path")
+    try:
+        inputs = tuple(InputSpec.from_dict(i) for i in raw_inputs)
+        source = parse_source(
+            entry.get("source", name), kwargs=kwargs, inputs=inputs, code=code, base_dir=base
+        )
+    except NgbError as exc:
+        raise ConfigError(f"{here}: {exc}") from None
+    if source.kind == "python" and not source.inputs:
+        raise ConfigError(f"{here}: python sources need inputs = [{{ name, shape, dtype }}]")
+    return source
+
+
+def _table(name: str, source: ModelSource, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry as ``to_toml`` writes it: absolute paths, the inputs in force."""
+    table: dict[str, Any] = {"name": name}
+    artifact = source.artifacts[0] if source.artifacts else None
+    if source.kind in ("onnx", "pt2") and artifact is not None:
+        table["source"] = artifact.local
+    elif source.kind == "python" and artifact is not None:
+        target, _, factory = source.ref.rpartition(":")
+        if artifact.role == "folder":
+            table["source"] = f"{Path(artifact.local) / target}:{factory}"
+            table["code"] = artifact.local
+        else:
+            table["source"] = source.ref
+            table["code"] = str(Path(artifact.local).parent)
+    else:
+        table["source"] = source.ref
+    if source.kwargs:
+        table["kwargs"] = dict(source.kwargs)
+    if "inputs" in entry or source.kind == "onnx":
+        table["inputs"] = [i.to_dict() for i in source.inputs]
+    return table
+
+
+def check_matrix_models(
+    models: tuple[str, ...],
+    sources: Mapping[str, Mapping[str, Any]],
+    axes: Mapping[str, Any],
+    where: str,
+) -> None:
+    """Axes that do not apply to a user's model, and batches a static-shape file cannot take."""
+    for name in models:
+        raw = sources.get(name)
+        if raw is None:
+            continue
+        for axis in ("widths", "depths", "input_sizes"):
+            if axis in axes and (axis != "depths" or axes[axis] != (1,)):
+                hint = " (set img_size in its kwargs)" if axis == "input_sizes" else ""
+                raise ConfigError(f"{where}: {axis} do not apply to model {name!r}{hint}")
+        source = ModelSource.from_dict(raw)
+        for batch in axes.get("batches", ()):
+            try:
+                source.check_batch(batch, name)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+
+
+def check_sources(sources: Mapping[str, Mapping[str, Any]], where: str) -> None:
+    """The slower checks: timm names exist, python factories import (runs the user's imports)."""
+    from ngb.core.model_build import import_factory
+    from ngb.core.models import resolve_model
+
+    for name, raw in sources.items():
+        source = ModelSource.from_dict(raw)
+        try:
+            if source.kind == "timm":
+                resolve_model(source.ref)
+            elif source.kind == "python":
+                import_factory(source, None)
+        except NgbError as exc:
+            raise ConfigError(f"{where}: model {name!r}: {exc}") from None

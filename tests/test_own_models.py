@@ -1,0 +1,440 @@
+"""Users' own models (issue 9): timm + kwargs, python factories, ONNX files, .pt2 programs.
+
+Real parts only: the ONNX and .pt2 files are exported here, the factories live in a small package
+written to a temporary folder, and every trial goes through the real compilers (identity,
+torchscript, onnxruntime, openvino) via ``ngb measure`` and via ``ngb run`` on the built-in
+localhost. Models are tiny and the measure settings minimal, so this stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from ngb.core.errors import ConfigError
+from ngb.core.model_sources import (
+    InputSpec,
+    ModelSource,
+    artifact_dir,
+    locate,
+    parse_input,
+    parse_source,
+    sha256_of,
+)
+from ngb.core.types import TrialSpec
+from ngb.sweeps.cli import cli
+from ngb.sweeps.spec import loads_sweep
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+FAST = ["--repetitions", "1", "--min-duration", "0.01", "--min-iters", "2", "--warmup-iters", "1"]
+FAST += ["--warmup-s", "0"]
+
+PACKAGE = {
+    "__init__.py": "",
+    "text.py": """
+        import torch
+        from torch import nn
+
+        class Text(nn.Module):
+            def __init__(self, vocab, dim):
+                super().__init__()
+                self.embed = nn.Embedding(vocab, dim)
+                layer = nn.TransformerEncoderLayer(dim, 2, dim * 2, dropout=0.0, batch_first=True)
+                self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+                self.head = nn.Linear(dim, 3)
+
+            def forward(self, tokens):
+                return self.head(self.encoder(self.embed(tokens)).mean(dim=1))
+
+        def text(vocab=50, dim=16):
+            return Text(vocab, dim)
+    """,
+    "two.py": """
+        import torch
+        from torch import nn
+
+        class Two(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(8, 4)
+                self.b = nn.Linear(6, 4)
+
+            def forward(self, x, y):
+                return torch.relu(self.a(x) + self.b(y))
+
+        def two():
+            return Two()
+
+        def broken(width=3):
+            raise ValueError(f"width {width} is not supported by this net")
+
+        def not_a_module():
+            return 42
+    """,
+    "bad_import.py": """
+        import a_module_that_does_not_exist  # noqa
+        def build():
+            pass
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the package ``nets``, a two-input ONNX file and a token .pt2 program."""
+    root = tmp_path_factory.mktemp("own")
+    (root / "nets").mkdir()
+    for name, text in PACKAGE.items():
+        (root / "nets" / name).write_text(textwrap.dedent(text))
+    sys.path.insert(0, str(root))
+    try:
+        from nets.text import text
+        from nets.two import two
+    finally:
+        sys.path.remove(str(root))
+        for name in [n for n in sys.modules if n == "nets" or n.startswith("nets.")]:
+            del sys.modules[name]
+    torch.manual_seed(0)
+    torch.onnx.export(
+        two().eval(),
+        (torch.randn(2, 8), torch.randn(2, 6)),
+        str(root / "two.onnx"),
+        dynamo=False,
+        opset_version=17,
+        input_names=["x", "y"],
+        output_names=["out"],
+        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}, "out": {0: "n"}},
+    )
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(
+        text().eval(), (torch.randint(0, 50, (2, 12)),), dynamic_shapes=({0: batch},)
+    )
+    torch.export.save(program, str(root / "text.pt2"))
+    (root / "corrupt.onnx").write_bytes(b"\x08\x07this is not a protobuf of a model")
+    return root
+
+
+def ngb(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    old = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    return result.exit_code, result.stdout, result.stderr
+
+
+# ---------------------------------------------------------------- sources and inputs
+
+
+def test_sources_are_told_apart_and_files_are_content_addressed(parts: Path) -> None:
+    onnx = parse_source("two.onnx", base_dir=parts)
+    assert onnx.kind == "onnx" and onnx.takes == "onnx"
+    assert [i.to_dict() for i in onnx.inputs] == [
+        {"name": "x", "shape": ["batch", 8], "dtype": "float32"},
+        {"name": "y", "shape": ["batch", 6], "dtype": "float32"},
+    ]
+    assert onnx.artifacts[0].sha256 == sha256_of(parts / "two.onnx")
+    pkg = parse_source("nets.text:text", kwargs={"dim": 16}, base_dir=parts)
+    assert (pkg.kind, pkg.artifacts[0].role, pkg.artifacts[0].name) == ("python", "package", "nets")
+    assert parse_source("resnet18", kwargs={"num_classes": 3}).kind == "timm"
+    assert parse_source("text.pt2", base_dir=parts).kind == "pt2"
+    # a folder's hash follows its content and ignores caches
+    before = sha256_of(parts / "nets")
+    (parts / "nets" / "__pycache__").mkdir(exist_ok=True)
+    (parts / "nets" / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert sha256_of(parts / "nets") == before
+
+
+def test_artifacts_are_found_in_the_device_cache_first(parts: Path, tmp_path: Path) -> None:
+    source = parse_source("two.onnx", base_dir=parts)
+    artifact = source.artifacts[0]
+    shipped = artifact_dir(tmp_path, artifact.sha256) / artifact.name
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes((parts / "two.onnx").read_bytes())
+    assert locate(artifact, tmp_path) == shipped
+    assert locate(artifact, None) == parts / "two.onnx"
+    gone = ModelSource.from_dict(
+        {**source.to_dict(), "artifacts": [{**artifact.to_dict(), "local": "/nowhere/two.onnx"}]}
+    )
+    with pytest.raises(Exception, match="is not on this device"):
+        locate(gone.artifacts[0], None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("missing.onnx", "model file not found"),
+        ("corrupt.onnx", "corrupt.onnx is not a valid ONNX model"),
+        ("nowhere/file.py:build", "python file not found"),
+        ("nets.text:1abc", "is not a function name"),
+    ],
+)
+def test_bad_sources_are_one_line(parts: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_source(text, base_dir=parts)
+    assert "\n" not in str(info.value)
+
+
+def test_declared_inputs_must_match_the_onnx_graph(parts: Path) -> None:
+    wrong = (InputSpec("x", ("batch", 9)), InputSpec("y", ("batch", 6)))
+    with pytest.raises(ConfigError, match="dimension 1 is 8 in the graph"):
+        parse_source("two.onnx", inputs=wrong, base_dir=parts)
+    with pytest.raises(ConfigError, match="do not match the graph's inputs"):
+        parse_source("two.onnx", inputs=(InputSpec("x", ("batch", 8)),), base_dir=parts)
+
+
+def test_input_specs() -> None:
+    tokens = parse_input("tokens:batch,16:int64:0-1000")
+    assert tokens == InputSpec("tokens", ("batch", 16), "int64", (0, 1000))
+    assert tokens.concrete(4) == (4, 16)
+    for bad, message in [
+        ("x:batch,batch", "at most one"),
+        ("x:batch,3:float32:0-9", "range applies to integer"),
+        ("x:batch,3:complex", "dtype"),
+        ("x:batch,-1", "positive integers"),
+        ("x:batch:int64:5-5", "high > low"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_input(bad)
+
+
+def test_keys_of_trials_without_a_source_are_unchanged() -> None:
+    plain = TrialSpec(model="resnet18", compiler="identity")
+    data = plain.to_dict()
+    assert data.pop("source") is None
+    with_source = TrialSpec(
+        model="resnet18", compiler="identity", source={"kind": "timm", "ref": "resnet18"}
+    )
+    assert with_source.key != plain.key
+    assert TrialSpec.from_dict(with_source.to_dict()).key == with_source.key
+
+
+# ---------------------------------------------------------------- sweep files
+
+
+SWEEP = """
+name = "own"
+baseline = "onnxruntime"
+[measure]
+repetitions = 1
+min_duration_s = 0.01
+min_iters = 2
+warmup_iters = 1
+warmup_s = 0.0
+
+[[models]]
+name = "Token Text"
+source = "nets.text:text"
+kwargs = { vocab = 50, dim = 16 }
+inputs = [{ name = "tokens", shape = ["batch", 12], dtype = "int64", range = [0, 50] }]
+
+[[models]]
+name = "two-in"
+source = "nets.two:two"
+inputs = [{ name = "x", shape = ["batch", 8] }, { name = "y", shape = ["batch", 6] }]
+
+[[models]]
+name = "two-onnx"
+source = "two.onnx"
+
+[[models]]
+name = "text-pt2"
+source = "text.pt2"
+
+[[models]]
+name = "raises"
+source = "nets.two:broken"
+inputs = [{ name = "x", shape = ["batch", 8] }]
+
+[[matrix]]
+models = ["Token Text", "two-in", "two-onnx", "text-pt2", "raises"]
+compilers = ["identity", "onnxruntime"]
+batches = [2]
+"""
+
+
+def test_sweep_models_tables(parts: Path) -> None:
+    sweep = loads_sweep(SWEEP, base_dir=parts)
+    assert sweep.baseline == "onnxruntime"
+    trials = sweep.trials()
+    assert len(trials) == 10
+    by_model = {t.model: t for t in trials}
+    assert by_model["two-onnx"].source["kind"] == "onnx"
+    assert by_model["Token Text"].source["kwargs"] == {"vocab": 50, "dim": 16}
+    assert sweep.models() == []  # no plain timm names to check
+    again = loads_sweep(sweep.to_toml())  # absolute paths: reads back anywhere
+    assert [t.key for t in again.trials()] == [t.key for t in trials]
+    assert again.baseline == "onnxruntime"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ('source = "two.onnx"', 'source = "gone.onnx"'),
+            "models 'two-onnx': model file not found",
+        ),
+        (('source = "two.onnx"', 'source = "corrupt.onnx"'), "not a valid ONNX model"),
+        (('baseline = "onnxruntime"', 'baseline = "onnxrt"'), "unknown compiler 'onnxrt'"),
+        (("batches = [2]", "batches = [2]\nwidths = [64]"), "widths do not apply to model"),
+        (('name = "two-in"', 'name = "conv"'), "is a built-in block"),
+        (('source = "nets.two:two"\ninputs', 'source = "nets.two:two"\nxinputs'), "unknown key"),
+    ],
+)
+def test_bad_sweep_models_are_one_line(parts: Path, change: tuple[str, str], message: str) -> None:
+    text = SWEEP.replace(*change)
+    assert text != SWEEP
+    with pytest.raises(ConfigError, match=message) as info:
+        loads_sweep(text, base_dir=parts)
+    assert "\n" not in str(info.value)
+
+
+def test_static_batch_files_refuse_other_batches(parts: Path, tmp_path: Path) -> None:
+    torch.onnx.export(
+        torch.nn.Linear(4, 2).eval(),
+        (torch.randn(1, 4),),
+        str(tmp_path / "static.onnx"),
+        dynamo=False,
+        opset_version=17,
+    )
+    text = f"""
+[[models]]
+name = "static"
+source = "{tmp_path / "static.onnx"}"
+[[matrix]]
+models = ["static"]
+compilers = ["onnxruntime"]
+batches = [1, 4]
+"""
+    with pytest.raises(ConfigError, match="static input shapes for batch 1; batch 4"):
+        loads_sweep(text)
+    loads_sweep(text.replace("[1, 4]", "[1]"))
+
+
+def test_check_models_imports_factories(parts: Path) -> None:
+    bad = SWEEP.replace('source = "nets.two:broken"', 'source = "nets.bad_import:build"')
+    sweep = loads_sweep(bad, base_dir=parts)
+    with pytest.raises(ConfigError, match="cannot import nets.bad_import: ModuleNotFoundError"):
+        sweep.check_models()
+
+
+# ---------------------------------------------------------------- ngb models / ngb measure
+
+
+def test_ngb_models_file_lists_params_and_macs(parts: Path) -> None:
+    (parts / "own.toml").write_text(SWEEP)
+    code, out, err = ngb("models", "--file", str(parts / "own.toml"), "--json")
+    assert code == 1  # the factory that raises is reported, the rest is listed
+    rows = {r["model"]: r for r in json.loads(out)["models"]}
+    # Linear(8,4) + Linear(6,4): 32 + 24 MACs, 36 + 28 params, from torch and from the graph
+    assert (rows["two-in"]["params"], rows["two-in"]["macs"]) == (64, 56)
+    assert (rows["two-onnx"]["params"], rows["two-onnx"]["macs"]) == (64, 56)
+    assert rows["Token Text"]["params"] == rows["text-pt2"]["params"] > 0
+    assert rows["Token Text"]["macs"] == rows["text-pt2"]["macs"] > 0
+    assert "tokens int64[batch,12] 0..49" in rows["Token Text"]["inputs"]
+    assert "raised ValueError: width 3 is not supported" in rows["raises"]["error"]
+    assert err.strip() == "error: model 'raises': factory nets.two:broken raised ValueError: " + (
+        "width 3 is not supported by this net"
+    )
+
+
+def _measure(*args: str, cwd: Path) -> tuple[int, dict | None, str]:
+    code, out, err = ngb("measure", *args, *FAST, "--json", cwd=cwd)
+    return code, json.loads(out) if out.strip() else None, err
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "compiler"),
+    [
+        ("two.onnx", [], "onnxruntime"),
+        ("two.onnx", [], "openvino"),
+        ("text.pt2", [], "identity"),
+        ("text.pt2", [], "onnxruntime"),
+        ("nets.text:text", ["-i", "tokens:batch,12:int64:0-50", "-k", "dim=16"], "torchscript"),
+        ("nets.text:text", ["-i", "tokens:batch,12:int64:0-50"], "openvino"),
+        ("nets/two.py:two", ["-i", "x:batch,8", "-i", "y:batch,6"], "identity"),
+        ("nets/two.py:two", ["-i", "x:batch,8", "-i", "y:batch,6"], "onnxruntime"),
+    ],
+)
+def test_ngb_measure_each_source(parts: Path, model: str, extra: list[str], compiler: str) -> None:
+    code, result, err = _measure(model, *extra, "-c", compiler, "-b", "3", cwd=parts)
+    assert code == 0, err
+    assert result is not None and result["status"] == "ok"
+    assert result["spec"]["model"] == model  # as the user named it
+    assert result["throughput"]["mean"] > 0 and result["params"] > 0 and result["macs"] > 0
+    assert result["max_abs_err"] is not None and result["max_abs_err"] < 0.05
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["two.onnx", "-c", "identity"], "error (unsupported): identity cannot take an ONNX file"),
+        (["nets.two:broken", "-i", "x:batch,8", "-c", "identity"], "raised ValueError: width 3"),
+        (["nets.two:not_a_module", "-i", "x:batch,8", "-c", "identity"], "returned int, not an"),
+        (["nets.bad_import:build", "-i", "x:batch,8", "-c", "identity"], "cannot import nets."),
+        (["nets.two:two", "-i", "x:batch,9", "-i", "y:batch,6", "-c", "identity"], "rejected its"),
+        (["missing.onnx", "-c", "onnxruntime"], "model file not found"),
+        (["corrupt.onnx", "-c", "onnxruntime"], "corrupt.onnx is not a valid ONNX model"),
+        (["nets.text:text", "-c", "identity"], "python models need --input"),
+    ],
+)
+def test_ngb_measure_bad_models_are_one_line(parts: Path, args: list[str], message: str) -> None:
+    code, out, err = ngb("measure", *args, *FAST, cwd=parts)
+    assert code == 1
+    lines = [ln for ln in err.splitlines() if ln.lower().startswith("error")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- ngb run on localhost
+
+
+def test_ngb_run_on_localhost(parts: Path, tmp_path: Path) -> None:
+    sweep = parts / "run.toml"
+    sweep.write_text(SWEEP)
+    db = tmp_path / "results.duckdb"
+    env = {**os.environ, "NGB_HOME": str(tmp_path / "home")}
+    ngb_exe = Path(sys.executable).parent / "ngb"
+    proc = subprocess.run(
+        [
+            str(ngb_exe),
+            "run",
+            str(sweep),
+            "-d",
+            "localhost",
+            "--db",
+            str(db),
+            "--isolate",
+            "inprocess",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "Traceback" not in proc.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "SELECT model, compiler, status, error_kind, error FROM trials"
+        ).fetchall()
+    got = {(m, c): (s, k, e) for m, c, s, k, e in rows}
+    assert len(got) == 10
+    for model in ("Token Text", "two-in", "text-pt2"):
+        for compiler in ("identity", "onnxruntime"):
+            assert got[(model, compiler)][0] == "ok", got[(model, compiler)]
+    assert got[("two-onnx", "onnxruntime")][0] == "ok"
+    status, kind, error = got[("two-onnx", "identity")]
+    assert (status, kind) == ("failed", "unsupported") and "cannot take an ONNX file" in error
+    status, kind, error = got[("raises", "identity")]
+    assert status == "failed" and error.startswith("factory nets.two:broken raised ValueError")

@@ -1,0 +1,85 @@
+"""Repetitions spread over worker processes: shares, forwarded events, failures, the zipapp."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ngb.core import events
+from ngb.core.measure import run_trial
+from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.workers import WorkerFailed, run_worker
+
+QUICK = {
+    "warmup_iters": 0,
+    "warmup_s": 0.0,
+    "min_iters": 1,
+    "min_duration_s": 0.01,
+    "quiet_check_s": 0.0,
+}
+
+
+def test_fixed_count_is_shared_by_three_processes() -> None:
+    spec = TrialSpec(
+        model="m",
+        compiler="noop",
+        compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(**QUICK, repetitions=7, workers=3),
+    )
+    seen: list[dict] = []
+    result = run_trial(spec, emit=seen.append)
+    assert result.ok, result.error
+    assert result.workers == 3 and result.throughput.n == 7
+    assert [r["worker"] for r in result.repetitions] == [0, 0, 0, 1, 1, 2, 2]
+    workers = result.extra["workers"]
+    assert [w["repetitions"] for w in workers] == [3, 2, 2]
+    assert workers[0]["compile_s"] is None  # the trial's compile is compile_s itself
+    assert all(w["compile_s"] is not None for w in workers[1:])  # recompiles, recorded apart
+    assert result.latency_ms.n == sum(r["iters"] for r in result.repetitions)
+    # The workers' events reach the listener, tagged, with progress counted over the trial.
+    progress = [e for e in seen if e["type"] == events.PROGRESS]
+    assert [e["rep"] for e in progress] == list(range(1, 8))
+    assert [e["worker"] for e in progress] == [0, 0, 0, 1, 1, 2, 2]
+    assert {e.get("worker") for e in seen if e["type"] == events.PHASE} >= {None, 1, 2}
+    assert all(e["key"] == spec.key for e in seen)
+    assert result.verdict in ("VALID", "INVALID") and result.verdict_reason
+    again = TrialResult.from_dict(json.loads(events.encode(result.to_dict())))
+    assert again.workers == 3 and again.verdict == result.verdict
+
+
+def test_a_failing_worker_raises_its_error(tmp_path: Path) -> None:
+    spec = TrialSpec(
+        model="m",
+        compiler="noop",
+        compiler_options={"fail": True},
+        measure=MeasureSettings(**QUICK, repetitions=2),
+    )
+    share = {"worker": 1, "workers": 2, "max_reps": 1, "min_reps": 1}
+    with pytest.raises(WorkerFailed, match="noop compiler asked to fail"):
+        run_worker(spec, share, lambda e: None, tmp_path, None, deadline=1e18)
+
+
+def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
+    from ngb.devices.bundle import build_agent_zipapp
+
+    archive = build_agent_zipapp(tmp_path / "bundle")
+    spec = TrialSpec(
+        model="m", compiler="noop", measure=MeasureSettings(**QUICK, repetitions=4, workers=2)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(archive), "trial"],
+        input=json.dumps(spec.to_dict()),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    lines = [events.decode(line) for line in proc.stdout.splitlines()]
+    final = [e for e in lines if e and e["type"] == "trial_result"]
+    assert final, proc.stderr[-2000:]
+    result = TrialResult.from_dict(final[0]["result"])
+    assert result.ok, result.error
+    assert result.workers == 2 and [r["worker"] for r in result.repetitions] == [0, 0, 1, 1]
