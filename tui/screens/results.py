@@ -15,6 +15,7 @@ from ngb.core.errors import NgbError
 from ngb.tui import results_data as rd
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
+from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.heatmap import HeatmapView
 from ngb.tui.widgets.result_chart import ResultChart
@@ -88,7 +89,7 @@ class ResultsScreen(ConsoleScreen):
             with Vertical():
                 yield Select[str]([], prompt="family", id="results-family")
                 yield Select[str]([], prompt="model", id="results-variant")
-            yield SelectionList[str](id="results-compilers")
+            yield Checklist(id="results-compilers")
         yield Label("", id="results-note")
         with TabbedContent(id="results-tabs"):
             for tab_id, kind in rd.CHARTS.items():

@@ -65,7 +65,7 @@ DEFAULT_QUERY = CANNED["Throughput by compiler"]
 def cell(value: Any, digits: int = 3) -> str:
     if value is None:
         return "NULL"
-    if isinstance(value, float):
+    if isinstance(value, float | Decimal):
         return f"{value:.{digits}f}" if math.isfinite(value) else str(value)
     return str(value)
 
@@ -76,7 +76,9 @@ def is_number(value: Any) -> bool:
 
 def column_digits(rows: list[tuple[Any, ...]], index: int) -> int:
     """One precision per column: enough decimals for its smallest non-zero magnitude (max 6)."""
-    values = [abs(float(r[index])) for r in rows if isinstance(r[index], float) and r[index]]
+    values = [
+        abs(float(r[index])) for r in rows if isinstance(r[index], float | Decimal) and r[index]
+    ]
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return 3

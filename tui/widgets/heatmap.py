@@ -52,7 +52,7 @@ def scale_line(low: float, high: float) -> Text:
 def heat_table(chart: Chart) -> Table:
     values = [v for row in chart.matrix or [] for v in row if v is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    table = Table(title=chart.title, caption=chart.subtitle, expand=False)
+    table = Table(expand=False)
     table.add_column("")
     for x in chart.xticks:
         table.add_column(f"{chart.xlabel} {x}", justify="right")
@@ -74,4 +74,11 @@ class HeatmapView(Static):
         low, high = (min(values), max(values)) if values else (0.0, 1.0)
         from rich.console import Group
 
-        self.update(Group(heat_table(chart), Text("scale: ") + scale_line(low, high)))
+        self.update(
+            Group(
+                Text(chart.title, style="bold"),
+                heat_table(chart),
+                Text(chart.subtitle, style="italic"),
+                Text("scale: ") + scale_line(low, high),
+            )
+        )
