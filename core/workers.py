@@ -121,17 +121,22 @@ def run_worker(
     except BrokenPipeError:
         pass
     outcome: dict[str, Any] | None = None
-    for raw in proc.stdout:
-        event = events.decode(raw)
-        if event is None:
-            continue
-        if event["type"] == WORKER_RESULT:
-            outcome = event
-        elif event["type"] in _FORWARD:
-            event.setdefault("worker", share["worker"])
-            emit(event)
-        if time.monotonic() > deadline:
-            break
+    try:
+        for raw in proc.stdout:
+            event = events.decode(raw)
+            if event is None:
+                continue
+            if event["type"] == WORKER_RESULT:
+                outcome = event
+            elif event["type"] in _FORWARD:
+                event.setdefault("worker", share["worker"])
+                emit(event)
+            if time.monotonic() > deadline:
+                break
+    except BaseException:  # cancelled (the agent's SIGTERM in-process): take the worker along
+        proc.kill()
+        proc.wait()
+        raise
     try:
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

@@ -142,13 +142,13 @@ def speedup_batch(data: FigureData) -> FigureSpec:
         trials=rows,
     )
     for (device, label, target), cell in _by_model(rows):
-        base = {r["batch"]: r for r in cell if r["compiler"] == BASELINE}
+        base = {r["batch"]: r for r in cell if r["compiler"] == data.baseline}
         if not base:
             spec.notes.append(f"{label}: no identity baseline")
             continue
         lines = []
         for compiler in _compilers(cell):
-            if compiler != BASELINE:
+            if compiler != data.baseline:
                 mine = {r["batch"]: r for r in cell if r["compiler"] == compiler}
                 line = _speedup_line(data, compiler, mine, base)
                 if line is not None:
@@ -177,12 +177,12 @@ def speedup_depth(data: FigureData) -> FigureSpec:
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch, target, _ = key
         cell = keyed[key]
-        base = {r["depth"]: r for r in cell if r["compiler"] == BASELINE}
+        base = {r["depth"]: r for r in cell if r["compiler"] == data.baseline}
         if len(base) < 2:
             continue
         lines = []
         for compiler in _compilers(cell):
-            if compiler != BASELINE:
+            if compiler != data.baseline:
                 mine = {r["depth"]: r for r in cell if r["compiler"] == compiler}
                 line = _speedup_line(data, compiler, mine, base)
                 if line is not None and len(line.xs) >= 2:
@@ -225,9 +225,11 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
                 c: {r["batch"]: r for r in per_model if r["compiler"] == c}
                 for c in _compilers(per_model)
             }
-            base = per_c.get(BASELINE, {})
+            base = per_c.get(data.baseline, {})
             for compiler, by_batch in per_c.items():
-                if 1 not in by_batch or (not is_ase and (compiler == BASELINE or 1 not in base)):
+                if 1 not in by_batch or (
+                    not is_ase and (compiler == data.baseline or 1 not in base)
+                ):
                     if 1 not in by_batch:
                         spec.notes.append(f"{label} {compiler}: no batch-1 throughput, left out")
                     continue
@@ -339,7 +341,7 @@ def ase_heatmap(data: FigureData) -> FigureSpec:
 def block_bsr(data: FigureData) -> FigureSpec:
     report = report_paper.bsr(data)
     blocks = {t["label"] for t in _usable(data) if t["model"] in BLOCKS}
-    rows = [r for r in report.tables[0].rows if r[1] in blocks and r[2] != BASELINE]
+    rows = [r for r in report.tables[0].rows if r[1] in blocks and r[2] != data.baseline]
     batches = sorted({r[3] for r in rows})
     grid: dict[tuple[str, str, str], dict[int, float | None]] = {}
     for device, label, compiler, batch, *_rest, bsr_cell, _speedup, _verdict in rows:
@@ -401,7 +403,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
             base = {
                 (r["label"], r["batch"], r["target"]): r["cpu_percent_mean"]
                 for r in cell
-                if r["compiler"] == BASELINE
+                if r["compiler"] == data.baseline
             }
             diffs = [
                 base[(r["label"], r["batch"], r["target"])] - r["cpu_percent_mean"]
@@ -412,7 +414,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
             s_vals.append(mean)
             s_errs.append(std)
         usage.append(BarSeries(compiler, u_vals, u_errs, compiler))
-        if compiler != BASELINE:
+        if compiler != data.baseline:
             saved.append(BarSeries(compiler, s_vals, s_errs, compiler))
     if groups:
         spec.panels.append(BarPanel("CPU usage", names, usage, "CPU % (system-wide)"))
@@ -452,7 +454,7 @@ def reversals(data: FigureData) -> FigureSpec:
         lines = []
         for model, ident, comp in ((a, ia, ca), (b, ib, cb)):
             trials = [
-                lookup.get((device, model, BASELINE, batch)),
+                lookup.get((device, model, data.baseline, batch)),
                 lookup.get((device, model, compiler, batch)),
             ]
             used += [t for t in trials if t is not None]
@@ -461,7 +463,7 @@ def reversals(data: FigureData) -> FigureSpec:
         several = len({r[0] for r in rows}) > 1
         title = f"b{batch}: {compiler}, {flip}" + (f" [{device}]" if several else "")
         spec.panels.append(
-            LinePanel(title, lines, "", "samples/s", xticklabels=[BASELINE, compiler])
+            LinePanel(title, lines, "", "samples/s", xticklabels=[data.baseline, compiler])
         )
     spec.trials = used
     if not rows:

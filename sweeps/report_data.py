@@ -19,6 +19,8 @@ from typing import Any
 
 from ngb.core.errors import NgbError, UnknownNameError
 
+DEFAULT_BASELINE = "identity"  # a sweep's `baseline` when it names none
+
 # What identifies one measured point across runs (the "newest wins" partition).
 POINT_COLUMNS = (
     "device",
@@ -113,6 +115,39 @@ class ReportData:
                 raise UnknownNameError("device", device, known)
         self._trials: list[dict[str, Any]] | None = None
         self._samples: dict[tuple[str, str, str], list[float]] | None = None
+        self._baseline: str | None = None
+        self.baseline_note = ""  # set when the runs in scope name different baselines
+
+    @property
+    def baseline(self) -> str:
+        """The compiler speed-up, BSR and depth figures are relative to: the ``baseline`` of the
+        sweeps of the runs in scope (``identity`` by default, and when the runs disagree)."""
+        if self._baseline is None:
+            self._baseline = self._find_baseline()
+        return self._baseline
+
+    def _find_baseline(self) -> str:
+        import tomllib
+
+        where, params = self._where()
+        inner = f"SELECT DISTINCT run_id FROM trials WHERE {where}"  # noqa: S608 - params
+        sql = f"SELECT DISTINCT sweep_toml FROM runs WHERE run_id IN ({inner})"  # noqa: S608
+        _, rows = self.store.query(sql, params)
+        found = set()
+        for (text,) in rows:
+            try:
+                value = tomllib.loads(text or "").get("baseline", DEFAULT_BASELINE)
+            except tomllib.TOMLDecodeError:
+                value = DEFAULT_BASELINE
+            found.add(value if isinstance(value, str) else DEFAULT_BASELINE)
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            self.baseline_note = (
+                f"the runs in scope name different baselines ({', '.join(sorted(found))}); "
+                f"{DEFAULT_BASELINE} is used (pick one with --run)"
+            )
+        return DEFAULT_BASELINE
 
     def _where(self, alias: str = "") -> tuple[str, list[Any]]:
         prefix = f"{alias}." if alias else ""

@@ -12,8 +12,9 @@ choice, the choice is written here and in the table's notes):
   at batch 8..16: mean ± sample std (ddof=1) of the per-trial mean throughputs, and the same for
   the system-wide CPU % -- i.e. the spread across the (model, batch) cells of the group; beside it
   "CI ±x", the 95 % interval of that mean from the trials' own repetitions.
-- depth (Tables VII/VIII): speed-up over identity at each depth for every block kind, width, batch
-  and compiler, the least-squares slope of speed-up over depth and retention (deepest / depth 1).
+- depth (Tables VII/VIII): speed-up over the baseline (identity unless the sweep names another)
+  at each depth for every block kind, width, batch and compiler, the least-squares slope of
+  speed-up over depth and retention (deepest / depth 1).
 - bsr: throughput, RTR, ASE, BSR and speed-up per model, compiler and batch, with each trial's
   verdict (VALID / INVALID from the stopping rule; "-" for results stored before it existed).
 - ase: ASE as a grid of (model/width) × batch per compiler, the paper's heatmaps in table form.
@@ -200,13 +201,14 @@ def depth(data: ReportData) -> Report:
         and r["throughput_mean"] > 0
     ]
     depths = sorted({r["depth"] for r in rows})
+    base = data.baseline
     table = Table(
-        "Tables VII/VIII: speed-up over identity by depth",
+        f"Tables VII/VIII: speed-up over {base} by depth",
         ["device", "block", "width", "batch", "compiler", *(f"d{d}" for d in depths),
          "slope", "retention"],
     )  # fmt: skip
     table.notes.append(
-        "speed-up = T_c / T_identity at the same depth; slope = least-squares slope over depth; "
+        f"speed-up = T_c / T_{base} at the same depth; slope = least-squares slope over depth; "
         "retention = speed-up at deepest / at depth 1"
     )
     table.notes.append(UNCERTAINTY_NOTE)
@@ -215,12 +217,12 @@ def depth(data: ReportData) -> Report:
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
         by_compiler = group(keyed[key], "compiler")
-        identity = {r["depth"]: r for r in by_compiler.get(("identity",), [])}
+        identity = {r["depth"]: r for r in by_compiler.get((base,), [])}
         if not identity:
-            skipped.append(f"{device} {block}{width} b{batch}: no identity baseline")
+            skipped.append(f"{device} {block}{width} b{batch}: no {base} baseline")
             continue
         for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
-            if compiler == "identity":
+            if compiler == base:
                 continue
             mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
             shared = sorted(set(mine) & set(identity))
@@ -252,7 +254,7 @@ def depth(data: ReportData) -> Report:
                     kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
             table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
-    report.notes.extend(skipped)
+    report.notes.extend([n for n in (data.baseline_note,) if n] + skipped)
     return report
 
 
@@ -290,17 +292,20 @@ def bsr(data: ReportData) -> Report:
         ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup",
          "verdict"],
     )  # fmt: skip
+    baseline = data.baseline
     table.notes.append(
-        "RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_identity; speed-up = T_c/T_identity"
+        f"RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_{baseline}; speed-up = T_c/T_{baseline} "
+        f"(baseline: {baseline})"
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
+    report.notes.extend([n for n in (data.baseline_note,) if n])
     for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
         usable = {c: rows for c, rows in per_compiler.items() if 1 in rows}
         for name in sorted(set(per_compiler) - set(usable)):
             report.notes.append(f"{device} {label} {name}: no batch-1 throughput, left out")
-        table_rows = metrics.batch_metrics({c: _tputs(r) for c, r in usable.items()})
-        base = usable.get(metrics.BASELINE, {})
+        table_rows = metrics.batch_metrics({c: _tputs(r) for c, r in usable.items()}, baseline)
+        base = usable.get(baseline, {})
         for compiler in sorted(table_rows, key=compiler_order):
             mine = usable[compiler]
             one = data.samples(mine[1])

@@ -140,6 +140,12 @@ def test_compiles_runs_and_matches_eager(name: str, kind: str, tmp_path: Any) ->
         assert loop.iters >= 3
         assert len(loop.latencies_ns) == loop.iters
         assert loop.elapsed_s > 0 and all(ns > 0 for ns in loop.latencies_ns)
+        assert compiled.extra["requests_in_flight"] >= 1
+        compiled.drain()  # what a steady-state loop left in flight; the next loop still works
+        assert compiled.timed_loop(min_iters=2, min_duration_s=0.0).iters >= 2
+
+        assert compiled.precision in ("fp32", "bf16", "fp16"), "say which precision ran"
+        json.dumps(compiled.precision_flags)
 
         assert "compile" in ctx.phases and ctx.phases["compile"] >= 0
         json.dumps(compiled.extra)  # recorded with the result: must be plain JSON

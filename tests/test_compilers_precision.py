@@ -9,6 +9,7 @@ checks are marked ``gpu``.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,28 @@ def test_precision_travels_to_the_store_and_older_files_migrate(tmp_path: Path) 
     assert rows == [("new", "fp32", "fp32"), ("old", None, "default")]
     _, flags = store.query("SELECT precision_flags FROM trials WHERE run_id = 'new'")
     assert json.loads(flags[0][0])["float32_matmul_precision"] == "highest"
+
+
+def test_sweeps_set_precision_in_measure_and_per_matrix() -> None:
+    from ngb.sweeps.spec import loads_sweep
+
+    text = """
+        [measure]
+        precision = "fp32"
+
+        [[matrix]]
+        models = ["resnet18"]
+        compilers = ["openvino"]
+        batches = [1]
+
+        [[matrix]]
+        models = ["resnet18"]
+        compilers = ["openvino"]
+        batches = [1]
+        measure = { precision = "default" }
+    """
+    trials = loads_sweep(textwrap.dedent(text)).trials()
+    assert [t.measure.precision for t in trials] == ["fp32", "default"]
+    assert trials[0].key != trials[1].key
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        loads_sweep(textwrap.dedent(text).replace('"fp32"', '"fp64"'))

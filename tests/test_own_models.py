@@ -438,3 +438,90 @@ def test_ngb_run_on_localhost(parts: Path, tmp_path: Path) -> None:
     assert (status, kind) == ("failed", "unsupported") and "cannot take an ONNX file" in error
     status, kind, error = got[("raises", "identity")]
     assert status == "failed" and error.startswith("factory nets.two:broken raised ValueError")
+
+
+# ---------------------------------------------------------------- baseline in reports
+
+
+def test_reports_use_the_sweeps_baseline(tmp_path: Path) -> None:
+    from ngb.core.types import Stats, TrialResult
+    from ngb.sweeps.reports import build_report
+    from ngb.sweeps.store import Store
+
+    source = {"kind": "onnx", "ref": "m.onnx"}
+    results = []
+    for compiler, per_batch in {
+        "onnxruntime": {1: 100.0, 4: 300.0},
+        "openvino": {1: 150.0, 4: 600.0},
+    }.items():
+        for batch, tput in per_batch.items():
+            spec = TrialSpec(model="my-net", compiler=compiler, batch=batch, source=source)
+            results.append(
+                TrialResult(
+                    key=spec.key,
+                    spec=spec.to_dict(),
+                    started_at=1.7e9,
+                    finished_at=1.7e9 + 1,
+                    throughput=Stats(n=3, mean=tput, std=1.0),
+                    repetitions=[{"iters": 5, "elapsed_s": 1.0, "throughput": tput}] * 3,
+                )
+            )
+    store = Store(tmp_path / "r.duckdb")
+    toml = 'name = "own"\nbaseline = "onnxruntime"\n'
+    store.create_run("r1", "own", toml, ["dev"], len(results))
+    store.ingest_results("r1", "dev", results)
+    report = build_report("bsr", store)
+    rows = {(r[1], r[2], r[3]): r for r in report.tables[0].rows}
+
+    # speed-up = T_openvino / T_onnxruntime; BSR = ASE_ov / ASE_ort = (600/150/4) / (300/100/4)
+    def value(cell: object) -> float:
+        return float(getattr(cell, "value", cell))  # type: ignore[arg-type]
+
+    assert value(rows[("my-net", "openvino", 4)][8]) == pytest.approx(2.0)
+    assert value(rows[("my-net", "openvino", 4)][7]) == pytest.approx((600 / 150) / (300 / 100))
+    assert value(rows[("my-net", "onnxruntime", 4)][8]) == pytest.approx(1.0)
+    assert any("baseline: onnxruntime" in n for n in report.tables[0].notes)
+    # another run naming another baseline: the reports say so and fall back to identity
+    store.create_run("r2", "other", 'name = "x"\nbaseline = "openvino"\n', ["dev"], 1)
+    spec = TrialSpec(model="my-net", compiler="openvino", batch=2, source=source)
+    store.ingest_results(
+        "r2", "dev", [TrialResult(key=spec.key, spec=spec.to_dict(), finished_at=1.8e9,
+                                  throughput=Stats(n=1, mean=1.0, std=0.0))],
+    )  # fmt: skip
+    mixed = build_report("bsr", store)
+    assert any("different baselines (onnxruntime, openvino)" in n for n in mixed.notes)
+    assert any(
+        "baseline: onnxruntime" in n
+        for n in build_report("bsr", store, run_id="r1").tables[0].notes
+    )
+
+
+def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> None:
+    import shutil
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "own-models"
+    copy = tmp_path / "mine"
+    shutil.copytree(example, copy, ignore=shutil.ignore_patterns("*.onnx", "*.pt2", "__pycache__"))
+    subprocess.run([sys.executable, str(copy / "make_files.py")], check=True, capture_output=True)
+    code, out, err = ngb("models", "--file", str(copy / "sweep.toml"), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["baseline"] == "onnxruntime"
+    rows = {r["model"]: r for r in payload["models"]}
+    kinds = {r["source"].split()[0] for r in rows.values()}
+    assert kinds == {"timm", "python", "onnx", "pt2"}
+    assert rows["vit-tiny-96"]["inputs"] == "input float32[batch,3,96,96]"
+    assert rows["fusion"]["inputs"].count("float32") == 2
+    # the ONNX export of my-cnn folds BatchNorm into the conv: same MACs, BN's affine params gone
+    assert rows["cnn-onnx"]["macs"] == rows["my-cnn"]["macs"]
+    assert rows["my-cnn"]["params"] - rows["cnn-onnx"]["params"] == 2 * 16
+
+
+def test_sweeps_check_imports_the_factories(parts: Path) -> None:
+    (parts / "check.toml").write_text(SWEEP.replace("nets.two:broken", "nets.two:absent"))
+    code, _, err = ngb("sweeps", "check", str(parts / "check.toml"))
+    assert code == 1
+    assert err.strip().endswith("model 'raises': nets.two has no function 'absent'")
+    (parts / "check.toml").write_text(SWEEP)
+    code, out, _ = ngb("sweeps", "check", str(parts / "check.toml"))
+    assert (code, out.strip()) == (0, "ok: own: 10 trials")

@@ -369,6 +369,8 @@ def test_cpu_repro_preset_is_cpu_only_and_small() -> None:
                                                 "prune-ch-0.3"}  # fmt: skip
     tuned = [t for t in trials if t.compiler == "tvm-ms"]
     assert len(tuned) == 1 and tuned[0].compiler_options["max_trials_global"] == 64
+    # It stops on confidence, within a bound that keeps the sweep's wall time in check.
+    assert all(t.measure.repetitions is None and t.measure.max_measure_s <= 20 for t in trials)
 
 
 def test_preset_models_exist_in_timm() -> None:

@@ -109,8 +109,10 @@ class Compiled(ABC):
         their vendors' benchmark tools do, in steady state: such a loop may return with requests
         still in flight (the next call picks them up, so consecutive calls are windows onto one
         continuous run) and counts only the calls that complete inside its own window.
-        ``drain`` (or ``close``) waits for what is left in flight.
+        ``drain`` (or ``close``) waits for what is left in flight. Either way the loop records
+        ``extra["requests_in_flight"]``: how many requests it keeps in flight (1 here).
         """
+        self.extra["requests_in_flight"] = 1
         run = self.run
         clock = time.perf_counter_ns
         lat: list[int] = []

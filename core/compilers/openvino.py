@@ -160,6 +160,7 @@ class _OvCompiled(Compiled):
         # for one synchronous request. Recorded as evidence of how the runtime was driven.
         self.extra["mean_in_flight"] = round(busy_ns / elapsed, 3) if elapsed else 0.0
         self.extra["driver"] = "steady-state async queue (filled once, drained on close)"
+        self.extra["requests_in_flight"] = len(requests)
         return LoopResult(iters=len(latencies), elapsed_s=elapsed / 1e9, latencies_ns=latencies)
 
     def drain(self) -> None:
