@@ -400,7 +400,7 @@ def run_trials(
                     total=len(specs),
                 )
                 trial_dir = workdir / spec.key if workdir else None
-                problem = verify_shipped(getattr(spec, "source", None), cache_dir, verdicts)
+                problem = verify_shipped(spec.source, cache_dir, verdicts)
                 if problem:  # a damaged model file: this trial fails, the run goes on
                     result: TrialResult | None = _failed_here(spec, problem)
                 elif isolate == "inprocess":

@@ -20,7 +20,8 @@ from ngb.devices import protocol as remote
 from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts
 from ngb.devices.protocol import EventLogReader, RunPaths
-from ngb.devices.transport import Transport, TransportError
+from ngb.devices.transport import CommandResult, Transport, TransportError
+from ngb.sweeps import device_claim
 from ngb.sweeps.run_state import DeviceRun
 
 
@@ -29,7 +30,10 @@ async def checked(
 ) -> str:
     """Run ``argv``; its stdout, or a one-line error saying what could not be done."""
     assert transport is not None
-    res = await transport.run(argv, timeout=120, input=input)
+    return _output(transport, await transport.run(argv, timeout=120, input=input), what)
+
+
+def _output(transport: Transport, res: CommandResult, what: str) -> str:
     if res.returncode < 0:  # no exit status: the link went away mid-command
         raise TransportError(f"{transport.name}: connection lost while trying to {what}")
     if res.returncode != 0:
@@ -61,7 +65,7 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
             dev.device.python, dev.device.workdir, local.name, digest, dev.run_id,
             part=part, isolate=isolate,
         )  # fmt: skip
-        out = await checked(transport, argv, "start the agent", input=dev.trials_text)
+        out = await start_gated(dev, argv, input=dev.trials_text)
         try:
             workdir, pid = remote.parse_launch(out)
         except NgbError as exc:
@@ -73,14 +77,21 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
     shipment = await ship_run_artifacts(transport, dev.device, dev.trials_text)
     if shipment.uploaded or shipment.reused or shipment.unavailable:
         say(describe_shipment(shipment))
-    pid = await launch()
-    if pid is None:  # no agent (or another version) there: upload, then verify + start
-        assert dev.agent_path is not None
-        part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
-        await transport.put(str(local), part)
-        pid = await launch(part)
-        if pid is None:
-            raise NgbError(f"{dev.name}: the uploaded agent did not install")
+    try:
+        pid = await launch()
+        if pid is None:  # no agent (or another version) there: upload, then verify + start
+            assert dev.agent_path is not None
+            part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
+            await transport.put(str(local), part)
+            pid = await launch(part)
+            if pid is None:
+                raise NgbError(f"{dev.name}: the uploaded agent did not install")
+    except device_claim.DeviceBusy:
+        raise
+    except NgbError:  # refused (a bad python...): the claim must not outlive this attempt
+        with contextlib.suppress(NgbError, TransportError, OSError):
+            await release(dev, remove=False)
+        raise
     return pid
 
 
@@ -89,7 +100,7 @@ async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
     transport, paths = dev.transport, dev.paths
     assert transport is not None and paths is not None and dev.agent_path
     argv = remote.start_agent_argv(dev.device.python, dev.agent_path, paths, isolate=isolate)
-    out = await checked(transport, argv, "start the agent")
+    out = await start_gated(dev, argv)
     try:
         return int(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -104,6 +115,25 @@ async def send_cancel(dev: DeviceRun) -> str:
         raise TransportError(f"{dev.name}: connection lost while sending the cancel")
     dev.cancel_sent = True
     return "cancel sent" if res.returncode == 0 else "cancel: the agent was not running"
+
+
+async def release(dev: DeviceRun, *, remove: bool) -> None:
+    """Give the device up (and with ``remove``, delete the run dir first) in one command."""
+    run_dir = dev.paths.run_dir if remove and dev.paths else None
+    argv = device_claim.release_argv(dev.device.workdir, dev.run_id, run_dir)
+    await checked(dev.transport, argv, "remove run dir" if remove else "release the device")
+
+
+async def start_gated(dev: DeviceRun, argv: list[str], input: str | None = None) -> str:
+    """A start command that runs only if this run holds (or now takes) the device."""
+    assert dev.transport is not None
+    argv = device_claim.gated(argv, dev.device.workdir, dev.run_id)
+    res = await dev.transport.run(argv, timeout=120, input=input)
+    if res.returncode == device_claim.EXIT_BUSY:
+        holder = device_claim.parse_answer(dev.name, res.stdout)
+        if holder is not None:
+            raise device_claim.DeviceBusy(dev.name, holder)
+    return _output(dev.transport, res, "start the agent")
 
 
 async def fetch_text(dev: DeviceRun, path: str) -> str | None:

@@ -19,11 +19,9 @@ Failure handling, and why:
 - a failing trial is a failed trial row, never a stopped sweep; an unreachable device or a refused
   host key fails that device only, with a one-line message.
 
-Around it: ``run_events`` (the ``RunEvent`` vocabulary front ends read, and its pub/sub),
-``run_writer`` (the write path: buffering and batched flushes to the store, in an order that
-lets ``ngb attach RUN`` continue exactly where the last follower stopped), ``run_state`` (what is
-known about each device of a run), ``device_io`` (reading a run's files on a device) and
-``result_store`` (what a store must offer: the typed seam to ``ngb.sweeps.store``).
+Around it: ``run_events`` (what front ends read), ``run_writer`` (the write path), ``run_state``,
+``device_io`` / ``device_links`` / ``device_claim`` (the device side; one run per device) and
+``result_store`` (the typed seam to ``ngb.sweeps.store``); ``run_listing`` lists every run.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from ngb.devices.inventory import Device, Inventory
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
 from ngb.sweeps import device_io
+from ngb.sweeps.device_claim import DeviceBusy, Holder
 from ngb.sweeps.device_links import DeviceLinks
 from ngb.sweeps.device_links import close as close_transport
 from ngb.sweeps.result_store import ResultStore, StoreUnwritable
@@ -63,12 +62,12 @@ from ngb.sweeps.run_events import (
     Subscription,
     event_line,
 )
-from ngb.sweeps.run_state import DeviceRun, Run, json_field, new_run_id, resumed_run
+from ngb.sweeps.run_listing import RunOverview, list_runs
+from ngb.sweeps.run_state import DeviceRun, Run, new_run_id, resumed_run, started_devices
 from ngb.sweeps.run_writer import PendingWrites, RunWriter, record_agent_event
 from ngb.sweeps.spec import Sweep
 
-# Re-exported: front ends import the event vocabulary from here as well as from run_events.
-__all__ = ["FINAL_STATES", "Orchestrator", "RunEvent", "Subscription", "new_run_id"]
+__all__ = ["FINAL_STATES", "Orchestrator", "RunEvent", "Subscription", "new_run_id"]  # front ends
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +153,9 @@ class Orchestrator:
         run_id = remote.check_run_id(run_id or new_run_id(sweep.name))
         if run_id in self._runs:
             raise NgbError(f"run {run_id!r} is already active")
+        for other in (r for r in self._runs.values() if not r.finished.is_set()):
+            for held in (other.devices[d.name] for d in devices if d.name in other.devices):
+                raise DeviceBusy(held.name, Holder(other.run_id, held.pid))
         if isolate not in (None, "subprocess", "inprocess"):
             raise NgbError(f"isolate must be subprocess or inprocess, not {isolate!r}")
         text = remote.trials_jsonl(s.to_dict() for s in specs)
@@ -278,7 +280,6 @@ class Orchestrator:
 
     def _store_unwritable(self, message: str) -> None:
         """The store cannot be written: stop following every device (their agents go on)."""
-        log.debug("results database unwritable: %s", message)
         current = asyncio.current_task()
         for run in self._runs.values():
             for dev in run.devices.values():
@@ -438,12 +439,10 @@ class Orchestrator:
             finished=True,
         )  # fmt: skip
         await self._writer.flush_now(dev)  # the final row too: a second follower must see it
-        if not run.keep:
-            try:
-                argv = remote.teardown_argv(dev.paths)
-                await device_io.checked(dev.transport, argv, "remove run dir")
-            except (NgbError, TransportError, OSError) as exc:
-                await self._record_error(dev, None, "teardown", first_line(exc))
+        try:  # the device is free for the next run (one run per device: device_claim)
+            await device_io.release(dev, remove=not run.keep)
+        except (NgbError, TransportError, OSError) as exc:
+            await self._record_error(dev, None, "teardown", first_line(exc))
         return True
 
     async def _finished_elsewhere(self, dev: DeviceRun) -> bool:
@@ -458,7 +457,7 @@ class Orchestrator:
             dev.row_sig = dev.signature()  # the other process wrote the row; leave it be
             self._publish(self._conn_event(dev, "finished by another ngb process"))
             return True
-        raise _DeviceFailed(f"the run directory {dev.paths.run_dir} vanished from the device")
+        raise NgbError(f"the run directory {dev.paths.run_dir} vanished from the device")
 
     async def _restart(self, run: Run, dev: DeviceRun) -> None:
         dev.restarts += 1
@@ -468,7 +467,7 @@ class Orchestrator:
             msg += f"; stderr: {why}"
         await self._record_error(dev, None, "agent", msg)
         if dev.restarts - dev.restart_base > self.max_restarts:
-            raise _DeviceFailed(
+            raise NgbError(
                 f"agent died {dev.restarts} times (last stderr: {why or '-'}); its results are "
                 f"kept on the device: `ngb attach {run.run_id}` tries again"
             )
@@ -502,13 +501,14 @@ class Orchestrator:
             rows = await self._writer.store_call(self.store.run_devices, run_id)
             if not rows:
                 raise NgbError(f"unknown run {run_id!r}; `ngb status` lists the runs")
-            targets = [
-                DeviceRun.from_row(run_id, self._resolve([row["device"]])[0], row, state=True)
-                for row in rows
-                if row.get("state") not in FINAL_STATES
-                and json_field(row.get("extra")).get("run_dir")
-            ]
+            targets = started_devices(run_id, rows, self._resolve)
         return await self._links.on_each(targets, build, what, self._publish)
+
+    async def list_runs(self, *, probe: bool = False) -> list[RunOverview]:
+        """Every run in the store, live state where followed here; ``probe``: ask the devices."""
+        devices = list(self.inventory.devices.values())
+        return await list_runs(self.store, self._writer.store_call, self._runs, self._links,
+                               devices, probe=probe)  # fmt: skip
 
     async def check(self, run_id: str) -> dict[str, str]:
         """Ask each unfinished device of a run whether its agent lives: alive, dead, or why not."""
@@ -593,7 +593,3 @@ class Orchestrator:
             raise NgbError(
                 f"run {run_id!r} is not active here (try `ngb attach {run_id}`)"
             ) from None
-
-
-class _DeviceFailed(NgbError):
-    """This device cannot go on (too many agent restarts...)."""

@@ -21,7 +21,7 @@ from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import Transport
-from ngb.sweeps.run_events import CANCELLED, DETACHED, FINISHED, LOST, PENDING
+from ngb.sweeps.run_events import CANCELLED, DETACHED, FINAL_STATES, FINISHED, LOST, PENDING
 
 
 @dataclass
@@ -196,6 +196,18 @@ def resumed_run(
             dev.keys = {TrialSpec.from_dict(d).key for d in remote.parse_jsonl(trials_text)}
         run.devices[name] = dev
     return run
+
+
+def started_devices(
+    run_id: str, rows: list[dict[str, Any]], resolve: Callable[[list[str]], list[Device]]
+) -> list[DeviceRun]:
+    """The unfinished devices of a stored run whose agent was started (run dir known)."""
+    devs = [
+        DeviceRun.from_row(run_id, resolve([row["device"]])[0], row, state=True)
+        for row in rows
+        if row.get("state") not in FINAL_STATES
+    ]
+    return [dev for dev in devs if dev.paths is not None]
 
 
 def _trials_text(info: dict[str, Any]) -> str:

@@ -421,8 +421,10 @@ class Store:
             raise UnknownNameError("run", run_id, [r["run_id"] for r in self.runs()])
         return rows[0]
 
-    def run_devices(self, run_id: str) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM run_devices WHERE run_id = ? ORDER BY device", [run_id])
+    def run_devices(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The per-device rows of a run (of every run when ``run_id`` is None)."""
+        where, params = _filters(run_id=run_id)
+        return self._rows(f"SELECT * FROM run_devices{where} ORDER BY run_id, device", params)  # noqa: S608
 
     def trials(
         self,

@@ -589,6 +589,12 @@ async def test_an_unwritable_store_stops_following_with_one_line_and_attach_resu
     orch = Orchestrator(store, inventory)
     run_id = await orch.start(sweep, "localhost", isolate="inprocess")
     await wait_for_done(orch, run_id, "localhost", 1)
+    _, ddl = await asyncio.to_thread(
+        store.query,
+        "SELECT sql FROM duckdb_tables() WHERE table_name = 'trials' UNION ALL "
+        "SELECT sql FROM duckdb_views() WHERE NOT internal AND view_name IN "
+        "('results', 'failures', 'run_progress')",
+    )
     await asyncio.to_thread(
         store.query, "DROP VIEW results; DROP VIEW failures; DROP VIEW run_progress; "
         "DROP TABLE trials", allow_write=True,
@@ -601,10 +607,8 @@ async def test_an_unwritable_store_stops_following_with_one_line_and_attach_resu
     assert summary["devices"]["localhost"]["state"] == "detached"
     assert (workdir / "runs" / run_id / "checkpoint.jsonl").exists()  # kept on the device
 
-    from ngb.sweeps import schema
-
-    ddl = [s for s in schema.MIGRATIONS[0][1] if "trials" in s.split("(")[0] or "VIEW" in s]
-    await asyncio.to_thread(store.query, ";\n".join(ddl), allow_write=True)  # fixed
+    fix = ";\n".join(sql for (sql,) in ddl)
+    await asyncio.to_thread(store.query, fix, allow_write=True)  # the operator fixes it
     again = Orchestrator(store, inventory)
     await again.attach(run_id)
     summary = await asyncio.wait_for(again.wait(run_id), 60)
@@ -652,3 +656,109 @@ async def test_a_long_read_elsewhere_is_waited_for_quietly(env, caplog):
     assert store_events and store_events[0][0] == "waiting" and store_events[-1][0] == "ok"
     assert all("\n" not in m for _, m in store_events)
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+# ---------------------------------------------------------------- one run per device (issue 10)
+
+
+def test_one_run_per_device_across_processes(cli_env, tmp_path):
+    env, sweep_file, home = cli_env
+    sweep_file.write_text(noop_sweep(40, compile_s=0.3).to_toml())
+    small = tmp_path / "small.toml"
+    small.write_text(noop_sweep(2, name="small").to_toml())
+    exe = Path(sys.executable).with_name("ngb")
+    first = subprocess.Popen(
+        [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    store = Store(home / "data" / "results.duckdb")
+    try:
+        pid = None
+        start = time.monotonic()
+        while pid is None and time.monotonic() - start < 60:
+            time.sleep(0.3)
+            runs = store.runs()
+            if runs and store.trials(run_id=runs[0]["run_id"]):
+                first_id = runs[0]["run_id"]
+                pid = store.run_devices(first_id)[0]["extra"]["pid"]
+        assert pid and pid_alive(pid), "the first run never got going"
+
+        second = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+        assert second.returncode == 1
+        out = second.stdout + second.stderr
+        assert f"localhost is busy with run {first_id} (agent pid {pid})" in out, out
+        assert "Traceback" not in out
+        second_id = next(r["run_id"] for r in store.runs() if r["run_id"] != first_id)
+        assert store.trials(run_id=second_id) == []  # nothing ran beside the first run
+    finally:
+        first.kill()  # the first workstation crashes...
+        first.wait(30)
+    os.kill(pid, signal.SIGKILL)  # ...and so does its agent: the claim lapses with it
+    while pid_alive(pid):
+        time.sleep(0.05)
+    third = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+    assert third.returncode == 0 and "finished" in third.stdout, third.stdout + third.stderr
+    # A run that ended released the device at once.
+    fourth = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+    assert fourth.returncode == 0 and "finished" in fourth.stdout, fourth.stdout + fourth.stderr
+    # And the first run can still be finished later, exactly once.
+    attach = ngb(env, "attach", first_id, timeout=120)
+    assert attach.returncode == 0, attach.stdout + attach.stderr
+    counts = trial_counts(store, first_id)
+    assert len(counts) == 40 and set(counts.values()) == {1}
+
+
+async def test_a_busy_device_is_refused_in_process_and_every_run_is_listed(env, tmp_path):
+    from ngb.sweeps.device_claim import DeviceBusy
+
+    inventory, store, _ = env
+    orch = Orchestrator(store, inventory)
+    run_id = await orch.start(noop_sweep(20, compile_s=0.3), "localhost", isolate="inprocess")
+    await wait_for_done(orch, run_id, "localhost", 1)
+    n_runs = len(store.runs())
+    with pytest.raises(DeviceBusy, match=f"busy with run {run_id}"):
+        await orch.start(noop_sweep(2, name="other"), "localhost")
+    assert len(store.runs()) == n_runs  # refused before anything was recorded
+
+    listed = {r.run_id: r for r in await orch.list_runs()}
+    assert listed[run_id].followed and listed[run_id].status == "running"
+    (dev,) = listed[run_id].devices
+    assert dev.state == "running" and dev.total == 20 and dev.agent is None
+    await orch.detach(run_id)  # the agent goes on, unfollowed
+
+    # Another workstation with another results file sees it on the device, not in its store.
+    elsewhere = Orchestrator(Store(tmp_path / "other.duckdb"), inventory)
+    (seen,) = await elsewhere.list_runs(probe=True)
+    assert (seen.run_id, seen.in_store, seen.status) == (run_id, False, "elsewhere")
+    assert seen.live and seen.devices[0].agent == "running"
+    await elsewhere.close()
+
+    probe = {r.run_id: r for r in await orch.list_runs(probe=True)}
+    assert not probe[run_id].followed and probe[run_id].devices[0].agent == "running"
+    summary = await orch.cancel(run_id)  # what the console's Runs view does
+    assert summary["status"] == "cancelled"
+    probe = {r.run_id: r for r in await orch.list_runs(probe=True)}
+    assert probe[run_id].status == "cancelled" and probe[run_id].devices[0].agent == "not running"
+    await orch.close()
+
+
+async def test_a_refused_start_does_not_keep_the_device_claimed(tmp_path, monkeypatch):
+    from ngb.sweeps.device_claim import CLAIM_FILE
+
+    monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
+    workdir = tmp_path / "device"
+    bad = Device(name="localhost", host="localhost", transport="local",
+                 python=str(tmp_path / "nowhere" / "python3"), workdir=str(workdir))  # fmt: skip
+    store = Store(tmp_path / "results.duckdb")
+    orch = Orchestrator(store, Inventory([bad]))
+    summary = await orch.wait(await orch.start(noop_sweep(1), "localhost"))
+    await orch.close()
+    assert summary["devices"]["localhost"]["state"] == "failed"
+    assert not (workdir / CLAIM_FILE).exists()  # released: the next run may start at once
+    good = Device(name="localhost", host="localhost", transport="local",
+                  python=sys.executable, workdir=str(workdir))  # fmt: skip
+    orch = Orchestrator(store, Inventory([good]))
+    summary = await orch.wait(await orch.start(noop_sweep(1), "localhost", isolate="inprocess"))
+    await orch.close()
+    assert summary["devices"]["localhost"]["state"] == "finished", summary
+    assert not (workdir / CLAIM_FILE).exists()

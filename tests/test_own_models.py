@@ -515,3 +515,13 @@ def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> Non
     # the ONNX export of my-cnn folds BatchNorm into the conv: same MACs, BN's affine params gone
     assert rows["cnn-onnx"]["macs"] == rows["my-cnn"]["macs"]
     assert rows["my-cnn"]["params"] - rows["cnn-onnx"]["params"] == 2 * 16
+
+
+def test_sweeps_check_imports_the_factories(parts: Path) -> None:
+    (parts / "check.toml").write_text(SWEEP.replace("nets.two:broken", "nets.two:absent"))
+    code, _, err = ngb("sweeps", "check", str(parts / "check.toml"))
+    assert code == 1
+    assert err.strip().endswith("model 'raises': nets.two has no function 'absent'")
+    (parts / "check.toml").write_text(SWEEP)
+    code, out, _ = ngb("sweeps", "check", str(parts / "check.toml"))
+    assert (code, out.strip()) == (0, "ok: own: 10 trials")

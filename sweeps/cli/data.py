@@ -165,7 +165,9 @@ def show(name: str, show_trials: bool) -> None:
 @sweeps.command("check")
 @click.argument("file")
 @click.option(
-    "--no-models", is_flag=True, help="Skip checking timm model names (which imports timm)."
+    "--no-models",
+    is_flag=True,
+    help="Skip checking timm names and importing [[models]] factories (imports timm, your code).",
 )
 def check(file: str, no_models: bool) -> None:
     """Validate a sweep file (or preset) and print its number of trials."""
@@ -173,6 +175,6 @@ def check(file: str, no_models: bool) -> None:
 
     sweep = load_sweep(file)
     n = len(sweep.trials())
-    if not no_models and sweep.models():
-        sweep.check_models()
+    if not no_models and (sweep.models() or sweep.model_sources):
+        sweep.check_models()  # timm names exist, [[models]] factories import
     click.echo(f"ok: {sweep.name}: {n} trials")
