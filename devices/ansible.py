@@ -30,6 +30,8 @@ ANSIBLE_VARS = {
     "ansible_private_key_file": "identity_file",
 }
 _RANGE_RE = re.compile(r"\[(\d+):(\d+)\]")
+# A pattern such as node[0:99999999] is a typo, not a lab: expanding it took 28 s and all memory.
+MAX_RANGE_HOSTS = 1024
 
 
 @dataclass
@@ -40,6 +42,7 @@ class _AnsibleTree:
     group_hosts: dict[str, list[str]] = field(default_factory=dict)
     group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
     children: dict[str, list[str]] = field(default_factory=dict)
+    where: str = ""  # "FILE: " for messages
 
     def group(self, name: str) -> None:
         self.group_hosts.setdefault(name, [])
@@ -48,14 +51,31 @@ class _AnsibleTree:
 
     def add_host(self, group: str, host: str, hostvars: Mapping[str, Any]) -> None:
         self.group(group)
-        for name in _expand_range(host):
+        for name in _expand_range(host, self.where):
             self.hosts.setdefault(name, {}).update(hostvars)
             if name not in self.group_hosts[group]:
                 self.group_hosts[group].append(name)
 
 
-def _expand_range(pattern: str) -> list[str]:
-    """Ansible's numeric host ranges: ``node[01:03]`` -> node01, node02, node03."""
+def _expand_range(pattern: str, where: str = "") -> list[str]:
+    """Ansible's numeric host ranges: ``node[01:03]`` -> node01, node02, node03.
+
+    At most ``MAX_RANGE_HOSTS`` names per pattern (all its ranges together), counted before
+    anything is expanded; an empty range (``node[9:1]``) is an error too.
+    """
+    total = 1
+    for lo, hi in _RANGE_RE.findall(pattern):
+        if int(hi) < int(lo):
+            raise ConfigError(f"{where}host pattern {pattern!r}: empty range [{lo}:{hi}]")
+        total *= int(hi) - int(lo) + 1
+        if total > MAX_RANGE_HOSTS:
+            raise ConfigError(
+                f"{where}host pattern {pattern!r} expands to more than {MAX_RANGE_HOSTS} hosts"
+            )
+    return _expand(pattern)
+
+
+def _expand(pattern: str) -> list[str]:
     m = _RANGE_RE.search(pattern)
     if not m:
         return [pattern]
@@ -63,8 +83,30 @@ def _expand_range(pattern: str) -> list[str]:
     width = len(lo) if lo.startswith("0") else 0
     out = []
     for i in range(int(lo), int(hi) + 1):
-        out.extend(_expand_range(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]))
+        out.extend(_expand(pattern[: m.start()] + str(i).zfill(width) + pattern[m.end() :]))
     return out
+
+
+def _name(value: Any, what: str, where: str) -> str:
+    """YAML reads unquoted yes/no/on/off, null and numbers as other types: a name must be text."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{where}{what} name {value!r} must be a string (YAML read it as "
+            f"{type(value).__name__}; quote it)"
+        )
+    return value
+
+
+def _mapping(body: Mapping[str, Any], key: str, group: str, where: str) -> Mapping[str, Any]:
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{where}group {group!r}: {key} must be a mapping (name: ...), "
+            f"not a {type(value).__name__}"
+        )
+    return value
 
 
 def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
@@ -75,9 +117,11 @@ def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
     except yaml.YAMLError as exc:
         first = first_line(exc)
         raise ConfigError(f"{where}invalid YAML: {first}") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ConfigError(f"{where}invalid YAML: nested too deeply") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}expected a YAML mapping of groups (e.g. 'all:')")
-    tree = _AnsibleTree()
+    tree = _AnsibleTree(where=where)
 
     def walk(name: str, body: Any) -> None:
         tree.group(name)
@@ -88,25 +132,30 @@ def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
         for key in body:
             if key not in ("hosts", "vars", "children"):
                 raise ConfigError(f"{where}group {name!r}: unknown key {key!r}")
-        for host, hostvars in (body.get("hosts") or {}).items():
+        for host, hostvars in _mapping(body, "hosts", name, where).items():
+            host = _name(host, "host", where)
             if hostvars is not None and not isinstance(hostvars, Mapping):
                 raise ConfigError(f"{where}host {host!r}: vars must be a mapping")
-            tree.add_host(name, str(host), hostvars or {})
-        tree.group_vars[name].update(body.get("vars") or {})
-        for child, child_body in (body.get("children") or {}).items():
+            tree.add_host(name, host, hostvars or {})
+        tree.group_vars[name].update(_mapping(body, "vars", name, where))
+        for child, child_body in _mapping(body, "children", name, where).items():
+            child = _name(child, "group", where)
             if child not in tree.children[name]:
-                tree.children[name].append(str(child))
-            walk(str(child), child_body)
+                tree.children[name].append(child)
+            walk(child, child_body)
 
-    for name, body in doc.items():
-        walk(str(name), body)
+    try:
+        for name, body in doc.items():
+            walk(_name(name, "group", where), body)
+    except RecursionError:
+        raise ConfigError(f"{where}groups nested too deeply") from None
     return tree
 
 
 def _parse_ansible_ini(text: str, where: str) -> _AnsibleTree:
     import shlex
 
-    tree = _AnsibleTree()
+    tree = _AnsibleTree(where=where)
     section, kind = "ungrouped", "hosts"
     tree.group("ungrouped")
     for lineno, raw in enumerate(text.splitlines(), 1):

@@ -68,8 +68,12 @@ class Shipment:
 
 
 def artifacts_in(trials: Iterable[Mapping[str, Any]]) -> list[ShipItem]:
-    """The artifacts the trial dicts name, once each, in first-seen order."""
-    items: dict[str, ShipItem] = {}
+    """The artifacts the trial dicts name, once each, in first-seen order.
+
+    Keyed by (hash, name): equal bytes under two names (two models sharing one file under
+    different names) are two entries of one ``<sha256>/`` folder on the device.
+    """
+    items: dict[tuple[str, str], ShipItem] = {}
     for trial in trials:
         source = trial.get("source")
         if not isinstance(source, Mapping):
@@ -79,8 +83,8 @@ def artifacts_in(trials: Iterable[Mapping[str, Any]]) -> list[ShipItem]:
                 continue
             sha, name, local = art.get("sha256"), art.get("name"), art.get("local")
             protocol.check_artifact(sha, name)  # raises unless both are plain strings
-            if sha not in items:
-                items[str(sha)] = ShipItem(str(sha), str(name), str(local or ""))
+            if (sha, name) not in items:
+                items[(str(sha), str(name))] = ShipItem(str(sha), str(name), str(local or ""))
     return list(items.values())
 
 
@@ -145,7 +149,7 @@ async def ship_artifacts(
     store = f"{report.workdir.rstrip('/')}/{protocol.ARTIFACTS_DIR}"
     uploads = []
     for item in items:
-        if item.sha256 in have:
+        if (item.sha256, item.name) in have:
             report.reused.append(item.sha256)
             continue
         try:
@@ -162,8 +166,12 @@ async def ship_artifacts(
     if uploads:
         argv = protocol.artifacts_install_argv(device.python, device.workdir, uploads)
         out = await _checked(transport, argv, "install the uploaded artifacts", timeout)
-        installed = {ln.split()[1] for ln in out.splitlines() if ln.startswith("installed ")}
-        missing = [u.name for u in uploads if u.sha256 not in installed]
+        installed = {
+            tuple(ln[len("installed ") :].split(" ", 1))
+            for ln in out.splitlines()
+            if ln.startswith("installed ")
+        }
+        missing = [u.name for u in uploads if (u.sha256, u.name) not in installed]
         if missing:
             raise NgbError(f"{device.name}: artifacts did not install: {', '.join(missing)}")
         report.uploaded = [u.sha256 for u in uploads]

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -212,15 +212,19 @@ class Inventory:
     def resolve(self, targets: str | Sequence[str] | None) -> list[Device]:
         """Turn ``"A,B"``, a group name, or a list of those into devices (order kept, no dups).
 
-        ``None`` or empty means every device. Unknown names raise ``UnknownNameError`` with close
-        matches among devices and groups.
+        ``None`` means every device (so does the group ``all``). Targets that name nothing (``""``,
+        ``","``) are an error, not "every device": a run on the whole fleet must be asked for.
+        Unknown names raise ``UnknownNameError`` with close matches among devices and groups.
         """
         if targets is None:
             return list(self.devices.values())
         tokens = [targets] if isinstance(targets, str) else list(targets)
         names = [t.strip() for tok in tokens for t in tok.split(",") if t.strip()]
         if not names:
-            return list(self.devices.values())
+            raise ConfigError(
+                f"{', '.join(map(repr, tokens)) or 'the device list'} names no device: "
+                "give device or group names (or 'all')"
+            )
         out: dict[str, Device] = {}
         for name in names:
             if name in self.devices:
@@ -306,28 +310,75 @@ class Inventory:
             if jump == dev.name:
                 raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
 
-    def to_toml(self) -> str:
-        import tomli_w
-
+    def _tables(self) -> dict[str, dict[str, Any]]:
         doc: dict[str, Any] = {}
         if self.groups:
             doc["groups"] = {g.name: g.to_table() for g in self.groups.values()}
-        devices = {
+        doc["devices"] = {
             d.name: d.to_table()
             for d in self.devices.values()
             if not (d.name == LOCALHOST and d == builtin_localhost())
         }
-        doc["devices"] = devices
-        return HEADER + tomli_w.dumps(doc)
+        return doc
+
+    def to_toml(self, existing: str | None = None) -> str:
+        """The inventory as TOML; given the file's current text, an edit of it.
+
+        An edit keeps what the operator wrote by hand (comments, order, layout) and changes only
+        the devices, groups and keys that differ (tomlkit), so `devices add` loses no comment.
+        """
+        if existing is not None:
+            import tomlkit
+
+            doc = tomlkit.parse(existing)
+            for section, wanted in self._tables().items():
+                if section not in doc:
+                    doc[section] = tomlkit.table(is_super_table=True)
+                _sync_tables(doc[section], wanted)
+            if "groups" in doc and not self.groups:
+                del doc["groups"]
+            return tomlkit.dumps(doc)
+        import tomli_w
+
+        return HEADER + tomli_w.dumps(self._tables())
 
     def save(self, path: Path | None = None) -> Path:
         """Validate, then write atomically (temp file in the same folder + rename)."""
         target = Path(path or self.path or get_paths().inventory)
         self.validate()
-        text = self.to_toml()
+        existing = target.read_text(encoding="utf-8") if target.is_file() else None
+        text = self.to_toml(existing)
         atomic_write_text(target, text)
         self.path = target
         return target
+
+
+def _sync_tables(container: Any, wanted: Mapping[str, Mapping[str, Any]]) -> None:
+    """Make a tomlkit table of tables hold ``wanted``, touching only what differs."""
+    import tomlkit
+
+    for name in [n for n in container if n not in wanted]:
+        del container[name]
+    for name, table in wanted.items():
+        current: Any = container.get(name)
+        if isinstance(_plain(current), list) and dict(table) == {"members": _plain(current)}:
+            continue  # the shorthand groups.NAME = [...] already says this
+        if not isinstance(current, MutableMapping):
+            new = tomlkit.table()
+            for key, value in table.items():
+                new[key] = value
+            container[name] = new
+            continue
+        for key in [k for k in current if k not in table]:
+            del current[key]
+        for key, value in table.items():
+            if _plain(current.get(key)) != value:
+                current[key] = value
+
+
+def _plain(item: Any) -> Any:
+    """A tomlkit item as plain Python (lists and tables compare with ours)."""
+    return item.unwrap() if hasattr(item, "unwrap") else item
 
 
 def _find_casefold(names: Iterable[str], name: str) -> str | None:
@@ -349,7 +400,9 @@ def check_device(dev: Device, where: str) -> None:
             f"{where}bad device name {dev.name!r} (use letters, digits, '.', '_', '-'; "
             "not starting with '-')"
         )
-    if not isinstance(dev.host, str) or not dev.host.strip():
+    if not isinstance(dev.host, str):
+        raise ConfigError(f"{dwhere}host must be a string, got {dev.host!r}")
+    if not dev.host.strip():
         raise ConfigError(f"{dwhere}host is empty")
     if any(c.isspace() for c in dev.host):
         raise ConfigError(f"{dwhere}host {dev.host!r} contains whitespace")
@@ -376,6 +429,19 @@ def check_device(dev: Device, where: str) -> None:
     for g in dev.groups:
         if not NAME_RE.match(g):
             raise ConfigError(f"{dwhere}bad group name {g!r} (use letters, digits, '.', '_', '-')")
+    # Values that reach ssh, shell scripts and terminals: a newline in workdir was read as two
+    # lines by the remote script. Notes are free text (escaped when shown), so they may.
+    for key in ("host", "user", "identity_file", "jump_host", "python", "workdir"):
+        _refuse_control(getattr(dev, key), f"{dwhere}{key}")
+    for key in ("groups", "tags"):
+        for value in getattr(dev, key):
+            _refuse_control(value, f"{dwhere}{key}")
+
+
+def _refuse_control(value: str | None, where: str) -> None:
+    if value is not None and not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        raise ConfigError(f"{where}: control character {bad!r} in {value!r}")
 
 
 def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -> Device:
@@ -440,6 +506,8 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{target}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise ConfigError(f"{target}: invalid TOML: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{target}: cannot read: {exc}") from None
     try:

@@ -379,7 +379,7 @@ shift
     + r"""
 mkdir -p cache/artifacts
 while [ "$#" -ge 2 ]; do
-  if [ -e "cache/artifacts/$1/$2" ]; then printf 'have %s\n' "$1"; fi
+  if [ -e "cache/artifacts/$1/$2" ]; then printf 'have %s %s\n' "$1" "$2"; fi
   shift 2
 done
 """
@@ -408,8 +408,11 @@ while [ "$#" -ge 5 ]; do
   if [ "$fmt" = zip ]; then "$py" -m zipfile -e "$part" "$tmp/$name"; rm -f "$part"
   else mv -f "$part" "$tmp/$name"
   fi
-  if [ -e "$sha/$name" ]; then rm -rf "$tmp"; else rm -rf "$sha"; mv "$tmp" "$sha"; fi
-  printf 'installed %s\n' "$sha"
+  if [ -e "$sha/$name" ]; then rm -rf "$tmp"
+  elif [ -d "$sha" ]; then mv "$tmp/$name" "$sha/$name"; rm -rf "$tmp"
+  else mv "$tmp" "$sha"
+  fi
+  printf 'installed %s %s\n' "$sha" "$name"
 done
 """
 )
@@ -419,7 +422,8 @@ def check_artifact(sha256: Any, name: Any) -> None:
     """Artifact hashes and names become path parts on the device: keep them plain."""
     if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
         raise ConfigError(f"bad artifact hash {sha256!r}: expected 64 lowercase hex digits")
-    if not isinstance(name, str) or "/" in name or name in ("", ".", "..") or "\0" in name:
+    plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+    if not plain or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise ConfigError(f"bad artifact name {name!r}: a plain file or folder name")
 
 
@@ -432,10 +436,14 @@ def artifacts_have_argv(workdir: str, items: Iterable[tuple[str, str]]) -> list[
     return ["sh", "-c", _ARTIFACTS_HAVE_SCRIPT, "ngb-artifacts", workdir, *args]
 
 
-def parse_artifacts_have(out: str) -> tuple[str, set[str]]:
-    """-> (absolute work dir, the hashes the device already holds)."""
+def parse_artifacts_have(out: str) -> tuple[str, set[tuple[str, str]]]:
+    """-> (absolute work dir, the ``(sha256, name)`` artifacts the device already holds)."""
     workdir, _ = parse_launch(out)
-    have = {ln.split()[1] for ln in out.splitlines() if ln.startswith("have ") and len(ln) > 5}
+    have = set()
+    for line in out.splitlines():
+        if line.startswith("have "):
+            sha, _, name = line[len("have ") :].partition(" ")
+            have.add((sha, name))
     return workdir, have
 
 
@@ -453,7 +461,7 @@ class ArtifactUpload:
 def artifacts_install_argv(
     python: str, workdir: str, uploads: Iterable[ArtifactUpload]
 ) -> list[str]:
-    """Verify, unpack and move uploaded artifacts into place; prints ``installed <sha>`` each.
+    """Verify, unpack and move uploaded artifacts into place; prints ``installed <sha> <name>``.
 
     Exit 4: an upload's bytes do not have their sha256 (it is deleted; upload again).
     """

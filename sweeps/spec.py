@@ -49,8 +49,11 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import re
 import sys
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -90,6 +93,12 @@ _AXES: dict[str, tuple[str, type]] = {
 }
 _MATRIX_KEYS = (*_AXES, "measure", "compiler_options", "device")
 _REQUIRED_AXES = ("models", "compilers", "batches")
+# Sizes travel as int32 on devices and in the results store (Arrow, DuckDB INTEGER columns): a
+# bigger one would pass here and then fail on every device, or never be stored.
+INT_MAX = 2**31 - 1
+# The run id (a folder name on every device) is made from the sweep name, so the name follows the
+# run id's alphabet: checking it here means `sweeps check` and `run` accept the same names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def _unknown_key(where: str, key: str, valid: Iterable[str]) -> ConfigError:
@@ -276,6 +285,8 @@ def loads_sweep(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise ConfigError(f"{source}: not valid TOML: nested too deeply") from None
     return parse_sweep(data, source=source, default_name=default_name, base_dir=base_dir)
 
 
@@ -289,9 +300,7 @@ def parse_sweep(
     for key in data:
         if key not in _TOP_KEYS:
             raise _unknown_key(source, key, _TOP_KEYS)
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{source}: name must be a non-empty string, got {name!r}")
+    name = check_sweep_name(data.get("name", default_name), source, named="name" in data)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise ConfigError(f"{source}: description must be a string")
@@ -316,7 +325,7 @@ def parse_sweep(
         for i, raw in enumerate(raw_matrices)
     )
     sweep = Sweep(
-        name=name.strip(),
+        name=name,
         matrices=matrices,
         description=description,
         device=device,
@@ -334,6 +343,38 @@ def parse_sweep(
     return sweep
 
 
+def check_sweep_name(name: Any, source: str, *, named: bool = True) -> str:
+    """The sweep's name, if it can name a run: ASCII letters, digits, '.', '_', '-' (64 at most),
+    starting with a letter or digit."""
+    if isinstance(name, str) and NAME_RE.match(name):
+        return name
+    origin = "name" if named else 'name (from the file name; set name = "..." in the file)'
+    raise ConfigError(
+        f"{source}: bad sweep {origin} {name!r}: use ASCII letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit (64 characters at most)"
+    )
+
+
+def check_trial(spec: TrialSpec, where: str = "trial") -> TrialSpec:
+    """The sweep file's rules for one trial built elsewhere (``ngb measure``'s arguments)."""
+    for name in ("batch", "width", "depth", "input_size"):
+        value = getattr(spec, name)
+        if value is not None and value > INT_MAX:
+            raise ConfigError(f"{where}: {name} must be at most {INT_MAX}, got {value}")
+    if not spec.is_block and spec.source is None and (spec.width is not None or spec.depth != 1):
+        given = " and ".join(
+            n for n, v in (("width", spec.width), ("depth", spec.depth != 1)) if v not in (None, 0)
+        )
+        raise ConfigError(
+            f"{where}: {given} apply to blocks only ({', '.join(BLOCK_MODELS)}), "
+            f"not to timm model {spec.model!r}"
+        )
+    _parse_device(spec.device, f"{where}: device")
+    _check_optimisation(spec.optimisation, f"{where}: optimisation")
+    _check_options(spec.compiler, spec.compiler_options, f"{where}: {spec.compiler} options")
+    return spec
+
+
 def _parse_device(value: Any, where: str) -> str:
     if value not in TARGETS:
         raise ConfigError(f"{where} must be one of {', '.join(TARGETS)}; got {value!r}")
@@ -344,14 +385,51 @@ def _parse_measure(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be a table")
     valid = [f.name for f in fields(MeasureSettings)]
+    types_ = typing.get_type_hints(MeasureSettings)
     for key in value:
         if key not in valid:
             raise _unknown_key(where, key, valid)
+        _check_setting_type(key, value[key], types_[key], where)
     try:
         MeasureSettings.from_dict(value)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return dict(value)
+
+
+def parse_measure(value: Mapping[str, Any], where: str) -> MeasureSettings:
+    """Measure settings from a table (a sweep's or the command line's), strictly typed."""
+    return MeasureSettings.from_dict(_parse_measure(value, where))
+
+
+def _check_setting_type(key: str, value: Any, annotation: Any, where: str) -> None:
+    """Refuse a value of the wrong type rather than let Python coerce it later.
+
+    ``verify = "no"`` is a true string, ``repetitions = 2.5`` a float that a loop count cannot
+    use, ``timeout_s = nan`` compares false with every bound: all are typos to report, not values
+    to run with. Types the check does not know (e.g. a Literal) are left to MeasureSettings.
+    """
+    allowed = set(typing.get_args(annotation)) if _is_union(annotation) else {annotation}
+    if value is None and type(None) in allowed:
+        return
+    if bool in allowed:
+        ok, kind = isinstance(value, bool), "true or false"
+    elif int in allowed:
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        ok = ok and abs(value) <= INT_MAX
+    elif float in allowed:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok, kind = ok and math.isfinite(value), "a finite number"
+    elif str in allowed:
+        ok, kind = isinstance(value, str), "a string"
+    else:
+        return
+    if not ok:
+        raise ConfigError(f"{where}: {key} must be {kind}, got {value!r}")
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
 
 
 def _known_compilers() -> list[str]:
@@ -420,6 +498,8 @@ def _as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
             raise ConfigError(f"{where}: expected {typ.__name__} values, got {v!r}")
         if isinstance(v, int) and v <= 0:
             raise ConfigError(f"{where}: values must be positive, got {v}")
+        if isinstance(v, int) and v > INT_MAX:
+            raise ConfigError(f"{where}: values must be at most {INT_MAX}, got {v}")
         if isinstance(v, str) and not v.strip():
             raise ConfigError(f"{where}: values must be non-empty strings")
     return tuple(dict.fromkeys(values))  # drop repeats, keep order

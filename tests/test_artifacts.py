@@ -111,7 +111,7 @@ def test_install_script_verifies_unpacks_and_keeps_device_values_as_data(tmp_pat
     )
     assert not list(store.glob("*.part")) and not list(store.glob(".*.tmp"))
     out = sh(protocol.artifacts_have_argv(str(workdir), [(i.sha256, i.name) for i in items]))
-    assert protocol.parse_artifacts_have(out.stdout)[1] == {i.sha256 for i in items}
+    assert protocol.parse_artifacts_have(out.stdout)[1] == {(i.sha256, i.name) for i in items}
     assert not canary.exists() and not (tmp_path / "x").exists()
 
     # A damaged upload is refused with one line and deleted.
@@ -162,20 +162,23 @@ async def test_ship_uploads_each_artifact_once_per_device(
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
     dev = dataclasses.replace(sshd_server.device("dev-a"), workdir=str(tmp_path / "device"))
     pkg, model = make_code(tmp_path / "src"), make_model_file(tmp_path)
-    items = [item(pkg), item(model)]
+    twin = tmp_path / "twin.onnx"  # the same bytes under another name: one folder, two entries
+    twin.write_bytes(model.read_bytes())
+    items = [item(pkg), item(model), item(twin)]
     gone = ShipItem("c" * 64, "gone.onnx", str(tmp_path / "gone.onnx"))
     puts = counting_puts(monkeypatch)
     async with SshTransport(dev, known_hosts=known, ssh_config=[]) as t:
         first = await ship_artifacts(t, dev, [*items, gone])
-        assert sorted(first.uploaded) == sorted(i.sha256 for i in items) and len(puts) == 2
+        assert sorted(first.uploaded) == sorted(i.sha256 for i in items) and len(puts) == 3
         assert list(first.unavailable) == [gone.sha256]
         assert "gone" in first.unavailable[gone.sha256]
         again = await ship_artifacts(t, dev, items)
         assert again.uploaded == [] and sorted(again.reused) == sorted(i.sha256 for i in items)
-        assert len(puts) == 2  # the second run reuses the device's cache
+        assert len(puts) == 3  # the second run reuses the device's cache
     cache = Path(first.workdir) / "cache"
     assert sha256_of(artifact_dir(cache, items[0].sha256) / pkg.name) == items[0].sha256
-    assert sha256_of(artifact_dir(cache, items[1].sha256) / model.name) == items[1].sha256
+    for f in (model, twin):
+        assert sha256_of(artifact_dir(cache, items[1].sha256) / f.name) == items[1].sha256
 
 
 # ---------------------------------------------------------------- the agent checks before use

@@ -124,6 +124,9 @@ class RunModel:
         self.events_seen += 1
         run_id, device = ev.run_id, ev.device or ""
         ts = ev.ts or time.time()
+        if ev.kind == "store":  # waiting for the results database: news, but no device's
+            self.add_log(LogLine(ts, "store", ev.message))
+            return None
         if ev.kind == "run":
             self.run_states[run_id] = ev.state or ""
             if ev.message:

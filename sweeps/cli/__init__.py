@@ -1,9 +1,13 @@
 """The headless ``ngb`` command.
 
 Subcommands live in their own modules and are imported only when invoked (``LazyGroup``),
-so ``ngb --help`` imports neither torch nor duckdb nor asyncssh. ``NgbError`` becomes a one-line
-``Error: ...`` on stderr and exit status 1 (click's convention); anything else is a bug and keeps
-its traceback.
+so ``ngb --help`` imports neither torch nor duckdb nor asyncssh.
+
+Bad input gets one line on stderr and exit status 1: ``NgbError`` becomes ``Error: ...``; so do
+click's usage errors (a mistyped option would otherwise print usage, a hint and the error on
+several lines) and ``OSError`` (an unwritable or missing path is the operator's environment, not a
+bug). Control characters in the line are escaped so a hostile name cannot drive the terminal.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import sys
 from typing import Any
 
 import click
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, one_line
 
 # command name -> (module, attribute, one-line help shown by `ngb --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -67,11 +71,55 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # e.g. `ngb --bogus`
+            raise _usage_line(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except NgbError as exc:
-            raise click.ClickException(str(exc)) from None
+        except click.UsageError as exc:
+            raise _usage_line(exc) from None
+        except click.ClickException as exc:
+            raise click.ClickException(safe_text(exc.format_message())) from None
+        except _environment_errors() as exc:
+            raise click.ClickException(safe_text(one_line(exc))) from None
+
+
+def _environment_errors() -> tuple[type[BaseException], ...]:
+    """What the operator's files and machine cause, as opposed to bugs: our own NgbError, OSError
+    (unwritable or missing paths) and DuckDB's I/O errors (a damaged or unreadable results file).
+    DuckDB is looked up only if a command imported it (``ngb --help`` must not)."""
+    errors: list[type[BaseException]] = [NgbError, OSError]
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        errors.append(duckdb.IOException)
+    return tuple(errors)
+
+
+def safe_text(text: str) -> str:
+    """``text`` with control characters (escape sequences, newlines, NUL...) shown escaped.
+
+    For anything printed that came from files or the command line: notes, names, error lines.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _usage_line(exc: click.UsageError) -> click.ClickException:
+    """A usage error as one line with the help hint, instead of usage + hint + error."""
+    where = exc.ctx.command_path if exc.ctx is not None else "ngb"
+    message = safe_text(" ".join(exc.format_message().split()))
+    return click.ClickException(f"{message} (see '{where} --help')")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -39,6 +39,43 @@ def _db_option(fn: Any) -> Any:
     )(fn)
 
 
+def _statements(sql: str) -> list[Any]:
+    """The statements in ``sql``, split by DuckDB's own parser (no database needed).
+
+    A syntax error gives an empty list: the query itself then reports it, with its position.
+    """
+    import duckdb
+
+    try:
+        return list(duckdb.extract_statements(sql))
+    except duckdb.Error:
+        return []
+
+
+def _one_statement(sql: str) -> Any | None:
+    """Refuse several statements: only the last one's rows would be shown (or exported)."""
+    statements = _statements(sql)
+    if len(statements) > 1:
+        raise NgbError(
+            f"one SQL statement at a time, got {len(statements)}: only the last one's rows "
+            "would show; run them one by one"
+        )
+    return statements[0] if statements else None
+
+
+# Statement kinds that return rows to export (PIVOT parses as MULTI).
+_ROW_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "MULTI")
+
+
+def _check_destination(dest: Path) -> None:
+    """Refuse a destination whose folder is missing or is a file (export creates no folders)."""
+    folder = dest.parent
+    if not folder.exists():
+        raise NgbError(f"cannot export to {dest}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise NgbError(f"cannot export to {dest}: {folder} is not a folder")
+
+
 def _plain(value: Any) -> Any:
     """JSON-friendly form of a DuckDB value (timestamps, decimals, blobs)."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
@@ -68,6 +105,7 @@ def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     Tables: runs, run_devices, trials, measurements, cpu_samples, tuning_progress, errors,
     devices, probes; views: results, failures, run_progress.
     """
+    _one_statement(sql)
     store = _store(db, wait)
     if not write:
         store.require_file()  # read-only SQL on a missing file: say so, create nothing
@@ -121,8 +159,16 @@ def export(
     """Export a table, view or query as Parquet or CSV."""
     if table and sql:
         raise NgbError("give --table or --sql, not both")
+    if sql is not None:
+        statement = _one_statement(sql)
+        kind = statement.type.name if statement is not None else "SELECT"
+        if kind not in _ROW_STATEMENTS:
+            raise NgbError(f"export needs a query that returns rows (SELECT ...), not {kind}")
+    if output is not None and not output.strip():
+        raise NgbError("--output is empty: give a file name")
     source = sql or table or "trials"
     dest = Path(output) if output else Path(f"{table or ('query' if sql else 'trials')}.{fmt}")
+    _check_destination(dest.expanduser())
     n = _store(db, wait).export(dest, fmt, source, overwrite=force)
     click.echo(f"wrote {n} rows to {dest}")
 

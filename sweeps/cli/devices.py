@@ -26,6 +26,7 @@ from ngb.devices.inventory import (
 )
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import TransportError
+from ngb.sweeps.cli import safe_text
 
 
 def _render(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -120,7 +121,7 @@ def list_devices(as_json: bool) -> None:
             [dev.name, _address(dev), ",".join(inv.groups_of(dev.name)) or "-", dev.python, last]
         )
     for line in _render(["NAME", "ADDRESS", "GROUPS", "PYTHON", "LAST PROBE"], rows):
-        click.echo(line)
+        click.echo(safe_text(line))  # values from a hand-edited file must not drive the terminal
 
 
 @devices.command("add")
@@ -198,7 +199,8 @@ def show(name: str, as_json: bool) -> None:
     for key, value in data.items():
         if isinstance(value, list):
             value = ", ".join(value) or "-"
-        click.echo(f"{key:<14} {'-' if value in (None, '') else value}")
+        # notes are free text from a hand-edited file: escape sequences are shown, not obeyed
+        click.echo(safe_text(f"{key:<14} {'-' if value in (None, '') else value}"))
 
 
 @devices.command("check")
@@ -348,7 +350,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
             out[dev.name] = {"error": error}
             if not as_json:
                 msg = error if error.startswith(f"{dev.name}:") else f"{dev.name}: {error}"
-                click.echo(f"FAIL {msg}", err=True)
+                click.echo(safe_text(f"FAIL {msg}"), err=True)
             continue
         assert facts is not None
         out[dev.name] = facts
@@ -359,7 +361,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
             except NgbError as exc:
                 click.echo(f"warning: probe of {dev.name} not stored: {exc}", err=True)
         if not as_json:
-            click.echo(f"ok   {dev.name}: {_summary(facts)}")
+            click.echo(safe_text(f"ok   {dev.name}: {_summary(facts)}"))  # a device's answers
     if as_json:
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
     if store is None and not as_json:

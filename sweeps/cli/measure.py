@@ -153,12 +153,16 @@ def measure(
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.models import resolve_model
+    from ngb.core.types import TrialSpec
+    from ngb.sweeps.spec import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
     source = _model_source(model, kwargs, inputs, code, sweep_file)
     if source is not None and input_size is not None:
         raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
+    if source is None:
+        resolve_model(model)  # an unknown timm name: one line, before anything is built
     settings = {
         "repetitions": repetitions,
         "ci_target": ci_target,
@@ -186,9 +190,10 @@ def measure(
         device=device,
         input_size=input_size,
         compiler_options=dict(parse_option(o) for o in options),
-        measure=MeasureSettings.from_dict({k: v for k, v in settings.items() if v is not None}),
+        measure=parse_measure({k: v for k, v in settings.items() if v is not None}, "measure"),
         source=source,
     )
+    check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
 
     def show_progress(event: dict[str, Any]) -> None:
         if as_json:

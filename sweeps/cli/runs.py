@@ -17,6 +17,7 @@ import signal
 from typing import Any
 
 import click
+from ngb.core.errors import NgbError
 
 FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
 
@@ -163,7 +164,7 @@ async def _follow(orch: Any, run_id: str, sub: Any, console: Any) -> str:
     return final
 
 
-def _report(console: Any, summary: dict[str, Any]) -> None:
+def _report(console: Any, summary: dict[str, Any], *, show_error: bool = True) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {summary['run_id']}: {summary['status']}")
@@ -175,7 +176,7 @@ def _report(console: Any, summary: dict[str, Any]) -> None:
             str(d["restarts"]), d["error"] or "",
         )  # fmt: skip
     console.print(table)
-    if summary.get("error"):  # the run as a whole stopped (e.g. the database cannot be written)
+    if show_error and summary.get("error"):  # the run as a whole stopped
         console.print(f"[red]{summary['error']}[/]")
 
 
@@ -255,7 +256,15 @@ def run(
     """
     from ngb.sweeps.spec import load_sweep
 
+    if not [name for name in devices.split(",") if name.strip()]:
+        # An empty list must not mean "every device" (it did: `-d ''` ran the sweep everywhere).
+        raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
+    if spec.models():
+        from ngb.core.models import resolve_model
+
+        for name in spec.models():  # an unknown timm name fails here, not on every device
+            resolve_model(name)
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()
@@ -281,8 +290,11 @@ def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
 
 def _finish(console: Any, state: str, summary: dict[str, Any] | None) -> None:
     if summary is not None:
-        _report(console, summary)
+        _report(console, summary, show_error=False)
     if state in ("failed", "cancelled"):
+        error = (summary or {}).get("error")
+        if error:  # the run as a whole stopped (e.g. the database cannot be written): one line
+            raise NgbError(error)
         raise SystemExit(1)
 
 
