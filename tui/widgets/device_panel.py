@@ -115,10 +115,17 @@ class DevicePanel(Widget):
         self.state = state
         tuning = state.tuning is not None and not state.finished
         self.set_class(tuning, "-tuning")
-        lines = len(self._lines(max(20, self.content_size.width)))
+        lines = self._line_count()
         if self.styles.height is None or self.styles.height.value != lines + 2:
             self.styles.height = lines + 2  # + the border
         self.refresh()
+
+    def _line_count(self) -> int:
+        """Lines ``render`` will draw, counted without building them (this runs per redraw)."""
+        s = self.state
+        meters = 1 + (s.mem_percent is not None) + s.has_gpu + self.show_cores
+        tuning = len(self._tuning_lines()) if s.tuning is not None and not s.finished else 0
+        return 3 + meters + tuning
 
     def _tuning_lines(self) -> list[str]:
         t = self.state.tuning
