@@ -22,7 +22,7 @@ from rich.console import Console
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Label, Select, Static
 
-from tests.test_tui_support import SIZE, make_app, wait_for
+from tests.test_tui_support import SIZE, make_app, wait_for, write_noop_sweep
 
 
 def test_registry_drives_keys_help_and_cli_choices() -> None:
@@ -338,3 +338,24 @@ async def test_probe_details_and_status_survive_a_restart(tmp_path: Path) -> Non
         screen._set_status("localhost", "error: " + "x" * 200)
         cell = str(table.get_row("localhost")[4])
         assert len(cell) <= 40 and cell.endswith("…")
+
+
+async def test_a_second_start_on_a_busy_device_names_the_holder(tmp_path: Path) -> None:
+    sweep = tmp_path / "slow.toml"
+    sweep.write_text(
+        write_noop_sweep(tmp_path).read_text().replace("compile_s = 0.0", "compile_s = 3.0")
+    )
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.run_screen
+        await wait_for(pilot, lambda: screen.sweep_choice() == "demo")
+        screen.query_one("#sweep-file", Input).value = str(sweep)
+        app.set_focus(None)
+        await pilot.press("s")
+        first = await wait_for(pilot, lambda: screen.current_run)
+        await pilot.press("s")  # localhost is held by the first run
+        status = screen.query_one("#run-status", Label)
+        await wait_for(pilot, lambda: "not started" in str(status.render()))
+        assert f"busy with run {first}" in str(status.render())
+        assert screen.current_run == first
+        await app.backend.orchestrator().cancel(first)
