@@ -43,7 +43,8 @@ async def test_every_registered_screen_is_reachable_by_its_key(tmp_path: Path) -
         await wait_for(pilot, lambda: app.screen.id == "run")
         await pilot.press("escape")  # leave whatever text box has focus
         for entry in SCREENS:
-            app.set_focus(None)
+            await pilot.pause()  # the screen's auto-focus lands first...
+            app.set_focus(None)  # ...then leave the editor or box it focused
             await pilot.press(entry.key)
             assert app.screen.id == entry.name
 

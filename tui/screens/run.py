@@ -19,6 +19,7 @@ from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.device_panel import DevicePanel
 from ngb.tui.widgets.log_tail import LogTail
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -63,6 +64,7 @@ class RunScreen(ConsoleScreen):
         self._announced: set[str] = set()
         self.redraws = 0  # how many throttled redraws ran (benchmark and tests read it)
         self.show_cores = False
+        self.refusal = ""  # why the last start was refused (e.g. the run holding a device)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -174,8 +176,10 @@ class RunScreen(ConsoleScreen):
             run_id = await backend.start_run(sweep, devices)
         except NgbError as exc:  # e.g. a device busy with another run: the message names it
             self.notify(str(exc), severity="error", timeout=10)
-            self.query_one("#run-status", Label).update(f"[red]not started: {exc}[/]")
+            self.refusal = f"not started: {exc}"  # stays on the status line until the next start
+            self.query_one("#run-status", Label).update(Text(self.refusal, style="red"))
             return
+        self.refusal = ""
         self.follow_run(run_id, total=len(sweep.trials()), devices=devices)
         self.notify(f"run {run_id} started on {', '.join(devices)}")
 
@@ -330,7 +334,10 @@ class RunScreen(ConsoleScreen):
             "finished" if self._all_finished(run_id) else "running"
         )
         pause = "  [yellow]paused[/]" if self.paused else ""
-        self.query_one("#run-status", Label).update(
+        status = Text.from_markup(
             f"Run [b]{run_id}[/b]  {run_state}{pause}  {done}/{total} trials on "
             f"{len(states)} device(s)"
         )
+        if self.refusal:
+            status.append(f"  | {self.refusal}", style="red")
+        self.query_one("#run-status", Label).update(status)
