@@ -168,10 +168,10 @@ class RunWriter:
         """Flush; a busy or unwritable store is reported as events, not raised. True if done."""
         try:
             await self.flush()
-        except DatabaseBusy as exc:
+        except DatabaseBusy:
             if not self.waiting:
                 self.waiting = True
-                self._store_event("waiting", _waiting(exc))
+                self._store_event("waiting", _waiting())
             return False
         except StoreUnwritable as exc:
             self._give_up(first_line(exc))
@@ -372,5 +372,5 @@ def device_row(dev: DeviceRun, pending: PendingWrites) -> dict[str, Any]:
     return row
 
 
-def _waiting(exc: BaseException) -> str:
-    return f"waiting for the results database ({first_line(exc)}); results stay buffered"
+def _waiting() -> str:
+    return "waiting for the results database (another process has it open); results are kept"

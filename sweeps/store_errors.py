@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ngb.core.errors import NgbError
 
-BUSY_MESSAGE = "results database is busy (being written by another ngb process); try again"
+BUSY_MESSAGE = "results database is busy (another process has it open); try again"
 
 
 class DatabaseBusy(NgbError):
