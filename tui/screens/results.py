@@ -63,6 +63,7 @@ class ResultsScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
         Binding("l", "toggle_log", "Log scale"),
+        Binding("f", "save_figure", "Save figure (PNG/SVG/PDF)", show=False),
         Binding("slash", "filter", "Filter table", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -126,6 +127,29 @@ class ResultsScreen(ConsoleScreen):
 
     def action_reload(self) -> None:
         self.refresh_runs()
+
+    # -- save figure: the chart tab on screen as the paper figure (ngb.sweeps.figures) -------------
+    def action_save_figure(self) -> None:
+        tab = self.active_tab()
+        if not self.run_id or tab not in rd.CHARTS:
+            self.notify("Open a run's chart tab to save its figure.", severity="warning")
+            return
+        self.save_figure(tab, self.run_id, self._device(), self.selection().family or None)
+
+    @work(thread=True, group="figure", exclusive=True, exit_on_error=False)
+    def save_figure(self, tab: str, run_id: str, device: str | None, family: str | None) -> None:
+        from ngb.sweeps.figures import save_figure
+
+        store = self.backend.store()
+        try:
+            paths = save_figure(
+                tab, store, store.path.parent / "figures" / run_id, run_id=run_id, device=device,
+                family=family,
+            )  # fmt: skip
+        except NgbError as exc:
+            self.app.call_from_thread(self.notify, f"No figure saved: {exc}", severity="error")
+            return
+        self.app.call_from_thread(self.notify, f"Saved {paths[0]} (and .svg, .pdf, caption)")
 
     def refresh_runs(self, select: str | None = None) -> None:
         if select:
