@@ -212,10 +212,17 @@ def _size(model: Any) -> dict[str, int]:
 
 
 def _to_fp16(model: Any, example: Any) -> tuple[Any, Any]:
+    from ngb.core.model_build import map_inputs
+
     model = model.half()
-    if hasattr(example, "is_floating_point") and example.is_floating_point():
-        example = example.half()
+    # several inputs keep their names; integer inputs (token ids) stay integers
+    example = map_inputs(example, lambda t: t.half() if t.is_floating_point() else t)
     return model, example
+
+
+def _args(example: Any) -> tuple[Any, ...]:
+    """Positional inputs as a plain tuple (one tensor, or a user model's ``NamedInputs``)."""
+    return tuple(example) if isinstance(example, tuple | list) else (example,)
 
 
 def _quant_engine() -> str:
@@ -242,20 +249,29 @@ def _quantise_fx(model: Any, example: Any) -> tuple[Any, dict[str, Any]]:
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    if getattr(example, "device", None) is not None and example.device.type != "cpu":
+    args = _args(example)
+    if any(getattr(a, "device", None) is not None and a.device.type != "cpu" for a in args):
         raise UnsupportedOptimisation("int8 (torch post-training quantisation) runs on CPU only")
     engine = _quant_engine()
     torch.backends.quantized.engine = engine
     try:
         prepared = prepare_fx(
-            model.eval(), get_default_qconfig_mapping(engine), example_inputs=(example,)
+            model.eval(), get_default_qconfig_mapping(engine), example_inputs=args
         )
     except Exception as exc:  # FX cannot trace every model (data-dependent control flow)
         raise UnsupportedOptimisation(f"int8: FX cannot trace this model: {exc}") from None
     generator = torch.Generator().manual_seed(CALIBRATION_SEED)
     with torch.inference_mode():
         for _ in range(CALIBRATION_BATCHES):
-            prepared(torch.randn(example.shape, generator=generator, dtype=example.dtype))
+            # random floats like the example's; integer inputs (token ids) are reused as given
+            prepared(
+                *(
+                    torch.randn(a.shape, generator=generator, dtype=a.dtype)
+                    if a.is_floating_point()
+                    else a
+                    for a in args
+                )
+            )
     quantised = convert_fx(prepared)
     # torch.ao.nn.quantized.* and the fused torch.ao.nn.intrinsic.quantized.* (e.g. ConvReLU2d)
     n_int8 = sum(1 for m in quantised.modules() if ".quantized" in type(m).__module__)
@@ -308,10 +324,11 @@ def _prune_channels(model: Any, example: Any, ratio: float) -> dict[str, Any]:
         if head is not None and sum(p.numel() for p in head.parameters()):
             ignored.append(head)
     params_before = sum(p.numel() for p in model.parameters())
+    args = _args(example)
     try:
         pruner = tp.pruner.MagnitudePruner(
             model,
-            example,
+            args[0] if len(args) == 1 else args,
             importance=tp.importance.MagnitudeImportance(p=1),
             pruning_ratio=ratio,
             ignored_layers=ignored,
@@ -320,7 +337,7 @@ def _prune_channels(model: Any, example: Any, ratio: float) -> dict[str, Any]:
         import torch
 
         with torch.inference_mode():
-            model(example)  # a pruned graph that no longer runs is caught here, not in a compiler
+            model(*args)  # a pruned graph that no longer runs is caught here, not in a compiler
     except Exception as exc:
         raise UnsupportedOptimisation(
             f"prune-ch: torch-pruning cannot prune this model ({one_line(exc)})"

@@ -28,7 +28,7 @@ from ngb.core.model_sources import (
     parse_source,
     sha256_of,
 )
-from ngb.core.types import TrialSpec
+from ngb.core.types import MeasureSettings, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.spec import loads_sweep
 
@@ -525,3 +525,30 @@ def test_sweeps_check_imports_the_factories(parts: Path) -> None:
     (parts / "check.toml").write_text(SWEEP)
     code, out, _ = ngb("sweeps", "check", str(parts / "check.toml"))
     assert (code, out.strip()) == (0, "ok: own: 10 trials")
+
+
+@pytest.mark.parametrize(
+    ("factory", "inputs", "optimisation"),
+    [
+        ("nets.text:text", ["tokens:batch,12:int64:0-50"], "fp16"),
+        ("nets.two:two", ["x:batch,8", "y:batch,6"], "fp16"),
+        ("nets.two:two", ["x:batch,8", "y:batch,6"], "prune-ch-0.25"),
+    ],
+)
+def test_optimisations_take_several_and_integer_inputs(
+    parts: Path, factory: str, inputs: list[str], optimisation: str
+) -> None:
+    from ngb.core.measure import run_trial
+
+    source = parse_source(factory, inputs=tuple(map(parse_input, inputs)), base_dir=parts)
+    spec = TrialSpec(
+        model=factory,
+        compiler="identity",
+        batch=2,
+        optimisation=optimisation,
+        source=source.to_dict(),
+        measure=MeasureSettings(repetitions=1, min_duration_s=0.01, min_iters=2, warmup_s=0.0),
+    )
+    result = run_trial(spec)
+    assert result.ok, result.error
+    assert result.extra["optimisation"]["name"] == optimisation

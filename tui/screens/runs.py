@@ -29,10 +29,13 @@ LIVE_STATES = frozenset({"running", "starting", "created", "paused"})
 
 
 def devices_of(run: RunRow) -> list[str]:
-    try:
-        names = json.loads(run.get("devices") or "[]")
-    except ValueError:
-        return []
+    """The run's device names (a list, or the JSON text older stores return)."""
+    names: Any = run.get("devices") or []
+    if isinstance(names, str):
+        try:
+            names = json.loads(names)
+        except ValueError:
+            return []
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
@@ -74,7 +77,7 @@ class RunsScreen(ConsoleScreen):
         table: DataTable[str] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     # -- polling -----------------------------------------------------------------------------
     def on_screen_resume(self) -> None:
