@@ -290,7 +290,7 @@ def test_cli_measure_json_prints_one_object() -> None:
 
     args = [
         "measure",
-        "m",
+        "resnet18",
         "--compiler",
         "noop",
         "--batch",
@@ -322,7 +322,7 @@ def test_cli_measure_failure_and_unknown_names() -> None:
         cli,
         [
             "measure",
-            "m",
+            "resnet18",
             "-c",
             "noop",
             "-o",
@@ -335,10 +335,10 @@ def test_cli_measure_failure_and_unknown_names() -> None:
     )
     assert failed.exit_code == 1
     assert "noop compiler asked to fail" in failed.stderr
-    unknown = runner.invoke(cli, ["measure", "m", "-c", "noopp"])
+    unknown = runner.invoke(cli, ["measure", "resnet18", "-c", "noopp"])
     assert unknown.exit_code != 0 and "did you mean: noop" in unknown.output
     assert "Traceback" not in unknown.output
-    bad_option = runner.invoke(cli, ["measure", "m", "-c", "noop", "-o", "novalue"])
+    bad_option = runner.invoke(cli, ["measure", "resnet18", "-c", "noop", "-o", "novalue"])
     assert bad_option.exit_code != 0 and "key=value" in bad_option.output
 
 
