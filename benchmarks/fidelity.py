@@ -46,9 +46,13 @@ x = torch.randn(batch, 3, 224, 224, device=device)
 with torch.inference_mode():
     for _ in range(3):
         model(x)
-    timer = benchmark.Timer(stmt="model(x)", globals={"model": model, "x": x})
+    # Timer runs single-threaded unless told: give it torch's default, as ngb's eager uses.
+    timer = benchmark.Timer(
+        stmt="model(x)", globals={"model": model, "x": x}, num_threads=torch.get_num_threads()
+    )
     m = timer.adaptive_autorange(min_run_time=2.0)
-print(json.dumps({"median_s": m.median, "iqr_s": m.iqr, "runs": len(m.times)}))
+print(json.dumps({"median_s": m.median, "iqr_s": m.iqr, "runs": len(m.times),
+                  "threads": torch.get_num_threads()}))
 """
 
 
@@ -94,7 +98,7 @@ def timer_reference(model: str, batch: int, device: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"torch Timer reference failed: {proc.stderr.strip()[-500:]}")
     m = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"value": batch / m["median_s"], "precision": "fp32 (torch default)"}
+    return {"value": batch / m["median_s"], "precision": f"fp32, {m['threads']} threads"}
 
 
 def export(model: str, folder: Path, batch: int) -> Path:

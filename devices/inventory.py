@@ -42,7 +42,7 @@ LOCALHOST = "localhost"
 ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
 
 HEADER = (
-    "# ngb device inventory. Edit by hand or with `ngb devices add/remove/import`;\n"
+    "# ngb device inventory. Edit by hand or with `ngb devices add/edit/remove/import`;\n"
     "# check it with `ngb devices check`. One [devices.NAME] table per device.\n\n"
 )
 

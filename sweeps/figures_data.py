@@ -1,9 +1,9 @@
 """What the figures read: the report data layer's trials, narrowed and given an uncertainty each.
 
 ``FigureData`` is a ``ReportData`` (same "newest result per point" rule, same ``--run`` /
-``--device`` checks) that also filters by model family and -- where the store has the column --
-by precision, so the report builders reused by the figures (ASE grid, ranking reversals) see the
-same trials as the figures drawn directly.
+``--device`` checks) that also filters by model family (or block kind, ``conv`` / ``mha``) and --
+where the store records it -- by precision, so the report builders reused by the figures (ASE
+grid, ranking reversals) see the same trials as the figures drawn directly.
 
 Each trial gets:
 
@@ -31,6 +31,7 @@ CI_COLUMNS = ("throughput_ci_half", "throughput_ci_half_width", "ci_half_width")
 VERDICT_COLUMNS = ("verdict",)
 PRECISION_COLUMNS = ("precision", "precision_resolved")
 LEVEL = 0.95
+BLOCK_KINDS = ("conv", "mha")  # synthetic blocks: family "block", filterable by kind too
 
 
 def _first(row: dict[str, Any], names: tuple[str, ...]) -> Any:
@@ -76,10 +77,13 @@ class FigureData(ReportData):
         enriched = [self._enrich(t, details.get((t["run_id"], t["device"], t["key"]), {}))
                     for t in base]  # fmt: skip
         if self.family is not None:
-            known = sorted({str(t.get("family")) for t in enriched if t.get("family")})
+            # a family (resnet, deit, block ...) or one block kind (conv, mha), as the console
+            # groups them
+            kinds = {str(t["model"]) for t in enriched if t.get("model") in BLOCK_KINDS}
+            known = sorted({str(t.get("family")) for t in enriched if t.get("family")} | kinds)
             if self.family not in known:
                 raise UnknownNameError("model family", self.family, known)
-            enriched = [t for t in enriched if t.get("family") == self.family]
+            enriched = [t for t in enriched if self.family in (t.get("family"), t.get("model"))]
         if self.precision is not None:
             known = sorted({str(t["precision"]) for t in enriched if t.get("precision")})
             if not self.has_precision or not known:

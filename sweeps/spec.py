@@ -347,6 +347,42 @@ def parse_sweep(
     return sweep
 
 
+def check_timm_names(names: Iterable[str]) -> None:
+    """Refuse unknown timm names, cheaply: against a cached list of timm's names.
+
+    Importing timm (and torch with it) takes seconds, which ``ngb run`` should not spend before
+    every start. The list is kept per timm version in the cache dir; only a name missing from it
+    is looked up in timm itself (which also gives close matches for the message).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ngb.core.models import resolve_model
+    from ngb.devices.paths import get_paths
+
+    names = list(names)
+    listing: Path | None = None
+    known: set[str] = set()
+    try:
+        listing = get_paths().cache / f"timm-models-{version('timm')}.txt"
+        known = set(listing.read_text(encoding="utf-8").split())
+    except (PackageNotFoundError, OSError):
+        pass  # no timm here (resolve_model says so) or no list yet
+    if not known and names:
+        import timm
+
+        known = set(timm.list_models())
+        if listing is not None:
+            try:
+                from ngb.devices.inventory import atomic_write_text
+
+                atomic_write_text(listing, "\n".join(sorted(known)) + "\n")
+            except OSError:
+                pass  # a read-only cache only costs the next run the same import
+    for name in names:
+        if name not in known:
+            resolve_model(name)  # e.g. a pretrained tag; unknown names raise with close matches
+
+
 def check_sweep_name(name: Any, source: str, *, named: bool = True) -> str:
     """The sweep's name, if it can name a run: ASCII letters, digits, '.', '_', '-' (64 at most),
     starting with a letter or digit."""

@@ -25,7 +25,15 @@ from ngb.core.types import MeasureSettings, TrialSpec
 
 torch = pytest.importorskip("torch")
 
-FAST = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 2, "min_duration_s": 0.0, "repetitions": 2}
+FAST = {
+    "warmup_iters": 1,
+    "warmup_s": 0.0,
+    "min_iters": 2,
+    "min_duration_s": 0.0,
+    "repetitions": 2,
+    "workers": 1,
+    "quiet_check_s": 0.0,
+}  # one process: worker processes have their own tests
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 
 

@@ -240,6 +240,8 @@ def test_reversal_pair(store: Store) -> None:
 def test_family_filter_and_unknown_names(store: Store) -> None:
     spec = build_figure("fig05", FigureData(store, run_id="r1", family="resnet"))
     assert [p.title for p in spec.panels] == ["resnet18 (resnet)"]
+    conv = build_figure("fig05", FigureData(store, run_id="r1", family="conv"))  # a block kind
+    assert [p.title for p in conv.panels] == ["conv64x1 (block)", "conv64x2 (block)"]
     with pytest.raises(UnknownNameError, match="unknown model family 'vgg'"):
         FigureData(store, family="vgg")
     with pytest.raises(ConfigError, match="none of these results records the precision"):
@@ -468,3 +470,34 @@ def test_html_report_in_headless_chromium(run_html: Path, tmp_path: Path) -> Non
         assert image.size == (1280, 1600)
         lo, hi = image.convert("L").getextrema()
         assert hi - lo > 150  # the page's tables and text, not a blank or error page
+
+
+# ---------------------------------------------------------------- the console's "save figure"
+
+
+async def test_console_results_screen_saves_the_figure_of_its_tab(tmp_path: Path) -> None:
+    from textual.widgets import TabbedContent
+
+    from tests.test_tui_support import SIZE, make_app, wait_for
+
+    app = make_app(tmp_path, screen="results")
+    db = app.backend.db_path
+    assert db is not None
+    _build_store(db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.run_id == "r1" and screen.rows)
+        out = db.parent / "figures" / "r1"
+        app.set_focus(None)
+        screen.query_one("#results-tabs", TabbedContent).active = "tab-table"
+        await pilot.press("f")  # the table tab has no figure: nothing is written
+        await pilot.pause(0.5)
+        assert not out.exists()
+        screen.query_one("#results-tabs", TabbedContent).active = "tab-speedup"
+        await pilot.press("f")
+        caption = out / "fig06-speedup-batch.caption.txt"
+        await wait_for(pilot, caption.exists, timeout=120)
+        family = screen.selection().family
+        assert f"family {family}" in caption.read_text()
+        for ext in ("png", "svg", "pdf"):
+            assert (out / f"fig06-speedup-batch.{ext}").stat().st_size > 1000

@@ -13,7 +13,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_pruning")
 
 QUICK = MeasureSettings(
-    warmup_iters=1, warmup_s=0.0, min_iters=2, min_duration_s=0.0, repetitions=2
+    warmup_iters=1,
+    warmup_s=0.0,
+    min_iters=2,
+    min_duration_s=0.0,
+    repetitions=2,
+    workers=1,
+    quiet_check_s=0.0,
 )
 
 

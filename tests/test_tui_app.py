@@ -19,6 +19,10 @@ from textual.widgets import DataTable, Input, Label, Log, Select, SelectionList,
 from tests.test_tui_support import SIZE, make_app, wait_for, write_noop_sweep
 
 
+def row_names(table: DataTable) -> list[str]:
+    return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+
+
 def label_text(app: NgbApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Label).render())
 
@@ -84,7 +88,7 @@ async def test_add_edit_validate_and_remove_a_device(tmp_path: Path) -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: "jetson-one" in load_inventory(inventory))
         assert "jetson-1" not in load_inventory(inventory)
-        await wait_for(pilot, lambda: table.row_count == 2)
+        await wait_for(pilot, lambda: table.row_count == 2 and "jetson-one" in row_names(table))
         # Remove (after a confirmation).
         table.move_cursor(row=table.get_row_index("jetson-one"))
         await pilot.press("d")
@@ -228,10 +232,11 @@ async def test_log_tail_follows_only_at_the_bottom(tmp_path: Path) -> None:
                     ts=0.0,
                 )
             )
-        await pilot.pause(0.3)
         log = screen.query_one(Log)
-        assert log.is_vertical_scroll_end and log.scroll_y > 0
-        log.scroll_to(y=0, animate=False)
+        # The log follows, also when it shrinks as the device's panel appears above it.
+        await wait_for(pilot, lambda: log.line_count == 60 and len(screen._panels) == 1)
+        await wait_for(pilot, lambda: log.is_vertical_scroll_end and log.scroll_y > 0, timeout=10)
+        log.scroll_to(y=0, animate=False, immediate=True)
         await pilot.pause()
         for i in range(60, 80):
             screen.handle_run_event(
@@ -252,8 +257,8 @@ async def test_log_tail_follows_only_at_the_bottom(tmp_path: Path) -> None:
                 "r", "d", "agent", event={"type": "log", "level": "info", "msg": "tail"}, ts=0.0
             )
         )
-        await pilot.pause(0.3)
-        assert log.is_vertical_scroll_end
+        await wait_for(pilot, lambda: log.line_count == 81)
+        await wait_for(pilot, lambda: log.is_vertical_scroll_end, timeout=10)
 
 
 async def test_hidden_run_screen_folds_events_but_does_not_redraw(tmp_path: Path) -> None:

@@ -131,12 +131,63 @@ def test_chart_data_uses_the_paper_metrics() -> None:
     assert bsr.series["noop"] == [1.0, 1.5]
     heat = rd.ase_heatmap(ok, sel)
     assert heat.matrix == [[1.0, 1.5]] and heat.row_labels == ["conv w8"]
+    assert heat.title.startswith("ASE of noop")
     depth = rd.depth_chart(ok, sel)
     # batch 4: speed-up 3.0 at depth 1, 150/50 = 3.0 at depth 2 -> slope 0, retention 1
     assert depth.series["noop"] == [3.0, 3.0]
     assert "slope +0.000" in depth.subtitle and "retention 1.00" in depth.subtitle
     table = rd.metrics_table(ok, sel)
-    assert ("conv w8", "noop", "4", "1", "1200.0", "3.000", "6.000", "1.500", "1.500") in table
+    # No spread stored for these rows: the table says so (±?, n<2) rather than looking exact.
+    row = ("conv w8", "noop", "4", "1", "?", "1200.0 ±?", "3.000 ±? n<2", "6.000", "1.500", "1.500")
+    assert (*row, "") in table
+
+
+def sampled(compiler: str, batch: int, samples: list[float], **extra: object) -> dict:
+    mean = sum(samples) / len(samples)
+    return {
+        "model": "conv", "width": 8, "depth": 1, "batch": batch, "compiler": compiler,
+        "status": "ok", "throughput_mean": mean, "optimisation": "none", "samples": samples,
+        "repetitions": len(samples), **extra,
+    }  # fmt: skip
+
+
+def test_table_shows_spread_significance_and_flags() -> None:
+    from ngb.core.significance import compare, confidence_interval
+
+    base = [100.0, 104.0, 96.0, 101.0, 99.0]
+    close = [101.0, 97.0, 105.0, 100.0, 102.0]  # not significantly faster than identity
+    fast = [300.0, 302.0, 298.0, 301.0, 299.0]
+    rows = [
+        sampled("identity", 8, base),
+        sampled("noop", 8, close, unstable=True),
+        sampled("openvino", 8, fast, verdict="INVALID"),
+    ]
+    table = {r[1]: r for r in rd.metrics_table(rd.ok_rows(rows), rd.Selection("conv"))}
+    half = confidence_interval(base).half_width
+    assert table["identity"][4:7] == ("5", f"100.0 ±{half:.1f}", "1 (baseline)")
+    assert compare(close, base).flag == "n.s." and table["noop"][6].endswith("n.s.")
+    assert table["noop"][10] == "unstable"
+    assert compare(fast, base).flag == "" and "n.s." not in table["openvino"][6]
+    assert table["openvino"][6].startswith("3.000 ±") and table["openvino"][10] == "INVALID"
+    # Batch 1 was never measured: speed-up is still shown, RTR/ASE/BSR cannot be told.
+    assert table["openvino"][7:10] == ("--", "--", "--")
+    # The charts carry the same intervals as error bars and a reference line at 1.
+    sel = rd.Selection("conv", "conv w8", [])
+    tp = rd.throughput_chart(rd.ok_rows(rows), sel)
+    assert tp.errors["identity"] == [pytest.approx(half)]
+    sp = rd.speedup_chart(rd.ok_rows(rows), sel)
+    assert sp.reference == 1.0 and sp.series["openvino"] == [pytest.approx(3.0)]
+    assert "depth 1" in sp.title and "conv w8" in sp.title
+
+
+def test_spread_from_std_when_no_samples_are_stored() -> None:
+    from ngb.tui.uncertainty import measured
+
+    m = measured({"throughput_std": 10.0, "repetitions": 4}, 100.0)
+    from scipy import stats
+
+    assert m.half == pytest.approx(stats.t.ppf(0.975, 3) * 10.0 / 2)
+    assert measured({"throughput_ci_half": 1.5, "throughput_std": 10.0}, 100.0).half == 1.5
 
 
 def test_charts_explain_missing_data() -> None:

@@ -19,7 +19,7 @@ from ngb.tui.backend import Backend
 from ngb.tui.widgets.device_panel import DevicePanel
 from textual.widgets import Input, TextArea
 
-from tests.test_tui_support import SIZE, wait_for
+from tests.test_tui_support import wait_for
 
 INVENTORY = """\
 [devices.localhost]
@@ -55,6 +55,11 @@ TPUT = {
     ("openvino", 4, 32): 5000.0,
 }
 
+# relative spread of the three repetitions (default 1 %): a noisy OpenVINO batch-1 trial, marked
+# unstable and not significantly faster than identity ("n.s." in the table)
+NOISY = {("openvino", 1, 1): 0.4}
+SIZES = {"80x24": (80, 24), "200x60": (200, 60)}
+
 
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch):
@@ -71,6 +76,7 @@ def filled_store(path: Path) -> Path:
     store.create_run("demo-snap", "demo", "", ["localhost"], len(TPUT), {})
     results = []
     for (compiler, depth, batch), tput in TPUT.items():
+        spread = NOISY.get((compiler, depth, batch), 0.01)
         spec = TrialSpec(model="conv", width=16, depth=depth, compiler=compiler, batch=batch)
         results.append(
             TrialResult(
@@ -79,11 +85,18 @@ def filled_store(path: Path) -> Path:
                 host="lab",
                 started_at=1.7e9,
                 finished_at=1.7e9 + 1,
-                throughput=Stats(n=3, mean=tput, std=tput * 0.01),
+                throughput=Stats(n=3, mean=tput, std=tput * spread),
+                unstable=spread > 0.1,
+                repetitions=[
+                    {"iters": 100, "elapsed_s": 1.0, "throughput": tput * (1 + k * spread)}
+                    for k in (-1, 0, 1)
+                ],
             )
         )
     store.ingest_results("demo-snap", "localhost", results)
     store.set_run_status("demo-snap", "done")
+    # fixed times, so the Runs view's "created" column is the same in every snapshot
+    store.query("UPDATE runs SET created_at = TIMESTAMP '2023-11-14 22:13:20'", allow_write=True)
     return path
 
 
@@ -111,15 +124,18 @@ def no_blink(app: NgbApp) -> None:
         assert widget.cursor_blink is False, widget
 
 
-def test_devices_screen(snap_compare, tmp_path: Path, frozen) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_devices_screen(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     async def ready(pilot) -> None:
         await wait_for(pilot, lambda: pilot.app.screen.query_one("#devices-table").row_count == 3)
         no_blink(pilot.app)
 
-    assert snap_compare(snapshot_app(tmp_path, "devices"), terminal_size=SIZE, run_before=ready)
+    app = snapshot_app(tmp_path, "devices")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
 
 
-def test_run_screen_live(snap_compare, tmp_path: Path, frozen) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_run_screen_live(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     events = [
         RunEvent(
             "demo-snap",
@@ -156,7 +172,15 @@ def test_run_screen_live(snap_compare, tmp_path: Path, frozen) -> None:
                 "localhost",
                 "agent",
                 ts=1.7e9 + i,
-                event={"type": "cpu", "percent": float(30 + (i * 37) % 70)},
+                event={
+                    "type": "cpu",
+                    "percent": float(30 + (i * 37) % 70),
+                    "proc_percent": 95.0,
+                    "per_cpu": [float((i + c * 13) % 100) for c in range(8)],
+                    "mem_percent": 31.0,
+                    "mem_used_mb": 7577.6,
+                    "mem_total_mb": 24576.0,
+                },
             )
             for i in range(30)
         ],
@@ -197,14 +221,17 @@ def test_run_screen_live(snap_compare, tmp_path: Path, frozen) -> None:
         for ev in events:
             screen.handle_run_event(ev)
         await wait_for(pilot, lambda: len(screen._panels) == 2)
+        pilot.app.set_focus(None)
+        await pilot.press("k")  # per-core bars on
         await pilot.pause(0.3)
         no_blink(pilot.app)
 
-    assert snap_compare(snapshot_app(tmp_path, "run"), terminal_size=SIZE, run_before=ready)
+    assert snap_compare(snapshot_app(tmp_path, "run"), terminal_size=SIZES[size], run_before=ready)
 
 
-@pytest.mark.parametrize("tab", ["throughput", "depth", "table"])
-def test_results_screen(snap_compare, tmp_path: Path, frozen, tab: str) -> None:
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("tab", ["throughput", "speedup", "ase", "depth", "table"])
+def test_results_screen(snap_compare, tmp_path: Path, frozen, tab: str, size: str) -> None:
     async def ready(pilot) -> None:
         screen = pilot.app.screen
         await wait_for(pilot, lambda: len(screen.rows) == len(TPUT))
@@ -212,23 +239,47 @@ def test_results_screen(snap_compare, tmp_path: Path, frozen, tab: str) -> None:
         await pilot.pause(0.3)
         no_blink(pilot.app)
 
-    assert snap_compare(snapshot_app(tmp_path, "results"), terminal_size=SIZE, run_before=ready)
+    app = snapshot_app(tmp_path, "results")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
 
 
-def test_sql_screen_with_a_result(snap_compare, tmp_path: Path, frozen) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_sql_screen_with_a_result(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     async def ready(pilot) -> None:
         await pilot.press("ctrl+j")
         await wait_for(pilot, lambda: pilot.app.screen.query_one("#sql-results").row_count == 3)
         await pilot.pause(0.3)
         no_blink(pilot.app)
 
-    assert snap_compare(snapshot_app(tmp_path, "sql"), terminal_size=SIZE, run_before=ready)
+    assert snap_compare(snapshot_app(tmp_path, "sql"), terminal_size=SIZES[size], run_before=ready)
 
 
-def test_help_modal(snap_compare, tmp_path: Path, frozen) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_runs_screen(snap_compare, tmp_path: Path, frozen, size: str) -> None:
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#runs-table").row_count == 1)
+        await pilot.pause(0.2)
+
+    assert snap_compare(snapshot_app(tmp_path, "runs"), terminal_size=SIZES[size], run_before=ready)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_add_device_form(snap_compare, tmp_path: Path, frozen, size: str) -> None:
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#devices-table").row_count == 3)
+        await pilot.press("a")
+        await pilot.pause(0.3)
+
+    app = snapshot_app(tmp_path, "devices")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_modal(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     async def ready(pilot) -> None:
         await pilot.pause(0.2)
         await pilot.press("question_mark")
         await pilot.pause(0.2)
 
-    assert snap_compare(snapshot_app(tmp_path, "devices"), terminal_size=SIZE, run_before=ready)
+    app = snapshot_app(tmp_path, "devices")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)

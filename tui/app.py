@@ -23,7 +23,7 @@ from ngb.tui.backend import Backend
 from ngb.tui.registry import BY_NAME, SCREENS
 from ngb.tui.screens.help import HelpScreen
 from ngb.tui.screens.run import RunScreen
-from ngb.tui.settings import load_settings, save_settings
+from ngb.tui.settings import Settings
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -33,15 +33,23 @@ if TYPE_CHECKING:
     from ngb.sweeps.orchestrator import Orchestrator
 
 
+SCREEN_KEYS = Binding.Group("screens", compact=True)
+
+
 class NgbApp(App[None]):
     CSS_PATH = "app.tcss"
+    # Layout classes set on each screen by size (see app.tcss).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
     TITLE = "ngb"
     SUB_TITLE = "neural graph compiler bench"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        *(Binding(s.key, f"show('{s.name}')", s.title) for s in SCREENS),
+        # One compact footer entry for all screen keys ("12345 screens"), so at 80 columns the
+        # global keys are not pushed off the footer by each screen's own.
+        *(Binding(s.key, f"show('{s.name}')", s.title, group=SCREEN_KEYS) for s in SCREENS),
     ]
 
     def __init__(
@@ -60,8 +68,7 @@ class NgbApp(App[None]):
         self.cursor_blink = cursor_blink
         self.start_screen = start_screen
         self.attach_on_start = attach_on_start
-        self.settings_path = settings_path
-        self.settings = load_settings(settings_path)
+        self.settings = Settings(settings_path)
         self.backend.on_orchestrator = self._subscribe
 
     # -- screens ---------------------------------------------------------------------------------
@@ -78,9 +85,8 @@ class NgbApp(App[None]):
     def watch_theme(self, theme: str) -> None:
         """Remember the theme the operator picked (command palette) for the next start."""
         settings = getattr(self, "settings", None)  # None while App.__init__ sets the default
-        if settings is not None and settings.get("theme") != theme:
-            settings["theme"] = theme
-            save_settings(settings, self.settings_path)
+        if settings is not None:
+            settings.set("theme", theme)
 
     @property
     def run_screen(self) -> RunScreen:

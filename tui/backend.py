@@ -32,7 +32,7 @@ class RunRow(TypedDict, total=False):
 
     run_id: str
     sweep_name: str
-    devices: str  # JSON list of device names
+    devices: list[str] | str  # device names (JSON text in older stores)
     n_trials: int
     status: str
     created_at: Any

@@ -50,8 +50,17 @@ class DeviceState:
     rep: int = 0
     reps: int = 0
     cpu: float | None = None  # latest system-wide percent (0..100) from the device itself
-    proc_cpu: float | None = None
+    proc_cpu: float | None = None  # the benchmark process (100 per busy core)
     cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
+    per_cpu: list[float] = field(default_factory=list)  # 0..100 per logical core
+    mem_percent: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    gpu_util: float | None = None  # only when the agent reports a GPU
+    gpu_mem_mb: float | None = None
+    gpu_power_w: float | None = None
+    ci_relative: float | None = None  # the trial's interval so far (half-width / mean)
+    ci_target: float | None = None
     tuning: TuningState | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
     started_at: float = field(default_factory=time.time)
@@ -60,6 +69,21 @@ class DeviceState:
     @property
     def finished_ok(self) -> int:
         return self.done - self.failed
+
+    @property
+    def idle(self) -> bool:
+        """No trial in flight: the meters show "idle" rather than the last sample."""
+        return self.finished or not self.current
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_util is not None or self.gpu_mem_mb is not None
+
+    def reset_meters(self) -> None:
+        self.cpu = self.proc_cpu = None
+        self.per_cpu = []
+        self.gpu_util = self.gpu_power_w = None
+        self.ci_relative = None
 
 
 @dataclass
@@ -72,6 +96,10 @@ class LogLine:
     def render(self) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(self.ts))
         return f"{stamp} {self.device:>12}  {self.text}"
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class RunModel:
@@ -143,6 +171,7 @@ class RunModel:
             if ev.state in TERMINAL_STATES:
                 state.finished = True
                 state.current, state.phase = "", ""
+                state.reset_meters()
             else:
                 state.finished = False
             self._apply_counts(state, ev)
@@ -173,14 +202,11 @@ class RunModel:
     def _apply_agent(self, s: DeviceState, e: dict[str, Any], ts: float) -> None:
         kind = e.get("type")
         if kind == "cpu":
-            pct = e.get("percent")
-            if isinstance(pct, int | float):
-                s.cpu = float(pct)
-                s.cpu_history.append(float(pct))
-            proc = e.get("proc_percent")
-            s.proc_cpu = float(proc) if isinstance(proc, int | float) else s.proc_cpu
+            self._apply_sample(s, e)
         elif kind == "progress":
             s.rep, s.reps = int(e.get("rep") or 0), int(e.get("reps") or 0)
+            s.ci_relative = _num(e.get("ci_relative"))
+            s.ci_target = _num(e.get("ci_target")) or s.ci_target
         elif kind == "phase":
             s.phase = str(e.get("phase") or "")
         elif kind == "tuning":
@@ -199,11 +225,13 @@ class RunModel:
         elif kind == "trial_done":
             s.done += 1
             s.current, s.phase = "", ""
+            s.reset_meters()
         elif kind == "trial_failed":
             s.done += 1
             s.failed += 1
             label = s.current or str(e.get("key") or "")
             s.current, s.phase = "", ""
+            s.reset_meters()
             kind_ = e.get("error_kind") or "error"
             self.add_log(
                 LogLine(ts, s.device, f"FAILED {label} ({kind_}): {e.get('error')}", "error")
@@ -216,6 +244,7 @@ class RunModel:
         elif kind == "run_done":
             s.finished = True
             s.current, s.phase = "", ""
+            s.reset_meters()
             note = " (cancelled)" if e.get("cancelled") else ""
             self.add_log(
                 LogLine(
@@ -229,3 +258,28 @@ class RunModel:
             self.add_log(
                 LogLine(ts, s.device, str(e.get("msg") or ""), str(e.get("level") or "info"))
             )
+
+    @staticmethod
+    def _apply_sample(s: DeviceState, e: dict[str, Any]) -> None:
+        """A ``cpu`` event: system and own CPU, per core, memory, and GPU where reported."""
+        pct = _num(e.get("percent"))
+        if pct is not None:
+            s.cpu = pct
+            s.cpu_history.append(pct)
+        s.proc_cpu = _num(e.get("proc_percent")) if "proc_percent" in e else s.proc_cpu
+        cores = e.get("per_cpu")
+        if isinstance(cores, list):
+            s.per_cpu = [v for v in (_num(c) for c in cores) if v is not None]
+        for attr, keys in (
+            ("mem_percent", ("mem_percent",)),
+            ("mem_used_mb", ("mem_used_mb",)),
+            ("mem_total_mb", ("mem_total_mb",)),
+            ("gpu_util", ("gpu_util_percent", "gpu_percent", "gpu_util")),
+            ("gpu_mem_mb", ("gpu_mem_used_mb", "gpu_mem_mb")),
+            ("gpu_power_w", ("gpu_power_w",)),
+        ):
+            for key in keys:
+                value = _num(e.get(key))
+                if value is not None:
+                    setattr(s, attr, value)
+                    break

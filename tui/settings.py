@@ -44,3 +44,19 @@ def save_settings(settings: dict[str, Any], path: Path | None = None) -> None:
         os.replace(tmp, target)
     except OSError:
         return
+
+
+class Settings:
+    """The remembered values of one console (read once, written on every change)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.data = load_settings(path)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        if self.data.get(key) != value:
+            self.data[key] = value
+            save_settings(self.data, self.path)

@@ -23,6 +23,7 @@ from ngb.devices.inventory import (
     Inventory,
     load_inventory,
     merge_devices,
+    with_changes,
 )
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import TransportError
@@ -172,6 +173,46 @@ def add(
     click.echo(f"added {name} ({_address(dev)}) to {path}")
     if not local:
         click.echo(f"next: `ngb devices trust {name}` to check and accept its host key")
+
+
+@devices.command("edit")
+@click.argument("name")
+@click.option("--host", default=None, help="Host name, IP address or ~/.ssh/config alias.")
+@click.option("--port", type=int, default=None)
+@click.option("--user", default=None, help="Login user.")
+@click.option("--identity", default=None, help="Private key file.")
+@click.option("--jump", default=None, help="Jump host: a device name or [user@]host[:port].")
+@click.option("--python", "python", default=None, help="Interpreter on the device.")
+@click.option("--workdir", default=None)
+@click.option("--group", "groups", multiple=True, help="Group (repeatable; replaces the list).")
+@click.option("--tag", "tags", multiple=True, help="Tag (repeatable; replaces the list).")
+@click.option("--notes", default=None)
+def edit(
+    name: str,
+    host: str | None,
+    port: int | None,
+    user: str | None,
+    identity: str | None,
+    jump: str | None,
+    python: str | None,
+    workdir: str | None,
+    groups: tuple[str, ...],
+    tags: tuple[str, ...],
+    notes: str | None,
+) -> None:
+    """Change some settings of a device; the rest of the file (comments too) stays as it is."""
+    inv = load_inventory()
+    old = inv.get(name)
+    changes = {
+        "host": host, "port": port, "user": user, "identity_file": identity, "jump_host": jump,
+        "python": python, "workdir": workdir, "groups": list(groups) or None,
+        "tags": list(tags) or None, "notes": notes,
+    }  # fmt: skip
+    if all(v is None for v in changes.values()):
+        raise NgbError(f"nothing to change for {name}: give at least one option (see --help)")
+    inv.add(with_changes(old, **changes), replace_existing=True)  # validated before saving
+    path = inv.save()
+    click.echo(f"edited {name} ({_address(inv.get(name))}) in {path}")
 
 
 @devices.command("remove")

@@ -18,7 +18,10 @@ import click
 )  # fmt: skip
 @click.option("--run", "run_id", default=None, help="Only this run (default: newest per point).")
 @click.option("--device", default=None, help="Only this testbed device.")
-@click.option("--family", default=None, help="Only this model family (resnet, deit, block ...).")
+@click.option(
+    "--family", default=None,
+    help="Only this model family (resnet, deit, block ...) or block kind (conv, mha).",
+)  # fmt: skip
 @click.option(
     "--precision", default=None, help="Only results at this precision (stores that record it)."
 )

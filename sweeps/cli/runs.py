@@ -261,10 +261,9 @@ def run(
         raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
     if spec.models():
-        from ngb.core.models import resolve_model
+        from ngb.sweeps.spec import check_timm_names
 
-        for name in spec.models():  # an unknown timm name fails here, not on every device
-            resolve_model(name)
+        check_timm_names(spec.models())  # an unknown name fails here, not on every device
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()

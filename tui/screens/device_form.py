@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.widgets.cursor import apply_cursor_blink
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -31,6 +32,7 @@ TEXT_FIELDS = (
     ("notes", "Notes", ""),
 )
 LIST_FIELDS = ("groups", "tags")
+FORM_CHROME = 12  # rows around the fields: border, padding, title, error line, buttons
 
 
 def form_values(raw: dict[str, str], transport: str) -> dict[str, Any]:
@@ -86,6 +88,15 @@ class DeviceFormScreen(ModalScreen[Any]):
 
     def on_mount(self) -> None:
         apply_cursor_blink(self)
+        self._fit(self.app.size.height)
+        self.query_one("#field-name", Input).focus()  # typing goes into the form at once
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """The fields scroll; the title, error line and Save/Cancel always fit (80x24 too)."""
+        self.query_one("#device-form-fields").styles.max_height = max(6, height - FORM_CHROME)
 
     def _initial(self, key: str) -> str:
         if self.device is None:

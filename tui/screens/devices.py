@@ -17,14 +17,21 @@ from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
 from ngb.tui.screens.host_key import HostKeyScreen
+from ngb.tui.widgets.probe_details import (
+    details_text,
+    probe_row,
+    shorten,
+    stored_probe,
+)
 from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.widgets import DataTable, Footer, Header, Input, Label
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 COLUMNS = ("name", "transport", "address", "groups", "status", "compilers")
+STATUS_WIDTH = 40  # a long probe error is cut here; the details pane below shows all of it
 
 
 def address_of(device: Any) -> str:
@@ -62,7 +69,7 @@ class DevicesScreen(ConsoleScreen):
         Binding("d", "remove", "Remove"),
         Binding("p", "probe", "Probe"),
         Binding("t", "trust", "Trust key"),
-        Binding("r", "reload", "Reload"),
+        Binding("r", "reload", "Reload", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -74,6 +81,7 @@ class DevicesScreen(ConsoleScreen):
         self.devices: list[Any] = []
         self.status: dict[str, str] = {}
         self.compilers: dict[str, list[str]] = {}
+        self.probes: dict[str, dict[str, Any]] = {}  # newest stored probe per device
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -84,7 +92,8 @@ class DevicesScreen(ConsoleScreen):
         table.add_columns(*COLUMNS)
         yield table
         yield Label("", id="devices-error")
-        yield Footer()
+        yield Static("", id="device-details")
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -101,10 +110,21 @@ class DevicesScreen(ConsoleScreen):
             error = ""
         except NgbError as exc:  # a bad file: show why, keep the last good list, touch nothing
             devices, error = self.devices, str(exc)
-        self.app.call_from_thread(self._show_devices, devices, error)
+        try:  # the last probe of each device, so its status survives a restart
+            probes = self.backend.probes_sync()
+        except NgbError:
+            probes = {}
+        self.app.call_from_thread(self._show_devices, devices, error, probes)
 
-    def _show_devices(self, devices: list[Any], error: str = "") -> None:
+    def _show_devices(
+        self, devices: list[Any], error: str = "", probes: dict[str, dict[str, Any]] | None = None
+    ) -> None:
         self.devices = devices
+        for name, row in (probes or {}).items():
+            self.probes[name] = row
+            if name not in self.status:
+                self.status[name] = f"ok {str(row.get('probed_at') or '')[:16]}".strip()
+                self.compilers[name] = compilers_of(stored_probe(row))
         self.query_one("#devices-error", Label).update(f"[red]{error}[/]" if error else "")
         self._render_table()
 
@@ -119,7 +139,7 @@ class DevicesScreen(ConsoleScreen):
                 dev.transport,
                 address_of(dev),
                 ",".join(dev.groups),
-                self.status.get(dev.name, "-"),
+                shorten(self.status.get(dev.name, "-"), STATUS_WIDTH),
                 " ".join(self.compilers.get(dev.name, [])),
             )
             if needle and not any(needle in str(cell).casefold() for cell in row):
@@ -128,6 +148,18 @@ class DevicesScreen(ConsoleScreen):
         fill_table(table, COLUMNS, shown, keys=[row[0] for row in shown])
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
+        self._show_details()
+
+    @on(DataTable.RowHighlighted, "#devices-table")
+    def _show_details(self) -> None:
+        """Hardware and software of the highlighted device (the README's Tables I and II)."""
+        dev = self.selected()
+        pane = self.query_one("#device-details", Static)
+        if dev is None:
+            pane.update("")
+            return
+        status = self.status.get(dev.name, "")
+        pane.update(details_text(dev.name, self.probes.get(dev.name), status))
 
     def selected(self) -> Any | None:
         table = self.query_one("#devices-table", DataTable)
@@ -246,6 +278,7 @@ class DevicesScreen(ConsoleScreen):
             self._set_status(device.name, f"error: {exc}")
             return
         self.compilers[device.name] = compilers_of(probe)
+        self.probes[device.name] = probe_row(probe)
         self._set_status(device.name, "ok")
         await asyncio.to_thread(self._record_probe, device.name, probe)
 

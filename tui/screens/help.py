@@ -16,6 +16,7 @@ from textual.widgets import Markdown
 
 GLOBAL_KEYS = (
     ("ctrl+p", "command palette (screens, start, themes; the theme is remembered)"),
+    ("y / Y / o", "in a table: copy the cell / the row, sort by the column (or click its header)"),
     ("?", "this help"),
     ("q", "quit (runs go on on their devices; restart re-attaches)"),
     ("escape", "leave a text box or editor (then the keys above work again)"),

@@ -15,15 +15,16 @@ from ngb.core.errors import NgbError
 from ngb.tui import results_data as rd
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
+from ngb.tui.widgets.checklist import Checklist
+from ngb.tui.widgets.data_grid import DataGrid
+from ngb.tui.widgets.heatmap import HeatmapView
 from ngb.tui.widgets.result_chart import ResultChart
-from ngb.tui.widgets.table_fill import fill_table
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import (
-    DataTable,
     Footer,
     Header,
     Input,
@@ -38,6 +39,21 @@ POLL_S = 5.0
 ALL = "(all)"
 
 
+def trials_note(run_id: str, rows: list[dict[str, Any]], failed: int) -> str:
+    """``20 trials: 18 ok, 2 failed, 16 unstable`` -- the warnings a mean alone would hide."""
+    ok = len(rows) - failed
+    unstable = sum(1 for r in rows if r.get("status") == "ok" and r.get("unstable"))
+    flagged = sum(
+        1 for r in rows if str(r.get("verdict") or "VALID").upper() != "VALID" or r.get("disturbed")
+    )
+    parts = [f"{len(rows)} trials in run {run_id}: {ok} ok", f"{failed} failed"]
+    if unstable:
+        parts.append(f"[yellow]{unstable} unstable (CoV above the limit)[/]")
+    if flagged:
+        parts.append(f"[yellow]{flagged} not VALID or disturbed[/]")
+    return ", ".join(parts) + "  (± = 95% CI; n.s. = not significantly different from identity)"
+
+
 def _options(values: list[str]) -> list[tuple[str, str]]:
     return [(v, v) for v in values]
 
@@ -46,12 +62,15 @@ class ResultsScreen(ConsoleScreen):
     AUTO_FOCUS = "#results-run"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
+        Binding("l", "toggle_log", "Log scale"),
+        Binding("f", "save_figure", "Save figure (PNG/SVG/PDF)", show=False),
         Binding("slash", "filter", "Filter table", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
     run_id: reactive[str] = reactive("")
     filter_text: reactive[str] = reactive("")
+    log_y: reactive[bool] = reactive(False)
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="results")
@@ -71,18 +90,22 @@ class ResultsScreen(ConsoleScreen):
             with Vertical():
                 yield Select[str]([], prompt="family", id="results-family")
                 yield Select[str]([], prompt="model", id="results-variant")
-            yield SelectionList[str](id="results-compilers")
+            yield Checklist(id="results-compilers")
         yield Label("", id="results-note")
         with TabbedContent(id="results-tabs"):
             for tab_id, kind in rd.CHARTS.items():
                 with TabPane(kind.title, id=f"tab-{tab_id}"):
-                    yield ResultChart(id=f"chart-{tab_id}")
+                    if kind.heatmap:
+                        yield Select[str](
+                            [], prompt="compiler", id=f"heat-{tab_id}", classes="heat-compiler"
+                        )
+                        yield HeatmapView(id=f"chart-{tab_id}")
+                    else:
+                        yield ResultChart(id=f"chart-{tab_id}")
             with TabPane("Table", id="tab-table"):
                 yield Input(placeholder="filter rows", id="results-filter", classes="filter")
-                table: DataTable[str] = DataTable(id="results-table", zebra_stripes=True)
-                table.add_columns(*rd.TABLE_COLUMNS)
-                yield table
-        yield Footer()
+                yield DataGrid(id="results-table")
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -104,6 +127,29 @@ class ResultsScreen(ConsoleScreen):
 
     def action_reload(self) -> None:
         self.refresh_runs()
+
+    # -- save figure: the chart tab on screen as the paper figure (ngb.sweeps.figures) -------------
+    def action_save_figure(self) -> None:
+        tab = self.active_tab()
+        if not self.run_id or tab not in rd.CHARTS:
+            self.notify("Open a run's chart tab to save its figure.", severity="warning")
+            return
+        self.save_figure(tab, self.run_id, self._device(), self.selection().family or None)
+
+    @work(thread=True, group="figure", exclusive=True, exit_on_error=False)
+    def save_figure(self, tab: str, run_id: str, device: str | None, family: str | None) -> None:
+        from ngb.sweeps.figures import save_figure
+
+        store = self.backend.store()
+        try:
+            paths = save_figure(
+                tab, store, store.path.parent / "figures" / run_id, run_id=run_id, device=device,
+                family=family,
+            )  # fmt: skip
+        except NgbError as exc:
+            self.app.call_from_thread(self.notify, f"No figure saved: {exc}", severity="error")
+            return
+        self.app.call_from_thread(self.notify, f"Saved {paths[0]} (and .svg, .pdf, caption)")
 
     def refresh_runs(self, select: str | None = None) -> None:
         if select:
@@ -183,10 +229,17 @@ class ResultsScreen(ConsoleScreen):
         backend = self.backend
         try:
             devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
-            rows = backend.trials_sync(run_id=run_id, device=device)
+            trials = backend.trials_sync(run_id=run_id, device=device)
+            samples = backend.samples_sync(run_id, device)
         except NgbError as exc:
             self.app.call_from_thread(self._poll_failed, str(exc))
             return
+        # Each row carries its per-repetition throughputs: the spread and "n.s." are computed
+        # from them (the same test as `ngb report`).
+        rows: list[dict[str, Any]] = [
+            {**t, "samples": samples.get((run_id, str(t.get("device")), str(t.get("key"))), [])}
+            for t in trials
+        ]
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
 
     # -- rendering -------------------------------------------------------------------------------
@@ -203,12 +256,13 @@ class ResultsScreen(ConsoleScreen):
                 device_select.value = keep if keep in devices else ALL
         failed = sum(1 for r in rows if r.get("status") not in (None, "ok"))
         self.rows = rd.ok_rows(rows)
-        self.query_one("#results-note", Label).update(
-            f"{len(rows)} trials ({failed} failed) in run {run_id}"
-        )
+        self.query_one("#results-note", Label).update(trials_note(run_id, rows, failed))
         self._set_choices("#results-family", rd.families(self.rows))
         self._refresh_variants()
         compilers = rd.compilers(self.rows)
+        for tab_id, kind in rd.CHARTS.items():
+            if kind.heatmap:
+                self._set_choices(f"#heat-{tab_id}", [c for c in compilers if c != rd.BASELINE])
         sel = self.query_one("#results-compilers", SelectionList)
         if self._choices.get("#results-compilers") != compilers:
             known = set(self._choices.get("#results-compilers", []))
@@ -246,6 +300,7 @@ class ResultsScreen(ConsoleScreen):
         self.redraw()
 
     @on(Select.Changed, "#results-variant")
+    @on(Select.Changed, ".heat-compiler")
     @on(SelectionList.SelectedChanged, "#results-compilers")
     @on(TabbedContent.TabActivated, "#results-tabs")
     def _selection_changed(self) -> None:
@@ -256,10 +311,13 @@ class ResultsScreen(ConsoleScreen):
             v = self.query_one(selector, Select).value
             return "" if v is Select.NULL else str(v)
 
+        heat = [f"#heat-{tab}" for tab, kind in rd.CHARTS.items() if kind.heatmap]
         return rd.Selection(
             family=value("#results-family"),
             variant=value("#results-variant"),
             compilers=list(self.query_one("#results-compilers", SelectionList).selected),
+            heat_compiler=value(heat[0]) if heat else "",
+            log_y=self.log_y,
         )
 
     def active_tab(self) -> str:
@@ -280,15 +338,24 @@ class ResultsScreen(ConsoleScreen):
             chart = rd.Chart(title=kind.title, note="no results to show yet")
         else:
             chart = kind.build(self.rows, sel)
-        self.query_one(f"#chart-{tab}", ResultChart).draw(chart)
+        view = self.query_one(f"#chart-{tab}")
+        if isinstance(view, ResultChart | HeatmapView):
+            view.draw(chart)
         self.draws += 1
 
     def _fill_table(self, sel: rd.Selection) -> None:
-        table = self.query_one("#results-table", DataTable)
+        table = self.query_one("#results-table", DataGrid)
         needle = self.filter_text.casefold()
         rows = rd.metrics_table(self.rows, sel) if sel.family else []
         shown = [r for r in rows if not needle or any(needle in c.casefold() for c in r)]
-        fill_table(table, rd.TABLE_COLUMNS, shown)
+        numeric = {i for i, c in enumerate(rd.TABLE_COLUMNS) if c in rd.NUMERIC_COLUMNS}
+        table.fill(rd.TABLE_COLUMNS, shown, numeric=numeric)
+
+    def action_toggle_log(self) -> None:
+        """Logarithmic y axis on the charts (throughputs that span orders of magnitude)."""
+        self.log_y = not self.log_y
+        self.notify(f"log scale {'on' if self.log_y else 'off'}", timeout=2)
+        self.redraw()
 
     # -- filter ----------------------------------------------------------------------------------
     def action_filter(self) -> None:

@@ -16,8 +16,10 @@ from ngb.tui.backend import Backend
 from ngb.tui.run_model import RunModel
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
+from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.device_panel import DevicePanel
 from ngb.tui.widgets.log_tail import LogTail
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -25,7 +27,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
-from textual.widgets import Button, Footer, Header, Input, Label, Select, SelectionList
+from textual.widgets import Button, Footer, Header, Input, Label, Select
 
 REFRESH_HZ = 10
 #: a run that took at least this long rings the terminal bell when it ends
@@ -39,6 +41,8 @@ class RunScreen(ConsoleScreen):
         Binding("s", "start", "Start"),
         Binding("p", "pause", "Pause/resume"),
         Binding("c", "cancel", "Cancel run"),
+        Binding("k", "toggle_cores", "Per-core"),
+        Binding("escape", "leave_input", "Leave input", show=False),
     ]
 
     current_run: reactive[str] = reactive("")
@@ -59,6 +63,8 @@ class RunScreen(ConsoleScreen):
         self._log_seen = 0
         self._announced: set[str] = set()
         self.redraws = 0  # how many throttled redraws ran (benchmark and tests read it)
+        self.show_cores = False
+        self.refusal = ""  # why the last start was refused (e.g. the run holding a device)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -70,7 +76,7 @@ class RunScreen(ConsoleScreen):
                 yield Label("", id="sweep-summary")
             with Vertical(id="run-devices"):
                 yield Label("Devices", classes="section-title")
-                yield SelectionList[str](id="device-list")
+                yield Checklist(id="device-list")
             with Vertical(id="run-buttons"):
                 yield Button("Start (s)", id="start", variant="success")
                 yield Button("Pause (p)", id="pause")
@@ -78,7 +84,7 @@ class RunScreen(ConsoleScreen):
         yield Label("No run yet: choose a sweep and devices, then press s.", id="run-status")
         yield VerticalScroll(id="device-panels")
         yield LogTail(id="run-log")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -105,12 +111,13 @@ class RunScreen(ConsoleScreen):
         select.set_options([(p, p) for p in presets])
         if select.is_blank() and DEFAULT_SWEEP in presets:
             select.value = DEFAULT_SWEEP
-        chosen = set(self.query_one(SelectionList).selected)
+        chosen = set(self.query_one(Checklist).selected)
         names = [d.name for d in devices]
-        if not chosen and names:
-            # Embedded default: the first device (the built-in localhost when nothing else is set).
-            chosen = {"localhost" if "localhost" in names else names[0]}
-        sel = self.query_one(SelectionList)
+        if not chosen and "localhost" in names:
+            # Embedded default: the built-in localhost. A device added later starts unticked (it
+            # may not be reachable yet): the operator ticks it once it probes fine.
+            chosen = {"localhost"}
+        sel = self.query_one(Checklist)
         sel.clear_options()
         sel.add_options([(f"{d.name} ({d.transport})", d.name, d.name in chosen) for d in devices])
 
@@ -149,7 +156,7 @@ class RunScreen(ConsoleScreen):
 
     def action_start(self) -> None:
         choice = self.sweep_choice()
-        devices = list(self.query_one(SelectionList).selected)
+        devices = [str(d) for d in self.query_one(Checklist).selected]
         if not choice:
             self.notify("choose a sweep preset or enter a sweep file first", severity="warning")
             return
@@ -167,9 +174,12 @@ class RunScreen(ConsoleScreen):
             # subscribe before start, so no early event is missed
             backend.orchestrator()
             run_id = await backend.start_run(sweep, devices)
-        except NgbError as exc:
-            self.notify(str(exc), severity="error")
+        except NgbError as exc:  # e.g. a device busy with another run: the message names it
+            self.notify(str(exc), severity="error", timeout=10)
+            self.refusal = f"not started: {exc}"  # stays on the status line until the next start
+            self.query_one("#run-status", Label).update(Text(self.refusal, style="red"))
             return
+        self.refusal = ""
         self.follow_run(run_id, total=len(sweep.trials()), devices=devices)
         self.notify(f"run {run_id} started on {', '.join(devices)}")
 
@@ -224,6 +234,17 @@ class RunScreen(ConsoleScreen):
             self.notify(str(exc), severity="error")
             return
         self._run_ended(run_id, "cancelled")
+
+    def action_leave_input(self) -> None:
+        """Escape leaves the sweep-file box (or any field): the screen keys work again."""
+        self.query_one("#device-list", Checklist).focus()
+
+    def action_toggle_cores(self) -> None:
+        """Per-core CPU bars in every device panel, on or off."""
+        self.show_cores = not self.show_cores
+        for panel in self._panels.values():
+            panel.show_cores = self.show_cores
+            panel.show(panel.state)
 
     def watch_paused(self, paused: bool) -> None:
         if self.is_mounted:
@@ -290,6 +311,7 @@ class RunScreen(ConsoleScreen):
             panel = self._panels.get(key)
             if panel is None:
                 panel = self._panels[key] = DevicePanel(state, classes="device-panel")
+                panel.show_cores = self.show_cores
                 panel.display = key[0] == self.current_run
                 new_panels.append(panel)
             panel.show(state)
@@ -312,7 +334,10 @@ class RunScreen(ConsoleScreen):
             "finished" if self._all_finished(run_id) else "running"
         )
         pause = "  [yellow]paused[/]" if self.paused else ""
-        self.query_one("#run-status", Label).update(
+        status = Text.from_markup(
             f"Run [b]{run_id}[/b]  {run_state}{pause}  {done}/{total} trials on "
             f"{len(states)} device(s)"
         )
+        if self.refusal:
+            status.append(f"  | {self.refusal}", style="red")
+        self.query_one("#run-status", Label).update(status)

@@ -3,16 +3,18 @@
 A run started from the CLI (``ngb run``), one left detached, or one another console follows shows
 up here as soon as the store records it; the table is re-read every few seconds while the screen is
 shown (Dolphie-style: one read in a worker, re-armed after it lands) and not at all while hidden.
-``a`` / Enter attaches (the Run screen follows it from then on), ``c`` cancels after a yes/no.
+The list is ``Orchestrator.list_runs``: the store's runs with the live state of those this console
+follows; ``p`` also asks every device which run holds it, which lists a run started from another
+workstation and says whether a stored run's agents still live. ``a`` / Enter attaches (the Run
+screen follows it from then on), ``c`` cancels after a yes/no.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ngb.core.errors import NgbError
-from ngb.tui.backend import Backend, RunDeviceRow, RunRow
+from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.run import RunScreen
@@ -23,35 +25,34 @@ from textual.binding import Binding, BindingType
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label
 
+if TYPE_CHECKING:
+    from ngb.sweeps.run_listing import RunOverview
+
 POLL_S = 3.0
 COLUMNS = ("run", "sweep", "status", "devices", "done", "failed", "created", "here")
 LIVE_STATES = frozenset({"running", "starting", "created", "paused"})
 
 
-def devices_of(run: RunRow) -> list[str]:
-    try:
-        names = json.loads(run.get("devices") or "[]")
-    except ValueError:
-        return []
-    return [str(n) for n in names] if isinstance(names, list) else []
-
-
-def run_row(run: RunRow, devices: list[RunDeviceRow], followed: bool) -> tuple[str, ...]:
-    """One table row: counts summed over the run's devices (``run_devices``)."""
-    done = sum(int(d.get("n_done") or 0) for d in devices)
-    failed = sum(int(d.get("n_failed") or 0) for d in devices)
-    total = sum(int(d.get("n_trials") or 0) for d in devices) or int(run.get("n_trials") or 0)
-    names = [str(d.get("device")) for d in devices] or devices_of(run)
-    created = str(run.get("created_at") or "")[:19]
+def overview_row(run: RunOverview) -> tuple[str, ...]:
+    """One table row of ``Orchestrator.list_runs``: counts summed over the run's devices, and
+    what the devices said when asked (``p``): ``dev: agent running`` / ``not running``."""
+    done = sum(d.done for d in run.devices)
+    failed = sum(d.failed for d in run.devices)
+    total = sum(d.total or 0 for d in run.devices)
+    names = ",".join(
+        f"{d.device} ({d.agent})" if d.agent and d.agent != "not running" else d.device
+        for d in run.devices
+    )
+    here = "followed" if run.followed else ("" if run.in_store else "not in this store")
     return (
-        str(run.get("run_id")),
-        str(run.get("sweep_name") or ""),
-        str(run.get("status") or ""),
-        ",".join(names),
-        f"{done}/{total}",
+        run.run_id,
+        run.sweep_name,
+        run.status,
+        names,
+        f"{done}/{total}" if total else str(done),
         str(failed),
-        created,
-        "followed" if followed else "",
+        str(run.created_at or "")[:19],
+        here,
     )
 
 
@@ -60,13 +61,15 @@ class RunsScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "attach", "Attach"),
         Binding("c", "cancel", "Cancel run"),
+        Binding("p", "probe", "Ask devices"),
         Binding("r", "reload", "Reload"),
     ]
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="runs")
-        self.runs: list[RunRow] = []
+        self.runs: list[RunOverview] = []
         self._timer: Timer | None = None
+        self._probe_next = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -74,7 +77,7 @@ class RunsScreen(ConsoleScreen):
         table: DataTable[str] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     # -- polling -----------------------------------------------------------------------------
     def on_screen_resume(self) -> None:
@@ -88,18 +91,27 @@ class RunsScreen(ConsoleScreen):
     def action_reload(self) -> None:
         self.load_runs()
 
-    @work(thread=True, group="runs", exclusive=True, exit_on_error=False)
-    def load_runs(self) -> None:
+    def action_probe(self) -> None:
+        """Ask every device which run holds it (one connect each, concurrently)."""
+        self._probe_next = True
+        self.notify("asking the devices which runs they hold...")
+        self.load_runs()
+
+    @work(group="runs", exclusive=True, exit_on_error=False)
+    async def load_runs(self) -> None:
+        import asyncio
+
+        probe, self._probe_next = self._probe_next, False
         try:
-            runs = self.backend.runs_sync()
-            devices = {
-                str(r.get("run_id")): self.backend.run_devices_sync(str(r.get("run_id")))
-                for r in runs
-            }
+            if not self.backend.database_exists() and not self.backend.has_orchestrator():
+                runs: list[RunOverview] = []
+            else:
+                await asyncio.to_thread(self.backend.import_orchestrator_sync)
+                runs = await self.backend.orchestrator().list_runs(probe=probe)
         except NgbError as exc:
-            self.app.call_from_thread(self._show_error, str(exc))
+            self._show_error(str(exc))
             return
-        self.app.call_from_thread(self._show_runs, runs, devices)
+        self._show_runs(runs)
 
     def _rearm(self) -> None:
         if self._timer is not None:
@@ -111,25 +123,17 @@ class RunsScreen(ConsoleScreen):
         self.query_one("#runs-note", Label).update(f"[yellow]{message}[/]")
         self._rearm()
 
-    def followed(self) -> set[str]:
-        run = self.app.get_screen("run")
-        return {key[0] for key in run.model.devices} if isinstance(run, RunScreen) else set()
-
-    def _show_runs(self, runs: list[RunRow], devices: dict[str, list[RunDeviceRow]]) -> None:
+    def _show_runs(self, runs: list[RunOverview]) -> None:
         self.runs = runs
-        followed = self.followed()
-        rows = [
-            run_row(r, devices.get(str(r.get("run_id")), []), str(r.get("run_id")) in followed)
-            for r in runs
-        ]
+        rows = [overview_row(r) for r in runs]
         table = self.query_one("#runs-table", DataTable)
         cursor = table.cursor_row
         fill_table(table, COLUMNS, rows, keys=[row[0] for row in rows])
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
-        live = sum(1 for r in runs if str(r.get("status")) in LIVE_STATES)
+        live = sum(1 for r in runs if r.live or r.status in LIVE_STATES)
         self.query_one("#runs-note", Label).update(
-            f"{len(runs)} run(s), {live} going; a attach, c cancel"
+            f"{len(runs)} run(s), {live} going; a attach, c cancel, p ask the devices"
             if runs
             else "No runs in the database yet: start one on the Run screen (2) or with `ngb run`."
         )

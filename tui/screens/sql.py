@@ -8,20 +8,24 @@ freezes the console; an error is one line under the editor and the text stays as
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
-from ngb.tui.widgets.table_fill import fill_table
+from ngb.tui.settings import HISTORY_KEEP
+from ngb.tui.widgets.data_grid import DataGrid
+from ngb.tui.widgets.sql_editor import SqlEditor
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import (
     Button,
-    DataTable,
     Footer,
     Header,
     Input,
@@ -29,7 +33,6 @@ from textual.widgets import (
     OptionList,
     Select,
     Switch,
-    TextArea,
 )
 from textual.widgets.option_list import Option
 
@@ -59,12 +62,38 @@ CANNED: dict[str, str] = {
 DEFAULT_QUERY = CANNED["Throughput by compiler"]
 
 
-def cell(value: Any) -> str:
+def cell(value: Any, digits: int = 3) -> str:
     if value is None:
         return "NULL"
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    if isinstance(value, float | Decimal):
+        return f"{value:.{digits}f}" if math.isfinite(value) else str(value)
     return str(value)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def column_digits(rows: list[tuple[Any, ...]], index: int) -> int:
+    """One precision per column: enough decimals for its smallest non-zero magnitude (max 6)."""
+    values = [
+        abs(float(r[index])) for r in rows if isinstance(r[index], float | Decimal) and r[index]
+    ]
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return 3
+    smallest = min(finite)
+    return 3 if smallest >= 0.01 else min(6, 2 - math.floor(math.log10(smallest)))
+
+
+def friendly_error(message: str) -> str:
+    """The store's errors, said for the console (no CLI flags: here writes are a switch)."""
+    if "read-only" in message:
+        detail = message[message.rfind("(") + 1 : -1] if message.endswith(")") else ""
+        return "the database is open read-only: turn on 'allow writes' to change it" + (
+            f" ({detail})" if detail else ""
+        )
+    return message
 
 
 class SqlScreen(ConsoleScreen):
@@ -72,8 +101,10 @@ class SqlScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+j", "run_query", "Run query", priority=True),
         Binding("ctrl+enter", "run_query", "Run query", show=False, priority=True),
-        Binding("ctrl+e", "export", "Export"),
-        Binding("escape", "leave_editor", "Leave editor", show=False),
+        # priority: the editor and the path box would take ctrl+e (end of line) otherwise
+        Binding("ctrl+e", "export", "Export", priority=True),
+        Binding("ctrl+l", "clear", "Clear", priority=True),
+        Binding("escape", "leave_editor", "Leave editor", key_display="esc"),
     ]
 
     def __init__(self, backend: Backend) -> None:
@@ -81,7 +112,7 @@ class SqlScreen(ConsoleScreen):
         self.history: list[str] = []
         self.last_query = ""
         self.last_columns: list[str] = []
-        self.last_rows: list[tuple] = []
+        self.last_rows: list[tuple[Any, ...]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -92,13 +123,12 @@ class SqlScreen(ConsoleScreen):
                 yield Label("History", classes="section-title")
                 yield OptionList(id="sql-history")
             with Vertical(id="sql-main"):
-                yield TextArea(
-                    DEFAULT_QUERY, id="sql-editor", show_line_numbers=True, soft_wrap=False
-                )
-                with Horizontal(id="sql-bar"):
-                    yield Button("Run (ctrl+j)", id="sql-run", variant="primary")
+                yield SqlEditor(DEFAULT_QUERY, id="sql-editor")
+                with Horizontal(classes="sql-bar"):
+                    yield Button("Run", id="sql-run", variant="primary")
                     yield Label("allow writes", classes="switch-label")
                     yield Switch(value=False, id="sql-write")
+                with Horizontal(classes="sql-bar"):
                     yield Select(
                         [("CSV", "csv"), ("Parquet", "parquet")],
                         value="csv",
@@ -106,22 +136,51 @@ class SqlScreen(ConsoleScreen):
                         id="sql-format",
                     )
                     yield Input(placeholder="export path, e.g. ~/results.csv", id="sql-path")
-                    yield Button("Export (ctrl+e)", id="sql-export")
+                    yield Button("Export", id="sql-export")
                 yield Label("", id="sql-status")
-        yield DataTable(id="sql-results", zebra_stripes=True)
-        yield Footer()
+        yield DataGrid(id="sql-results")
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#sql-editor", TextArea).focus()
+        self.history = [q for q in self.settings.get("sql_history", []) if isinstance(q, str)]
+        self._show_history()
+        self.query_one("#sql-editor", SqlEditor).focus()
+
+    def on_screen_resume(self) -> None:
+        self.load_names()
+
+    @work(thread=True, group="names", exclusive=True, exit_on_error=False)
+    def load_names(self) -> None:
+        """Table and column names for completion (a missing database has none yet)."""
+        try:
+            tables = self.backend.table_columns_sync()
+        except NgbError:
+            return
+        self.app.call_from_thread(self.query_one("#sql-editor", SqlEditor).set_names, tables)
 
     def action_leave_editor(self) -> None:
         """Move focus out of the editor so the number keys switch screens again."""
-        self.query_one("#sql-results", DataTable).focus()
+        self.query_one("#sql-results", DataGrid).focus()
+
+    def action_clear(self) -> None:
+        """Empty the editor and the grid (history keeps the queries)."""
+        self.query_one("#sql-editor", SqlEditor).text = ""
+        self._clear_grid()
+        self._status("")
+        self.query_one("#sql-editor", SqlEditor).focus()
+
+    def _clear_grid(self) -> None:
+        self.last_columns, self.last_rows = [], []
+        self.query_one("#sql-results", DataGrid).fill([], [])
+
+    @on(SqlEditor.CompletionShown)
+    def _completions(self, event: SqlEditor.CompletionShown) -> None:
+        self._status("complete: " + "  ".join(event.candidates[:12]))
 
     # -- running ---------------------------------------------------------------------------------
     def action_run_query(self) -> None:
-        sql = self.query_one("#sql-editor", TextArea).text.strip()
+        sql = self.query_one("#sql-editor", SqlEditor).text.strip()
         if not sql:
             self._status("[yellow]type a query first[/]")
             return
@@ -134,14 +193,26 @@ class SqlScreen(ConsoleScreen):
         try:
             result = backend.query_sync(sql, allow_write=allow_write)
         except NgbError as exc:
-            self.app.call_from_thread(self._status, f"[red]{exc}[/]")
+            self.app.call_from_thread(self._show_error, str(exc))
             return
         self.app.call_from_thread(self._show_result, sql, result.columns, result.rows)
 
-    def _show_result(self, sql: str, columns: list[str], rows: list[tuple]) -> None:
+    def _show_error(self, message: str) -> None:
+        """One red line; the old grid goes, so no stale rows sit under a failed query."""
+        self._clear_grid()
+        self._status(Text(friendly_error(message), style="red"))
+
+    def _show_result(self, sql: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
         self.last_query, self.last_columns, self.last_rows = sql, columns, rows
-        table = self.query_one("#sql-results", DataTable)
-        fill_table(table, columns, ([cell(v) for v in row] for row in rows[:MAX_ROWS]))
+        shown = rows[:MAX_ROWS]
+        digits = [column_digits(shown, i) for i in range(len(columns))]
+        numeric = {i for i in range(len(columns)) if any(is_number(r[i]) for r in shown)}
+        grid = self.query_one("#sql-results", DataGrid)
+        grid.fill(
+            columns,
+            ([cell(v, digits[i]) for i, v in enumerate(row)] for row in shown),
+            numeric=numeric,
+        )
         more = f" (showing {MAX_ROWS})" if len(rows) > MAX_ROWS else ""
         self._status(f"{len(rows)} row(s){more}")
         self._remember(sql)
@@ -150,11 +221,16 @@ class SqlScreen(ConsoleScreen):
         if sql in self.history:
             self.history.remove(sql)
         self.history.insert(0, sql)
+        del self.history[HISTORY_KEEP:]
+        self.settings.set("sql_history", list(self.history))
+        self._show_history()
+
+    def _show_history(self) -> None:
         history = self.query_one("#sql-history", OptionList)
         history.clear_options()
         history.add_options([" ".join(q.split())[:60] for q in self.history])
 
-    def _status(self, text: str) -> None:
+    def _status(self, text: str | Text) -> None:
         self.query_one("#sql-status", Label).update(text)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -172,7 +248,7 @@ class SqlScreen(ConsoleScreen):
         self._load_query(self.history[event.option_index])
 
     def _load_query(self, sql: str) -> None:
-        editor = self.query_one("#sql-editor", TextArea)
+        editor = self.query_one("#sql-editor", SqlEditor)
         editor.text = sql
         editor.focus()
 
@@ -188,7 +264,7 @@ class SqlScreen(ConsoleScreen):
     def action_export(self) -> None:
         fmt = str(self.query_one("#sql-format", Select).value)
         path = self.query_one("#sql-path", Input).value.strip()
-        sql = self.last_query or self.query_one("#sql-editor", TextArea).text.strip()
+        sql = self.last_query or self.query_one("#sql-editor", SqlEditor).text.strip()
         if not path:
             path = f"ngb-export.{fmt}"
         self._status(f"exporting to {path}...")
@@ -200,7 +276,7 @@ class SqlScreen(ConsoleScreen):
         try:
             done = backend.export_sync(dest, fmt, table_or_sql)
         except NgbError as exc:
-            self.app.call_from_thread(self._status, f"[red]{exc}[/]")
+            self.app.call_from_thread(self._status, Text(str(exc), style="red"))
             return
         self.app.call_from_thread(self._status, f"exported {done.rows} row(s) to {done.path}")
         self.app.call_from_thread(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ngb.tui.run_model import DeviceState
-from ngb.tui.widgets.cpu_meter import cpu_line
+from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
 from ngb.tui.widgets.tuning_panel import tuning_lines
 from rich.text import Text
 from textual.widget import Widget
@@ -54,7 +54,23 @@ def current_line(state: DeviceState) -> str:
         return state.message or "waiting for the next trial"
     reps = f" rep {state.rep}/{state.reps}" if state.reps else ""
     phase = f" [{state.phase}]" if state.phase else ""
-    return f"{state.current}{phase}{reps}"
+    ci = ""
+    if state.ci_relative is not None:
+        target = f" (target ±{state.ci_target * 100:.0f}%)" if state.ci_target else ""
+        ci = f"  95% CI ±{state.ci_relative * 100:.1f}%{target}"
+    return f"{state.current}{phase}{reps}{ci}"
+
+
+def meter_lines(state: DeviceState, width: int, cores: bool = False) -> list[str]:
+    """CPU always; memory, GPU and per-core bars when there is something to show."""
+    lines = [cpu_line(state.cpu, state.cpu_history, width, state.proc_cpu, state.idle)]
+    if state.mem_percent is not None:
+        lines.append(mem_line(state.mem_percent, state.mem_used_mb, state.mem_total_mb))
+    if state.has_gpu:
+        lines.append(gpu_line(state.gpu_util, state.gpu_mem_mb, state.gpu_power_w))
+    if cores:
+        lines.append(cores_line([] if state.idle else state.per_cpu, width))
+    return lines
 
 
 def eta_text(state: DeviceState, now: float) -> str:
@@ -93,28 +109,39 @@ class DevicePanel(Widget):
     def __init__(self, state: DeviceState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state = state
+        self.show_cores = False  # per-core bars, toggled from the Run screen
 
     def show(self, state: DeviceState) -> None:
         self.state = state
         tuning = state.tuning is not None and not state.finished
         self.set_class(tuning, "-tuning")
-        lines = 4 + (len(self._tuning_lines()) if tuning else 0)
+        lines = self._line_count()
         if self.styles.height is None or self.styles.height.value != lines + 2:
             self.styles.height = lines + 2  # + the border
         self.refresh()
+
+    def _line_count(self) -> int:
+        """Lines ``render`` will draw, counted without building them (this runs per redraw)."""
+        s = self.state
+        meters = 1 + (s.mem_percent is not None) + s.has_gpu + self.show_cores
+        tuning = len(self._tuning_lines()) if s.tuning is not None and not s.finished else 0
+        return 3 + meters + tuning
 
     def _tuning_lines(self) -> list[str]:
         t = self.state.tuning
         return tuning_lines(t.trials_done, t.budget, t.best_ms, t.tasks) if t else []
 
-    def render(self) -> Text:
-        state, width = self.state, max(20, self.content_size.width)
+    def _lines(self, width: int) -> list[Text]:
+        state = self.state
         lines = [
             headline(state),
             progress_line(state, width, type(self).clock()),
             Text(current_line(state), "italic"),
-            Text(cpu_line(state.cpu, state.cpu_history, width)),
+            *(Text(line) for line in meter_lines(state, width, self.show_cores)),
         ]
         if state.tuning is not None and not state.finished:
             lines.extend(Text(line, "yellow") for line in self._tuning_lines())
-        return Text("\n").join(lines)
+        return lines
+
+    def render(self) -> Text:
+        return Text("\n").join(self._lines(max(20, self.content_size.width)))

@@ -13,17 +13,20 @@ shown as typed, never parsed as markup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from rich.console import JustifyMethod
 from rich.text import Text
 from textual.widgets import DataTable
 
 MAX_COLUMN_WIDTH = 80  # a long SQL text or error message should not push every other column away
 
 
-def as_text(value: Any) -> Text:
-    return value if isinstance(value, Text) else Text(str(value))
+def as_text(value: Any, justify: JustifyMethod | None = None) -> Text:
+    if isinstance(value, Text):
+        return value
+    return Text(str(value), justify=justify) if justify else Text(str(value))
 
 
 def fill_table(
@@ -31,9 +34,13 @@ def fill_table(
     columns: Sequence[str],
     rows: Iterable[Sequence[Any]],
     keys: Iterable[str | None] | None = None,
+    right: Collection[int] = (),
 ) -> None:
-    """Replace ``table``'s columns and rows; each column is as wide as its widest cell (capped)."""
-    text_rows = [[as_text(v) for v in row] for row in rows]
+    """Replace ``table``'s columns and rows; each column is as wide as its widest cell (capped).
+    Columns whose index is in ``right`` (numbers) are right-aligned."""
+    text_rows = [
+        [as_text(v, "right" if i in right else None) for i, v in enumerate(row)] for row in rows
+    ]
     widths = [len(label) for label in columns]
     for row in text_rows:
         for i, cell in enumerate(row[: len(widths)]):

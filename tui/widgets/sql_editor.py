@@ -1,0 +1,93 @@
+"""The SQL editor: Textual's TextArea with SQL highlighting and Tab completion of the database's
+table and column names (and SQL keywords).
+
+Tab completes the word before the cursor: one candidate is inserted, several are narrowed to their
+common prefix and listed (``CompletionShown``, the SQL screen shows them on its status line); with
+nothing to complete Tab inserts spaces. Highlighting needs the ``tree-sitter-sql`` grammar (a
+workstation dependency); without it the editor still works, uncoloured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
+
+# fmt: off
+KEYWORDS = (
+    "SELECT", "FROM", "WHERE", "GROUP", "BY", "ORDER", "HAVING", "LIMIT", "JOIN", "LEFT",
+    "RIGHT", "INNER", "OUTER", "ON", "AS", "AND", "OR", "NOT", "NULL", "IS", "IN", "LIKE",
+    "ILIKE", "BETWEEN", "DISTINCT", "COUNT", "AVG", "MIN", "MAX", "SUM", "ROUND", "WITH",
+    "UNION", "ALL", "DESC", "ASC", "CASE", "WHEN", "THEN", "ELSE", "END", "QUALIFY", "OVER",
+    "PARTITION", "arg_max", "arg_min", "median", "stddev", "quantile_cont",
+)
+# fmt: on
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def complete(prefix: str, names: Iterable[str]) -> list[str]:
+    """Candidates for ``prefix`` (case-insensitive), names before keywords, no duplicates."""
+    low = prefix.casefold()
+    seen: dict[str, None] = {}
+    for name in names:
+        if name.casefold().startswith(low) and name.casefold() != low:
+            seen.setdefault(name)
+    return list(seen)
+
+
+class SqlEditor(TextArea):
+    class CompletionShown(Message):
+        def __init__(self, candidates: list[str]) -> None:
+            super().__init__()
+            self.candidates = candidates
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        language = "sql" if self._sql_available() else None
+        super().__init__(text, language=language, show_line_numbers=True, soft_wrap=False, **kwargs)
+        self.names: list[str] = []  # tables and columns of the database, set by the SQL screen
+
+    @staticmethod
+    def _sql_available() -> bool:
+        from textual._tree_sitter import get_language
+
+        return get_language("sql") is not None
+
+    def set_names(self, tables: dict[str, list[str]]) -> None:
+        names = list(tables)
+        for columns in tables.values():
+            names.extend(c for c in columns if c not in names)
+        self.names = names
+
+    def word_before_cursor(self) -> str:
+        row, col = self.cursor_location
+        line = self.document.get_line(row)[:col]
+        match = _WORD.search(line)
+        return match.group(0) if match else ""
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "tab" and not self.read_only:
+            event.prevent_default()
+            event.stop()
+            self.complete_word()
+            return
+        await super()._on_key(event)
+
+    def complete_word(self) -> list[str]:
+        """Complete the word before the cursor; returns the candidates it chose from."""
+        prefix = self.word_before_cursor()
+        candidates = complete(prefix, [*self.names, *KEYWORDS]) if prefix else []
+        if not candidates:
+            self.insert("    ")
+            return []
+        common = os.path.commonprefix([c.casefold() for c in candidates])
+        chosen = candidates[0] if len(candidates) == 1 else candidates[0][: len(common)]
+        row, col = self.cursor_location
+        self.replace(chosen, (row, col - len(prefix)), (row, col))
+        if len(candidates) > 1:
+            self.post_message(self.CompletionShown(candidates))
+        return candidates
