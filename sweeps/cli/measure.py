@@ -155,13 +155,13 @@ def measure(
     from ngb.core.measure import run_trial
     from ngb.core.models import resolve_model
     from ngb.core.types import TrialSpec
-    from ngb.sweeps.spec import check_trial, parse_measure
+    from ngb.sweeps.spec_checks import check_trial, parse_measure
 
-    needs_model = compiler_class(compiler).needs_model  # unknown name: one line, close matches
+    compiler_class(compiler)  # unknown name -> one-line error with close matches
     source = _model_source(model, kwargs, inputs, code, sweep_file)
     if source is not None and input_size is not None:
         raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
-    if source is None and needs_model:  # noop builds no model: any name goes
+    if source is None:  # an unknown name is refused for every compiler, as `ngb run` does
         resolve_model(model)  # an unknown timm name: one line, before anything is built
     settings = {
         "repetitions": repetitions,

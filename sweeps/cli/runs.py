@@ -261,7 +261,7 @@ def run(
         raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
     if spec.models():
-        from ngb.sweeps.spec import check_timm_names
+        from ngb.sweeps.spec_checks import check_timm_names
 
         check_timm_names(spec.models())  # an unknown name fails here, not on every device
     inventory = _inventory(inventory_path)

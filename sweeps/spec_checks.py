@@ -1,0 +1,233 @@
+"""Value checks of the sweep format: names, settings, compilers, options and axis values.
+
+``spec`` parses the sweep's structure (tables, matrices, presets); every rule about one value lives
+here, so ``ngb sweeps check``, ``ngb run`` and ``ngb measure`` refuse the same things with the same
+one-line messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from ngb.core.errors import ConfigError
+from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+
+TARGETS = ("cpu", "cuda")
+# Sizes travel as int32 on devices and in the results store (Arrow, DuckDB INTEGER columns): a
+# bigger one would pass here and then fail on every device, or never be stored.
+INT_MAX = 2**31 - 1
+# The run id (a folder name on every device) is made from the sweep name, so the name follows the
+# run id's alphabet: checking it here means `sweeps check` and `run` accept the same names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def unknown_key(where: str, key: str, valid: Iterable[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return ConfigError(f"{where}: unknown key {key!r}{hint} (valid: {', '.join(valid)})")
+
+
+def check_timm_names(names: Iterable[str]) -> None:
+    """Refuse unknown timm names, cheaply: against a cached list of timm's names.
+
+    Importing timm (and torch with it) takes seconds, which ``ngb run`` should not spend before
+    every start. The list is kept per timm version in the cache dir; only a name missing from it
+    is looked up in timm itself (which also gives close matches for the message).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ngb.core.models import resolve_model
+    from ngb.devices.paths import get_paths
+
+    names = list(names)
+    listing: Path | None = None
+    known: set[str] = set()
+    try:
+        listing = get_paths().cache / f"timm-models-{version('timm')}.txt"
+        known = set(listing.read_text(encoding="utf-8").split())
+    except (PackageNotFoundError, OSError):
+        pass  # no timm here (resolve_model says so) or no list yet
+    if not known and names:
+        import timm
+
+        known = set(timm.list_models())
+        if listing is not None:
+            try:
+                from ngb.devices.inventory import atomic_write_text
+
+                atomic_write_text(listing, "\n".join(sorted(known)) + "\n")
+            except OSError:
+                pass  # a read-only cache only costs the next run the same import
+    for name in names:
+        if name not in known:
+            resolve_model(name)  # e.g. a pretrained tag; unknown names raise with close matches
+
+
+def check_sweep_name(name: Any, source: str, *, named: bool = True) -> str:
+    """The sweep's name, if it can name a run: ASCII letters, digits, '.', '_', '-' (64 at most),
+    starting with a letter or digit."""
+    if isinstance(name, str) and NAME_RE.match(name):
+        return name
+    origin = "name" if named else 'name (from the file name; set name = "..." in the file)'
+    raise ConfigError(
+        f"{source}: bad sweep {origin} {name!r}: use ASCII letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit (64 characters at most)"
+    )
+
+
+def check_trial(spec: TrialSpec, where: str = "trial") -> TrialSpec:
+    """The sweep file's rules for one trial built elsewhere (``ngb measure``'s arguments)."""
+    for name in ("batch", "width", "depth", "input_size"):
+        value = getattr(spec, name)
+        if value is not None and value > INT_MAX:
+            raise ConfigError(f"{where}: {name} must be at most {INT_MAX}, got {value}")
+    if not spec.is_block and spec.source is None and (spec.width is not None or spec.depth != 1):
+        given = " and ".join(
+            n for n, v in (("width", spec.width), ("depth", spec.depth != 1)) if v not in (None, 0)
+        )
+        raise ConfigError(
+            f"{where}: {given} apply to blocks only ({', '.join(BLOCK_MODELS)}), "
+            f"not to timm model {spec.model!r}"
+        )
+    parse_device(spec.device, f"{where}: device")
+    check_optimisation(spec.optimisation, f"{where}: optimisation")
+    _check_options(spec.compiler, spec.compiler_options, f"{where}: {spec.compiler} options")
+    return spec
+
+
+def parse_device(value: Any, where: str) -> str:
+    if value not in TARGETS:
+        raise ConfigError(f"{where} must be one of {', '.join(TARGETS)}; got {value!r}")
+    return value
+
+
+def parse_measure_table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    valid = [f.name for f in fields(MeasureSettings)]
+    types_ = typing.get_type_hints(MeasureSettings)
+    for key in value:
+        if key not in valid:
+            raise unknown_key(where, key, valid)
+        _check_setting_type(key, value[key], types_[key], where)
+    try:
+        MeasureSettings.from_dict(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return dict(value)
+
+
+def parse_measure(value: Mapping[str, Any], where: str) -> MeasureSettings:
+    """Measure settings from a table (a sweep's or the command line's), strictly typed."""
+    return MeasureSettings.from_dict(parse_measure_table(value, where))
+
+
+def _check_setting_type(key: str, value: Any, annotation: Any, where: str) -> None:
+    """Refuse a value of the wrong type rather than let Python coerce it later.
+
+    ``verify = "no"`` is a true string, ``repetitions = 2.5`` a float that a loop count cannot
+    use, ``timeout_s = nan`` compares false with every bound: all are typos to report, not values
+    to run with. Types the check does not know (e.g. a Literal) are left to MeasureSettings.
+    """
+    allowed = set(typing.get_args(annotation)) if _is_union(annotation) else {annotation}
+    if value is None and type(None) in allowed:
+        return
+    if bool in allowed:
+        ok, kind = isinstance(value, bool), "true or false"
+    elif int in allowed:
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        ok = ok and abs(value) <= INT_MAX
+    elif float in allowed:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok, kind = ok and math.isfinite(value), "a finite number"
+    elif str in allowed:
+        ok, kind = isinstance(value, str), "a string"
+    else:
+        return
+    if not ok:
+        raise ConfigError(f"{where}: {key} must be {kind}, got {value!r}")
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _known_compilers() -> list[str]:
+    from ngb.core.compilers import list_compilers
+
+    return list_compilers(include_internal=True)
+
+
+def check_compiler(name: Any, where: str) -> str:
+    known = _known_compilers()
+    if not isinstance(name, str) or name not in known:
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ConfigError(f"{where}: unknown compiler {name!r}{hint} (known: {', '.join(known)})")
+    return name
+
+
+def check_optimisation(name: str, where: str) -> None:
+    """Optimisation names are checked here (``ngb.core.optimise.parse``), not on the device."""
+    from ngb.core.optimise import parse
+
+    try:
+        parse(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_compiler_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table of tables, e.g. [compiler_options.openvino]")
+    out: dict[str, dict[str, Any]] = {}
+    for compiler, options in value.items():
+        check_compiler(compiler, where)
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{where}.{compiler} must be a table of options")
+        _check_options(compiler, options, f"{where}.{compiler}")
+        out[compiler] = dict(options)
+    return out
+
+
+def _check_options(compiler: str, options: Mapping[str, Any], where: str) -> None:
+    """Validate options against the compiler's Config when its module can be imported.
+
+    Compiler modules import their heavy library lazily, so this stays cheap; a module that cannot
+    be imported here (e.g. not installed on the workstation) is left to the device to judge.
+    """
+    from ngb.core.compilers import compiler_class
+
+    try:
+        cls = compiler_class(compiler)
+    except (ImportError, AttributeError):
+        return
+    try:
+        cls.Config.from_options(options)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ConfigError(f"{where} is empty; give at least one value")
+    for v in values:
+        # bool is an int in Python; `batches = [true]` is a mistake, not a batch of 1.
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise ConfigError(f"{where}: expected {typ.__name__} values, got {v!r}")
+        if isinstance(v, int) and v <= 0:
+            raise ConfigError(f"{where}: values must be positive, got {v}")
+        if isinstance(v, int) and v > INT_MAX:
+            raise ConfigError(f"{where}: values must be at most {INT_MAX}, got {v}")
+        if isinstance(v, str) and not v.strip():
+            raise ConfigError(f"{where}: values must be non-empty strings")
+    return tuple(dict.fromkeys(values))  # drop repeats, keep order
