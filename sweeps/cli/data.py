@@ -15,28 +15,13 @@ from typing import Any
 
 import click
 from ngb.core.errors import NgbError
+from ngb.sweeps.cli.options import results_db_options
 
 
 def _store(db: str | None, wait: float) -> Any:
     from ngb.sweeps.store import Store
 
     return Store(db, busy_timeout_s=wait)
-
-
-def _db_option(fn: Any) -> Any:
-    fn = click.option(
-        "--wait",
-        type=click.FloatRange(min=0),
-        default=5.0,
-        show_default=True,
-        help="Seconds to wait while another ngb process is writing the results file.",
-    )(fn)
-    return click.option(
-        "--db",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
-    )(fn)
 
 
 def _statements(sql: str) -> list[Any]:
@@ -98,7 +83,7 @@ def _plain(value: Any) -> Any:
     help="How to print the rows.",
 )
 @click.option("--write", is_flag=True, help="Allow statements that change the database.")
-@_db_option
+@results_db_options
 def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     """Run SQL over the results (read-only unless --write).
 
@@ -146,7 +131,7 @@ def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     help="Destination file (default: TABLE.FORMAT in the current directory).",
 )
 @click.option("--force", is_flag=True, help="Replace DEST if it exists already.")
-@_db_option
+@results_db_options
 def export(
     fmt: str,
     table: str | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from ngb.sweeps.cli.options import results_db_options
 
 
 @click.command("figures")
@@ -25,14 +26,7 @@ import click
 @click.option(
     "--precision", default=None, help="Only results at this precision (stores that record it)."
 )
-@click.option(
-    "--db", type=click.Path(dir_okay=False), default=None,
-    help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
-)  # fmt: skip
-@click.option(
-    "--wait", type=click.FloatRange(min=0), default=5.0, show_default=True,
-    help="Seconds to wait while another ngb process is writing the results file.",
-)  # fmt: skip
+@results_db_options
 def figures(
     names: tuple[str, ...], list_only: bool, out_dir: str, formats: str, run_id: str | None,
     device: str | None, family: str | None, precision: str | None, db: str | None, wait: float,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from ngb.sweeps.cli.options import results_db_options
 
 ALL = "all"
 FORMATS = ("table", "markdown", "csv", "latex", "html")
@@ -35,14 +36,7 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 @click.option(
     "--no-figures", is_flag=True, help="html whole-run report: leave the figures out (faster)."
 )
-@click.option(
-    "--db", type=click.Path(dir_okay=False), default=None,
-    help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
-)  # fmt: skip
-@click.option(
-    "--wait", type=click.FloatRange(min=0), default=5.0, show_default=True,
-    help="Seconds to wait while another ngb process is writing the results file.",
-)  # fmt: skip
+@results_db_options
 def report(
     name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
     family: str | None, precision: str | None, no_figures: bool, db: str | None, wait: float,
