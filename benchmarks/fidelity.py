@@ -9,11 +9,14 @@ swapped every round so that a drift in background load does not favour one side:
                  latency -shape [1,3,224,224]`
   eager-cpu      `ngb measure MODEL -c identity -b 8`                  vs
                  `torch.utils.benchmark.Timer("model(x)").adaptive_autorange()` in a fresh process
+  eager-cpu-system  the same with glibc's default allocator on both sides (`--allocator system`;
+                 ngb's default keeps freed memory, see ngb.core.allocator)
   eager-cuda     the same at batch 32 on the GPU (`--device cuda`), only where torch sees CUDA
 
 Both sides run at their defaults, which are the same precision: OpenVINO's default inference
 precision in both (the ngb result records which one ran; benchmark_app's is read from its config
-dump) and strict fp32 for eager (torch's default on both sides). ngb runs as a new user would run
+dump) and strict fp32 for eager (torch's default on both sides), and the same allocator setting
+(the reference process applies ngb's). ngb runs as a new user would run
 it, with its stopping rule and worker processes; its 95 % CI and verdict are printed beside each
 figure. Ratio = ngb / reference (goal >= 0.97). On a busy machine the figures are noisy: the load
 average is printed with them.
@@ -35,12 +38,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-CASES = ("ov-throughput", "ov-latency", "eager-cpu", "eager-cuda")
+CASES = ("ov-throughput", "ov-latency", "eager-cpu", "eager-cpu-system", "eager-cuda")
 
 _TIMER = """
 import json, sys, timm, torch
 from torch.utils import benchmark
+from ngb.core import allocator
 name, batch, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# The same allocator setting as the ngb side (an environment fact, like the precision).
+in_force = allocator.apply(sys.argv[4])
 model = timm.create_model(name, pretrained=False).eval().to(device)
 x = torch.randn(batch, 3, 224, 224, device=device)
 with torch.inference_mode():
@@ -52,7 +58,7 @@ with torch.inference_mode():
     )
     m = timer.adaptive_autorange(min_run_time=2.0)
 print(json.dumps({"median_s": m.median, "iqr_s": m.iqr, "runs": len(m.times),
-                  "threads": torch.get_num_threads()}))
+                  "threads": torch.get_num_threads(), "allocator": in_force}))
 """
 
 
@@ -88,9 +94,9 @@ def benchmark_app(onnx: Path, batch: int, hint: str, seconds: int) -> dict:
     return {"value": float(fps.group(1)), "precision": precision.group(1) if precision else None}
 
 
-def timer_reference(model: str, batch: int, device: str) -> dict:
+def timer_reference(model: str, batch: int, device: str, alloc: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", _TIMER, model, str(batch), device],
+        [sys.executable, "-c", _TIMER, model, str(batch), device, alloc],
         capture_output=True,
         text=True,
         timeout=900,
@@ -98,7 +104,11 @@ def timer_reference(model: str, batch: int, device: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"torch Timer reference failed: {proc.stderr.strip()[-500:]}")
     m = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"value": batch / m["median_s"], "precision": f"fp32, {m['threads']} threads"}
+    alloc_text = "retain" if m["allocator"].startswith("glibc retain") else m["allocator"]
+    return {
+        "value": batch / m["median_s"],
+        "precision": f"fp32, {m['threads']} threads, allocator {alloc_text}",
+    }
 
 
 def export(model: str, folder: Path, batch: int) -> Path:
@@ -131,13 +141,18 @@ def plan(args: argparse.Namespace, folder: Path) -> dict[str, tuple]:
     if "eager-cpu" in wanted:
         cases["eager-cpu"] = (
             ["-c", "identity", "-b", "8"],
-            lambda: timer_reference(args.model, 8, "cpu"),
+            lambda: timer_reference(args.model, 8, "cpu", "retain"),
+        )
+    if "eager-cpu-system" in wanted:  # both sides with glibc's own allocator settings
+        cases["eager-cpu-system"] = (
+            ["-c", "identity", "-b", "8", "--allocator", "system"],
+            lambda: timer_reference(args.model, 8, "cpu", "system"),
         )
     if "eager-cuda" in wanted:
         if torch.cuda.is_available():
             cases["eager-cuda"] = (
                 ["-c", "identity", "-b", "32", "--device", "cuda"],
-                lambda: timer_reference(args.model, 32, "cuda"),
+                lambda: timer_reference(args.model, 32, "cuda", "retain"),
             )
         else:
             print("eager-cuda: skipped (torch sees no CUDA GPU)")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ngb.core import events, stopping
+from ngb.core import allocator, events, stopping
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -144,6 +144,8 @@ def _measure(
     settings = spec.measure
     # Worker 0 is the trial's own process: it verifies and its compile is the one recorded.
     verify = settings.verify and share.worker == 0
+    # Before anything allocates: the model's weights and every call's buffers follow the setting.
+    result.extra["allocator"] = allocator.apply(settings.allocator)
 
     last_phase: list[str | None] = [None]
 

@@ -45,7 +45,8 @@ class MeasureSettings:
     ``disturbance_threshold`` (a fraction of the whole machine) flags the trial as disturbed
     (``ngb.core.interference``); ``disturbed_retries`` waits ``disturbed_wait_s`` and measures
     again. On a GPU the warm-up repeats until throughput and SM clock settle (``warmup_tolerance``,
-    at most ``warmup_max_s``).
+    at most ``warmup_max_s``). ``allocator`` says whether glibc keeps memory freed between calls
+    (``ngb.core.allocator``: "retain", the default, or glibc's own "system").
     """
 
     warmup_iters: int = 3
@@ -72,6 +73,7 @@ class MeasureSettings:
     quiet_check_s: float = 0.3  # others' CPU is sampled this long before the timed loop
     disturbed_retries: int = 0  # measure again (after disturbed_wait_s) when disturbed
     disturbed_wait_s: float = 10.0
+    allocator: str = "retain"  # glibc keeps freed memory ("retain") or its defaults ("system")
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "min_iters", "disturbed_retries"):
@@ -99,6 +101,8 @@ class MeasureSettings:
             _check_positive(name, getattr(self, name), allow_zero=True)
         if self.threads is not None:
             _check_positive("threads", self.threads)
+        if self.allocator not in ("retain", "system"):
+            raise ConfigError(f"allocator must be retain or system; got {self.allocator!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}"
@@ -193,7 +197,7 @@ class TrialSpec:
 
 
 #: MeasureSettings fields that joined after keys were first stored, and their defaults
-_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {"precision": "default"}
+_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {"precision": "default", "allocator": "retain"}
 
 
 def _from_mapping(cls: type, data: Mapping[str, Any], what: str, extra: dict | None = None) -> Any:

@@ -12,12 +12,14 @@ colour of the colour-blind-safe "tab10" cycle); hollow markers are weak points (
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 import re
 from pathlib import Path
 from typing import Any
 
+from ngb.core.errors import NgbError
 from ngb.sweeps.figures_model import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
 from ngb.sweeps.report_paper import compiler_order
 
@@ -48,8 +50,18 @@ def _grid(n: int, kind: type) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
+def require_matplotlib() -> None:
+    """One clear line instead of a traceback where the workstation extra is not installed."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise NgbError(
+            "figures need matplotlib, which is not installed here: `make setup` installs it "
+            "(or pip install 'ngb[workstation]'); --no-figures leaves them out of an HTML report"
+        )
+
+
 def draw(spec: FigureSpec) -> Any:
     """The matplotlib ``Figure`` of a spec with at least one panel."""
+    require_matplotlib()
     from matplotlib.figure import Figure
 
     if not spec.panels:

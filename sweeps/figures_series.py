@@ -9,8 +9,8 @@ cannot disagree.
 Error bars are 95 % confidence intervals: a throughput's own interval (``FigureData``), and for
 ratios the relative half-widths of the throughputs involved added in quadrature in log space
 (``figures_data.ratio_errors``; asymmetric, never below zero). Points drawn hollow ("weak") are
-not significantly different from the baseline (Welch, 5 %, as the reports' "n.s.") or were judged
-INVALID by the stopping rule.
+not significantly different from the baseline (the 95 % bootstrap interval of the ratio includes
+1, as the reports' "n.s.") or were judged INVALID by the stopping rule.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def speedup_batch(data: FigureData) -> FigureSpec:
         "fig06-speedup-batch",
         "Fig. 6: speed-up over the baseline vs batch size",
         "Speed-up T_compiler / T_identity (PyTorch eager) per model at each batch size; "
-        "1 = as fast as eager. Hollow points: not significant (Welch, 5 %).",
+        "1 = as fast as eager. Hollow points: not significant (95 % interval includes 1).",
         trials=rows,
     )
     for (device, label, target), cell in _by_model(rows):
@@ -170,7 +170,8 @@ def speedup_depth(data: FigureData) -> FigureSpec:
         "fig07-speedup-depth",
         "Fig. 7: speed-up over the baseline vs depth (stacked blocks)",
         "Speed-up T_compiler / T_identity of the synthetic blocks against the number of stacked "
-        "blocks, per block kind, width and batch. Hollow points: not significant (Welch, 5 %).",
+        "blocks, per block kind, width and batch. Hollow points: not significant (95 % interval "
+        "includes 1).",
         trials=rows,
     )
     keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
@@ -340,12 +341,16 @@ def ase_heatmap(data: FigureData) -> FigureSpec:
 
 def block_bsr(data: FigureData) -> FigureSpec:
     report = report_paper.bsr(data)
+    table = report.tables[0]
+    # rows as {column: cell}: the figure reads the report by column name, not position
+    named = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
     blocks = {t["label"] for t in _usable(data) if t["model"] in BLOCKS}
-    rows = [r for r in report.tables[0].rows if r[1] in blocks and r[2] != data.baseline]
-    batches = sorted({r[3] for r in rows})
+    rows = [r for r in named if r["model"] in blocks and r["compiler"] != data.baseline]
+    batches = sorted({r["batch"] for r in rows})
     grid: dict[tuple[str, str, str], dict[int, float | None]] = {}
-    for device, label, compiler, batch, *_rest, bsr_cell, _speedup, _verdict in rows:
-        bsr = _number(bsr_cell)
+    for r in rows:
+        device, label, compiler, batch = r["device"], r["model"], r["compiler"], r["batch"]
+        bsr = _number(r["bsr"])
         grid.setdefault((device, compiler, label), {})[batch] = bsr if finite(bsr) else None
     # the report lists rows by device and label (widths numerically); keep that order per compiler
     order = sorted(grid, key=lambda k: (k[0], compiler_order(k[1])))
@@ -435,8 +440,8 @@ def reversals(data: FigureData) -> FigureSpec:
         "fig01-reversals",
         "Fig. 1: ranking reversals between models",
         "Pairs of models whose order under PyTorch eager (identity) flips under a compiler: "
-        "throughput of both models under each. Hollow: the flip is not significant (Welch, 5 %, "
-        "both orders).",
+        "throughput of both models under each. Hollow: the flip is not significant (the 95 % "
+        "interval of either order's ratio includes 1).",
     )
 
     def strength(row: list[Any]) -> tuple[bool, float]:

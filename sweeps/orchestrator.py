@@ -94,6 +94,7 @@ class Orchestrator:
         connect_attempts: int = 3,
         max_restarts: int = 5,
         flush_interval: float = 1.0,
+        local_flush_interval: float = 10.0,
         offset_every: float = 5.0,
         queue_size: int = 10_000,
         transport_factory: Callable[[Device], Transport] | None = None,
@@ -120,6 +121,7 @@ class Orchestrator:
             publish=self._publish,
             on_unwritable=self._store_unwritable,
             flush_interval=flush_interval,
+            local_flush_interval=local_flush_interval,
             offset_every=offset_every,
         )
 

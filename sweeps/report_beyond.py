@@ -10,8 +10,8 @@
   identity (torch eager) but slower under a compiler -- the paper's Fig. 1 effect. Pairs are
   comparable workloads only: two timm models, or two stacks of the same block kind (a conv stack
   is not ranked against a ResNet). A flip counts as
-  significant only when both orders are (Welch, 5 %: A vs B under identity and B vs A under the
-  compiler); otherwise it is listed as n.s.
+  significant only when both orders are (the 95 % bootstrap interval of T_A/T_B under the
+  baseline and of T_B/T_A under the compiler each excludes 1); otherwise it is listed as n.s.
 """
 
 from __future__ import annotations
@@ -21,8 +21,16 @@ from typing import Any
 
 from ngb.core import intervals
 from ngb.core.optimise import percent_of_expected
-from ngb.core.significance import compare
-from ngb.sweeps.report_data import Report, ReportData, Table, finite, group
+from ngb.sweeps.report_data import (
+    Report,
+    ReportData,
+    Table,
+    finite,
+    group,
+    mismatch,
+    precision_mark,
+    precision_note,
+)
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, estimate_cell, verdict_text
 
 _SAME_POINT = ("device", "model", "width", "depth", "compiler", "batch", "target", "input_size")
@@ -35,6 +43,10 @@ def _label(row: dict[str, Any]) -> str:
 def _kind(row: dict[str, Any]) -> str:
     """What may be ranked against what: timm models together, blocks only with the same kind."""
     return row["model"] if row["model"] in ("conv", "mha") else "timm"
+
+
+#: optimisations that change the number format on purpose (no precision mark on their rows)
+_NUMBER_FORMATS = ("fp16", "bf16", "int8")
 
 
 def dlas(data: ReportData) -> Report:
@@ -53,6 +65,7 @@ def dlas(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("dlas", "DLAS optimisation axis", [table])
+    mixed: set[tuple[str, ...]] = set()
     optimised = [r for r in rows if (r["optimisation"] or "none") != "none"]
     optimised.sort(
         key=lambda r: (r["device"], _label(r), compiler_order(r["compiler"]), r["batch"],
@@ -70,14 +83,18 @@ def dlas(data: ReportData) -> Report:
         facts = r["extra"].get("optimisation") if isinstance(r["extra"], dict) else None
         expected = (facts or {}).get("expected_speedup")
         percent = percent_of_expected(achieved, expected) if finite(expected) else None
+        cell = estimate_cell(
+            achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
+        )
+        if r["optimisation"] not in _NUMBER_FORMATS:  # there, a new precision is the point
+            cell = precision_mark(cell, r, base)
+            mixed |= mismatch(r, base, "none")
         table.rows.append(
             [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
-             base["throughput_mean"], r["throughput_mean"],
-             estimate_cell(
-                 achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
-             ),
+             base["throughput_mean"], r["throughput_mean"], cell,
              expected if finite(expected) else None, percent, verdict_text(r)]
         )  # fmt: skip
+    table.notes.extend(n for n in (precision_note(mixed),) if n)
     return report
 
 
@@ -92,9 +109,11 @@ def reversals(data: ReportData) -> Report:
         ["device", "batch", "compiler", "A (faster eager)", "B", "T_id A", "T_id B", "T_c A",
          "T_c B", "flip"],
     )  # fmt: skip
+    base = data.baseline
     table.notes.append(
-        "A beats B under identity, B beats A under the compiler; flip = significant only when "
-        "both orders are significant (Welch, 5 %), else n.s."
+        f"A beats B under {base}, B beats A under the compiler; flip = significant only when the "
+        "95 % bootstrap interval of each ratio (T_A/T_B under the baseline, T_B/T_A under the "
+        "compiler) excludes 1, else n.s."
     )
     for (device, _target, batch), cell in sorted(
         group(rows, "device", "target", "batch").items(), key=lambda kv: (kv[0][0], kv[0][2])
@@ -102,11 +121,11 @@ def reversals(data: ReportData) -> Report:
         by_compiler = {
             c: {_label(r): r for r in rs} for (c,), rs in group(cell, "compiler").items()
         }
-        identity = by_compiler.get("identity")
+        identity = by_compiler.get(base)
         if not identity:
             continue
         for compiler in sorted(by_compiler, key=compiler_order):
-            if compiler == "identity":
+            if compiler == base:
                 continue
             mine = by_compiler[compiler]
             models = sorted(set(mine) & set(identity))
@@ -122,9 +141,9 @@ def reversals(data: ReportData) -> Report:
                 if not (ia["throughput_mean"] > ib["throughput_mean"]
                         and ca["throughput_mean"] < cb["throughput_mean"]):  # fmt: skip
                     continue
-                eager = compare(data.samples(ia), data.samples(ib))
-                compiled = compare(data.samples(cb), data.samples(ca))
-                flip = "significant" if eager.significant and compiled.significant else "n.s."
+                eager = intervals.speedup(data.samples(ia), data.samples(ib))  # T_A / T_B
+                compiled = intervals.speedup(data.samples(cb), data.samples(ca))  # T_B / T_A
+                flip = "significant" if eager.low > 1 and compiled.low > 1 else "n.s."
                 table.rows.append(
                     [device, batch, compiler, a, b, ia["throughput_mean"], ib["throughput_mean"],
                      ca["throughput_mean"], cb["throughput_mean"], flip]

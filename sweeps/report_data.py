@@ -49,6 +49,7 @@ _TRIAL_COLUMNS = (
     "verdict",
     "verdict_reason",
     "disturbed",
+    "precision",
 )
 
 
@@ -81,6 +82,44 @@ class Report:
     title: str
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+#: marks a comparison between results that ran at different precisions (see ``precision_mark``)
+PRECISION_MARK = "≠prec"
+
+
+def precision_of(row: dict[str, Any]) -> str:
+    """The precision a trial ran at, as recorded ("?" for results stored before it was)."""
+    return str(row.get("precision") or "?")
+
+
+def precision_mark(cell: Cell | None, row: dict[str, Any], base: dict[str, Any]) -> Cell | None:
+    """``cell`` (a ratio of ``row`` over ``base``) with ``PRECISION_MARK`` added to its note when
+    the two ran at different recorded precisions: such a ratio measures the number format too
+    (bf16 against fp32, say), not only the compiler."""
+    if cell is None or precision_of(row) == precision_of(base):
+        return cell
+    note = f"{cell.note} {PRECISION_MARK}".strip()
+    return Cell(cell.value, cell.std, note)
+
+
+def precision_note(pairs: set[tuple[str, str, str, str]]) -> str | None:
+    """A table note naming the compared pairs of different precision, or None when there are none.
+    ``pairs``: (compiler, its precision, baseline, the baseline's precision)."""
+    if not pairs:
+        return None
+    listed = "; ".join(f"{c} ran {pc}, {b} {pb}" for c, pc, b, pb in sorted(pairs))
+    return (
+        f"{PRECISION_MARK} = the two results compared ran at different precisions ({listed}): "
+        "the ratio includes the number format, not only the compiler; compare like with like "
+        "with `--precision fp32` (or the sweep's precision setting)"
+    )
+
+
+def mismatch(row: dict[str, Any], base: dict[str, Any], baseline: str) -> set[tuple[str, ...]]:
+    """``{(compiler, precision, baseline, precision)}`` when ``row`` and ``base`` differ."""
+    a, b = precision_of(row), precision_of(base)
+    return set() if a == b else {(str(row["compiler"]), a, baseline, b)}
 
 
 def model_label(row: dict[str, Any]) -> str:

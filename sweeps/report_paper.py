@@ -36,8 +36,18 @@ from typing import Any
 from ngb.core import intervals, metrics
 from ngb.core.errors import ConfigError
 from ngb.core.intervals import Estimate
-from ngb.core.significance import compare
-from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group
+from ngb.sweeps.report_data import (
+    Cell,
+    Report,
+    ReportData,
+    Table,
+    finite,
+    group,
+    mismatch,
+    precision_mark,
+    precision_note,
+    precision_of,
+)
 
 FAMILY_BATCH_GROUPS: dict[str, tuple[int, int]] = {"2-4": (2, 4), "8-16": (8, 16)}
 BLOCK_FAMILY = "block"
@@ -66,8 +76,12 @@ def mean_std(values: Sequence[float]) -> Cell:
 
 
 def significance_note(data: ReportData, a: dict[str, Any], b: dict[str, Any]) -> str:
-    """ "" when a and b differ significantly, else the comparison's flag ("n.s." / "n<2")."""
-    return compare(data.samples(a), data.samples(b)).flag
+    """ "" when the 95 % bootstrap interval of T_a / T_b excludes 1 (the same test as the tables'
+    "n.s."), "n.s." when it does not, "n<2" when it cannot be known."""
+    ratio = intervals.speedup(data.samples(a), data.samples(b))
+    if not ratio.known:
+        return "n<2"
+    return "" if ratio.excludes(1.0) else "n.s."
 
 
 def estimate_cell(value: float | None, estimate: Estimate, null: float | None = None) -> Cell:
@@ -213,6 +227,7 @@ def depth(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     skipped: list[str] = []
+    mixed: set[tuple[str, ...]] = set()
     keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
@@ -233,7 +248,8 @@ def depth(data: ReportData) -> Report:
                     continue
                 s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
                 est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
-                cells.append(estimate_cell(s, est, null=1.0))
+                cells.append(precision_mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
+                mixed |= mismatch(mine[d], identity[d], base)
             slope: Cell | None = None
             kept: Cell | None = None
             try:
@@ -253,6 +269,7 @@ def depth(data: ReportData) -> Report:
                 if dm["retention"] is not None and retained is not None:
                     kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
             table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
+    table.notes.extend(n for n in (precision_note(mixed),) if n)
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
     report.notes.extend([n for n in (data.baseline_note,) if n] + skipped)
     return report
@@ -289,8 +306,8 @@ def verdict_text(row: dict[str, Any]) -> str:
 def bsr(data: ReportData) -> Report:
     table = Table(
         "Batch scaling: RTR, ASE, BSR",
-        ["device", "model", "compiler", "batch", "throughput", "rtr", "ase", "bsr", "speedup",
-         "verdict"],
+        ["device", "model", "compiler", "precision", "batch", "throughput", "rtr", "ase", "bsr",
+         "speedup", "verdict"],
     )  # fmt: skip
     baseline = data.baseline
     table.notes.append(
@@ -298,6 +315,7 @@ def bsr(data: ReportData) -> Report:
         f"(baseline: {baseline})"
     )
     table.notes.append(UNCERTAINTY_NOTE)
+    mixed: set[tuple[str, ...]] = set()
     report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
     report.notes.extend([n for n in (data.baseline_note,) if n])
     for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
@@ -332,10 +350,14 @@ def bsr(data: ReportData) -> Report:
                     )
                     speed = intervals.speedup(here, i_b)
                     speedup_cell = estimate_cell(m["speedup"], speed, 1.0)
+                    bsr_cell = precision_mark(bsr_cell, row, base[batch])
+                    speedup_cell = precision_mark(speedup_cell, row, base[batch])
+                    mixed |= mismatch(row, base[batch], baseline)
                 table.rows.append(
-                    [device, label, compiler, batch, throughput_cell(data, row), rtr, ase_cell,
-                     bsr_cell, speedup_cell, verdict_text(row)]
+                    [device, label, compiler, precision_of(row), batch, throughput_cell(data, row),
+                     rtr, ase_cell, bsr_cell, speedup_cell, verdict_text(row)]
                 )  # fmt: skip
+    table.notes.extend(n for n in (precision_note(mixed),) if n)
     return report
 
 

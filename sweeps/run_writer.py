@@ -2,12 +2,14 @@
 
 This is the one batching policy of the project: every device's results, CPU samples, tuning
 progress and errors are buffered here and written every ``flush_interval`` seconds (sooner when a
-state change asks for it) by one writer task, all devices in one transaction (one DuckDB open),
-so readers in other processes get in between. A device's ``run_devices`` row (its consumed
-offset, pid and paths) is written *after* the results before it, so ``ngb attach RUN`` after a
-workstation restart continues exactly there; for a moved offset alone the row is rewritten at
-most every ``offset_every`` seconds (re-reading a few events after a crash costs nothing: the
-store ignores results it has).
+state change asks for it) by one writer task, all devices in one transaction (one DuckDB open), so
+readers in other processes get in between. While a device of an active run is this machine the
+period is ``local_flush_interval`` (10 s): its trials would share the CPU with the writes (opening
+DuckDB every second cost the ``localhost`` orchestrator ~9 % of a core on the 2-core VM). A
+device's ``run_devices`` row (its consumed offset, pid and paths) is written *after* the results
+before it, so ``ngb attach RUN`` after a workstation restart continues exactly there; for a moved
+offset alone the row is rewritten at most every ``offset_every`` seconds (re-reading a few events
+after a crash costs nothing: the store ignores results it has).
 
 What a failed write means decides what happens next (see ``ngb.sweeps.result_store``):
 
@@ -42,7 +44,7 @@ from ngb.sweeps.result_store import (
     RowRejected,
     StoreUnwritable,
 )
-from ngb.sweeps.run_events import RunEvent
+from ngb.sweeps.run_events import FINAL_STATES, RunEvent
 from ngb.sweeps.run_state import DeviceRun
 
 log = logging.getLogger(__name__)
@@ -110,9 +112,11 @@ class RunWriter:
         on_unwritable: Callable[[str], None],
         flush_interval: float = 1.0,
         offset_every: float = 5.0,
+        local_flush_interval: float = 10.0,
     ) -> None:
         self.store = store
         self.flush_interval = flush_interval
+        self.local_flush_interval = max(local_flush_interval, flush_interval)
         self.offset_every = offset_every
         self.broken: str | None = None  # why the store cannot be written (flushing stopped)
         self.waiting = False  # the store was busy at the last try
@@ -157,10 +161,18 @@ class RunWriter:
             self._flusher = None
         await self.flush_quietly()
 
+    def interval(self) -> float:
+        """Seconds until the next timed flush: longer while a local device is measuring."""
+        for run_id, name in self._pending:
+            dev = self._device_of(run_id, name)
+            if dev is not None and dev.device.is_local and dev.state not in FINAL_STATES:
+                return self.local_flush_interval
+        return self.flush_interval
+
     async def _loop(self) -> None:
         while self.broken is None:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self.flush_interval)
+                await asyncio.wait_for(self._wakeup.wait(), self.interval())
             self._wakeup.clear()
             await self.flush_quietly()
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
@@ -318,14 +318,14 @@ ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a t
     \toprule
     device & compiler & model & b1 & b4 \\
     \midrule
-    dev1 & identity & conv64x1 & 1.000 & 0.750 $\pm$ 0.00674 \\
-    dev1 & identity & conv64x2 & 1.000 & 0.708 $\pm$ 0.00636 \\
-    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 $\pm$ 0.00561 \\
-    dev1 & identity & resnet18 & 1.000 & 0.800 $\pm$ 0.00719 \\
-    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.00898 \\
-    dev1 & openvino & conv64x2 & 1.000 & 0.833 $\pm$ 0.00749 \\
-    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.00873 \\
-    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.00988 \\
+    dev1 & identity & conv64x1 & 1.000 & 0.750 $\pm$ 0.0107 \\
+    dev1 & identity & conv64x2 & 1.000 & 0.708 $\pm$ 0.0101 \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 $\pm$ 0.00888 \\
+    dev1 & identity & resnet18 & 1.000 & 0.800 $\pm$ 0.0114 \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.0142 \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.833 $\pm$ 0.0118 \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.0138 \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.0156 \\
     \bottomrule
   \end{tabular}
   \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}
@@ -501,3 +501,19 @@ async def test_console_results_screen_saves_the_figure_of_its_tab(tmp_path: Path
         assert f"family {family}" in caption.read_text()
         for ext in ("png", "svg", "pdf"):
             assert (out / f"fig06-speedup-batch.{ext}").stat().st_size > 1000
+
+
+def test_missing_matplotlib_is_one_line(monkeypatch) -> None:
+    """A workstation without matplotlib gets a sentence naming the fix, not a traceback."""
+    import importlib.util as iu
+
+    from ngb.sweeps import figures_plot
+
+    real = iu.find_spec
+    monkeypatch.setattr(
+        figures_plot.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    with pytest.raises(NgbError, match="figures need matplotlib.*make setup"):
+        figures_plot.require_matplotlib()

@@ -188,3 +188,18 @@ def test_mean_of_means_interval() -> None:
     est = intervals.mean_of_means([[10.0, 10.2, 9.8], [20.0, 20.4, 19.6]])
     assert est.value == pytest.approx(15.0) and est.low < 15.0 < est.high
     assert intervals.mean_interval([5.0]).known is False
+
+
+@pytest.mark.parametrize("n", [3, 4, 6, 20])
+def test_bootstrap_of_one_mean_is_as_wide_as_its_t_interval(n: int) -> None:
+    """Few repetitions must not give a falsely tight interval (the percentile bootstrap alone is
+    ~2.7x too narrow at n = 3)."""
+    import numpy as np
+    from ngb.core import intervals
+
+    values = list(100.0 + 10.0 * np.random.default_rng(n).standard_normal(n))
+    boot = intervals.propagate(lambda m: m, [values], n_boot=20_000)
+    t = intervals.mean_interval(values)
+    assert boot.half_width == pytest.approx(t.half_width, rel=0.15)
+    assert intervals.widening(3) == pytest.approx(2.69, abs=0.01)
+    assert intervals.widening(20) == pytest.approx(1.09, abs=0.01)

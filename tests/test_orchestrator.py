@@ -473,7 +473,8 @@ def test_cli_run_detach_then_attach_in_other_processes(cli_env):
 
 def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
     env, sweep_file, home = cli_env
-    sweep_file.write_text(noop_sweep(30, compile_s=0.3).to_toml())
+    # long enough to outlast the writer's first flush (every 10 s while localhost measures)
+    sweep_file.write_text(noop_sweep(120, compile_s=0.3).to_toml())
     exe = Path(sys.executable).with_name("ngb")
     proc = subprocess.Popen(
         [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
@@ -621,7 +622,7 @@ async def test_an_unwritable_store_stops_following_with_one_line_and_attach_resu
 async def test_a_long_read_elsewhere_is_waited_for_quietly(env, caplog):
     inventory, _, _ = env
     store = Store(env[1].path, write_timeout_s=0.3)
-    orch = Orchestrator(store, inventory, flush_interval=0.2)
+    orch = Orchestrator(store, inventory, flush_interval=0.2, local_flush_interval=0.2)
     sub = orch.subscribe()
     seen: list[RunEvent] = []
     consumer = asyncio.create_task(collect(sub, seen))
@@ -766,3 +767,23 @@ async def test_a_refused_start_does_not_keep_the_device_claimed(tmp_path, monkey
     await orch.close()
     assert summary["devices"]["localhost"]["state"] == "finished", summary
     assert not (workdir / CLAIM_FILE).exists()
+
+
+def test_writes_are_spaced_out_while_this_machine_measures(tmp_path):
+    """A local device's trials share the CPU with the writer: it flushes every 10 s, not 1 s."""
+    from ngb.sweeps.run_events import FINISHED
+    from ngb.sweeps.run_state import DeviceRun
+    from ngb.sweeps.run_writer import RunWriter
+
+    local = DeviceRun("r1", Device(name="here", host="localhost", transport="local"), {"a"})
+    remote_dev = DeviceRun("r1", Device(name="gpu", host="gpu.lab", transport="ssh"), {"a"})
+    devices = {"here": local, "gpu": remote_dev}
+    writer = RunWriter(Store(tmp_path / "w.duckdb"), device_of=lambda run, name: devices[name],
+                       publish=lambda e: None, on_unwritable=lambda m: None)  # fmt: skip
+    assert writer.interval() == 1.0  # nothing buffered yet
+    writer.pending_for(remote_dev)
+    assert writer.interval() == 1.0  # a remote device alone: the usual period
+    writer.pending_for(local)
+    assert writer.interval() == 10.0
+    local.state = FINISHED  # done measuring: back to the usual period
+    assert writer.interval() == 1.0

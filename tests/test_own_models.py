@@ -471,15 +471,16 @@ def test_reports_use_the_sweeps_baseline(tmp_path: Path) -> None:
     store.create_run("r1", "own", toml, ["dev"], len(results))
     store.ingest_results("r1", "dev", results)
     report = build_report("bsr", store)
-    rows = {(r[1], r[2], r[3]): r for r in report.tables[0].rows}
+    columns = report.tables[0].columns
+    rows = {(r[1], r[2], r[4]): dict(zip(columns, r, strict=True)) for r in report.tables[0].rows}
 
     # speed-up = T_openvino / T_onnxruntime; BSR = ASE_ov / ASE_ort = (600/150/4) / (300/100/4)
     def value(cell: object) -> float:
         return float(getattr(cell, "value", cell))  # type: ignore[arg-type]
 
-    assert value(rows[("my-net", "openvino", 4)][8]) == pytest.approx(2.0)
-    assert value(rows[("my-net", "openvino", 4)][7]) == pytest.approx((600 / 150) / (300 / 100))
-    assert value(rows[("my-net", "onnxruntime", 4)][8]) == pytest.approx(1.0)
+    assert value(rows[("my-net", "openvino", 4)]["speedup"]) == pytest.approx(2.0)
+    assert value(rows[("my-net", "openvino", 4)]["bsr"]) == pytest.approx((600 / 150) / (300 / 100))
+    assert value(rows[("my-net", "onnxruntime", 4)]["speedup"]) == pytest.approx(1.0)
     assert any("baseline: onnxruntime" in n for n in report.tables[0].notes)
     # another run naming another baseline: the reports say so and fall back to identity
     store.create_run("r2", "other", 'name = "x"\nbaseline = "openvino"\n', ["dev"], 1)

@@ -229,3 +229,21 @@ def test_compilers_of_accepts_dict_and_list_probes() -> None:
         }
     ) == ["onnxruntime"]
     assert cpu_bar(None).endswith("--") and cpu_bar(50.0) == "CPU [#####     ]  50%"
+
+
+def test_table_marks_speedups_between_precisions() -> None:
+    """OpenVINO's bf16 against eager's fp32 is a number-format effect too: the console says so."""
+    base = [100.0, 104.0, 96.0, 101.0, 99.0]
+    fast = [300.0, 302.0, 298.0, 301.0, 299.0]
+    rows = [
+        sampled("identity", 8, base, precision="fp32"),
+        sampled("openvino", 8, fast, precision="bf16"),
+        sampled("noop", 8, fast, precision="fp32"),
+    ]
+    table = {r[1]: r for r in rd.metrics_table(rd.ok_rows(rows), rd.Selection("conv"))}
+    assert table["openvino"][6].endswith("≠prec") and "bf16 vs fp32" in table["openvino"][10]
+    assert "≠prec" not in table["noop"][6] and table["noop"][10] == ""
+    # rows stored before precision was recorded are not accused of a mismatch
+    rows[0].pop("precision")
+    table = {r[1]: r for r in rd.metrics_table(rd.ok_rows(rows), rd.Selection("conv"))}
+    assert "≠prec" not in table["openvino"][6]

@@ -19,7 +19,16 @@ from ngb.core import metrics
 from ngb.core.errors import NgbError
 from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
-from ngb.tui.uncertainty import Measured, digits_for, fmt, fmt_pm, measured, ratio
+from ngb.sweeps.report_data import PRECISION_MARK
+from ngb.tui.uncertainty import (
+    Measured,
+    digits_for,
+    fmt,
+    fmt_pm,
+    measured,
+    precision_differs,
+    ratio,
+)
 from ngb.tui.uncertainty import significance_flag as ns_flag
 
 Row = Mapping[str, Any]
@@ -335,7 +344,8 @@ def _ratios(per: Mapping[str, Mapping[int, float]]) -> dict[str, dict[int, dict[
 
 def metrics_table(rows: Sequence[Row], sel: Selection) -> list[tuple[str, ...]]:
     """The same numbers as the charts with their spread, one row per (variant, depth, compiler,
-    batch); "n.s." marks a speed-up not significantly different from 1 (Welch, 5 %)."""
+    batch); "n.s." marks a speed-up not significantly different from 1 (its 95 % bootstrap
+    interval includes 1), "≠prec" one between results of different precisions."""
     out: list[tuple[str, ...]] = []
     for variant in variants(rows, sel.family):
         depths = sorted({_depth(r) for r in rows if variant_of(r) == variant})
@@ -349,9 +359,14 @@ def metrics_table(rows: Sequence[Row], sel: Selection) -> list[tuple[str, ...]]:
                     continue
                 for b, m in sorted(per[c].items()):
                     extra = ratios.get(c, {}).get(b, {})
-                    speed = ""
+                    speed, flags = "", list(m.flags)
                     if b in base and c != BASELINE:
-                        speed = fmt_pm(ratio(m, base[b]), 3, ns_flag(m, base[b]))
+                        note = ns_flag(m, base[b])
+                        if precision_differs(m, base[b]):
+                            # the speed-up includes the number format: say so beside it
+                            note = f"{note} {PRECISION_MARK}".strip()
+                            flags.append(f"{m.precision} vs {base[b].precision}")
+                        speed = fmt_pm(ratio(m, base[b]), 3, note)
                     out.append(
                         (
                             variant,
@@ -364,7 +379,7 @@ def metrics_table(rows: Sequence[Row], sel: Selection) -> list[tuple[str, ...]]:
                             fmt(extra.get("rtr"), 3),
                             fmt(extra.get("ase"), 3),
                             fmt(extra.get("bsr"), 3),
-                            " ".join(m.flags),
+                            " ".join(flags),
                         )
                     )
     return out

@@ -4,8 +4,10 @@ Pure functions over trial rows (no Textual). A row's spread comes from, in order
 the stored interval half-width (the stopping rule's column, when the store has it), a Student-t
 interval over the per-repetition throughputs (``measurements``, attached to the row as
 ``samples``), or the stored ``throughput_std`` with ``repetitions``. Two values are compared with
-the test the CLI reports use (``ngb.core.significance.compare``, Welch at 5 %), so the console and
-``ngb report`` never disagree on what is "n.s.".
+the test the CLI reports use (the 95 % bootstrap interval of their ratio,
+``ngb.core.intervals.speedup``, must exclude 1), so the console and ``ngb report`` never disagree
+on what is "n.s."; only rows stored without repetitions fall back to Welch's test on the summary
+statistics.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Measured:
     samples: tuple[float, ...] = ()
     std: float | None = None
     flags: tuple[str, ...] = ()  # "unstable", "INVALID", "disturbed": shown beside the number
+    precision: str | None = None  # as it ran (fp32, bf16, ...); None when not recorded
 
     @property
     def relative(self) -> float | None:
@@ -72,7 +75,16 @@ def measured(row: Mapping[str, Any], mean: float) -> Measured:
         half = confidence_interval(samples, LEVEL).half_width
     elif half is None and std is not None and n >= 2:
         half = _t_half(std, n)
-    return Measured(mean, half, n, samples, std, flags_of(row))
+    precision = row.get("precision")
+    return Measured(
+        mean, half, n, samples, std, flags_of(row), str(precision) if precision else None
+    )
+
+
+def precision_differs(a: Measured, b: Measured) -> bool:
+    """True when both precisions are recorded and differ: a ratio of the two then measures the
+    number format too (OpenVINO's bf16 against eager's fp32, say), not only the compiler."""
+    return a.precision is not None and b.precision is not None and a.precision != b.precision
 
 
 def ratio(a: Measured, b: Measured) -> Measured:
@@ -85,10 +97,10 @@ def ratio(a: Measured, b: Measured) -> Measured:
 
 def significance_flag(a: Measured, b: Measured) -> str:
     """ "" when a and b differ significantly, "n.s." when not, "n<2" when it cannot be told."""
-    from ngb.core.significance import compare
+    from ngb.core.intervals import speedup
 
     if len(a.samples) >= 2 and len(b.samples) >= 2:
-        return compare(a.samples, b.samples).flag
+        return "" if speedup(a.samples, b.samples).excludes(1.0) else "n.s."
     if a.std is None or b.std is None or a.n < 2 or b.n < 2:
         return "n<2"
     # No per-repetition samples stored: the same Welch test from the summary statistics.

@@ -113,6 +113,12 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     "--precision",
     help="default (each vendor's own), fp32 (strict, no TF32), tf32, bf16 or fp16.",
 )
+@click.option(
+    "--allocator",
+    type=click.Choice(["retain", "system"]),
+    help="retain (default: glibc keeps memory freed between calls) or system (glibc's defaults, "
+    "as timm's benchmark.py runs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def measure(
     model: str,
@@ -143,6 +149,7 @@ def measure(
     timeout_s: float | None,
     no_verify: bool,
     precision: str | None,
+    allocator: str | None,
     as_json: bool,
 ) -> None:
     """Measure MODEL compiled by one compiler, here.
@@ -179,6 +186,7 @@ def measure(
         "timeout_s": timeout_s,
         "verify": False if no_verify else None,
         "precision": precision,
+        "allocator": allocator,
     }
     spec = TrialSpec(
         model=model,
@@ -302,6 +310,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         ("cpu (this process)", _fmt(result.proc_cpu_percent_mean, ".0f", "%")),
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
+        ("allocator", str(result.extra.get("allocator", "-"))),
         ("max |err| vs eager", _fmt(result.max_abs_err, ".3g")),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
