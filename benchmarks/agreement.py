@@ -181,7 +181,9 @@ def compare(a: Run, b: Run) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    # no subcommand (as `ngb bench all` calls every script): say how to use it, measure nothing --
+    # a `run` takes two sweeps' time, which nobody should start by accident
+    sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the sweep twice, back to back, then compare")
     run.add_argument("--preset", default="cpu-repro")
     run.add_argument("--device", default="localhost")
@@ -192,6 +194,10 @@ def main() -> None:
     cmp_.add_argument("--run-a")
     cmp_.add_argument("--run-b")
     args = parser.parse_args()
+    if args.command is None:
+        parser.print_help()
+        print("\nnothing measured: give `run` (two sweeps, ~1 h for cpu-repro) or `compare A B`")
+        return
 
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
