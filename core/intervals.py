@@ -27,6 +27,7 @@ same database always gives the same report.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+@functools.lru_cache(maxsize=256)  # the same few (n, level) pairs, for every trial of a report
 def widening(n: int, level: float = LEVEL) -> float:
     """How far to spread a mean's bootstrap draws so its interval is the Student-t one (n >= 2)."""
     from statistics import NormalDist

@@ -22,14 +22,12 @@ from typing import Any
 from ngb.core import intervals
 from ngb.core.optimise import percent_of_expected
 from ngb.sweeps.report_data import (
+    PrecisionMarks,
     Report,
     ReportData,
     Table,
     finite,
     group,
-    mismatch,
-    precision_mark,
-    precision_note,
 )
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, estimate_cell, verdict_text
 
@@ -65,7 +63,7 @@ def dlas(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("dlas", "DLAS optimisation axis", [table])
-    mixed: set[tuple[str, ...]] = set()
+    marks = PrecisionMarks("none")
     optimised = [r for r in rows if (r["optimisation"] or "none") != "none"]
     optimised.sort(
         key=lambda r: (r["device"], _label(r), compiler_order(r["compiler"]), r["batch"],
@@ -87,14 +85,13 @@ def dlas(data: ReportData) -> Report:
             achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
         )
         if r["optimisation"] not in _NUMBER_FORMATS:  # there, a new precision is the point
-            cell = precision_mark(cell, r, base)
-            mixed |= mismatch(r, base, "none")
+            cell = marks.mark(cell, r, base)
         table.rows.append(
             [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
              base["throughput_mean"], r["throughput_mean"], cell,
              expected if finite(expected) else None, percent, verdict_text(r)]
         )  # fmt: skip
-    table.notes.extend(n for n in (precision_note(mixed),) if n)
+    marks.add_note(table)
     return report
 
 

@@ -84,7 +84,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-#: marks a comparison between results that ran at different precisions (see ``precision_mark``)
+#: marks a comparison between results that ran at different precisions (see ``PrecisionMarks``)
 PRECISION_MARK = "≠prec"
 
 
@@ -93,33 +93,35 @@ def precision_of(row: dict[str, Any]) -> str:
     return str(row.get("precision") or "?")
 
 
-def precision_mark(cell: Cell | None, row: dict[str, Any], base: dict[str, Any]) -> Cell | None:
-    """``cell`` (a ratio of ``row`` over ``base``) with ``PRECISION_MARK`` added to its note when
-    the two ran at different recorded precisions: such a ratio measures the number format too
-    (bf16 against fp32, say), not only the compiler."""
-    if cell is None or precision_of(row) == precision_of(base):
-        return cell
-    note = f"{cell.note} {PRECISION_MARK}".strip()
-    return Cell(cell.value, cell.std, note)
+class PrecisionMarks:
+    """The ratios of one table that compare two precisions: marked where they stand, named once
+    in the table's notes. Such a ratio measures the number format too (bf16 against fp32, say),
+    not only the compiler. ``baseline`` is what the table compares against (a compiler, or the
+    un-optimised trial)."""
 
+    def __init__(self, baseline: str) -> None:
+        self.baseline = baseline
+        self.pairs: set[tuple[str, str, str, str]] = set()  # (compiler, its precision, base, its)
 
-def precision_note(pairs: set[tuple[str, str, str, str]]) -> str | None:
-    """A table note naming the compared pairs of different precision, or None when there are none.
-    ``pairs``: (compiler, its precision, baseline, the baseline's precision)."""
-    if not pairs:
-        return None
-    listed = "; ".join(f"{c} ran {pc}, {b} {pb}" for c, pc, b, pb in sorted(pairs))
-    return (
-        f"{PRECISION_MARK} = the two results compared ran at different precisions ({listed}): "
-        "the ratio includes the number format, not only the compiler; compare like with like "
-        "with `--precision fp32` (or the sweep's precision setting)"
-    )
+    def mark(self, cell: Cell | None, row: dict[str, Any], base: dict[str, Any]) -> Cell | None:
+        """``cell`` (a ratio of ``row`` over ``base``), with ``PRECISION_MARK`` in its note when
+        the two ran at different precisions."""
+        ran, base_ran = precision_of(row), precision_of(base)
+        if cell is None or ran == base_ran:
+            return cell
+        self.pairs.add((str(row["compiler"]), ran, self.baseline, base_ran))
+        return Cell(cell.value, cell.std, f"{cell.note} {PRECISION_MARK}".strip())
 
-
-def mismatch(row: dict[str, Any], base: dict[str, Any], baseline: str) -> set[tuple[str, ...]]:
-    """``{(compiler, precision, baseline, precision)}`` when ``row`` and ``base`` differ."""
-    a, b = precision_of(row), precision_of(base)
-    return set() if a == b else {(str(row["compiler"]), a, baseline, b)}
+    def add_note(self, table: Table) -> None:
+        """Name the pairs marked in ``table`` (nothing when there are none)."""
+        if not self.pairs:
+            return
+        listed = "; ".join(f"{c} ran {pc}, {b} {pb}" for c, pc, b, pb in sorted(self.pairs))
+        table.notes.append(
+            f"{PRECISION_MARK} = the two results compared ran at different precisions ({listed}): "
+            "the ratio includes the number format, not only the compiler; compare like with like "
+            "with `--precision fp32` (or the sweep's precision setting)"
+        )
 
 
 def model_label(row: dict[str, Any]) -> str:

@@ -38,14 +38,12 @@ from ngb.core.errors import ConfigError
 from ngb.core.intervals import Estimate
 from ngb.sweeps.report_data import (
     Cell,
+    PrecisionMarks,
     Report,
     ReportData,
     Table,
     finite,
     group,
-    mismatch,
-    precision_mark,
-    precision_note,
     precision_of,
 )
 
@@ -227,7 +225,7 @@ def depth(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     skipped: list[str] = []
-    mixed: set[tuple[str, ...]] = set()
+    marks = PrecisionMarks(base)
     keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
@@ -248,8 +246,7 @@ def depth(data: ReportData) -> Report:
                     continue
                 s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
                 est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
-                cells.append(precision_mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
-                mixed |= mismatch(mine[d], identity[d], base)
+                cells.append(marks.mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
             slope: Cell | None = None
             kept: Cell | None = None
             try:
@@ -269,7 +266,7 @@ def depth(data: ReportData) -> Report:
                 if dm["retention"] is not None and retained is not None:
                     kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
             table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
-    table.notes.extend(n for n in (precision_note(mixed),) if n)
+    marks.add_note(table)
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
     report.notes.extend([n for n in (data.baseline_note,) if n] + skipped)
     return report
@@ -315,7 +312,7 @@ def bsr(data: ReportData) -> Report:
         f"(baseline: {baseline})"
     )
     table.notes.append(UNCERTAINTY_NOTE)
-    mixed: set[tuple[str, ...]] = set()
+    marks = PrecisionMarks(baseline)
     report = Report("bsr", "Batch scaling ratio (BSR) and efficiency (ASE)", [table])
     report.notes.extend([n for n in (data.baseline_note,) if n])
     for (device, label, _, _), per_compiler in sorted(_batch_groups(data).items(), key=_gkey):
@@ -350,14 +347,13 @@ def bsr(data: ReportData) -> Report:
                     )
                     speed = intervals.speedup(here, i_b)
                     speedup_cell = estimate_cell(m["speedup"], speed, 1.0)
-                    bsr_cell = precision_mark(bsr_cell, row, base[batch])
-                    speedup_cell = precision_mark(speedup_cell, row, base[batch])
-                    mixed |= mismatch(row, base[batch], baseline)
+                    bsr_cell = marks.mark(bsr_cell, row, base[batch])
+                    speedup_cell = marks.mark(speedup_cell, row, base[batch])
                 table.rows.append(
                     [device, label, compiler, precision_of(row), batch, throughput_cell(data, row),
                      rtr, ase_cell, bsr_cell, speedup_cell, verdict_text(row)]
                 )  # fmt: skip
-    table.notes.extend(n for n in (precision_note(mixed),) if n)
+    marks.add_note(table)
     return report
 
 
