@@ -104,6 +104,57 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(n, mean, half)
 
 
+# Past this many, "needs ~N repetitions" says "more than" instead of a count.
+_NEEDED_CAP = 10_000
+
+
+def repetitions_needed(values: Sequence[float], target: float, confidence: float = 0.95) -> int:
+    """Repetitions a sample with this spread needs for its interval to be within ``target``.
+
+    Why: an INVALID verdict should say whether more time would help (a few more repetitions) or
+    not (hundreds: the device itself is too noisy for the target -- quiet it or widen the target).
+    """
+    data = [float(v) for v in values if math.isfinite(v)]
+    if len(data) < 2:
+        return _NEEDED_CAP + 1
+    mean = math.fsum(data) / len(data)
+    if mean <= 0:
+        return _NEEDED_CAP + 1
+    cov = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / (len(data) - 1)) / mean
+    return repetitions_for_cov(cov, target, confidence)
+
+
+def repetitions_for_cov(cov: float, target: float, confidence: float = 0.95) -> int:
+    """The smallest n with t(n-1) * cov / sqrt(n) <= target: the repetitions whose interval meets
+    ``target`` when they spread like ``cov`` (coefficient of variation); ``_NEEDED_CAP`` + 1 means
+    "more than the cap"."""
+    if not math.isfinite(cov) or cov < 0:
+        return _NEEDED_CAP + 1
+    if cov == 0:
+        return 2
+    p = (1 + confidence) / 2
+
+    def meets(n: int) -> bool:
+        return t_quantile(p, n - 1) * cov / math.sqrt(n) <= target
+
+    # t(n-1)/sqrt(n) falls with n: start from the normal approximation and walk to the exact n.
+    n = max(2, math.ceil((NormalDist().inv_cdf(p) * cov / target) ** 2))
+    if n > _NEEDED_CAP:
+        return _NEEDED_CAP + 1
+    while n > 2 and meets(n - 1):
+        n -= 1
+    while n <= _NEEDED_CAP and not meets(n):
+        n += 1
+    return n
+
+
+def _needed_text(values: Sequence[float], target: float, confidence: float) -> str:
+    needed = repetitions_needed(values, target, confidence)
+    if needed > _NEEDED_CAP:
+        return f"; at this spread the target needs more than {_NEEDED_CAP} repetitions"
+    return f"; at this spread the target needs ~{needed} repetitions"
+
+
 def split(total: int, parts: int) -> list[int]:
     """``total`` as ``parts`` near-equal shares, larger ones first (10, 3 -> 4, 3, 3)."""
     base, extra = divmod(total, parts)
@@ -216,10 +267,11 @@ def judge(
         return Verdict(INVALID, "mean throughput is not positive", half, rel)
     if rel > settings.ci_target:
         why = f" (stopped: {stopped})" if stopped else ""
+        needed = _needed_text(throughputs, settings.ci_target, settings.confidence)
         return Verdict(
             INVALID,
             f"{level} ±{rel:.1%} wider than the target ±{settings.ci_target:.1%} "
-            f"after {ci.n} repetitions{why}",
+            f"after {ci.n} repetitions{why}{needed}",
             half,
             rel,
         )

@@ -105,9 +105,10 @@ class PrecisionMarks:
 
     def mark(self, cell: Cell | None, row: dict[str, Any], base: dict[str, Any]) -> Cell | None:
         """``cell`` (a ratio of ``row`` over ``base``), with ``PRECISION_MARK`` in its note when
-        the two ran at different precisions."""
+        the two ran at different precisions. An unrecorded precision (results stored before it
+        was) differs from nothing, as in the console: a mark must stand for a known difference."""
         ran, base_ran = precision_of(row), precision_of(base)
-        if cell is None or ran == base_ran:
+        if cell is None or ran == base_ran or "?" in (ran, base_ran):
             return cell
         self.pairs.add((str(row["compiler"]), ran, self.baseline, base_ran))
         return Cell(cell.value, cell.std, f"{cell.note} {PRECISION_MARK}".strip())

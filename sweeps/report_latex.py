@@ -26,11 +26,14 @@ _ESCAPES = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",  # in OT1 text mode "<" prints as an inverted exclamation mark
+    ">": r"\textgreater{}",
     "±": r"$\pm$",
     "·": r"$\cdot$",
     "×": r"$\times$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
+    "≠": r"$\neq$",
     "–": "--",
     "—": "---",
 }

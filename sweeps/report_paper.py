@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ngb.core import intervals, metrics
-from ngb.core.errors import ConfigError
 from ngb.core.intervals import Estimate
 from ngb.sweeps.report_data import (
     Cell,
@@ -212,8 +211,32 @@ def depth(data: ReportData) -> Report:
         and finite(r.get("throughput_mean"))
         and r["throughput_mean"] > 0
     ]
-    depths = sorted({r["depth"] for r in rows})
     base = data.baseline
+    skipped: list[str] = []
+    # (device, block, width, batch, compiler, its trials by depth, the baseline's by depth)
+    series: list[tuple[Any, ...]] = []
+    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
+    for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
+        device, block, width, batch = key[:4]
+        by_compiler = group(keyed[key], "compiler")
+        identity = {r["depth"]: r for r in by_compiler.get((base,), [])}
+        if not identity:
+            skipped.append(f"{device} {block}{width} b{batch}: no {base} baseline")
+            continue
+        for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
+            if compiler != base:
+                mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
+                series.append((device, block, width, batch, compiler, mine, identity))
+
+    def shared(entry: tuple[Any, ...]) -> list[int]:
+        return sorted(set(entry[5]) & set(entry[6]))
+
+    # A series measured at one depth says nothing about depth (its speed-up is in `bsr`): once
+    # some series has two depths or more, the one-depth ones are left out, and counted.
+    deep = [e for e in series if len(shared(e)) >= 2]
+    single = len(series) - len(deep) if deep else 0
+    series = deep or series
+    depths = sorted({d for e in series for d in shared(e)})
     table = Table(
         f"Tables VII/VIII: speed-up over {base} by depth",
         ["device", "block", "width", "batch", "compiler", *(f"d{d}" for d in depths),
@@ -224,48 +247,39 @@ def depth(data: ReportData) -> Report:
         "retention = speed-up at deepest / at depth 1"
     )
     table.notes.append(UNCERTAINTY_NOTE)
-    skipped: list[str] = []
+    if single:
+        table.notes.append(
+            f"{single} compiler/batch series measured at one depth only are left out "
+            "(their speed-ups are in `ngb report bsr`)"
+        )
     marks = PrecisionMarks(base)
-    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
-    for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
-        device, block, width, batch = key[:4]
-        by_compiler = group(keyed[key], "compiler")
-        identity = {r["depth"]: r for r in by_compiler.get((base,), [])}
-        if not identity:
-            skipped.append(f"{device} {block}{width} b{batch}: no {base} baseline")
-            continue
-        for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
-            if compiler == base:
+    for entry in series:
+        device, block, width, batch, compiler, mine, identity = entry
+        both = shared(entry)
+        cells: list[Any] = []
+        for d in depths:
+            if d not in both:
+                cells.append(None)
                 continue
-            mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
-            shared = sorted(set(mine) & set(identity))
-            cells: list[Any] = []
-            for d in depths:
-                if d not in shared:
-                    cells.append(None)
-                    continue
-                s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
-                est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
-                cells.append(marks.mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
-            slope: Cell | None = None
-            kept: Cell | None = None
-            try:
-                dm = metrics.depth_metrics(
-                    {d: mine[d]["throughput_mean"] for d in shared},
-                    {d: identity[d]["throughput_mean"] for d in shared},
-                )
-            except ConfigError:  # fewer than two shared depths
-                dm = None
-            if dm is not None:
-                trend, retained = intervals.depth_trend(
-                    shared,
-                    [data.samples(mine[d]) for d in shared],
-                    [data.samples(identity[d]) for d in shared],
-                )
-                slope = estimate_cell(float(dm["slope"]), trend, null=0.0)  # type: ignore[arg-type]
-                if dm["retention"] is not None and retained is not None:
-                    kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
-            table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
+            s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
+            est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
+            cells.append(marks.mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
+        slope: Cell | None = None
+        kept: Cell | None = None
+        if len(both) >= 2:
+            dm = metrics.depth_metrics(
+                {d: mine[d]["throughput_mean"] for d in both},
+                {d: identity[d]["throughput_mean"] for d in both},
+            )
+            trend, retained = intervals.depth_trend(
+                both,
+                [data.samples(mine[d]) for d in both],
+                [data.samples(identity[d]) for d in both],
+            )
+            slope = estimate_cell(float(dm["slope"]), trend, null=0.0)  # type: ignore[arg-type]
+            if dm["retention"] is not None and retained is not None:
+                kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
+        table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
     marks.add_note(table)
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
     report.notes.extend([n for n in (data.baseline_note,) if n] + skipped)

@@ -342,6 +342,8 @@ def test_latex_escapes_and_every_report_renders(store: Store) -> None:
     assert escape("a_b & 5 % ± {x} #1 ~ ^ \\") == (
         r"a\_b \& 5 \% $\pm$ \{x\} \#1 \textasciitilde{} \textasciicircum{} \textbackslash{}"
     )
+    # the reports' own marks: "n<2" and "≠prec" (a bare "<" prints as "¡" in OT1 text mode)
+    assert escape("n<2, ≠prec, >1") == r"n\textless{}2, $\neq$prec, \textgreater{}1"
     out = CliRunner().invoke(cli, ["report", "all", "--format", "latex", "--db", str(store.path),
                                    "--run", "r1"])  # fmt: skip
     assert out.exit_code == 0, out.output

@@ -462,6 +462,8 @@ def test_cli_run_detach_then_attach_in_other_processes(cli_env):
     att = ngb(env, "attach", run_id)
     assert att.returncode == 0, att.stderr
     assert "finished" in att.stdout
+    # The verdicts of the six trials (two repetitions each), counted under the run's table.
+    assert "verdicts: " in att.stdout and " of 6 trials VALID" in att.stdout
     status = ngb(env, "status", run_id, "--json")
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)

@@ -231,6 +231,34 @@ def test_depth_slope_retention_and_significance(store: Store) -> None:
     assert ov["d2"].note == "" and ov["d3"].note == ""
 
 
+def test_depth_leaves_out_series_measured_at_one_depth(tmp_path) -> None:
+    """A block measured at one depth (a batch-scaling or DLAS trial) says nothing about depth:
+    once some series has two depths, the one-depth ones are counted in a note, not listed."""
+    store = Store(tmp_path / "d.duckdb")
+    store.create_run("d1", "fixture", "", ["dev1"], 8)
+    rows = [_result("conv", c, 8, t, width=64, depth=d)
+            for d, (ti, to) in {1: (100, 150), 2: (90, 162)}.items()
+            for c, t in (("identity", ti), ("openvino", to))]  # fmt: skip
+    rows += [_result("conv", "identity", 1, 40, width=64, depth=1),  # batch 1: depth 1 only
+             _result("conv", "openvino", 1, 60, width=64, depth=1),
+             _result("conv", "identity", 8, 85, width=64, depth=4),  # identity alone at depth 4
+             _result("conv", "onnxruntime", 8, 95, width=64, depth=2)]  # fmt: skip
+    assert store.ingest_results("d1", "dev1", rows) == 8
+    rep = build_report("depth", store)
+    table = rep.tables[0]
+    assert [c for c in table.columns if c.startswith("d")] == ["device", "d1", "d2"]
+    listed = _row_map(rep, "batch", "compiler")
+    assert set(listed) == {(8, "openvino")}
+    assert listed[(8, "openvino")]["slope"].value == pytest.approx(162 / 90 - 1.5)
+    assert any("2 compiler/batch series measured at one depth only" in n for n in table.notes)
+    # With no series deeper than one depth, the table keeps them all (speed-ups at that depth).
+    shallow = Store(tmp_path / "s.duckdb")
+    shallow.create_run("s1", "fixture", "", ["dev1"], 2)
+    shallow.ingest_results("s1", "dev1", rows[4:6])
+    flat = build_report("depth", shallow)
+    assert len(flat.tables[0].rows) == 1 and not any("left out" in n for n in flat.tables[0].notes)
+
+
 def test_reversals_found_with_significance(store: Store) -> None:
     rep = build_report("reversals", store, run_id="r1")
     rows = _row_map(rep, "batch", "compiler", "A (faster eager)", "B")
@@ -412,20 +440,23 @@ def test_verdicts_reach_the_reports(tmp_path) -> None:
 
 
 def _precision_store(tmp_path) -> Store:
-    """resnet18 at b1/b8: identity in fp32, openvino in bf16 at b8 only (fp32 at b1)."""
+    """resnet18 at b1/b8: identity in fp32, openvino in bf16 at b8 only (fp32 at b1); resnet50:
+    identity without a recorded precision, openvino in bf16."""
     store = Store(tmp_path / "p.duckdb")
-    store.create_run("p1", "fixture", "", ["dev1"], 4)
+    store.create_run("p1", "fixture", "", ["dev1"], 6)
     rows = []
-    for compiler, batch, tput, precision in (
-        ("identity", 1, 10.0, "fp32"),
-        ("identity", 8, 56.0, "fp32"),
-        ("openvino", 1, 20.0, "fp32"),
-        ("openvino", 8, 176.0, "bf16"),
+    for model, compiler, batch, tput, precision in (
+        ("resnet18", "identity", 1, 10.0, "fp32"),
+        ("resnet18", "identity", 8, 56.0, "fp32"),
+        ("resnet18", "openvino", 1, 20.0, "fp32"),
+        ("resnet18", "openvino", 8, 176.0, "bf16"),
+        ("resnet50", "identity", 1, 5.0, None),
+        ("resnet50", "openvino", 1, 9.0, "bf16"),
     ):
-        r = _result("resnet18", compiler, batch, tput)
+        r = _result(model, compiler, batch, tput)
         r.precision = precision
         rows.append(r)
-    assert store.ingest_results("p1", "dev1", rows) == 4
+    assert store.ingest_results("p1", "dev1", rows) == 6
     return store
 
 
@@ -438,8 +469,11 @@ def test_speedups_between_precisions_are_marked(tmp_path) -> None:
     # b8: bf16 openvino against fp32 eager -- the ratio carries the mark, the note names both
     assert "≠prec" in bf16["speedup"].note and "≠prec" in bf16["bsr"].note
     assert "≠prec" not in fp32["speedup"].note  # same precision at b1: no mark
+    # an unrecorded precision is no known difference: no mark (as in the console)
+    unknown = rows[("resnet50", "openvino", 1)]
+    assert unknown["precision"] == "bf16" and "≠prec" not in unknown["speedup"].note
     notes = " ".join(rep.tables[0].notes)
-    assert "openvino ran bf16, identity fp32" in notes
+    assert "openvino ran bf16, identity fp32" in notes and "identity ?" not in notes
     assert "≠prec" in render(rep, "markdown")
 
 

@@ -81,6 +81,38 @@ def test_judge_verdicts() -> None:
     assert busy.verdict == INVALID and busy.reason == "disturbed: a hog"
 
 
+@pytest.mark.parametrize("cov", [0.005, 0.03, 0.1, 0.25])
+@pytest.mark.parametrize("target", [0.01, 0.02, 0.05])
+def test_repetitions_for_cov_is_the_smallest_count_that_meets_the_target(
+    cov: float, target: float
+) -> None:
+    n = stopping.repetitions_for_cov(cov, target)
+
+    def half(k: int) -> float:
+        return stopping.t_quantile(0.975, k - 1) * cov / math.sqrt(k)
+
+    assert half(n) <= target
+    assert n == 2 or half(n - 1) > target  # two is the fewest that give an interval
+
+
+def test_repetitions_needed_edges() -> None:
+    assert stopping.repetitions_for_cov(0.0, 0.02) == 2
+    assert stopping.repetitions_for_cov(5.0, 0.001) > 10_000  # beyond the cap: "more than"
+    assert stopping.repetitions_needed([100.0], 0.02) > 10_000  # no spread can be known
+    # CoV 10 %: ~99 repetitions for ±2 % (z^2 * 25 = 96, plus the t correction)
+    assert stopping.repetitions_needed([90.0, 110.0] * 10, 0.02) in range(95, 105)
+
+
+def test_an_invalid_verdict_says_what_the_target_would_need() -> None:
+    noisy = [100.0, 120.0, 85.0, 105.0, 95.0, 110.0]
+    wide = judge(noisy, MeasureSettings(), stopped=stopping.STOP_TIME)
+    needed = stopping.repetitions_needed(noisy, 0.02)
+    assert wide.reason.endswith(f"at this spread the target needs ~{needed} repetitions")
+    assert 40 < needed < 200
+    hopeless = judge([10.0, 200.0, 5.0], MeasureSettings(ci_target=0.001))
+    assert "more than 10000 repetitions" in hopeless.reason
+
+
 def test_settle_waits_for_the_clock() -> None:
     clocks = iter([1000.0, 1400.0, 1700.0, 1750.0, 1755.0, 1755.0])
     settled = settle(lambda: 500.0, clock=lambda: next(clocks), tolerance=0.01, max_s=100)

@@ -268,10 +268,11 @@ def run(
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()
     start = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
+    store = _store(db)
     state, summary = asyncio.run(
-        _drive(_store(db), inventory, console, start=start, detach_after_start=detach)
+        _drive(store, inventory, console, start=start, detach_after_start=detach)
     )
-    _finish(console, state, summary)
+    _finish(console, state, summary, store)
 
 
 @click.command("attach")
@@ -281,20 +282,32 @@ def run(
 def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
     """Follow RUN_ID again (after Ctrl-C, --detach, a lost link or a workstation restart)."""
     console = _console()
-    state, summary = asyncio.run(
-        _drive(_store(db), _inventory(inventory_path), console, attach=run_id)
-    )
-    _finish(console, state, summary)
+    store = _store(db)
+    state, summary = asyncio.run(_drive(store, _inventory(inventory_path), console, attach=run_id))
+    _finish(console, state, summary, store)
 
 
-def _finish(console: Any, state: str, summary: dict[str, Any] | None) -> None:
+def _finish(console: Any, state: str, summary: dict[str, Any] | None, store: Any) -> None:
     if summary is not None:
         _report(console, summary, show_error=False)
+        _verdicts(console, store, summary["run_id"])
     if state in ("failed", "cancelled"):
         error = (summary or {}).get("error")
         if error:  # the run as a whole stopped (e.g. the database cannot be written): one line
             raise NgbError(error)
         raise SystemExit(1)
+
+
+def _verdicts(console: Any, store: Any, run_id: str) -> None:
+    """How many trials met their confidence target, and what to change when most did not."""
+    from ngb.sweeps.verdicts import summary_line
+
+    try:
+        line = summary_line(store.trials(run_id))
+    except NgbError as exc:  # the store cannot be read now: say so, the run itself is done
+        line = f"verdicts not read: {exc}"
+    if line:
+        console.print(line, highlight=False)
 
 
 @click.command("status")

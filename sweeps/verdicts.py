@@ -1,0 +1,76 @@
+"""A run's verdicts in one line, and what to change when most trials are INVALID.
+
+Why: a run that ends "122 ok, 0 failed" reads as 122 facts. The count that matters is how many
+trials met their confidence target, and, when most did not, whether more time would fix it (a
+few more repetitions) or the device is too noisy for the target (its repetitions spread so widely
+that the target needs hundreds). ``ngb run`` and ``ngb attach`` print this line under the run's
+table.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ngb.core.stopping import repetitions_for_cov
+
+WIDE = "wider than the target"
+DISTURBED = "disturbed"
+
+
+def _settings(row: Mapping[str, Any]) -> dict[str, Any]:
+    measure = row.get("measure")
+    if isinstance(measure, str):
+        try:
+            measure = json.loads(measure)
+        except ValueError:
+            return {}
+    return dict(measure) if isinstance(measure, Mapping) else {}
+
+
+def summary_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """One line on the verdicts of a run's measured trials (rows of the ``trials`` table);
+    None when no trial has a verdict (nothing measured, or results from before verdicts)."""
+    judged = [r for r in rows if r.get("status") == "ok" and r.get("verdict")]
+    if not judged:
+        return None
+    valid = sum(1 for r in judged if r["verdict"] == "VALID")
+    reasons = [str(r.get("verdict_reason") or "") for r in judged if r["verdict"] != "VALID"]
+    wide = [r for r in judged if r["verdict"] != "VALID" and WIDE in str(r.get("verdict_reason"))]
+    disturbed = sum(1 for why in reasons if why.startswith(DISTURBED))
+    other = len(reasons) - len(wide) - disturbed
+    text = f"verdicts: {valid} of {len(judged)} trials VALID"
+    causes = [
+        f"{count} {what}"
+        for count, what in (
+            (len(wide), "with a CI wider than the target"),
+            (disturbed, "disturbed by other processes"),
+            (other, "for other reasons"),
+        )
+        if count
+    ]
+    if causes:
+        text += f"; INVALID: {', '.join(causes)}"
+    return text + _advice(wide, len(judged))
+
+
+def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
+    """When most trials were too wide: the repetitions their typical spread needs."""
+    covs = [float(r["throughput_cov"]) for r in wide if r.get("throughput_cov") is not None]
+    if not covs or len(wide) * 2 < total:
+        return ""
+    cov = statistics.median(covs)
+    settings = _settings(wide[0])
+    target = float(settings.get("ci_target") or 0.02)
+    needed = repetitions_for_cov(cov, target, float(settings.get("confidence") or 0.95))
+    allowed = settings.get("max_repetitions")
+    repetitions = [int(r["repetitions"]) for r in wide if r.get("repetitions")]
+    ran = f"; they ran a median of {statistics.median(repetitions):g}" if repetitions else ""
+    limit = f" (at most {allowed})" if allowed and settings.get("repetitions") is None else ""
+    return (
+        f". Their repetitions spread by a median CoV of {cov:.1%}: ±{target:.1%} needs "
+        f"~{needed} repetitions per trial{ran}{limit}. Quiet the device (`ngb bench noise` "
+        "measures its noise floor), raise max_measure_s/max_repetitions, or widen ci_target"
+    )

@@ -1,0 +1,44 @@
+"""A run's verdicts in one line (``ngb.sweeps.verdicts``), and what it advises."""
+
+from __future__ import annotations
+
+import json
+
+from ngb.core.stopping import repetitions_for_cov
+from ngb.sweeps.verdicts import summary_line
+
+MEASURE = json.dumps({"ci_target": 0.02, "confidence": 0.95, "max_repetitions": 24,
+                      "repetitions": None})  # fmt: skip
+
+
+def row(verdict: str, reason: str, cov: float = 0.01, status: str = "ok", reps: int = 12) -> dict:
+    return {"status": status, "verdict": verdict, "verdict_reason": reason,
+            "throughput_cov": cov, "repetitions": reps, "measure": MEASURE}  # fmt: skip
+
+
+WIDE = "95% CI ±7.0% wider than the target ±2.0% after 12 repetitions (stopped: time cap)"
+
+
+def test_mostly_wide_trials_get_the_repetitions_their_spread_needs() -> None:
+    rows = [
+        row("VALID", "95% CI ±1.2% within ±2.0% (8 repetitions)"),
+        *[row("INVALID", WIDE, cov=c, reps=r) for c, r in ((0.08, 14), (0.12, 16), (0.10, 15))],
+        row("INVALID", "disturbed: other processes used 40% of the CPU"),
+        row(None, "", status="failed"),  # a failed trial has no verdict and is not counted
+    ]
+    line = summary_line(rows)
+    assert line is not None
+    assert line.startswith("verdicts: 1 of 5 trials VALID; INVALID: 3 with a CI wider")
+    assert "1 disturbed by other processes" in line
+    needed = repetitions_for_cov(0.10, 0.02)  # the median CoV of the wide ones
+    assert f"median CoV of 10.0%: ±2.0% needs ~{needed} repetitions" in line
+    assert "they ran a median of 15 (at most 24)" in line
+    assert "ngb bench noise" in line
+
+
+def test_mostly_valid_runs_get_no_advice_and_old_results_no_line() -> None:
+    rows = [row("VALID", "ok")] * 3 + [row("INVALID", WIDE, cov=0.3)]
+    line = summary_line(rows)
+    assert line == "verdicts: 3 of 4 trials VALID; INVALID: 1 with a CI wider than the target"
+    assert summary_line([{"status": "ok", "verdict": None}]) is None
+    assert summary_line([]) is None
