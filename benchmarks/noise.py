@@ -4,11 +4,11 @@ Why: when most trials of a sweep end INVALID, the question is whether ngb's harn
 or the machine has it. This script times ngb's conv block (width 64, batch 16) in back-to-back
 windows of the length ngb uses, with nothing of ngb's harness around it (no sampler thread, no
 worker processes), once single-threaded and once with torch's default threads. For every window
-it also reads what the kernel can see: page faults and involuntary context switches of this
-process, and the machine's system, idle and steal time. Then it runs `ngb measure` on the same
-block with the same window length. Printed per line: the windows' coefficient of variation, their
-spread (min/max over the mean), the share of windows with no fault, no system or steal time
-counted, and the repetitions a ±2 % 95 % interval needs at that spread
+it also reads what the kernel can see: this process's page faults, and the machine's system,
+idle and steal time (shares of all CPUs' time during the windows). Then it runs `ngb measure` on
+the same block with the same window length. Printed per line: the windows' coefficient of
+variation, their spread (min/max over the mean), those kernel counts, and the repetitions a
+±2 % 95 % interval needs at that spread
 (`ngb.core.stopping.repetitions_for_cov`).
 
 If the plain loop is as noisy as `ngb measure` while the kernel sees nothing (no faults, no
@@ -56,7 +56,7 @@ def plain_loop(threads: int, seconds: float, window: float) -> dict:
             if elapsed >= window and calls >= 5:
                 return calls * 16 / elapsed
 
-    values, quiet = [], {"faults": 0, "system": 0, "steal": 0}
+    values, faults, ticks = [], 0, [0] * 8
     with torch.inference_mode():
         for _ in range(3):
             timed()
@@ -65,10 +65,17 @@ def plain_loop(threads: int, seconds: float, window: float) -> dict:
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), _cpu_ticks()
             values.append(timed())
             r1, t1 = resource.getrusage(resource.RUSAGE_SELF), _cpu_ticks()
-            quiet["faults"] += r1.ru_minflt == r0.ru_minflt and r1.ru_majflt == r0.ru_majflt
-            quiet["system"] += t1[2] == t0[2]
-            quiet["steal"] += t1[7] == t0[7]
-    return {"values": values, "quiet": {k: v / len(values) for k, v in quiet.items()}}
+            faults += (r1.ru_minflt - r0.ru_minflt) + (r1.ru_majflt - r0.ru_majflt)
+            ticks = [a + b - c for a, b, c in zip(ticks, t1, t0, strict=True)]
+    total = sum(ticks) or 1
+    return {
+        "values": values,
+        "faults_per_window": faults / len(values),
+        # shares of the machine's time during the windows (all CPUs, every process)
+        "system": ticks[2] / total,
+        "idle": (ticks[3] + ticks[4]) / total,
+        "steal": ticks[7] / total,
+    }
 
 
 def ngb_measure(window: float, seconds: float) -> dict:
@@ -127,9 +134,9 @@ def main() -> None:
         out = _child(threads, args.seconds, args.window)
         v = out["values"]
         mean = statistics.fmean(v)
-        q = out["quiet"]
-        extra = (f"windows without faults {q['faults']:.0%}, without system time "
-                 f"{q['system']:.0%}, without steal {q['steal']:.0%}")  # fmt: skip
+        extra = (f"faults/window {out['faults_per_window']:.1f}; machine: system "
+                 f"{out['system']:.1%}, idle {out['idle']:.1%}, "
+                 f"steal {out['steal']:.1%}")  # fmt: skip
         cov = statistics.stdev(v) / mean if len(v) > 1 else float("nan")
         print(line(f"plain loop, {threads} thread(s)", mean, cov, min(v), max(v), len(v), extra))
     m = ngb_measure(args.window, args.seconds)
