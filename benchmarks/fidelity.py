@@ -18,11 +18,14 @@ precision in both (the ngb result records which one ran; benchmark_app's is read
 dump) and strict fp32 for eager (torch's default on both sides), and the same allocator setting
 (the reference process applies ngb's). ngb runs as a new user would run
 it, with its stopping rule and worker processes; its 95 % CI and verdict are printed beside each
-figure. Ratio = ngb / reference (goal >= 0.97). On a busy machine the figures are noisy: the load
-average is printed with them.
+figure. Ratio = ngb / reference (goal >= 0.97); ngb's median is printed beside it, as the torch
+Timer reference reports a median. On a busy machine the figures are noisy: the load average is
+printed with them, and `--self-check` runs each reference twice per round, so that the ratio of
+the vendor's tool to itself shows how close this machine lets any two runs come.
 
     .venv/bin/ngb bench fidelity -- --rounds 2
     .venv/bin/python benchmarks/fidelity.py --rounds 3 --cases ov-throughput,eager-cpu
+    .venv/bin/python benchmarks/fidelity.py --rounds 3 --self-check
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def ngb_measure(model: str, args: list[str]) -> dict:
     t = result["throughput"]
     return {
         "value": t["mean"],
+        "median": t["median"],
         "ci": result.get("ci_half_width"),
         "n": t["n"],
         "verdict": result.get("verdict"),
@@ -172,6 +176,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=10, help="benchmark_app -t")
     parser.add_argument("--cases", default=",".join(CASES), help=f"any of {', '.join(CASES)}")
+    parser.add_argument(
+        "--self-check", action="store_true",
+        help="also run each reference a second time and print reference / reference: how far "
+        "this machine lets two runs of the same tool agree",
+    )  # fmt: skip
     args = parser.parse_args()
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
@@ -181,6 +190,7 @@ def main() -> None:
     print(f"{args.model}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f}; ngb measure defaults; {args.rounds} alternating rounds")  # fmt: skip
     ratios: dict[str, list[float]] = {}
+    selves: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="ngb-fidelity-") as tmp:
         cases = plan(args, Path(tmp))
         for r in range(args.rounds):
@@ -195,13 +205,24 @@ def main() -> None:
                 print(
                     f"round {r + 1} {case:13} ngb {fmt(ours)} (n={ours['n']}, "
                     f"{ours['workers']} proc, {ours['verdict']}{flag}, {ours['precision']})  "
-                    f"ref {fmt(theirs)} ({theirs['precision']})  ratio {ratio:.3f}",
+                    f"ref {fmt(theirs)} ({theirs['precision']})  ratio {ratio:.3f} "
+                    f"(ngb's median: {ours['median'] / theirs['value']:.3f})",
                     flush=True,
                 )
+                if args.self_check:  # the reference against itself: the machine's own floor
+                    again = reference()
+                    floor = again["value"] / theirs["value"]
+                    selves.setdefault(case, []).append(floor)
+                    print(f"round {r + 1} {case:13} ref again {fmt(again)}  ref / ref {floor:.3f}")
     print("median ratio ngb / reference (goal >= 0.97):")
     for case, values in ratios.items():
         print(f"  {case:13} {statistics.median(values):.3f}   "
               f"(rounds: {', '.join(f'{v:.3f}' for v in values)})")  # fmt: skip
+    if selves:
+        print("the reference against itself, run again straight after (same goal, same machine):")
+        for case, values in selves.items():
+            print(f"  {case:13} {statistics.median(values):.3f}   "
+                  f"(rounds: {', '.join(f'{v:.3f}' for v in values)})")  # fmt: skip
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

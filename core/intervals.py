@@ -17,6 +17,12 @@ by ``widening(n) = sqrt(n/(n-1)) * t_{n-1} / z``: alone, a mean's interval is th
 interval, and the same caution carries into ratios, slopes and retentions (x2.7 at n = 3, x1.4 at
 n = 6, x1.1 at n = 20).
 
+Serial correlation: resampling repetitions one by one assumes they are independent; consecutive
+repetitions on a machine whose speed wanders are not (``ngb.core.serial``). The draws are spread
+further by the square root of the trial's variance inflation, so a mean alone gets exactly the
+widened Student-t interval ``ngb.core.stopping.interval`` gives it, and ratios and slopes inherit
+it. The samples must be in the order they were measured (the store keeps ``rep`` order).
+
 What it cannot know: a trial with fewer than 2 repetitions has no spread, so any metric that uses
 it gets a NaN interval (shown as "n<2"), never a falsely tight one. Resampling is seeded, so the
 same database always gives the same report.
@@ -33,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from ngb.core.serial import inflation
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -91,7 +98,10 @@ def resampled_means(
     if arr.size < 2:
         return means
     centre = float(arr.mean())
-    return centre + widening(int(arr.size), level) * (means - centre)
+    # Resampling treats the repetitions as independent; a trial's are a time series, so the
+    # draws are spread further by its serial-correlation inflation too (ngb.core.serial).
+    _, factor = inflation(arr.tolist())
+    return centre + widening(int(arr.size), level) * math.sqrt(factor) * (means - centre)
 
 
 def propagate(

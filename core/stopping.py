@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
+from ngb.core.serial import inflation, lag1
+
 VALID = "VALID"
 INVALID = "INVALID"
 
@@ -76,11 +78,14 @@ def _t_quantile_approx(p: float, df: int) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """Mean and confidence-interval half-width of a sample (NaN half-width when n < 2)."""
+    """Mean and confidence-interval half-width of a sample (NaN half-width when n < 2), with the
+    lag-1 autocorrelation and variance inflation it was widened by (``ngb.core.serial``)."""
 
     n: int
     mean: float
     half_width: float
+    rho: float = 0.0
+    inflation: float = 1.0
 
     @property
     def relative(self) -> float:
@@ -90,8 +95,14 @@ class Interval:
         return self.half_width / self.mean
 
 
-def interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Student-t interval of the mean of the finite values."""
+def interval(values: Sequence[float], confidence: float = 0.95, *, serial: bool = True) -> Interval:
+    """Student-t interval of the mean of the finite values, in the order they were measured.
+
+    ``serial`` (the default) widens it for the values' serial correlation (``ngb.core.serial``):
+    repetitions of a trial are a time series, and on a machine whose speed wanders they are not
+    independent. ``serial=False`` treats them as independent (kept for comparison:
+    ``benchmarks/coverage.py``).
+    """
     data = [float(v) for v in values if math.isfinite(v)]
     n = len(data)
     if n == 0:
@@ -100,8 +111,9 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     if n == 1:
         return Interval(1, mean, math.nan)
     var = math.fsum((v - mean) ** 2 for v in data) / (n - 1)
-    half = t_quantile((1 + confidence) / 2, n - 1) * math.sqrt(var / n)
-    return Interval(n, mean, half)
+    rho, factor = inflation(data) if serial else (0.0, 1.0)
+    half = t_quantile((1 + confidence) / 2, n - 1) * math.sqrt(var * factor / n)
+    return Interval(n, mean, half, rho, factor)
 
 
 # Past this many, "needs ~N repetitions" says "more than" instead of a count.
@@ -121,7 +133,10 @@ def repetitions_needed(values: Sequence[float], target: float, confidence: float
     if mean <= 0:
         return _NEEDED_CAP + 1
     cov = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / (len(data) - 1)) / mean
-    return repetitions_for_cov(cov, target, confidence)
+    # Correlated repetitions carry less information each: for many of them the variance of the
+    # mean grows by (1 + rho) / (1 - rho) (ngb.core.serial), as if the spread were that much wider.
+    rho = lag1(data)
+    return repetitions_for_cov(cov * math.sqrt((1 + rho) / (1 - rho)), target, confidence)
 
 
 def repetitions_for_cov(cov: float, target: float, confidence: float = 0.95) -> int:
@@ -245,6 +260,8 @@ class Verdict:
     reason: str
     ci_half_width: float | None  # samples/s; None when n < 2
     ci_relative: float | None
+    rho: float = 0.0  # lag-1 autocorrelation of the repetitions the interval was widened for
+    inflation: float = 1.0  # the variance factor applied (ngb.core.serial)
 
 
 def judge(
@@ -258,29 +275,29 @@ def judge(
     ci = interval(throughputs, settings.confidence)
     half = ci.half_width if ci.n >= 2 and math.isfinite(ci.half_width) else None
     rel = ci.relative if math.isfinite(ci.relative) else None
+
+    def verdict(which: str, reason: str) -> Verdict:
+        return Verdict(which, reason, half, rel, ci.rho, ci.inflation)
+
     level = f"{settings.confidence:.0%} CI"
+    if ci.inflation > 1:  # say that, and how much, the interval was widened (ngb.core.serial)
+        level += f" (x{math.sqrt(ci.inflation):.1f} for serial correlation {ci.rho:.2f})"
     if ci.n < 2:
-        return Verdict(INVALID, f"{ci.n} repetition(s): no interval", half, rel)
+        return verdict(INVALID, f"{ci.n} repetition(s): no interval")
     if disturbed:
-        return Verdict(INVALID, f"disturbed: {disturbed}", half, rel)
+        return verdict(INVALID, f"disturbed: {disturbed}")
     if rel is None:
-        return Verdict(INVALID, "mean throughput is not positive", half, rel)
+        return verdict(INVALID, "mean throughput is not positive")
     if rel > settings.ci_target:
         why = f" (stopped: {stopped})" if stopped else ""
         needed = _needed_text(throughputs, settings.ci_target, settings.confidence)
-        return Verdict(
+        return verdict(
             INVALID,
             f"{level} ±{rel:.1%} wider than the target ±{settings.ci_target:.1%} "
             f"after {ci.n} repetitions{why}{needed}",
-            half,
-            rel,
         )
-    return Verdict(
-        VALID,
-        f"{level} ±{rel:.1%} within ±{settings.ci_target:.1%} ({ci.n} repetitions)",
-        half,
-        rel,
-    )
+    within = f"within ±{settings.ci_target:.1%} ({ci.n} repetitions)"
+    return verdict(VALID, f"{level} ±{rel:.1%} {within}")
 
 
 # ------------------------------------------------------------------ warm-up until clocks settle

@@ -231,6 +231,9 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
         "confidence": settings.confidence,
         "ci_target": settings.ci_target,
         "ci_relative": verdict.ci_relative,
+        # the repetitions' lag-1 autocorrelation and the variance factor the CI was widened by
+        "serial_rho": round(verdict.rho, 4),
+        "serial_inflation": round(verdict.inflation, 4),
         "retries": sum(p.retries for p in parts),
     }
     result.extra["workers"] = [

@@ -23,7 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.core.significance import confidence_interval
+from ngb.core.intervals import mean_interval
 from ngb.sweeps.report_data import ReportData, finite
 
 # Column names a store may use for a stored interval / verdict / precision (newest schema first).
@@ -114,7 +114,7 @@ class FigureData(ReportData):
         if finite(stored):
             out["ci_half"], out["ci_source"] = float(stored), "stored"
         elif len(samples) >= 2:
-            out["ci_half"] = confidence_interval(samples, LEVEL).half_width
+            out["ci_half"] = mean_interval(samples, LEVEL).half_width  # serial-corrected
             out["ci_source"] = "t-interval"
         else:
             out["ci_half"], out["ci_source"] = None, "none"

@@ -10,6 +10,7 @@ table.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -64,13 +65,31 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     cov = statistics.median(covs)
     settings = _settings(wide[0])
     target = float(settings.get("ci_target") or 0.02)
-    needed = repetitions_for_cov(cov, target, float(settings.get("confidence") or 0.95))
+    # Correlated repetitions are worth less each (ngb.core.serial): as if the spread were wider.
+    rhos = [rho for r in wide if (rho := _serial_rho(r)) is not None]
+    rho = statistics.median(rhos) if rhos else 0.0
+    spread = cov * math.sqrt((1 + rho) / (1 - rho)) if rho < 1 else math.inf
+    needed = repetitions_for_cov(spread, target, float(settings.get("confidence") or 0.95))
+    serial = f", serially correlated (median lag-1 {rho:.2f})" if rho >= 0.05 else ""
     allowed = settings.get("max_repetitions")
     repetitions = [int(r["repetitions"]) for r in wide if r.get("repetitions")]
     ran = f"; they ran a median of {statistics.median(repetitions):g}" if repetitions else ""
     limit = f" (at most {allowed})" if allowed and settings.get("repetitions") is None else ""
     return (
-        f". Their repetitions spread by a median CoV of {cov:.1%}: ±{target:.1%} needs "
+        f". Their repetitions spread by a median CoV of {cov:.1%}{serial}: ±{target:.1%} needs "
         f"~{needed} repetitions per trial{ran}{limit}. Quiet the device (`ngb bench noise` "
         "measures its noise floor), raise max_measure_s/max_repetitions, or widen ci_target"
     )
+
+
+def _serial_rho(row: Mapping[str, Any]) -> float | None:
+    """The lag-1 autocorrelation the trial's interval was widened for (None before it was kept)."""
+    extra = row.get("extra")
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            return None
+    measure = extra.get("measure") if isinstance(extra, Mapping) else None
+    rho = measure.get("serial_rho") if isinstance(measure, Mapping) else None
+    return float(rho) if isinstance(rho, int | float) else None

@@ -42,3 +42,16 @@ def test_mostly_valid_runs_get_no_advice_and_old_results_no_line() -> None:
     assert line == "verdicts: 3 of 4 trials VALID; INVALID: 1 with a CI wider than the target"
     assert summary_line([{"status": "ok", "verdict": None}]) is None
     assert summary_line([]) is None
+
+
+def test_serially_correlated_repetitions_need_more_and_the_line_says_why() -> None:
+    """A wide trial whose repetitions were correlated (ngb.core.serial) needs more of them than
+    its CoV alone says: (1 + rho) / (1 - rho) times as many for long runs."""
+    extra = json.dumps({"measure": {"serial_rho": 0.6}})
+    rows = [{**row("INVALID", WIDE, cov=0.05), "extra": extra} for _ in range(3)]
+    line = summary_line(rows)
+    assert line is not None
+    needed = repetitions_for_cov(0.05 * 2.0, 0.02)  # sqrt((1 + 0.6) / (1 - 0.6)) = 2
+    assert needed > repetitions_for_cov(0.05, 0.02)
+    why = "median CoV of 5.0%, serially correlated (median lag-1 0.60)"
+    assert f"{why}: ±2.0% needs ~{needed} " in line

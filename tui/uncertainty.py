@@ -70,9 +70,9 @@ def measured(row: Mapping[str, Any], mean: float) -> Measured:
     n = len(samples) or int(_number(row.get("repetitions")) or 0)
     half = next((h for c in HALF_WIDTH_COLUMNS if (h := _number(row.get(c))) is not None), None)
     if half is None and len(samples) >= 2:
-        from ngb.core.significance import confidence_interval
+        from ngb.core.intervals import mean_interval  # widened for serial correlation
 
-        half = confidence_interval(samples, LEVEL).half_width
+        half = mean_interval(samples, LEVEL).half_width
     elif half is None and std is not None and n >= 2:
         half = _t_half(std, n)
     precision = row.get("precision")

@@ -1,0 +1,95 @@
+"""Serially correlated repetitions widen the interval of the mean (ngb.core.serial)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from ngb.core import intervals, serial, stopping
+from ngb.core.types import MeasureSettings
+
+
+def ar1(rho: float, n: int, rng: np.random.Generator, mean: float = 100.0) -> list[float]:
+    """n values of a stationary AR(1) series with unit variance around ``mean``."""
+    x = rng.standard_normal()
+    out = []
+    for _ in range(n):
+        x = rho * x + math.sqrt(1 - rho**2) * rng.standard_normal()
+        out.append(mean + x)
+    return out
+
+
+def test_independent_repetitions_keep_their_interval() -> None:
+    rng = np.random.default_rng(0)
+    values = list(100 + rng.standard_normal(2000))
+    rho, factor = serial.inflation(values)
+    assert rho < 0.1
+    assert factor < 1.25
+    assert serial.inflation([1.0, 2.0, 3.0]) == (0.0, 1.0)  # too few to estimate anything
+    assert serial.inflation([5.0] * 10) == (0.0, 1.0)  # no spread, nothing to widen
+
+
+def test_lag1_finds_the_correlation_of_a_long_series() -> None:
+    rng = np.random.default_rng(1)
+    assert serial.lag1(ar1(0.7, 4000, rng)) == pytest.approx(0.7, abs=0.05)
+    # An alternating series is negatively correlated: it never narrows the interval.
+    assert serial.lag1([90.0, 110.0] * 10) == 0.0
+
+
+def test_variance_factor_is_the_ar1_mean_variance() -> None:
+    assert serial.variance_factor(0.0, 12) == 1.0
+    # long series: (1 + rho) / (1 - rho)
+    assert serial.variance_factor(0.5, 100_000) == pytest.approx(3.0, rel=1e-3)
+    # n = 2: Var((x1 + x2) / 2) = (2 + 2 rho) / 4 sigma^2 -> factor 1 + rho
+    assert serial.variance_factor(0.6, 2) == pytest.approx(1.6)
+
+
+def test_widened_interval_holds_the_true_mean_far_more_often() -> None:
+    """The point of the module: on correlated repetitions the independent interval misses the
+    mean about half the time; the widened one comes near its level."""
+    rng = np.random.default_rng(2)
+    trials = [ar1(0.7, 12, rng) for _ in range(600)]
+
+    def coverage(serial_: bool) -> float:
+        hits = 0
+        for values in trials:
+            ci = stopping.interval(values, serial=serial_)
+            hits += abs(ci.mean - 100.0) <= ci.half_width
+        return hits / len(trials)
+
+    independent, widened = coverage(False), coverage(True)
+    assert independent < 0.70
+    assert widened > 0.78
+    # and on independent repetitions it costs little: still about 95 %
+    plain = [list(100 + rng.standard_normal(12)) for _ in range(600)]
+    hits = sum(abs((ci := stopping.interval(v)).mean - 100) <= ci.half_width for v in plain) / len(
+        plain
+    )
+    assert 0.93 <= hits <= 0.995
+
+
+def test_verdict_says_how_much_it_widened_and_needs_more_repetitions() -> None:
+    rng = np.random.default_rng(3)
+    values = [v * 1.0 for v in ar1(0.8, 24, rng, mean=100.0)]
+    settings = MeasureSettings(ci_target=0.02)
+    verdict = stopping.judge(values, settings)
+    assert verdict.rho > 0.3
+    assert verdict.inflation > 1.5
+    assert "for serial correlation" in verdict.reason
+    plain = stopping.interval(values, serial=False)
+    assert verdict.ci_half_width == pytest.approx(plain.half_width * math.sqrt(verdict.inflation))
+    # "needs ~N repetitions" counts correlated repetitions as the less they are worth
+    shuffled = list(np.random.default_rng(4).permutation(values))
+    assert stopping.repetitions_needed(values, 0.005) > stopping.repetitions_needed(shuffled, 0.005)
+
+
+def test_bootstrap_of_one_mean_matches_the_widened_interval() -> None:
+    """Derived metrics inherit the widening: a mean alone, bootstrapped, is as wide as its
+    serial-corrected Student-t interval."""
+    rng = np.random.default_rng(5)
+    values = ar1(0.7, 20, rng)
+    boot = intervals.propagate(lambda m: m, [values], n_boot=20_000)
+    t = intervals.mean_interval(values)
+    assert stopping.interval(values).inflation > 1.5
+    assert boot.half_width == pytest.approx(t.half_width, rel=0.15)
