@@ -7,9 +7,9 @@ worker processes), once single-threaded and once with torch's default threads. F
 it also reads what the kernel can see: this process's page faults, and the machine's system,
 idle and steal time (shares of all CPUs' time during the windows). Then it runs `ngb measure` on
 the same block with the same window length. Printed per line: the windows' coefficient of
-variation, their spread (min/max over the mean), those kernel counts, and the repetitions a
-±2 % 95 % interval needs at that spread
-(`ngb.core.stopping.repetitions_for_cov`).
+variation, their spread (min/max over the mean), their lag-1 autocorrelation (a wander that lasts
+several windows; `ngb.core.serial`), those kernel counts, and the repetitions a ±2 % 95 % interval
+needs at that spread and correlation (`ngb.core.stopping.repetitions_for_cov`).
 
 If the plain loop is as noisy as `ngb measure` while the kernel sees nothing (no faults, no
 steal), the noise comes from below the guest (a VM's host, a shared core), and only a quieter
@@ -89,18 +89,26 @@ def ngb_measure(window: float, seconds: float) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise SystemExit(f"ngb measure failed: {tail}")
     result = json.loads(proc.stdout)
-    t = result["throughput"]
-    return {"mean": t["mean"], "cov": t["cov"], "min": t["min"], "max": t["max"], "n": t["n"],
-            "workers": result.get("workers")}  # fmt: skip
+    return {
+        "values": [float(r["throughput"]) for r in result["repetitions"]],
+        "workers": result.get("workers"),
+    }
 
 
-def line(name: str, mean: float, cov: float, lo: float, hi: float, n: int, extra: str) -> str:
+def line(name: str, values: list[float], extra: str) -> str:
+    """One line: mean, CoV, spread, lag-1 autocorrelation and the repetitions ±2 % needs."""
+    from ngb.core.serial import lag1
     from ngb.core.stopping import repetitions_for_cov
 
-    needed = repetitions_for_cov(cov, 0.02)
+    mean = statistics.fmean(values)
+    cov = statistics.stdev(values) / mean if len(values) > 1 else float("nan")
+    rho = lag1(values)
+    # Correlated windows are worth less each (ngb.core.serial): as if the spread were wider.
+    needed = repetitions_for_cov(cov * ((1 + rho) / (1 - rho)) ** 0.5, 0.02)
     return (
-        f"{name:28} {mean:9.1f}/s  CoV {cov:6.1%}  spread {lo / mean:.2f}-{hi / mean:.2f}  "
-        f"n={n:<4} ±2% needs ~{needed:<5} {extra}"
+        f"{name:28} {mean:9.1f}/s  CoV {cov:6.1%}  spread {min(values) / mean:.2f}-"
+        f"{max(values) / mean:.2f}  lag-1 {rho:.2f}  n={len(values):<4} ±2% needs ~{needed:<5} "
+        f"{extra}"
     )
 
 
@@ -132,16 +140,12 @@ def main() -> None:
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     for threads in sorted({1, torch.get_num_threads()}):
         out = _child(threads, args.seconds, args.window)
-        v = out["values"]
-        mean = statistics.fmean(v)
         extra = (f"faults/window {out['faults_per_window']:.1f}; machine: system "
                  f"{out['system']:.1%}, idle {out['idle']:.1%}, "
                  f"steal {out['steal']:.1%}")  # fmt: skip
-        cov = statistics.stdev(v) / mean if len(v) > 1 else float("nan")
-        print(line(f"plain loop, {threads} thread(s)", mean, cov, min(v), max(v), len(v), extra))
+        print(line(f"plain loop, {threads} thread(s)", out["values"], extra))
     m = ngb_measure(args.window, args.seconds)
-    print(line("ngb measure, default threads", m["mean"], m["cov"], m["min"], m["max"], m["n"],
-               f"{m['workers']} worker processes"))  # fmt: skip
+    print(line("ngb measure, default threads", m["values"], f"{m['workers']} worker processes"))
 
 
 if __name__ == "__main__":

@@ -93,3 +93,26 @@ def test_bootstrap_of_one_mean_matches_the_widened_interval() -> None:
     t = intervals.mean_interval(values)
     assert stopping.interval(values).inflation > 1.5
     assert boot.half_width == pytest.approx(t.half_width, rel=0.15)
+
+
+def test_coverage_benchmark_scores_both_intervals_on_the_same_trials() -> None:
+    """benchmarks/coverage.py: leave-one-out coverage of the independent and serial intervals."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "coverage.py"
+    spec = importlib.util.spec_from_file_location("coverage_bench", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    rng = np.random.default_rng(6)
+    trials = [ar1(0.8, 12, rng) for _ in range(80)]
+    plain_share, plain_width = bench.coverage(trials, serial=False)
+    serial_share, serial_width = bench.coverage(trials, serial=True)
+    assert plain_share < serial_share
+    assert serial_width > 1.5 * plain_width
+    # every trial's interval is scored against the others' mean, never its own
+    same = [[100.0, 101.0, 99.0, 100.5, 99.5, 100.0]] * 4
+    share, _ = bench.coverage(same, serial=True)
+    assert share == 1.0
