@@ -97,14 +97,14 @@ def ngb_measure(window: float, seconds: float) -> dict:
 
 def line(name: str, values: list[float], extra: str) -> str:
     """One line: mean, CoV, spread, lag-1 autocorrelation and the repetitions ±2 % needs."""
-    from ngb.core.serial import lag1
+    from ngb.core.serial import lag1, long_run_factor
     from ngb.core.stopping import repetitions_for_cov
 
     mean = statistics.fmean(values)
     cov = statistics.stdev(values) / mean if len(values) > 1 else float("nan")
     rho = lag1(values)
     # Correlated windows are worth less each (ngb.core.serial): as if the spread were wider.
-    needed = repetitions_for_cov(cov * ((1 + rho) / (1 - rho)) ** 0.5, 0.02)
+    needed = repetitions_for_cov(cov * long_run_factor(rho) ** 0.5, 0.02)
     return (
         f"{name:28} {mean:9.1f}/s  CoV {cov:6.1%}  spread {min(values) / mean:.2f}-"
         f"{max(values) / mean:.2f}  lag-1 {rho:.2f}  n={len(values):<4} ±2% needs ~{needed:<5} "

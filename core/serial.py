@@ -64,6 +64,12 @@ def variance_factor(rho: float, n: int) -> float:
     return 1 + 2 * math.fsum((1 - k / n) * rho**k for k in range(1, n))
 
 
+def long_run_factor(rho: float) -> float:
+    """(1 + rho) / (1 - rho): how many times more repetitions correlated ones need than
+    independent ones, for long series (what "needs ~N repetitions" scales by)."""
+    return (1 + rho) / (1 - rho) if rho < 1 else math.inf
+
+
 def inflation(values: Sequence[float]) -> tuple[float, float]:
     """(rho, factor): multiply the independent-sample variance of the mean by ``factor``."""
     data = [float(v) for v in values if math.isfinite(v)]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from ngb.core.serial import inflation, lag1
+from ngb.core.serial import inflation, lag1, long_run_factor
 
 VALID = "VALID"
 INVALID = "INVALID"
@@ -135,8 +135,7 @@ def repetitions_needed(values: Sequence[float], target: float, confidence: float
     cov = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / (len(data) - 1)) / mean
     # Correlated repetitions carry less information each: for many of them the variance of the
     # mean grows by (1 + rho) / (1 - rho) (ngb.core.serial), as if the spread were that much wider.
-    rho = lag1(data)
-    return repetitions_for_cov(cov * math.sqrt((1 + rho) / (1 - rho)), target, confidence)
+    return repetitions_for_cov(cov * math.sqrt(long_run_factor(lag1(data))), target, confidence)
 
 
 def repetitions_for_cov(cov: float, target: float, confidence: float = 0.95) -> int:

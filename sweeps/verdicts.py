@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ngb.core.serial import long_run_factor
 from ngb.core.stopping import repetitions_for_cov
 
 WIDE = "wider than the target"
@@ -68,7 +69,7 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     # Correlated repetitions are worth less each (ngb.core.serial): as if the spread were wider.
     rhos = [rho for r in wide if (rho := _serial_rho(r)) is not None]
     rho = statistics.median(rhos) if rhos else 0.0
-    spread = cov * math.sqrt((1 + rho) / (1 - rho)) if rho < 1 else math.inf
+    spread = cov * math.sqrt(long_run_factor(rho))
     needed = repetitions_for_cov(spread, target, float(settings.get("confidence") or 0.95))
     serial = f", serially correlated (median lag-1 {rho:.2f})" if rho >= 0.05 else ""
     allowed = settings.get("max_repetitions")
