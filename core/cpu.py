@@ -52,11 +52,19 @@ class CpuSampler:
     primes the counters; each later sample covers exactly one interval of the measured window.
     """
 
-    def __init__(self, interval_s: float = 0.1, on_sample: SampleCallback | None = None) -> None:
+    def __init__(
+        self,
+        interval_s: float = 0.1,
+        on_sample: SampleCallback | None = None,
+        pid: int | None = None,
+    ) -> None:
         import psutil
 
         self._psutil = psutil
-        self._proc = psutil.Process()
+        # ``pid``: sample that (measured) process from outside; this process's own use -- the
+        # sampler itself -- is then taken off "others" too, as ngb's own.
+        self._proc = psutil.Process(pid)
+        self._me = psutil.Process() if pid is not None and pid != os.getpid() else None
         self.interval_s = interval_s
         self.on_sample = on_sample
         self.samples: list[list[float]] = []  # [t_offset_s, system %, process %]
@@ -85,7 +93,9 @@ class CpuSampler:
         self._psutil.cpu_percent(None)
         self._psutil.cpu_percent(None, percpu=True)
         self._psutil.cpu_times_percent(None)
-        self._proc.cpu_percent(None)
+        self._proc_percent()
+        if self._me is not None:
+            self._me.cpu_percent(None)
         primed.set()
         while not self._stop.wait(self.interval_s):
             self._take()
@@ -95,12 +105,13 @@ class CpuSampler:
     def _take(self) -> None:
         psutil = self._psutil
         system = float(psutil.cpu_percent(None))
-        proc = float(self._proc.cpu_percent(None))
+        proc = self._proc_percent()
+        own = float(self._me.cpu_percent(None)) if self._me is not None else 0.0
         tick = CpuTick(
             t=round(time.perf_counter() - self._t0, 4),
             percent=system,
             proc_percent=proc,
-            others_percent=others_percent(system, proc, self.ncpu),
+            others_percent=others_percent(system, proc + own, self.ncpu),
         )
         with contextlib.suppress(Exception):  # the extras are nice-to-have on exotic kernels
             tick.per_cpu = [float(v) for v in psutil.cpu_percent(None, percpu=True)]
@@ -120,6 +131,12 @@ class CpuSampler:
             # A broken listener (e.g. a closed event pipe) must not kill the measurement.
             with contextlib.suppress(Exception):
                 self.on_sample(tick)
+
+    def _proc_percent(self) -> float:
+        try:
+            return float(self._proc.cpu_percent(None))
+        except self._psutil.Error:  # the measured process has ended
+            return 0.0
 
     def stop(self) -> list[list[float]]:
         """Stop sampling and return the samples."""

@@ -10,8 +10,11 @@
 - CPU facts (``cpu_facts``): frequency scaling governor(s), current/min/max frequency, load
   average. Steal time comes from the CPU sampler.
 - NVIDIA GPUs (``GpuMonitor``): SM/memory clocks, utilisation, memory used, power and other
-  processes on the device, sampled through NVML (``nvidia-ml-py``, imported as ``pynvml``) on a
-  side thread during the timed loop. No package, no driver or no GPU: the monitor is simply off.
+  processes on the device -- never ngb's own (``own_processes``: the trial's process, its worker
+  processes, its ancestors such as the agent, and processes that have already ended; on an H100
+  every GPU trial was once flagged "disturbed" by its own parent's CUDA context), sampled
+  through NVML (``nvidia-ml-py``, imported as ``pynvml``) on a side thread of the trial's process
+  while a worker runs its timed loop. No package, no driver or no GPU: the monitor is simply off.
   ``sm_clock`` is the clock source the GPU warm-up settles on (``ngb.core.stopping.settle``).
 - Jetson boards (``TegraStats``): the ``tegrastats`` tool's lines during the timed loop (GR3D load
   and frequency, RAM, input power); absent elsewhere.
@@ -95,6 +98,32 @@ def disturbance(
     return f"{'; '.join(reasons)} (threshold {limit:.0f}%)"
 
 
+# ------------------------------------------------------------------ ngb's own processes
+
+
+def own_processes() -> set[int]:
+    """ngb's own processes seen from here: this one, its ancestors (the trial's parent, the agent,
+    the CLI) and its descendants (worker processes, a compiler's helpers)."""
+    import psutil
+
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        me = psutil.Process()
+        pids.update(p.pid for p in me.parents())
+        pids.update(p.pid for p in me.children(recursive=True))
+    pids.discard(1)  # init is everyone's ancestor; it never holds a GPU
+    return pids
+
+
+def foreign(pids: Sequence[int] | set[int], own: set[int] | None = None) -> set[int]:
+    """The pids that belong to someone else: not ngb's own and still alive (a worker that just
+    ended can linger in NVML's list for a moment; an ended process disturbs nothing)."""
+    import psutil
+
+    own = own_processes() if own is None else own
+    return {p for p in pids if p not in own and psutil.pid_exists(p)}
+
+
 # ------------------------------------------------------------------ NVIDIA GPUs through NVML
 
 
@@ -128,6 +157,7 @@ class GpuMonitor:
         self.interval_s = interval_s
         self.samples: list[dict[str, float]] = []
         self.others: set[int] = set()
+        self._own: set[int] = set()
         self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -166,10 +196,11 @@ class GpuMonitor:
             with contextlib.suppress(Exception):
                 row[name] = float(probe())
         with contextlib.suppress(Exception):
-            me = os.getpid()
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if proc.pid != me:
-                    self.others.add(int(proc.pid))
+            seen = {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)}
+            unknown = seen - self._own - self.others
+            if unknown:  # look the family up again only when a new pid shows
+                self._own = own_processes()
+                self.others |= foreign(unknown, self._own)
         return row
 
     def start(self) -> GpuMonitor:

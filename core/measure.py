@@ -1,11 +1,12 @@
 """The measurement protocol: one trial from spec to ``TrialResult``.
 
-Order of a trial (each step timed apart, as the paper reports them apart): build model ->
-optimisation -> eager reference output -> compile (export and tuning phases split out by the
-compiler through ``ctx.phase``) -> first call -> this process's share of the timed repetitions
-(``ngb.core.timing``: warm-up, quiet check, timed loops with the CPU sampler running, until
-``ngb.core.stopping`` says stop) -> the other workers' shares in fresh processes
-(``ngb.core.workers``) -> statistics, interval and verdict over all of them.
+A trial is a series of worker processes (``ngb.core.workers``), forked one after another from
+the trial's own process, which only preloads libraries, watches and decides. In each worker
+(each step timed apart, as the paper reports them apart): build model -> optimisation -> eager
+reference output (worker 0 only) -> compile (export and tuning phases split out by the compiler
+through ``ctx.phase``) -> first call -> warm-up, quiet check and timed repetitions
+(``ngb.core.timing``). After each worker ``ngb.core.stopping.next_worker`` decides whether the
+interval over the process means needs another; then statistics, interval and verdict over all.
 
 ``run_trial`` never raises for a trial failure: whatever goes wrong becomes a failed result with a
 one-line ``error`` and an ``error_kind`` the store and the TUI can group by. Only interpreter-level
@@ -79,6 +80,8 @@ def run_trial(
     cache_dir: Path | str | None = None,
 ) -> TrialResult:
     """Measure one trial here; see the module docstring for the protocol."""
+    from ngb.core.workers import WorkerFailed, preload
+
     sink: Emit = emit or (lambda event: None)
     result = TrialResult(
         key=spec.key, spec=spec.to_dict(), host=socket.gethostname(), started_at=time.time()
@@ -90,19 +93,15 @@ def run_trial(
         Path(workdir).mkdir(parents=True, exist_ok=True)
         cache = Path(cache_dir) if cache_dir else None
         try:
-            first = _measure(
-                spec, result, sink, Path(workdir), cache, stopping.plan(spec.measure, 0, (), 0.0)
-            )
-            parts = [first]
-            if first is not None and stopping.worker_count(spec.measure) > 1:
-                from ngb.core.workers import run_workers
-
-                parts, errors = run_workers(
-                    spec, first, sink, workdir=Path(workdir), cache_dir=cache, deadline=deadline
-                )
-                if errors:
-                    result.extra["worker_errors"] = errors
-            merge(result, [p for p in parts if p is not None], spec)
+            compiler = _refuse_early(spec)
+            preload(spec, compiler.needs_model or spec.device == "cuda")
+            parts, stopped = _run_workers(spec, result, sink, Path(workdir), cache, deadline)
+            merge(result, parts, spec, stopped)
+        except WorkerFailed as exc:
+            result.status = "failed"
+            result.error = one_line(exc)
+            result.error_kind = exc.kind
+            result.verdict = result.verdict_reason = None
         except Exception as exc:  # the whole point: a failure is a result, not a crash
             result.status = "failed"
             result.error = one_line(exc)
@@ -110,27 +109,123 @@ def run_trial(
             result.verdict = result.verdict_reason = None
         finally:
             result.finished_at = time.time()
-            result.peak_rss_mb = peak_rss_mb()
-            # Taken at the end so torch's pools show if the model build or compiler loaded torch.
-            result.threads = thread_counts(spec.measure.threads)
+            if result.peak_rss_mb is None:
+                result.peak_rss_mb = peak_rss_mb()
+            if not result.threads:
+                result.threads = thread_counts(spec.measure.threads)
             if not result.versions:
                 result.versions = library_versions()
     return result
 
 
+def _refuse_early(spec: TrialSpec) -> Any:
+    """What can be refused without a worker: an unknown, unavailable or unfit compiler."""
+    compiler = get_compiler(spec.compiler, spec.compiler_options)
+    ok, reason = compiler.available()
+    if not ok:
+        raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {reason}")
+    if spec.device not in compiler.devices:
+        raise UnsupportedTrial(
+            f"{spec.compiler} cannot target {spec.device!r} "
+            f"(targets: {', '.join(compiler.devices)})"
+        )
+    compiler.check_precision(spec.measure.precision, spec.device)
+    _check_optimisation(spec)
+    return compiler
+
+
+#: result fields worker 0 records for the whole trial (the compile, the check, the facts)
+_RECORDED = (
+    "params", "macs", "compile_s", "export_s", "tune_s", "first_call_s", "max_abs_err",
+    "precision", "precision_flags", "versions", "gpu_mem_mb", "threads",
+)  # fmt: skip
+
+
+def _run_workers(
+    spec: TrialSpec,
+    result: TrialResult,
+    emit: Emit,
+    workdir: Path,
+    cache_dir: Path | None,
+    deadline: float,
+) -> tuple[list[Part], str | None]:
+    """Fork workers until ``stopping.next_worker`` says the interval is settled (or a cap)."""
+    from ngb.core.workers import Outcome, WorkerFailed, run_worker
+
+    settings = spec.measure
+    parts: list[Part] = []
+    errors: list[str] = []
+    spent = 0.0
+    stopped: str | None = None
+    worker = 0
+    while True:
+        groups = [p.throughputs for p in parts]
+        share = stopping.plan(settings, worker, groups, spent)
+        outcome: Outcome | None = None
+        for attempt in range(settings.disturbed_retries + 1):
+            if attempt and outcome is not None:
+                why = f"worker {worker} disturbed ({outcome.part.disturbed}); measuring it again"
+                emit(events.make_event(events.LOG, key=spec.key, level="warning", msg=why))
+                time.sleep(settings.disturbed_wait_s)
+            try:
+                outcome = run_worker(
+                    spec, share, emit, workdir / f"worker{worker}", cache_dir, deadline=deadline
+                )
+            except WorkerFailed as exc:
+                if worker == 0:  # the build or compile failed: the trial failed
+                    copy_recorded(result, exc.result)
+                    raise
+                errors.append(f"worker {worker}: {exc}")
+                outcome = None
+                break
+            outcome.part.retries = attempt
+            if outcome.part.disturbed is None:
+                break
+        if outcome is not None:
+            if worker == 0:
+                copy_recorded(result, outcome.result)
+            parts.append(outcome.part)
+            spent += outcome.part.measure_s + outcome.part.warmup_s
+        more, stopped = stopping.next_worker(settings, [p.throughputs for p in parts], spent)
+        worker += 1
+        if not more or time.monotonic() > deadline or len(errors) > 2:
+            break
+    if errors:
+        result.extra["worker_errors"] = errors
+    return parts, stopped or (stopping.STOP_TIME if time.monotonic() > deadline else None)
+
+
 def run_share(
-    spec: TrialSpec, share: stopping.Plan, emit: Emit, workdir: Path, cache_dir: Path | None
-) -> tuple[Part | None, str | None]:
-    """A worker process's job: build, compile and time ``share`` (no verification)."""
-    result = TrialResult(key=spec.key, spec=spec.to_dict())
+    spec: TrialSpec,
+    share: stopping.Plan,
+    emit: Emit,
+    workdir: Path,
+    cache_dir: Path | None,
+    result: TrialResult,
+) -> Part:
+    """A worker process's job: build, compile and time ``share`` into ``result`` (raises on
+    failure, leaving in ``result`` what it had recorded: a failed compile's time)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        part = _measure(spec, result, emit, workdir, cache_dir, share)
-    except Exception as exc:
-        return None, one_line(exc)
-    if part is not None:
-        part.compile_s, part.first_call_s = result.compile_s, result.first_call_s
-    return part, None
+    part = _measure(spec, result, emit, workdir, cache_dir, share)
+    part.compile_s, part.first_call_s = result.compile_s, result.first_call_s
+    part.peak_rss_mb = peak_rss_mb()
+    part.pid = os.getpid()
+    return part
+
+
+def recorded_fields(result: TrialResult) -> dict[str, Any]:
+    """What a worker sends back of its result: ``_RECORDED`` and ``extra``."""
+    result.threads = thread_counts(result.spec.get("measure", {}).get("threads"))
+    data = result.to_dict()
+    return {name: data.get(name) for name in (*_RECORDED, "extra")}
+
+
+def copy_recorded(result: TrialResult, fields: dict[str, Any]) -> None:
+    """Worker 0's record becomes the trial's: its compile, its check, its facts."""
+    for name in _RECORDED:
+        if fields.get(name) is not None:
+            setattr(result, name, fields[name])
+    result.extra.update(fields.get("extra") or {})
 
 
 def _measure(
@@ -178,9 +273,6 @@ def _measure(
 
         if not torch.cuda.is_available():
             raise CompilerUnavailable("device 'cuda' asked for, but torch sees no CUDA GPU")
-    if settings.threads and "torch" not in sys.modules:
-        # OpenMP reads this once, when the first library that uses it loads.
-        os.environ.setdefault("OMP_NUM_THREADS", str(settings.threads))
     if uses_torch and settings.threads:
         import torch
 

@@ -86,6 +86,7 @@ class Interval:
     half_width: float
     rho: float = 0.0
     inflation: float = 1.0
+    workers: int = 1  # processes the values came from (>= 2: a process-level interval)
 
     @property
     def relative(self) -> float:
@@ -162,95 +163,257 @@ def repetitions_for_cov(cov: float, target: float, confidence: float = 0.95) -> 
     return n
 
 
-def _needed_text(values: Sequence[float], target: float, confidence: float) -> str:
-    needed = repetitions_needed(values, target, confidence)
-    if needed > _NEEDED_CAP:
-        return f"; at this spread the target needs more than {_NEEDED_CAP} repetitions"
-    return f"; at this spread the target needs ~{needed} repetitions"
-
-
 def split(total: int, parts: int) -> list[int]:
     """``total`` as ``parts`` near-equal shares, larger ones first (10, 3 -> 4, 3, 3)."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+# ------------------------------------------------------------------ processes as the unit
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if math.isfinite(v)]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _var(values: Sequence[float]) -> float:
+    m = _mean(values)
+    return math.fsum((v - m) ** 2 for v in values) / (len(values) - 1)
+
+
+def process_interval(groups: Sequence[Sequence[float]], confidence: float = 0.95) -> Interval:
+    """Interval of a trial's mean throughput from its worker processes' repetitions.
+
+    Why processes are the unit: a process keeps its speed for its whole life (thread placement,
+    memory layout, a clock state), so its repetitions are one draw of that level, not several.
+    Measured: five fresh processes of the same conv block on a quiet 16-core server spread by
+    2.6 % while each one's repetitions were tight, and a lag-1 autocorrelation estimated over
+    the processes' repetitions laid end to end read the level shift as "serial correlation 0.90"
+    (intervals of +-5.6 % to +-37.7 %). So, as pyperf does, the interval is a Student-t over the
+    k process means (k - 1 degrees of freedom) -- it sees exactly the variance a re-run meets --
+    centred on their mean (each process weighs the same). It is never narrower than the spread
+    inside the processes alone implies (two process means can land close by chance).
+    One process: the interval over its repetitions, widened for their serial correlation
+    (``ngb.core.serial``); it cannot see the between-process variance and the verdict says so.
+    """
+    kept = [g for g in (_finite(g) for g in groups) if g]
+    if not kept:
+        return Interval(0, math.nan, math.nan)
+    if len(kept) == 1:
+        return interval(kept[0], confidence)
+    k = len(kept)
+    n = sum(len(g) for g in kept)
+    means = [_mean(g) for g in kept]
+    grand = _mean(means)
+    p = (1 + confidence) / 2
+    between = t_quantile(p, k - 1) * math.sqrt(_var(means) / k)
+    within_groups = [g for g in kept if len(g) >= 2]
+    floor = 0.0
+    if within_groups:
+        df = sum(len(g) - 1 for g in within_groups)
+        pooled = math.fsum(_var(g) * (len(g) - 1) for g in within_groups) / df
+        # Var(mean of the k process means) from the within-process noise alone
+        var_mean = math.fsum(pooled / len(g) for g in kept) / k**2
+        floor = t_quantile(p, df) * math.sqrt(var_mean)
+    return Interval(n, grand, max(between, floor), workers=k)
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Process means that fall into two separate levels (e.g. 4,404 vs 8,253 samples/s)."""
+
+    low: float
+    low_processes: int
+    high: float
+    high_processes: int
+
+    def text(self) -> str:
+        return (
+            f"two levels between processes: {self.low:,.0f}/s ({self.low_processes} process"
+            f"{'es' if self.low_processes > 1 else ''}) and {self.high:,.0f}/s "
+            f"({self.high_processes} process{'es' if self.high_processes > 1 else ''})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "low": round(self.low, 3),
+            "low_processes": self.low_processes,
+            "high": round(self.high, 3),
+            "high_processes": self.high_processes,
+        }
+
+
+#: two process levels must differ by at least this much of the mean ...
+LEVEL_GAP = 0.08
+#: ... and by this many times the larger of the spread inside a level and a process mean's noise
+LEVEL_SEPARATION = 4.0
+
+
+def two_levels(groups: Sequence[Sequence[float]]) -> Levels | None:
+    """The two levels the process means split into, or None when they form one level.
+
+    A bimodal trial (the same bf16 model at 4,404/s in one process and 8,253/s in the next) has no
+    single mean worth an interval: averaging the levels gives a number no process ran at. The split
+    is at the widest gap between sorted process means; it counts when the gap is at least
+    ``LEVEL_GAP`` of the mean and ``LEVEL_SEPARATION`` times both the spread inside each side and
+    the noise of one process mean.
+    """
+    kept = [g for g in (_finite(g) for g in groups) if g]
+    if len(kept) < 2:
+        return None
+    means = sorted((_mean(g), len(g)) for g in kept)
+    values = [m for m, _ in means]
+    gaps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    cut = max(range(len(gaps)), key=gaps.__getitem__)
+    gap = gaps[cut]
+    grand = _mean(values)
+    if grand <= 0 or gap < LEVEL_GAP * grand:
+        return None
+    low, high = values[: cut + 1], values[cut + 1 :]
+    spread = max(max(low) - min(low), max(high) - min(high))
+    noisy = [g for g in kept if len(g) >= 2]
+    noise = max((math.sqrt(_var(g) / len(g)) for g in noisy), default=0.0)
+    if gap < LEVEL_SEPARATION * max(spread, noise):
+        return None
+    return Levels(_mean(low), len(low), _mean(high), len(high))
+
+
+def drift(groups: Sequence[Sequence[float]], confidence: float = 0.95) -> float | None:
+    """Relative change from the first half of the processes to the second when it is significant
+    (a Welch t-test over process means), else None. Needs four processes."""
+    kept = [g for g in (_finite(g) for g in groups) if g]
+    if len(kept) < 4:
+        return None
+    means = [_mean(g) for g in kept]
+    half = len(means) // 2
+    first, second = means[:half], means[half:]
+    grand = _mean(means)
+    if grand <= 0:
+        return None
+    se = math.sqrt(_var(first) / len(first) + _var(second) / len(second))
+    diff = _mean(second) - _mean(first)
+    if se == 0:
+        return diff / grand if diff else None
+    df = max(1, len(means) - 2)
+    significant = abs(diff) > t_quantile((1 + confidence) / 2, df) * se
+    return diff / grand if significant else None
+
+
+def processes_needed(groups: Sequence[Sequence[float]], target: float, confidence: float) -> int:
+    """Worker processes whose interval would meet ``target`` at the spread between these ones."""
+    kept = [g for g in (_finite(g) for g in groups) if g]
+    if len(kept) < 2:
+        return _NEEDED_CAP + 1
+    means = [_mean(g) for g in kept]
+    grand = _mean(means)
+    if grand <= 0:
+        return _NEEDED_CAP + 1
+    return repetitions_for_cov(math.sqrt(_var(means)) / grand, target, confidence)
+
+
 @dataclass(frozen=True)
 class Plan:
-    """One worker process's share of a trial's repetitions."""
+    """One worker process's share of a trial: how many repetitions, within what time."""
 
     worker: int = 0
-    workers: int = 1
     adaptive: bool = False
-    min_reps: int = 1
-    max_reps: int = 5
+    reps: int = 3  # repetitions this worker times
     budget_s: float = math.inf  # seconds of timed loops this worker may spend
     target: float = 0.02
     confidence: float = 0.95
-    prior: tuple[float, ...] = ()  # throughputs of the earlier workers
-    rep_offset: int = 0  # repetitions done by earlier workers (for progress events)
-    total_max: int = 5  # the trial's planned maximum (for progress events)
+    prior: tuple[tuple[float, ...], ...] = ()  # the earlier workers' throughputs, one per worker
+    total_max: int = 5  # the trial's planned maximum of repetitions (for progress events)
+
+    @property
+    def rep_offset(self) -> int:
+        """Repetitions done by earlier workers (for progress events)."""
+        return sum(len(g) for g in self.prior)
 
     def stop_reason(self, own: Sequence[float], elapsed_s: float) -> str | None:
         """Why to stop after ``own`` repetitions taking ``elapsed_s``; None to go on."""
-        n = len(own)
-        if not self.adaptive:
-            return STOP_FIXED if n >= self.max_reps else None
-        if n >= self.min_reps and self.pooled(own).relative <= self.target:
-            return STOP_CI
-        if n >= self.max_reps:
-            return STOP_MAX
-        if n >= 1 and elapsed_s >= self.budget_s:
+        if len(own) >= self.reps:
+            return STOP_MAX if self.adaptive else STOP_FIXED
+        if self.adaptive and own and elapsed_s >= self.budget_s:
             return STOP_TIME
         return None
 
     def pooled(self, own: Sequence[float]) -> Interval:
-        return interval([*self.prior, *own], self.confidence)
+        """The trial's interval so far: earlier workers and this one's repetitions."""
+        return process_interval([*self.prior, tuple(own)], self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        out = dict(self.__dict__)
+        out["prior"] = [list(g) for g in self.prior]
+        out["budget_s"] = None if math.isinf(self.budget_s) else self.budget_s
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        data = dict(data)
-        data["prior"] = tuple(float(v) for v in data.get("prior", ()))
+        data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        data["prior"] = tuple(tuple(float(v) for v in g) for g in data.get("prior", ()))
         if data.get("budget_s") is None:  # inf travels as JSON null
             data["budget_s"] = math.inf
         return cls(**data)
 
 
 def worker_count(settings: Any) -> int:
-    """Processes a trial uses: ``workers``, but never more than a fixed count of repetitions."""
+    """Processes a fixed-count trial uses: ``workers``, never more than its repetitions."""
     if settings.repetitions is not None:
         return max(1, min(settings.workers, settings.repetitions))
     return settings.workers
 
 
-def plan(settings: Any, worker: int, prior: Sequence[float], spent_s: float) -> Plan:
+def plan(settings: Any, worker: int, prior: Sequence[Sequence[float]], spent_s: float) -> Plan:
     """The plan of worker ``worker`` given what earlier workers measured and spent."""
-    workers = worker_count(settings)
     common = {
         "worker": worker,
-        "workers": workers,
         "target": settings.ci_target,
         "confidence": settings.confidence,
-        "prior": tuple(prior),
-        "rep_offset": len(prior),
+        "prior": tuple(tuple(g) for g in prior),
     }
     if settings.repetitions is not None:
-        share = split(settings.repetitions, workers)[worker]
-        return Plan(**common, min_reps=share, max_reps=share, total_max=settings.repetitions)
-    min_share = max(2, math.ceil(settings.min_repetitions / workers))
-    max_share = max(min_share, split(settings.max_repetitions, workers)[worker])
+        share = split(settings.repetitions, worker_count(settings))[worker]
+        return Plan(**common, reps=share, total_max=settings.repetitions)
     left = max(0.0, settings.max_measure_s - spent_s)
+    # a worker may take what is left shared over the fewest workers still to come
+    to_come = max(1, settings.workers - worker)
     return Plan(
         **common,
         adaptive=True,
-        min_reps=min_share,
-        max_reps=max_share,
-        budget_s=left / (workers - worker),
-        total_max=settings.max_repetitions,
+        reps=settings.values_per_worker,
+        budget_s=left / to_come,
+        total_max=max_total(settings),
     )
+
+
+def max_total(settings: Any) -> int:
+    """The most repetitions an adaptive trial can take."""
+    workers = max(settings.max_workers, settings.workers)
+    return min(settings.max_repetitions, workers * settings.values_per_worker)
+
+
+def next_worker(
+    settings: Any, groups: Sequence[Sequence[float]], spent_s: float
+) -> tuple[bool, str | None]:
+    """After the workers that produced ``groups``: (start another?, why the trial stopped)."""
+    k = len(groups)
+    if settings.repetitions is not None:
+        more = k < worker_count(settings)
+        return more, None if more else STOP_FIXED
+    n = sum(len(g) for g in groups)
+    enough = k >= settings.workers and n >= settings.min_repetitions
+    if enough and process_interval(groups, settings.confidence).relative <= settings.ci_target:
+        return False, STOP_CI
+    most = max(settings.max_workers, settings.workers)
+    if k >= most or n + settings.values_per_worker > max_total(settings):
+        return False, STOP_MAX
+    if spent_s >= settings.max_measure_s and k >= 2:
+        return False, STOP_TIME
+    return True, None
 
 
 @dataclass
@@ -259,27 +422,35 @@ class Verdict:
     reason: str
     ci_half_width: float | None  # samples/s; None when n < 2
     ci_relative: float | None
-    rho: float = 0.0  # lag-1 autocorrelation of the repetitions the interval was widened for
-    inflation: float = 1.0  # the variance factor applied (ngb.core.serial)
+    rho: float = 0.0  # lag-1 autocorrelation (one process only: ngb.core.serial)
+    inflation: float = 1.0  # the variance factor applied (one process only)
+    workers: int = 1
+    levels: Levels | None = None
+    drift: float | None = None
 
 
 def judge(
-    throughputs: Sequence[float],
+    groups: Sequence[Sequence[float]],
     settings: Any,
     *,
     disturbed: str | None = None,
     stopped: str | None = None,
 ) -> Verdict:
-    """VALID or INVALID (with the reason) for a trial's repetitions; see the module docstring."""
-    ci = interval(throughputs, settings.confidence)
+    """VALID or INVALID (with the reason) for a trial's repetitions, one group per worker process;
+    see the module docstring."""
+    ci = process_interval(groups, settings.confidence)
     half = ci.half_width if ci.n >= 2 and math.isfinite(ci.half_width) else None
     rel = ci.relative if math.isfinite(ci.relative) else None
+    levels = two_levels(groups)
+    moved = drift(groups, settings.confidence)
 
     def verdict(which: str, reason: str) -> Verdict:
-        return Verdict(which, reason, half, rel, ci.rho, ci.inflation)
+        return Verdict(which, reason, half, rel, ci.rho, ci.inflation, ci.workers, levels, moved)
 
     level = f"{settings.confidence:.0%} CI"
-    if ci.inflation > 1:  # say that, and how much, the interval was widened (ngb.core.serial)
+    if ci.workers >= 2:
+        level += f" over {ci.workers} processes"
+    elif ci.inflation > 1:  # say that, and how much, the interval was widened (ngb.core.serial)
         level += f" (x{math.sqrt(ci.inflation):.1f} for serial correlation {ci.rho:.2f})"
     if ci.n < 2:
         return verdict(INVALID, f"{ci.n} repetition(s): no interval")
@@ -287,16 +458,31 @@ def judge(
         return verdict(INVALID, f"disturbed: {disturbed}")
     if rel is None:
         return verdict(INVALID, "mean throughput is not positive")
+    if levels is not None:
+        return verdict(INVALID, levels.text())
+    if moved is not None:
+        return verdict(
+            INVALID, f"drift: the later processes ran {moved:+.1%} against the earlier ones"
+        )
     if rel > settings.ci_target:
         why = f" (stopped: {stopped})" if stopped else ""
-        needed = _needed_text(throughputs, settings.ci_target, settings.confidence)
+        if ci.workers >= 2:
+            needed = processes_needed(groups, settings.ci_target, settings.confidence)
+            unit = "processes"
+        else:
+            needed = repetitions_needed(
+                next(g for g in groups if g), settings.ci_target, settings.confidence
+            )
+            unit = "repetitions"
+        more = f"more than {_NEEDED_CAP}" if needed > _NEEDED_CAP else f"~{needed}"
         return verdict(
             INVALID,
             f"{level} ±{rel:.1%} wider than the target ±{settings.ci_target:.1%} "
-            f"after {ci.n} repetitions{why}{needed}",
+            f"after {ci.n} repetitions{why}; at this spread the target needs {more} {unit}",
         )
     within = f"within ±{settings.ci_target:.1%} ({ci.n} repetitions)"
-    return verdict(VALID, f"{level} ±{rel:.1%} {within}")
+    single = "; one process: the spread between processes is not sampled" if ci.workers < 2 else ""
+    return verdict(VALID, f"{level} ±{rel:.1%} {within}{single}")
 
 
 # ------------------------------------------------------------------ warm-up until clocks settle
@@ -333,12 +519,18 @@ def settle(
     clock: Callable[[], float | None] | None = None,
     tolerance: float = 0.03,
     max_s: float = 30.0,
-    min_windows: int = 2,
+    min_s: float = 0.0,
+    min_windows: int = 3,
     now: Callable[[], float] = time.monotonic,
 ) -> Settled:
-    """Run warm-up ``window``s (each returns its throughput) until the last two agree within
-    ``tolerance`` in throughput and in ``clock`` (e.g. the GPU's SM clock in MHz; None readings are
-    ignored), or ``max_s`` has passed."""
+    """Run warm-up ``window``s (each returns its throughput) until at least ``min_s`` seconds have
+    passed and the last ``min_windows`` agree within ``tolerance`` in throughput and in ``clock``
+    (e.g. the GPU's SM clock in MHz; None readings are ignored), or ``max_s`` has passed.
+
+    Why several windows and a floor: two 0.4 s windows agreeing said "settled" on an H100 whose
+    plain loop still ran ~15 % slow for its first ~3 s; a drift shows over three windows where
+    two adjacent ones can agree by chance.
+    """
     out = Settled()
     start = now()
     while True:
@@ -349,12 +541,16 @@ def settle(
                 out.clocks.append(float(reading))
         out.windows += 1
         out.seconds = now() - start
-        if out.windows >= min_windows:
-            steady = _close(out.throughputs[-1], out.throughputs[-2], tolerance)
-            if steady and len(out.clocks) >= 2:
-                steady = _close(out.clocks[-1], out.clocks[-2], tolerance)
+        if out.windows >= min_windows and out.seconds >= min_s:
+            steady = _agree(out.throughputs[-min_windows:], tolerance)
+            if steady and len(out.clocks) >= min_windows:
+                steady = _agree(out.clocks[-min_windows:], tolerance)
             if steady:
                 out.settled = True
                 return out
         if out.seconds >= max_s:
             return out
+
+
+def _agree(values: Sequence[float], tolerance: float) -> bool:
+    return all(_close(a, b, tolerance) for a in values for b in values)

@@ -1,15 +1,15 @@
-"""One process's share of a trial's timed repetitions: warm-up, quiet check, timed loops, checks.
+"""One worker process's share of a trial: warm-up until steady, quiet check, timed loops.
 
 ``time_share`` takes a compiled model and a ``stopping.Plan`` and returns a ``Part``: the
-repetitions it timed, every call's latency, why it stopped, whether other processes disturbed it
-(``ngb.core.interference``), and the telemetry taken while it ran (CPU sampler, CPU facts, NVML or
-tegrastats where present). ``ngb.core.measure`` runs the first share in the trial's own process and
-``ngb.core.workers`` the others in fresh processes; ``merge`` folds all parts into the result.
+repetitions it timed, every call's latency and why it stopped. Nothing samples inside the measured
+process: the trial's parent process watches the worker from outside (``ngb.core.telemetry``) and
+adds CPU, GPU and board telemetry and the disturbance check to the part. ``merge`` folds every
+worker's part into the result: statistics, the process-level interval and the verdict.
 
-Order inside a share: warm-up (on a GPU: until throughput and SM clock settle) -> quiet check
-(``quiet_check_s`` of sleep while sampling others' CPU) -> timed repetitions with the samplers on.
-A disturbed share with ``disturbed_retries`` left waits ``disturbed_wait_s`` and runs again from
-the warm-up; only its last attempt is kept (the discarded attempts are counted in ``retries``).
+Order inside a share: warm-up (``stopping.settle``: windows until the last three agree, after a
+floor of ``warmup_s`` on a CPU or ``gpu_warmup_min_s`` on a GPU, where the SM clock must settle
+too) -> quiet check (``quiet_check_s`` of sleep while sampling others' CPU) -> the ``measure``
+phase event (the parent starts its samplers) -> timed repetitions.
 """
 
 from __future__ import annotations
@@ -17,43 +17,55 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from ngb.core import events, interference, stopping
 from ngb.core.compilers.base import Compiled
-from ngb.core.cpu import CpuSampler, CpuTick
+from ngb.core.cpu import CpuTick
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import TrialResult, TrialSpec
 
 #: seconds between two ``cpu`` events (samples are kept at ``cpu_interval_s`` in the result)
 CPU_EVENT_PERIOD_S = 1.0
+#: a warm-up window lasts at least this long (shorter windows only measure timer noise)
+WARMUP_WINDOW_S = 0.1
 
 
 @dataclass
 class Part:
-    """What one worker process measured."""
+    """What one worker process measured (and, filled in by its parent, what ran beside it)."""
 
     worker: int = 0
     repetitions: list[dict[str, float]] = field(default_factory=list)
-    latencies_ns: list[int] = field(default_factory=list)
+    latencies_ns: Any = field(default_factory=list)  # int64 ndarray (or list) of per-call ns
     stopped: str | None = None
     disturbed: str | None = None
     retries: int = 0
     measure_s: float = 0.0  # seconds spent in timed loops
+    warmup_s: float = 0.0  # seconds of warm-up and quiet check before them
     cpu_samples: list[list[float]] = field(default_factory=list)
     cpu: dict[str, Any] = field(default_factory=dict)  # sampler summary + extras
     telemetry: dict[str, Any] = field(default_factory=dict)
     compile_s: float | None = None
     first_call_s: float | None = None
+    peak_rss_mb: float | None = None
+    pid: int | None = None
 
     @property
     def throughputs(self) -> list[float]:
         return [r["throughput"] for r in self.repetitions]
 
+    @property
+    def calls(self) -> int:
+        return int(sum(r.get("iters", 0) for r in self.repetitions))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        lat = self.latencies_ns
+        out = asdict(replace(self, latencies_ns=[]))
+        out["latencies_ns"] = lat
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Part:
@@ -69,18 +81,13 @@ def time_share(
     ctx_emit: Callable[..., None],
 ) -> Part:
     """Warm up and time ``plan``'s share of repetitions; see the module docstring."""
-    settings = spec.measure
-    gpu = interference.GpuMonitor(settings.cpu_interval_s) if spec.device == "cuda" else None
     part = Part(worker=plan.worker)
-    for attempt in range(settings.disturbed_retries + 1):
-        if attempt:
-            ctx_emit(events.LOG, level="warning", msg=f"disturbed ({part.disturbed}); retrying")
-            time.sleep(settings.disturbed_wait_s)
-            part = Part(worker=plan.worker, retries=attempt)
-        _warm_up(spec, compiled, sync, ctx_emit, gpu, part)
-        _timed(spec, compiled, plan, sync, ctx_emit, gpu, part)
-        if part.disturbed is None:
-            break
+    started = time.perf_counter()
+    _warm_up(spec, compiled, sync, ctx_emit, part)
+    before = interference.quiet_check(spec.measure.quiet_check_s)
+    part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
+    part.warmup_s = time.perf_counter() - started
+    _timed(spec, compiled, plan, sync, ctx_emit, part)
     return part
 
 
@@ -89,26 +96,30 @@ def _warm_up(
     compiled: Compiled,
     sync: Callable[[], None],
     ctx_emit: Callable[..., None],
-    gpu: interference.GpuMonitor | None,
     part: Part,
 ) -> None:
     settings = spec.measure
     ctx_emit(events.PHASE, phase="warmup")
-    if spec.device != "cuda":
-        compiled.timed_loop(settings.warmup_iters, settings.warmup_s)
-        sync()
+    gpu = spec.device == "cuda"
+    monitor = interference.GpuMonitor(settings.cpu_interval_s) if gpu else None
+    floor = settings.gpu_warmup_min_s if gpu else settings.warmup_s
+    if floor == 0:  # asked for no warm-up time: just the calls asked for, if any
+        if settings.warmup_iters:
+            compiled.timed_loop(settings.warmup_iters, 0.0)
+            sync()
         return
 
     def window() -> float:
-        loop = compiled.timed_loop(settings.warmup_iters, max(settings.warmup_s, 0.05))
+        loop = compiled.timed_loop(settings.warmup_iters, max(floor / 5, WARMUP_WINDOW_S))
         sync()
         return loop.iters / loop.elapsed_s if loop.elapsed_s > 0 else 0.0
 
     settled = stopping.settle(
         window,
-        clock=gpu.sm_clock if gpu is not None and gpu.available else None,
+        clock=monitor.sm_clock if monitor is not None and monitor.available else None,
         tolerance=settings.warmup_tolerance,
-        max_s=settings.warmup_max_s,
+        max_s=max(settings.warmup_max_s, 3 * floor if gpu else floor),
+        min_s=floor,
     )
     part.telemetry["warmup"] = settled.to_dict()
 
@@ -119,70 +130,38 @@ def _timed(
     plan: stopping.Plan,
     sync: Callable[[], None],
     ctx_emit: Callable[..., None],
-    gpu: interference.GpuMonitor | None,
     part: Part,
 ) -> None:
-    settings = spec.measure
-    before = interference.quiet_check(settings.quiet_check_s)
-    part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
     ctx_emit(events.PHASE, phase="measure")
-    last_event = [0.0]
-
-    def on_tick(tick: CpuTick) -> None:
-        now = time.monotonic()
-        if now - last_event[0] >= CPU_EVENT_PERIOD_S:
-            last_event[0] = now
-            ctx_emit(events.CPU, **cpu_event_fields(tick))
-
+    settings = spec.measure
     throughputs: list[float] = []
     latencies: list[np.ndarray] = []
-    tegra = interference.TegraStats()
-    sampler = CpuSampler(settings.cpu_interval_s, on_tick)
-    with sampler, tegra:
-        if gpu is not None:
-            gpu.start()
-        try:
-            start = time.perf_counter()
-            while (reason := plan.stop_reason(throughputs, time.perf_counter() - start)) is None:
-                loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
-                sync()
-                tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else math.nan
-                throughputs.append(tput)
-                part.repetitions.append(
-                    {"iters": loop.iters, "elapsed_s": loop.elapsed_s, "throughput": tput,
-                     "worker": plan.worker}
-                )  # fmt: skip
-                latencies.append(np.asarray(loop.latencies_ns, dtype=np.int64))
-                del loop
-                pooled = plan.pooled(throughputs)
-                ctx_emit(
-                    events.PROGRESS,
-                    rep=plan.rep_offset + len(throughputs),
-                    reps=plan.total_max,
-                    throughput=tput,
-                    ci_relative=pooled.relative if math.isfinite(pooled.relative) else None,
-                    ci_target=plan.target,
-                    worker=plan.worker,
-                )
-            part.measure_s = time.perf_counter() - start
-        finally:
-            if gpu is not None:
-                gpu.stop()
+    start = time.perf_counter()
+    while (reason := plan.stop_reason(throughputs, time.perf_counter() - start)) is None:
+        loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
+        sync()
+        tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else math.nan
+        throughputs.append(tput)
+        part.repetitions.append(
+            {"iters": loop.iters, "elapsed_s": loop.elapsed_s, "throughput": tput,
+             "worker": plan.worker}
+        )  # fmt: skip
+        latencies.append(np.asarray(loop.latencies_ns, dtype=np.int64))
+        del loop
+        pooled = plan.pooled(throughputs)
+        ctx_emit(
+            events.PROGRESS,
+            rep=plan.rep_offset + len(throughputs),
+            reps=plan.total_max,
+            throughput=tput,
+            ci_relative=pooled.relative if math.isfinite(pooled.relative) else None,
+            ci_target=plan.target,
+            worker=plan.worker,
+        )
+    part.measure_s = time.perf_counter() - start
     part.stopped = reason
-    part.latencies_ns = np.concatenate(latencies).tolist() if latencies else []
-    part.cpu_samples = sampler.samples
-    part.cpu = {**sampler.summary(), **sampler.extras()}
-    part.telemetry["cpu_after"] = interference.cpu_facts()
-    if gpu is not None and gpu.available:
-        part.telemetry["gpu"] = gpu.summary()
-    if tegra.available:
-        part.telemetry["jetson"] = tegra.summary()
-    part.disturbed = interference.disturbance(
-        threshold=settings.disturbance_threshold,
-        before=before,
-        during=part.cpu.get("others_percent_mean"),
-        gpu_others=sorted(gpu.others) if gpu is not None else (),
-    )
+    # an array, not a list: a fast call gives millions of latencies, and they cross a pipe
+    part.latencies_ns = np.concatenate(latencies) if latencies else np.empty(0, np.int64)
 
 
 def cpu_event_fields(tick: CpuTick) -> dict[str, Any]:
@@ -199,12 +178,20 @@ def cpu_event_fields(tick: CpuTick) -> dict[str, Any]:
     }
 
 
-def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
+class NoTimedCalls(Exception):
+    """The timed loops ran no call at all: there is no number to report."""
+
+
+def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str | None) -> None:
     """Fold every worker's part into ``result``: stats, verdict, CPU and telemetry."""
     settings = spec.measure
+    if not parts or sum(p.calls for p in parts) == 0:
+        raise NoTimedCalls(
+            "the timed loops ran no call (min_iters and min_duration_s are both 0?): no throughput"
+        )
+    groups = [p.throughputs for p in parts if p.repetitions]
     result.repetitions = [r for p in parts for r in p.repetitions]
-    throughputs = [r["throughput"] for r in result.repetitions]
-    result.throughput = summarize(throughputs)
+    result.throughput = summarize([t for g in groups for t in g])
     result.latency_ms = summarize(
         concat_ns_to_ms([np.asarray(p.latencies_ns, dtype=np.int64) for p in parts])
     )
@@ -219,11 +206,11 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
     disturbed = [f"worker {p.worker}: {p.disturbed}" for p in parts if p.disturbed]
     result.disturbed = bool(disturbed)
     verdict = stopping.judge(
-        throughputs,
-        settings,
-        disturbed="; ".join(disturbed) or None,
-        stopped=parts[-1].stopped if parts else None,
+        groups, settings, disturbed="; ".join(disturbed) or None, stopped=stopped
     )
+    ci = stopping.process_interval(groups, settings.confidence)
+    if ci.workers >= 2:  # each process weighs the same: the interval is centred on this mean
+        result.throughput.mean = ci.mean
     result.verdict, result.verdict_reason = verdict.verdict, verdict.reason
     result.ci_half_width = verdict.ci_half_width
     result.extra["measure"] = {
@@ -231,10 +218,15 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
         "confidence": settings.confidence,
         "ci_target": settings.ci_target,
         "ci_relative": verdict.ci_relative,
-        # the repetitions' lag-1 autocorrelation and the variance factor the CI was widened by
+        "interval": "processes" if ci.workers >= 2 else "one process",
+        "stopped": stopped,
+        # one process only: the lag-1 autocorrelation and the variance factor its CI was widened by
         "serial_rho": round(verdict.rho, 4),
         "serial_inflation": round(verdict.inflation, 4),
+        "levels": verdict.levels.to_dict() if verdict.levels else None,
+        "drift": None if verdict.drift is None else round(verdict.drift, 4),
         "retries": sum(p.retries for p in parts),
+        "warmup_s": round(sum(p.warmup_s for p in parts), 3),
     }
     result.extra["workers"] = [
         {
@@ -245,6 +237,7 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
             "disturbed": p.disturbed,
             "retries": p.retries,
             "measure_s": round(p.measure_s, 3),
+            "warmup_s": round(p.warmup_s, 3),
             "compile_s": p.compile_s,
             "first_call_s": p.first_call_s,
             "cpu": p.cpu,
@@ -252,3 +245,6 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
         for p in parts
     ]
     result.extra["telemetry"] = [p.telemetry for p in parts]
+    peaks = [p.peak_rss_mb for p in parts if p.peak_rss_mb is not None]
+    if peaks:
+        result.peak_rss_mb = max(peaks)

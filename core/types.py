@@ -38,47 +38,66 @@ class MeasureSettings:
     2-core CPU; the paper's presets raise ``repetitions`` to 100.
 
     How many repetitions (``ngb.core.stopping``): ``repetitions = None`` (default) stops on
-    confidence -- the ``confidence`` interval of mean throughput within ``ci_target`` -- between
-    ``min_repetitions`` and ``max_repetitions`` and within ``max_measure_s`` of timed loops; an
-    integer is a fixed count. Either way they are spread over ``workers`` processes
-    (``ngb.core.workers``). Other processes' CPU use during the timed loop above
-    ``disturbance_threshold`` (a fraction of the whole machine) flags the trial as disturbed
-    (``ngb.core.interference``); ``disturbed_retries`` waits ``disturbed_wait_s`` and measures
-    again. On a GPU the warm-up repeats until throughput and SM clock settle (``warmup_tolerance``,
-    at most ``warmup_max_s``). ``allocator`` says whether glibc keeps memory freed between calls
-    (``ngb.core.allocator``: "retain", the default, or glibc's own "system").
+    confidence. Worker processes are the unit, as in pyperf: each one (forked fresh, rebuilding
+    and recompiling the model) warms up and times ``values_per_worker`` repetitions; workers are
+    added one after another -- at least ``workers``, at most ``max_workers``, within
+    ``max_repetitions`` and ``max_measure_s`` seconds of warm-up and timed loops -- until the
+    ``confidence`` interval over the process means is within ``ci_target`` of the mean. An integer
+    ``repetitions`` is a fixed count spread over ``workers`` processes. Other processes' CPU use
+    during the timed loop above ``disturbance_threshold`` (a fraction of the whole machine) flags
+    the trial as disturbed (``ngb.core.interference``); ngb's own processes never count;
+    ``disturbed_retries`` waits ``disturbed_wait_s`` and measures again. Warm-up repeats windows
+    until the last three agree within ``warmup_tolerance`` (and, on a GPU, the SM clock too),
+    after at least ``warmup_s`` (CPU) or ``gpu_warmup_min_s`` (GPU), at most ``warmup_max_s``.
+    ``allocator`` says whether glibc keeps memory freed between calls (``ngb.core.allocator``:
+    "system", the default, is what a plain ``python`` deployment runs; "retain" keeps it).
+
+    Why these defaults (2-core VM, 2026-11-25): a process start is paid once (the worker forks
+    from the trial's process after the heavy imports), so 4-10 processes of 3 x 0.3 s fit in
+    ``max_measure_s`` = 12 s and ``ngb measure resnet18 -b 8`` takes ~20 s; a t interval over
+    k >= 4 process means is calibrated (``ngb bench coverage``) where 2 processes would need
+    t(1) = 12.7.
     """
 
     warmup_iters: int = 3
-    warmup_s: float = 0.2
+    warmup_s: float = 0.3  # CPU: warm-up lasts at least this long, then until steady
     min_iters: int = 5
-    min_duration_s: float = 0.5
+    min_duration_s: float = 0.3
     repetitions: int | None = None  # fixed count; None = stop on confidence (adaptive)
     threads: int | None = None  # intra-op threads for the runtime; None = library default
-    cpu_interval_s: float = 0.1  # CPU sampler period during the timed loops
+    cpu_interval_s: float = 0.2  # sampler period during the timed loops (outside the process)
     cov_threshold: float = 0.05  # coefficient of variation above which a result is "unstable"
     timeout_s: float = 3600.0  # per trial, compile included; the agent kills a trial past it
     verify: bool = True  # compare one output against torch eager and record the max abs error
     precision: str = "default"  # one of PRECISIONS; unsupported by a compiler -> "unsupported"
     # -- stopping on confidence, worker processes, interference (ngb.core.stopping / workers)
-    workers: int = 2  # processes the repetitions are spread over (1 = this process only)
+    workers: int = 4  # worker processes at least (a fixed count: exactly)
+    max_workers: int = 10  # adaptive mode: worker processes at most (never fewer than workers)
+    values_per_worker: int = 3  # adaptive mode: repetitions each worker process times
     min_repetitions: int = 6  # adaptive mode: at least this many in all
     max_repetitions: int = 40  # adaptive mode: at most this many in all
     ci_target: float = 0.02  # adaptive mode: stop once the CI half-width <= this x the mean
     confidence: float = 0.95  # level of the throughput interval
-    max_measure_s: float = 60.0  # adaptive mode: seconds of timed loops over all workers
-    warmup_max_s: float = 30.0  # GPU: warm-up until clocks settle, at most this long
-    warmup_tolerance: float = 0.03  # GPU: two warm-up windows this close = settled
+    max_measure_s: float = 12.0  # adaptive mode: seconds of warm-up + timed loops, all workers
+    warmup_max_s: float = 2.0  # warm-up until steady, at most this long (GPU: 3x its floor)
+    gpu_warmup_min_s: float = 3.0  # GPU: warm-up lasts at least this long (clocks, caches)
+    warmup_tolerance: float = 0.03  # the last three warm-up windows this close = steady
     disturbance_threshold: float = 0.15  # others' CPU share of the machine that disturbs
     quiet_check_s: float = 0.3  # others' CPU is sampled this long before the timed loop
     disturbed_retries: int = 0  # measure again (after disturbed_wait_s) when disturbed
     disturbed_wait_s: float = 10.0
-    allocator: str = "retain"  # glibc keeps freed memory ("retain") or its defaults ("system")
+    allocator: str = "system"  # glibc's defaults, as users deploy ("system"), or "retain"
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "min_iters", "disturbed_retries"):
             _check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("cpu_interval_s", "cov_threshold", "timeout_s", "workers"):
+        for name in (
+            "cpu_interval_s",
+            "cov_threshold",
+            "timeout_s",
+            "workers",
+            "values_per_worker",
+        ):
             _check_positive(name, getattr(self, name))
         for name in ("max_measure_s", "warmup_max_s"):
             _check_positive(name, getattr(self, name))
@@ -97,7 +116,7 @@ class MeasureSettings:
                 raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
         for name in ("quiet_check_s", "disturbed_wait_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("warmup_s", "min_duration_s"):
+        for name in ("warmup_s", "min_duration_s", "gpu_warmup_min_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         if self.threads is not None:
             _check_positive("threads", self.threads)

@@ -1,192 +1,203 @@
-"""Spread a trial's repetitions over several processes, as pyperf does.
+"""Worker processes: every timed share of a trial runs in a fresh process forked for it.
 
-Why: consecutive processes measuring the same model differ far more than one process's
-repetitions do (placement, allocation, thread start-up: 36 vs 60 samples/s for the same eager
-resnet18 on a quiet 2-core machine), so an interval computed inside one process cannot see the
-variance a re-run will meet. With ``workers = N`` the trial's own process times the first share
-and N-1 fresh processes, one after another (never side by side: they would compete for the
-cores), time the rest; all repetitions enter one interval.
+Why processes are the unit (``ngb.core.stopping.process_interval``): consecutive processes
+measuring the same model differ far more than one process's repetitions do (placement,
+allocation, thread start-up), so the interval is built over process means, as pyperf builds its
+numbers over 20 processes x 3 values. That needs many cheap processes: a fresh interpreter pays
+~4-7 s to import torch and timm on the 2-core VM, so the trial's process imports the heavy
+libraries once (``preload``, no thread pool, no CUDA context) and forks each worker from there;
+the worker builds, compiles, warms up and times its share, then exits. The trial's own process
+never builds, runs or holds a model -- and on a GPU never creates a CUDA context -- so nothing of
+ngb's sits on the device or in the measured process while a worker measures: the parent only
+reads the worker's events and samples CPU/GPU from outside (``ngb.core.telemetry``).
 
-Each worker rebuilds and recompiles the model instead of loading a compiled artifact: there is no
-serialisation common to every backend, and re-placing the compiled model is part of the variance
-being sampled. Compile time is measured once -- the trial's own compile is ``compile_s``; the
-workers' recompiles are recorded under ``extra["workers"]`` but do not count. The compilers' own
-caches (TVM tuning databases under the cache dir, Inductor's FX graph cache) keep recompiles
-cheap. Workers run sequentially, each with the plan ``ngb.core.stopping.plan`` gives it from what
-the earlier ones measured, and a worker skips verification (done once, in the trial's process).
+Worker 0 verifies the output against eager fp32 and its compile is the one recorded
+(``compile_s``); later workers recompile (compilers' own caches keep that cheap: TVM tuning
+databases, Inductor's FX graph cache) and their compile times are kept under
+``extra["workers"]``. Workers run one after another, never side by side.
 
-Protocol: the parent writes ``{"spec", "plan", "workdir", "cache_dir"}`` as JSON on the worker's
-stdin; the worker writes ``ngb.core.events`` lines on stdout (forwarded, tagged with ``worker``)
-and last a ``worker_result`` line with its ``Part`` (or its error). Compiler chatter on fd 1 is
-sent to stderr so it cannot break the stream. The worker runs in the trial's process group, so
-the agent's timeout or cancel kills it with the trial.
+Protocol: a ``multiprocessing`` pipe. The worker sends ``ngb.core.events`` dicts (forwarded,
+tagged with ``worker``) and last a ``worker_result`` with its ``Part``, the result fields it
+recorded (``result``) or its ``error`` and ``error_kind``. A worker that dies without a result
+(a segfault, ``os._exit``, an OOM kill) is a failed worker with its exit status. Workers inherit
+the trial's process group, so the agent's timeout or cancel kills them with the trial.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import importlib
+import multiprocessing
 import os
-import subprocess
 import sys
-import threading
 import time
-import zipimport
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from ngb.core import events
-from ngb.core.errors import NgbError, one_line
-from ngb.core.stopping import plan
+from ngb.core.errors import NgbError
+from ngb.core.stopping import Plan, t_quantile
+from ngb.core.telemetry import WorkerWatch
 from ngb.core.timing import Part
-from ngb.core.types import TrialSpec
+from ngb.core.types import TrialResult, TrialSpec
 
 WORKER_RESULT = "worker_result"
 # Event types a worker's output may pass on to the trial's listener.
-_FORWARD = {events.PHASE, events.PROGRESS, events.CPU, events.TUNING, events.LOG}
+_FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
+# How often the parent looks at the clock while waiting for a worker's next event.
+_POLL_S = 0.25
+# Libraries imported once before forking: the expensive imports that are safe to fork after
+# (no thread pool, no device context until first use). Compiler runtimes (OpenVINO, TVM, ONNX
+# Runtime) may start threads at import, so each worker imports those itself.
+_PRELOAD = ("torch", "timm")
 
 
 class WorkerFailed(NgbError):
     """A worker process crashed or reported an error."""
 
-
-def _command() -> tuple[list[str], dict[str, str]]:
-    """How to start a worker, also when ngb runs from the agent's zipapp."""
-    import ngb
-
-    env = dict(os.environ)
-    loader = getattr(ngb.__spec__, "loader", None)
-    if isinstance(loader, zipimport.zipimporter):
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (loader.archive, env.get("PYTHONPATH", "")) if p
-        )
-    return [sys.executable, "-m", "ngb.core.workers"], env
+    def __init__(
+        self, message: str, kind: str = "error", result: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.result = result or {}  # what the worker had recorded (a failed compile's time)
 
 
-def run_workers(
-    spec: TrialSpec,
-    first: Part,
-    emit: Callable[[dict[str, Any]], None],
-    *,
-    workdir: Path,
-    cache_dir: Path | None,
-    deadline: float,
-) -> tuple[list[Part], list[str]]:
-    """Run workers 1..N-1 after ``first`` (worker 0); returns all parts and worker errors."""
-    parts, errors = [first], []
-    workers = plan(spec.measure, 0, (), 0.0).workers
-    for k in range(1, workers):
-        prior = [t for p in parts for t in p.throughputs]
-        spent = sum(p.measure_s for p in parts)
-        share = plan(spec.measure, k, prior, spent)
-        try:
-            parts.append(
-                run_worker(spec, share.to_dict(), emit, workdir, cache_dir, deadline=deadline)
-            )
-        except WorkerFailed as exc:
-            errors.append(f"worker {k}: {exc}")
-    return parts, errors
+@dataclass
+class Outcome:
+    """What one worker sent back."""
+
+    part: Part
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def preload(spec: TrialSpec, needs_torch: bool) -> None:
+    """Import what every worker of ``spec`` needs, once, before the first fork."""
+    if spec.measure.threads:
+        # OpenMP reads this once, when the first library that uses it loads.
+        os.environ.setdefault("OMP_NUM_THREADS", str(spec.measure.threads))
+    # the interval's t quantile imports scipy.stats (~1-2 s) on first use: once, here, not in
+    # every worker between its timed repetitions
+    t_quantile(0.975, 2)
+    if not needs_torch:
+        return
+    for name in _PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def _context() -> Any:
+    # fork: the preloaded libraries come along for free, and so does everything a test set up.
+    return multiprocessing.get_context("fork")
 
 
 def run_worker(
     spec: TrialSpec,
-    share: dict[str, Any],
+    share: Plan,
     emit: Callable[[dict[str, Any]], None],
     workdir: Path,
     cache_dir: Path | None,
     *,
     deadline: float,
-) -> Part:
-    cmd, env = _command()
-    request = {
-        "spec": spec.to_dict(),
-        "plan": share,
-        "workdir": str(workdir / f"worker{share['worker']}"),
-        "cache_dir": str(cache_dir) if cache_dir else None,
-    }
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
+) -> Outcome:
+    """Fork a worker for ``share``, forward its events, watch it from outside; its outcome."""
+    receiver, sender = _context().Pipe(duplex=False)
+    proc = _context().Process(
+        target=_worker_main,
+        args=(sender, spec.to_dict(), share.to_dict(), str(workdir), cache_dir),
+        name=f"ngb-worker-{share.worker}",
     )
-    assert proc.stdin and proc.stdout and proc.stderr
-    stderr: list[bytes] = []
-    pump = threading.Thread(target=lambda: stderr.extend(proc.stderr or []), daemon=True)
-    pump.start()
+    proc.start()
+    sender.close()
+    watch: WorkerWatch | None = None
+    message: dict[str, Any] | None = None
     try:
-        proc.stdin.write(json.dumps(events._nan_to_none(request)).encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    outcome: dict[str, Any] | None = None
-    try:
-        for raw in proc.stdout:
-            event = events.decode(raw)
-            if event is None:
-                continue
-            if event["type"] == WORKER_RESULT:
-                outcome = event
-            elif event["type"] in _FORWARD:
-                event.setdefault("worker", share["worker"])
-                emit(event)
+        while message is None:
             if time.monotonic() > deadline:
+                raise WorkerFailed("timed out")
+            if not receiver.poll(_POLL_S):
+                continue
+            try:
+                event = receiver.recv()
+            except EOFError:
                 break
-    except BaseException:  # cancelled (the agent's SIGTERM in-process): take the worker along
+            kind = event.get("type")
+            if kind == WORKER_RESULT:
+                message = event
+            elif kind in _FORWARD:
+                event.setdefault("worker", share.worker)
+                emit(event)
+                if kind == events.PHASE and event.get("phase") == "measure" and watch is None:
+                    assert proc.pid is not None
+                    watch = WorkerWatch(
+                        proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
+                    )
+                    watch.start()
+        if watch is not None:
+            watch.stop()
+    except BaseException:  # cancelled, timed out: take the worker along
+        if watch is not None:
+            watch.stop()
         proc.kill()
-        proc.wait()
+        proc.join()
         raise
-    try:
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
+    finally:
+        receiver.close()
+    proc.join(timeout=min(60.0, max(1.0, deadline - time.monotonic())))  # it has sent all
+    if proc.is_alive():
         proc.kill()
-        proc.wait()
-        raise WorkerFailed("timed out") from None
-    pump.join(timeout=5)
-    if outcome is None:
-        tail = b"".join(stderr).decode(errors="replace").strip().splitlines()[-1:]
+        proc.join()
+    if message is None:
+        raise WorkerFailed(f"worker {share.worker} exited with status {proc.exitcode} "
+                           "without a result")  # fmt: skip
+    if message.get("error"):
         raise WorkerFailed(
-            f"exited with status {proc.returncode} without a result"
-            + (f"; last stderr: {tail[0][:300]}" if tail else "")
+            str(message["error"]), str(message.get("error_kind") or "error"), message.get("result")
         )
-    if outcome.get("error"):
-        raise WorkerFailed(str(outcome["error"]))
-    return Part.from_dict(outcome["part"])
+    part = Part.from_dict(message["part"])
+    if part.calls == 0 and not part.repetitions:
+        raise WorkerFailed(f"worker {share.worker} timed no repetition")
+    if watch is not None:
+        watch.fill(part)
+    return Outcome(part, message.get("result") or {})
 
 
-def main() -> int:
-    """``python -m ngb.core.workers``: time one share of a trial (see the module docstring)."""
-    from ngb.core.measure import run_share
-    from ngb.core.stopping import Plan
+def _worker_main(
+    conn: Connection, spec_data: dict[str, Any], plan_data: dict[str, Any], workdir: str,
+    cache_dir: Path | None,
+) -> None:  # fmt: skip
+    """The forked worker: time one share, send everything back, exit."""
+    from ngb.core.errors import one_line
+    from ngb.core.measure import classify_error, recorded_fields, run_share
 
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)  # compiler chatter on fd 1 goes to stderr, not into the event stream
-    sys.stdout = sys.stderr
-    lock = threading.Lock()
+    # Compiler chatter on fd 1 must not land in the parent's stdout (ngb measure --json prints
+    # one JSON object there): send it to stderr.
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        os.dup2(2, 1)
 
     def send(event: dict[str, Any]) -> None:
-        with lock:  # the CPU sampler thread emits too
-            out.write(events.encode(event) + "\n")
-            out.flush()
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(event)  # pickled: NaN and numpy arrays travel as they are
 
-    request = json.loads(sys.stdin.read())
-    spec = TrialSpec.from_dict(request["spec"])
-    share = Plan.from_dict(request["plan"])
-    cache = Path(request["cache_dir"]) if request.get("cache_dir") else None
+    spec = TrialSpec.from_dict(spec_data)
+    share = Plan.from_dict(plan_data)
+    result = TrialResult(key=spec.key, spec=spec.to_dict())
     try:
-        part, error = run_share(spec, share, send, Path(request["workdir"]), cache)
-    except Exception as exc:  # run_share records failures; this is the last line of defence
-        part, error = None, one_line(exc)
-    send(
-        events.make_event(
-            WORKER_RESULT, part=part.to_dict() if part is not None else None, error=error
+        part = run_share(spec, share, send, Path(workdir), cache_dir, result)
+        message = events.make_event(
+            WORKER_RESULT, part=part.to_dict(), result=recorded_fields(result)
         )
-    )
-    out.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    except Exception as exc:  # run_share's failures: one line and a kind, like a trial's
+        message = events.make_event(
+            WORKER_RESULT,
+            part=None,
+            error=one_line(exc),
+            error_kind=classify_error(exc),
+            result=recorded_fields(result),
+        )
+    send(message)
+    conn.close()

@@ -73,7 +73,7 @@ def test_verdict_says_how_much_it_widened_and_needs_more_repetitions() -> None:
     rng = np.random.default_rng(3)
     values = [v * 1.0 for v in ar1(0.8, 24, rng, mean=100.0)]
     settings = MeasureSettings(ci_target=0.02)
-    verdict = stopping.judge(values, settings)
+    verdict = stopping.judge([values], settings)  # one process: the serial widening
     assert verdict.rho > 0.3
     assert verdict.inflation > 1.5
     assert "for serial correlation" in verdict.reason

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from ngb.core import events
 from ngb.core.measure import run_trial
+from ngb.core.stopping import Plan
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.workers import WorkerFailed, run_worker
 
@@ -36,14 +37,14 @@ def test_fixed_count_is_shared_by_three_processes() -> None:
     assert [r["worker"] for r in result.repetitions] == [0, 0, 0, 1, 1, 2, 2]
     workers = result.extra["workers"]
     assert [w["repetitions"] for w in workers] == [3, 2, 2]
-    assert workers[0]["compile_s"] is None  # the trial's compile is compile_s itself
+    assert workers[0]["compile_s"] == result.compile_s  # worker 0's compile is the trial's
     assert all(w["compile_s"] is not None for w in workers[1:])  # recompiles, recorded apart
     assert result.latency_ms.n == sum(r["iters"] for r in result.repetitions)
     # The workers' events reach the listener, tagged, with progress counted over the trial.
     progress = [e for e in seen if e["type"] == events.PROGRESS]
     assert [e["rep"] for e in progress] == list(range(1, 8))
     assert [e["worker"] for e in progress] == [0, 0, 0, 1, 1, 2, 2]
-    assert {e.get("worker") for e in seen if e["type"] == events.PHASE} >= {None, 1, 2}
+    assert {e.get("worker") for e in seen if e["type"] == events.PHASE} >= {0, 1, 2}
     assert all(e["key"] == spec.key for e in seen)
     assert result.verdict in ("VALID", "INVALID") and result.verdict_reason
     again = TrialResult.from_dict(json.loads(events.encode(result.to_dict())))
@@ -57,7 +58,7 @@ def test_a_failing_worker_raises_its_error(tmp_path: Path) -> None:
         compiler_options={"fail": True},
         measure=MeasureSettings(**QUICK, repetitions=2),
     )
-    share = {"worker": 1, "workers": 2, "max_reps": 1, "min_reps": 1}
+    share = Plan(worker=1, reps=1)
     with pytest.raises(WorkerFailed, match="noop compiler asked to fail"):
         run_worker(spec, share, lambda e: None, tmp_path, None, deadline=1e18)
 
