@@ -29,6 +29,7 @@ freedom).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -48,8 +49,10 @@ STOP_TIME = "time cap"
 STOP_FIXED = "fixed count"
 
 
+@functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom."""
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (cached: the stopping
+    rule asks for the same few after every repetition)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     try:

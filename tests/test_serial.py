@@ -95,8 +95,8 @@ def test_bootstrap_of_one_mean_matches_the_widened_interval() -> None:
     assert boot.half_width == pytest.approx(t.half_width, rel=0.15)
 
 
-def test_coverage_benchmark_scores_both_intervals_on_the_same_trials() -> None:
-    """benchmarks/coverage.py: leave-one-out coverage of the independent and serial intervals."""
+def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials() -> None:
+    """benchmarks/coverage.py: leave-one-out coverage and width ratio of each method."""
     import importlib.util
     from pathlib import Path
 
@@ -107,12 +107,15 @@ def test_coverage_benchmark_scores_both_intervals_on_the_same_trials() -> None:
     spec.loader.exec_module(bench)
 
     rng = np.random.default_rng(6)
-    trials = [ar1(0.8, 12, rng) for _ in range(80)]
-    plain_share, plain_width = bench.coverage(trials, serial=False)
-    serial_share, serial_width = bench.coverage(trials, serial=True)
-    assert plain_share < serial_share
-    assert serial_width > 1.5 * plain_width
-    # every trial's interval is scored against the others' mean, never its own
-    same = [[100.0, 101.0, 99.0, 100.5, 99.5, 100.0]] * 4
-    share, _ = bench.coverage(same, serial=True)
-    assert share == 1.0
+    trials = []
+    for _ in range(80):
+        groups = [list(ar1(0.8, 6, rng)) for _ in range(2)]
+        mean = float(np.mean([v for g in groups for v in g]))
+        trials.append({"mean": mean, "half": 0.0, "groups": groups})
+    plain_share, plain_ratio = bench.coverage(trials, bench.end_to_end(False))
+    serial_share, serial_ratio = bench.coverage(trials, bench.end_to_end(True))
+    assert plain_share < serial_share and serial_ratio > 1.5 * plain_ratio
+    # a stated half-width of zero holds nothing; an infinite one (no interval) holds everything
+    assert bench.coverage(trials, bench.stated)[0] == 0.0
+    unknown = [{**t, "half": None} for t in trials]
+    assert bench.coverage(unknown, bench.stated)[0] == 1.0
