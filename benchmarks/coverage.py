@@ -101,7 +101,8 @@ def main() -> None:
         raise SystemExit("--trials must be >= 3 (leave-one-out needs others)")
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"{args.trials} ngb measure runs per workload, options: {args.extra or 'defaults'}")  # fmt: skip
+          f"{args.trials} ngb measure runs per workload, "
+          f"options: {args.extra or 'defaults'}")  # fmt: skip
     saved = {}
     for workload in args.workload or WORKLOADS:
         parts = workload.split(":")

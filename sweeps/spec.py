@@ -9,9 +9,10 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
 
     [measure]                          # ngb.core.types.MeasureSettings fields
     min_duration_s = 0.2
-    ci_target = 0.02                   # stop once the 95 % CI is within ±2 % (the default) ...
-    max_repetitions = 40               # ... or after 40; `repetitions = 100` is a fixed count
-    workers = 2                        # processes the repetitions are spread over
+    ci_target = 0.02                   # add worker processes until the 95 % CI is within ±2 % ...
+    workers = 4                        # ... with at least 4 processes ...
+    max_workers = 10                   # ... and at most 10, of values_per_worker = 3 each
+    # `repetitions = 100` is a fixed count, spread over `workers` processes
 
     [compiler_options.openvino]        # per-compiler options, checked against its Config
     hint = "THROUGHPUT"

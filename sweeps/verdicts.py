@@ -59,9 +59,26 @@ def summary_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
 
 
 def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
-    """When most trials were too wide: the repetitions their typical spread needs."""
+    """When most trials were too wide: the processes (or, for results measured before intervals
+    were built over processes, the repetitions) their typical spread needs."""
+    if len(wide) * 2 < total:
+        return ""
+    process_covs = [cov for r in wide if (cov := _process_cov(r)) is not None]
+    if process_covs:
+        cov = statistics.median(process_covs)
+        settings = _settings(wide[0])
+        target = float(settings.get("ci_target") or 0.02)
+        needed = repetitions_for_cov(cov, target, float(settings.get("confidence") or 0.95))
+        most = settings.get("max_workers")
+        limit = f" (at most {most})" if most and settings.get("repetitions") is None else ""
+        return (
+            f". Their worker processes' means spread by a median CoV of {cov:.1%}: "
+            f"±{target:.1%} needs ~{needed} processes per trial{limit}. Quiet the device "
+            "(`ngb bench noise` measures its noise floor), raise max_workers/max_measure_s, "
+            "or widen ci_target"
+        )
     covs = [float(r["throughput_cov"]) for r in wide if r.get("throughput_cov") is not None]
-    if not covs or len(wide) * 2 < total:
+    if not covs:
         return ""
     cov = statistics.median(covs)
     settings = _settings(wide[0])
@@ -83,14 +100,30 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     )
 
 
-def _serial_rho(row: Mapping[str, Any]) -> float | None:
-    """The lag-1 autocorrelation the trial's interval was widened for (None before it was kept)."""
+def _extra(row: Mapping[str, Any]) -> Mapping[str, Any]:
     extra = row.get("extra")
     if isinstance(extra, str):
         try:
             extra = json.loads(extra)
         except ValueError:
-            return None
-    measure = extra.get("measure") if isinstance(extra, Mapping) else None
+            return {}
+    return extra if isinstance(extra, Mapping) else {}
+
+
+def _process_cov(row: Mapping[str, Any]) -> float | None:
+    """CoV of a trial's worker-process means (None with fewer than two processes)."""
+    workers = _extra(row).get("workers")
+    if not isinstance(workers, list):
+        return None
+    means = [float(w["mean"]) for w in workers if isinstance(w, Mapping)
+             and isinstance(w.get("mean"), int | float) and math.isfinite(w["mean"])]  # fmt: skip
+    if len(means) < 2 or statistics.fmean(means) <= 0:
+        return None
+    return statistics.stdev(means) / statistics.fmean(means)
+
+
+def _serial_rho(row: Mapping[str, Any]) -> float | None:
+    """The lag-1 autocorrelation the trial's interval was widened for (None before it was kept)."""
+    measure = _extra(row).get("measure")
     rho = measure.get("serial_rho") if isinstance(measure, Mapping) else None
     return float(rho) if isinstance(rho, int | float) else None

@@ -81,7 +81,6 @@ def test_the_old_end_to_end_interval_was_not() -> None:
     rng = np.random.default_rng(11)
     draw = simulated(0.03, 0.01, 0.0)
     trials = [[draw(rng) for _ in range(2)] for _ in range(400)]  # the old default: 2 processes
-    means = [float(np.mean(t)) for t in trials]
     old = [stopping.interval([v for g in t for v in g]) for t in trials]
     covered = sum(abs(ci.mean - 100.0) <= ci.half_width for ci in old) / len(old)
     assert covered < 0.85

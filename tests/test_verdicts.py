@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 from ngb.core.stopping import repetitions_for_cov
 from ngb.sweeps.verdicts import summary_line
@@ -55,3 +56,17 @@ def test_serially_correlated_repetitions_need_more_and_the_line_says_why() -> No
     assert needed > repetitions_for_cov(0.05, 0.02)
     why = "median CoV of 5.0%, serially correlated (median lag-1 0.60)"
     assert f"{why}: ±2.0% needs ~{needed} " in line
+
+
+def test_process_spread_gives_the_processes_a_trial_needs() -> None:
+    workers = [{"mean": m} for m in (100.0, 104.0, 97.0, 101.0)]
+    wide = {**row("INVALID", "95% CI over 4 processes ±4.0% wider than the target"),
+            "extra": json.dumps({"workers": workers}),
+            "measure": json.dumps({"ci_target": 0.02, "max_workers": 10})}  # fmt: skip
+    line = summary_line([wide, wide, row("VALID", "ok")])
+    assert line is not None
+    cov = statistics.stdev([100.0, 104.0, 97.0, 101.0]) / 100.5
+    needed = repetitions_for_cov(cov, 0.02)
+    assert (
+        f"median CoV of {cov:.1%}: ±2.0% needs ~{needed} processes per trial (at most 10)" in line
+    )

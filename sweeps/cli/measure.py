@@ -99,8 +99,16 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option("--ci-target", type=float, help="Stop when the 95% CI is within ± this (0.02).")
 @click.option("--min-repetitions", type=int, help="Adaptive: at least this many (6).")
 @click.option("--max-repetitions", type=int, help="Adaptive: at most this many (40).")
-@click.option("--max-measure-s", type=float, help="Adaptive: seconds of timed loops, at most.")
-@click.option("--workers", type=int, help="Processes the repetitions are spread over (2).")
+@click.option(
+    "--max-measure-s", type=float, help="Adaptive: seconds of warm-up + timed loops, at most (12)."
+)
+@click.option(
+    "--workers", type=int, help="Worker processes, at least (adaptive; 4) or exactly (fixed)."
+)
+@click.option("--max-workers", type=int, help="Adaptive: worker processes, at most (10).")
+@click.option(
+    "--values-per-worker", type=int, help="Adaptive: timed repetitions per worker process (3)."
+)
 @click.option("--retry-disturbed", type=int, help="Times to wait and retry a disturbed share.")
 @click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
 @click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
@@ -116,8 +124,8 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option(
     "--allocator",
     type=click.Choice(["retain", "system"]),
-    help="retain (default: glibc keeps memory freed between calls) or system (glibc's defaults, "
-    "as timm's benchmark.py runs).",
+    help="system (default: glibc's defaults, as a plain python deployment and timm's "
+    "benchmark.py run) or retain (glibc keeps memory freed between calls).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def measure(
@@ -140,6 +148,8 @@ def measure(
     max_repetitions: int | None,
     max_measure_s: float | None,
     workers: int | None,
+    max_workers: int | None,
+    values_per_worker: int | None,
     retry_disturbed: int | None,
     min_duration: float | None,
     min_iters: int | None,
@@ -177,6 +187,8 @@ def measure(
         "max_repetitions": max_repetitions,
         "max_measure_s": max_measure_s,
         "workers": workers,
+        "max_workers": max_workers,
+        "values_per_worker": values_per_worker,
         "disturbed_retries": retry_disturbed,
         "min_duration_s": min_duration,
         "min_iters": min_iters,
