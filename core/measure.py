@@ -94,6 +94,10 @@ def run_trial(
         cache = Path(cache_dir) if cache_dir else None
         try:
             compiler = _refuse_early(spec)
+            from ngb.core import device_state
+
+            # governor, boost, GPU clocks: a number is comparable only under the same state
+            result.extra["device_state"] = device_state.read()
             preload(spec, compiler.needs_model or spec.device == "cuda")
             parts, stopped = _run_workers(spec, result, sink, Path(workdir), cache, deadline)
             merge(result, parts, spec, stopped)

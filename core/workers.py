@@ -49,6 +49,10 @@ WORKER_RESULT = "worker_result"
 _FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
 # How often the parent looks at the clock while waiting for a worker's next event.
 _POLL_S = 0.25
+# Progress events are passed on at most this often while a worker measures: each one wakes the
+# agent, the event log's reader and the console, and on a localhost sweep those share the cores
+# with the timed loop (the worker's last repetition is always passed on).
+PROGRESS_PERIOD_S = 1.0
 # Libraries imported once before forking: the expensive imports that are safe to fork after
 # (no thread pool, no device context until first use). Compiler runtimes (OpenVINO, TVM, ONNX
 # Runtime) may start threads at import, so each worker imports those itself.
@@ -114,6 +118,7 @@ def run_worker(
     sender.close()
     watch: WorkerWatch | None = None
     message: dict[str, Any] | None = None
+    last_progress = 0.0
     try:
         while message is None:
             if time.monotonic() > deadline:
@@ -129,6 +134,12 @@ def run_worker(
                 message = event
             elif kind in _FORWARD:
                 event.setdefault("worker", share.worker)
+                if kind == events.PROGRESS:
+                    last = event.get("rep", 0) - share.rep_offset >= share.reps
+                    now = time.monotonic()
+                    if not last and now - last_progress < PROGRESS_PERIOD_S:
+                        continue
+                    last_progress = now
                 emit(event)
                 if kind == events.PHASE and event.get("phase") == "measure" and watch is None:
                     assert proc.pid is not None

@@ -467,6 +467,9 @@ def _parser() -> argparse.ArgumentParser:
     trial.add_argument("--parent-pid", type=int, help="die with this process (Linux)")
 
     sub.add_parser("probe", help="print this device's facts as one JSON object")
+    tune = sub.add_parser("tune", help="show (or apply / undo) what would quiet this device")
+    tune.add_argument("--action", choices=("show", "apply", "undo"), default="show")
+    tune.add_argument("--undo-file", type=Path, required=True)
     # The installer runs this once per first start: an interpreter that cannot import the agent
     # (a wrong path, an old Python, a broken numpy) fails here with its own words.
     sub.add_parser("ready", help="exit 0 when this interpreter can run the agent")
@@ -562,13 +565,35 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    """One JSON object: the state, the changes planned (before), and what failed."""
+    from ngb.core import device_state
+
+    changes = device_state.plan()
+    errors: list[str] = []
+    if args.action == "apply":
+        errors = device_state.apply(changes, args.undo_file)
+    elif args.action == "undo":
+        errors = device_state.undo(args.undo_file)
+    print(json.dumps({
+        "state": device_state.read(),
+        "plan": [c.to_dict() for c in changes],
+        "undo_pending": args.undo_file.is_file(),
+        "errors": errors,
+    }, sort_keys=True))  # fmt: skip
+    return EXIT_OK
+
+
 def _cmd_ready(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "trial": _cmd_trial, "probe": _cmd_probe, "ready": _cmd_ready}
+    handlers = {
+        "run": _cmd_run, "trial": _cmd_trial, "probe": _cmd_probe, "ready": _cmd_ready,
+        "tune": _cmd_tune,
+    }  # fmt: skip
     handler = handlers[args.command]
     return handler(args)
 

@@ -114,13 +114,29 @@ async def probe_device(transport: Transport, device: Device, *, timeout: float =
     """Deploy the agent and run ``python agent.pyz probe``; returns the parsed JSON object."""
     agent = await deploy_agent(transport, device)
     out = await _python(transport, device, [agent, "probe"], "probe", timeout)
+    return _json_object(device, out, "probe")
+
+
+async def tune_device(
+    transport: Transport, device: Device, action: str, *, timeout: float = 60.0
+) -> dict:
+    """``python agent.pyz tune --action show|apply|undo``: the device's state, the changes that
+    would quiet it, what failed. The undo file lives in the device's work dir."""
+    agent = await deploy_agent(transport, device)
+    undo_file = f"{agent.rsplit('/', 1)[0]}/tune-undo.json"  # the agent's path is absolute
+    argv = [agent, "tune", "--action", action, "--undo-file", undo_file]
+    out = await _python(transport, device, argv, f"tune {action}", timeout)
+    return _json_object(device, out, "tune")
+
+
+def _json_object(device: Device, out: str, what: str) -> dict:
     line = _last_line(out)
     try:
         facts: Any = json.loads(line)
     except json.JSONDecodeError:
         raise TransportError(
-            f"{device.name}: probe printed no JSON (last line: {line[:120]!r})"
+            f"{device.name}: {what} printed no JSON (last line: {line[:120]!r})"
         ) from None
     if not isinstance(facts, dict):
-        raise TransportError(f"{device.name}: probe printed {type(facts).__name__}, not an object")
+        raise TransportError(f"{device.name}: {what} printed {type(facts).__name__}, not an object")
     return facts

@@ -41,9 +41,11 @@ def test_fixed_count_is_shared_by_three_processes() -> None:
     assert all(w["compile_s"] is not None for w in workers[1:])  # recompiles, recorded apart
     assert result.latency_ms.n == sum(r["iters"] for r in result.repetitions)
     # The workers' events reach the listener, tagged, with progress counted over the trial.
+    # (at most one a second while a worker measures, and always each worker's last)
     progress = [e for e in seen if e["type"] == events.PROGRESS]
-    assert [e["rep"] for e in progress] == list(range(1, 8))
-    assert [e["worker"] for e in progress] == [0, 0, 0, 1, 1, 2, 2]
+    reps = [e["rep"] for e in progress]
+    assert reps == sorted(reps) and {3, 5, 7} <= set(reps) <= set(range(1, 8))
+    assert [e["worker"] for e in progress if e["rep"] in (3, 5, 7)] == [0, 1, 2]
     assert {e.get("worker") for e in seen if e["type"] == events.PHASE} >= {0, 1, 2}
     assert all(e["key"] == spec.key for e in seen)
     assert result.verdict in ("VALID", "INVALID") and result.verdict_reason

@@ -409,3 +409,85 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
         click.echo("(results store unavailable: probes were not recorded)", err=True)
     if failed:
         raise click.exceptions.Exit(1)
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) -> dict[str, Any]:
+    from ngb.devices.deploy import tune_device
+    from ngb.devices.ssh import make_transport
+
+    transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
+    try:
+        await transport.connect()
+        return await tune_device(transport, dev, action, timeout=timeout)
+    finally:
+        await transport.close()
+
+
+def _show_tune(name: str, answer: dict[str, Any]) -> None:
+    state = answer.get("state") or {}
+    gpus = state.get("gpus") or []
+    gpu_text = "; ".join(f"gpu {g.get('index')}: {g.get('sm_clock_mhz')}/"
+                         f"{g.get('sm_clock_max_mhz')} MHz" for g in gpus)  # fmt: skip
+    click.echo(safe_text(
+        f"{name}: governor {state.get('governor') or '?'}, boost {state.get('boost') or '?'}"
+        + (f", {gpu_text}" if gpu_text else "")
+        + (f", nvpmodel {state['nvpmodel']}" if state.get("nvpmodel") else "")
+    ))  # fmt: skip
+    for change in answer.get("plan") or []:
+        how = " ".join(change.get("argv") or []) or ", ".join(
+            f"{path} <- {value}" for path, value in (change.get("files") or {}).items()
+        )
+        click.echo(safe_text(
+            f"  {change['what']}: {change.get('now')} -> {change['wanted']} "
+            f"({change['why']}; {how})"
+        ))  # fmt: skip
+    if not answer.get("plan"):
+        click.echo("  nothing to change that ngb knows of")
+    if answer.get("undo_pending"):
+        click.echo("  changes applied earlier can be undone: ngb devices tune NAME --undo")
+
+
+@devices.command("tune")
+@click.argument("name")
+@click.option("--apply", "do_apply", is_flag=True, help="Make the changes (asks first).")
+@click.option("--undo", "do_undo", is_flag=True, help="Restore what --apply changed.")
+@click.option("--yes", is_flag=True, help="Do not ask (scripts; check the plan first).")
+@click.option("--timeout", type=float, default=60.0, show_default=True)
+def tune(name: str, do_apply: bool, do_undo: bool, yes: bool, timeout: float) -> None:
+    """Show what would make device NAME measure more quietly (governor, boost, GPU clocks, Jetson
+    clocks); --apply makes the changes after you confirm, --undo restores them. Every result
+    records the state it ran under."""
+    if do_apply and do_undo:
+        raise NgbError("give --apply or --undo, not both")
+    inv = load_inventory()
+    (dev,) = inv.resolve([name])[:1] or [None]
+    if dev is None:
+        raise NgbError(f"no device named {name!r}")
+    try:
+        plan = asyncio.run(_tune_one(inv, dev, "show", timeout))
+    except (TransportError, OSError) as exc:
+        raise NgbError(first_line(exc)) from None
+    _show_tune(dev.name, plan)
+    if not (do_apply or do_undo):
+        return
+    action = "apply" if do_apply else "undo"
+    if do_apply and not plan.get("plan"):
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise NgbError(f"refusing to {action} without confirmation (stdin is not a "
+                           "terminal); check the plan above and re-run with --yes")  # fmt: skip
+        if not click.confirm(f"{action.capitalize()} these changes on {dev.name}?", default=False):
+            raise NgbError(f"nothing changed on {dev.name}")
+    try:
+        answer = asyncio.run(_tune_one(inv, dev, action, timeout))
+    except (TransportError, OSError) as exc:
+        raise NgbError(first_line(exc)) from None
+    for error in answer.get("errors") or []:
+        click.echo(safe_text(f"error: {dev.name}: {error}"), err=True)
+    _show_tune(dev.name, answer)
+    if answer.get("errors"):
+        raise click.exceptions.Exit(1)
