@@ -219,6 +219,9 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
         "ci_target": settings.ci_target,
         "ci_relative": verdict.ci_relative,
         "interval": "processes" if ci.workers >= 2 else "one process",
+        # the interval's degrees of freedom: derived metrics (ngb.core.intervals) rebuild it from
+        # the stored mean and half-width with the same t, so every surface prints one interval
+        "df": ci.workers - 1 if ci.workers >= 2 else max(ci.n - 1, 0),
         "stopped": stopped,
         # one process only: the lag-1 autocorrelation and the variance factor its CI was widened by
         "serial_rho": round(verdict.rho, 4),

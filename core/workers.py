@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -161,9 +162,12 @@ def run_worker(
     if proc.is_alive():
         proc.kill()
         proc.join()
-    if message is None:
-        raise WorkerFailed(f"worker {share.worker} exited with status {proc.exitcode} "
-                           "without a result")  # fmt: skip
+    if message is None:  # died: a segfault, an abort, os._exit, the OOM killer
+        code = proc.exitcode or 0
+        how = (
+            f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
+        )
+        raise WorkerFailed(f"worker process {how} without a result", "crash")
     if message.get("error"):
         raise WorkerFailed(
             str(message["error"]), str(message.get("error_kind") or "error"), message.get("result")
@@ -174,6 +178,13 @@ def run_worker(
     if watch is not None:
         watch.fill(part)
     return Outcome(part, message.get("result") or {})
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return f"{signal.Signals(num).name} ({num})"
+    except ValueError:
+        return str(num)
 
 
 def _worker_main(
