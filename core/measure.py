@@ -45,6 +45,7 @@ from ngb.core.errors import (
 from ngb.core.timing import Part, merge, time_share
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
+from ngb.core.workers import Outcome, ShareJob, WorkerFailed, preload, run_worker
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -80,7 +81,6 @@ def run_trial(
     cache_dir: Path | str | None = None,
 ) -> TrialResult:
     """Measure one trial here; see the module docstring for the protocol."""
-    from ngb.core.workers import WorkerFailed, preload
 
     sink: Emit = emit or (lambda event: None)
     result = TrialResult(
@@ -154,8 +154,6 @@ def _run_workers(
     deadline: float,
 ) -> tuple[list[Part], str | None]:
     """Fork workers until ``stopping.next_worker`` says the interval is settled (or a cap)."""
-    from ngb.core.workers import Outcome, WorkerFailed, run_worker
-
     settings = spec.measure
     parts: list[Part] = []
     errors: list[str] = []
@@ -173,7 +171,13 @@ def _run_workers(
                 time.sleep(settings.disturbed_wait_s)
             try:
                 outcome = run_worker(
-                    spec, share, emit, workdir / f"worker{worker}", cache_dir, deadline=deadline
+                    SHARE_JOB,
+                    spec,
+                    share,
+                    emit,
+                    workdir / f"worker{worker}",
+                    cache_dir,
+                    deadline=deadline,
                 )
             except WorkerFailed as exc:
                 if worker == 0:  # the build or compile failed: the trial failed
@@ -230,6 +234,11 @@ def copy_recorded(result: TrialResult, fields: dict[str, Any]) -> None:
         if fields.get(name) is not None:
             setattr(result, name, fields[name])
     result.extra.update(fields.get("extra") or {})
+
+
+# what each forked worker runs (``ngb.core.workers`` takes it from here, so it imports nothing
+# of this module)
+SHARE_JOB = ShareJob(run=run_share, classify=classify_error, recorded=recorded_fields)
 
 
 def _measure(

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core import events
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, one_line
 from ngb.core.stopping import Plan, t_quantile
 from ngb.core.telemetry import WorkerWatch
 from ngb.core.timing import Part
@@ -71,6 +71,18 @@ class WorkerFailed(NgbError):
         self.result = result or {}  # what the worker had recorded (a failed compile's time)
 
 
+@dataclass(frozen=True)
+class ShareJob:
+    """What a forked worker runs, handed in by the trial (``ngb.core.measure``) so this module
+    needs nothing from it: time the share into the result, name a failure's kind, and pick the
+    result fields worth sending back. Forked, not pickled: plain functions are fine."""
+
+    run: Callable[[TrialSpec, Plan, Callable[[dict[str, Any]], None], Path, Path | None,
+                   TrialResult], Part]  # fmt: skip
+    classify: Callable[[BaseException], str]
+    recorded: Callable[[TrialResult], dict[str, Any]]
+
+
 @dataclass
 class Outcome:
     """What one worker sent back."""
@@ -100,6 +112,7 @@ def _context() -> Any:
 
 
 def run_worker(
+    job: ShareJob,
     spec: TrialSpec,
     share: Plan,
     emit: Callable[[dict[str, Any]], None],
@@ -112,7 +125,7 @@ def run_worker(
     receiver, sender = _context().Pipe(duplex=False)
     proc = _context().Process(
         target=_worker_main,
-        args=(sender, spec.to_dict(), share.to_dict(), str(workdir), cache_dir),
+        args=(job, sender, spec.to_dict(), share.to_dict(), str(workdir), cache_dir),
         name=f"ngb-worker-{share.worker}",
     )
     proc.start()
@@ -188,13 +201,10 @@ def _signal_name(num: int) -> str:
 
 
 def _worker_main(
-    conn: Connection, spec_data: dict[str, Any], plan_data: dict[str, Any], workdir: str,
-    cache_dir: Path | None,
+    job: ShareJob, conn: Connection, spec_data: dict[str, Any], plan_data: dict[str, Any],
+    workdir: str, cache_dir: Path | None,
 ) -> None:  # fmt: skip
     """The forked worker: time one share, send everything back, exit."""
-    from ngb.core.errors import one_line
-    from ngb.core.measure import classify_error, recorded_fields, run_share
-
     # Compiler chatter on fd 1 must not land in the parent's stdout (ngb measure --json prints
     # one JSON object there): send it to stderr.
     with contextlib.suppress(OSError):
@@ -209,17 +219,15 @@ def _worker_main(
     share = Plan.from_dict(plan_data)
     result = TrialResult(key=spec.key, spec=spec.to_dict())
     try:
-        part = run_share(spec, share, send, Path(workdir), cache_dir, result)
-        message = events.make_event(
-            WORKER_RESULT, part=part.to_dict(), result=recorded_fields(result)
-        )
+        part = job.run(spec, share, send, Path(workdir), cache_dir, result)
+        message = events.make_event(WORKER_RESULT, part=part.to_dict(), result=job.recorded(result))
     except Exception as exc:  # run_share's failures: one line and a kind, like a trial's
         message = events.make_event(
             WORKER_RESULT,
             part=None,
             error=one_line(exc),
-            error_kind=classify_error(exc),
-            result=recorded_fields(result),
+            error_kind=job.classify(exc),
+            result=job.recorded(result),
         )
     send(message)
     conn.close()

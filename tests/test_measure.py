@@ -143,7 +143,9 @@ def test_noop_trial_records_protocol_fields() -> None:
         phases[i] != phases[i + 1] for i in range(len(phases) - 1)
     )
     progress = [e for e in seen if e["type"] == events.PROGRESS]
-    assert [e["rep"] for e in progress] == [1, 2, 3, 4] and progress[-1]["reps"] == 4
+    # passed on at most once a second while a worker measures, each worker's last always
+    reps = [e["rep"] for e in progress]
+    assert reps == sorted(set(reps)) and reps[-1] == 4 and progress[-1]["reps"] == 4
     assert events.CPU in types
     assert all(e["key"] == result.key and e["v"] == events.PROTOCOL_VERSION for e in seen)
     # The result round-trips through the JSON the agent writes.

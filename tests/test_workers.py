@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from ngb.core import events
-from ngb.core.measure import run_trial
+from ngb.core.measure import SHARE_JOB, run_trial
 from ngb.core.stopping import Plan
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.workers import WorkerFailed, run_worker
@@ -62,7 +62,7 @@ def test_a_failing_worker_raises_its_error(tmp_path: Path) -> None:
     )
     share = Plan(worker=1, reps=1)
     with pytest.raises(WorkerFailed, match="noop compiler asked to fail"):
-        run_worker(spec, share, lambda e: None, tmp_path, None, deadline=1e18)
+        run_worker(SHARE_JOB, spec, share, lambda e: None, tmp_path, None, deadline=1e18)
 
 
 def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
