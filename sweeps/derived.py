@@ -23,6 +23,7 @@ A trial's own flags (INVALID, disturbed, unstable) are ``result_flags``.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,11 +64,15 @@ def degrees_of_freedom(row: Row) -> float:
 
 
 def half_width(row: Row, df: float) -> float | None:
-    """The stored 95 % half-width; for rows stored without one, t * std / sqrt(n)."""
+    """The stored 95 % half-width; for rows stored without one, t * std / sqrt(n) from the
+    stored std (or, where a caller attached them as ``samples``, the per-repetition values)."""
     stored = _number(row.get("throughput_ci_half"))
     if stored is not None:
         return stored
     std, n = _number(row.get("throughput_std")), _number(row.get("repetitions"))
+    samples = [float(v) for v in row.get("samples") or () if _number(v) is not None]
+    if std is None and len(samples) >= 2:
+        std, n = statistics.stdev(samples), float(len(samples))
     if std is None or n is None or n < 2 or df < 1:
         return None
     return intervals.t_quantile(df) * std / math.sqrt(n)
@@ -77,11 +82,10 @@ def mean_of(row: Row) -> Mean:
     """One stored result as a ``Mean`` (identified by run, device and key)."""
     value = _number(row.get("throughput_mean"))
     df = degrees_of_freedom(row)
-    key = (row.get("run_id"), row.get("device"), row.get("key"))
+    # a row without a trial key (built by hand) is only ever itself
+    key = (row.get("run_id"), row.get("device"), row["key"]) if row.get("key") else ("row", id(row))
     level = _number(_measure(row).get("confidence")) or intervals.LEVEL
-    return Mean(
-        value if value is not None else math.nan, half_width(row, df), df, key, level=level
-    )
+    return Mean(value if value is not None else math.nan, half_width(row, df), df, key, level=level)
 
 
 def result_flags(row: Row) -> tuple[str, ...]:
