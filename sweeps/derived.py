@@ -182,9 +182,10 @@ def ase(row_b: Row, row_1: Row, batch: int) -> Derived:
 
 def bsr(c_b: Row, c_1: Row, i_b: Row, i_1: Row) -> Derived:
     """ASE_c(b) / ASE_baseline(b); 1 = scales as the baseline."""
-    marks = (PRECISION_MARK,) if precision_differs(c_b, i_b) else ()
     estimate = intervals.bsr(mean_of(c_b), mean_of(c_1), mean_of(i_b), mean_of(i_1))
-    return judge(estimate, 1.0, marks)
+    # exact by definition (batch 1, the baseline itself): no precision effect to point out
+    mismatch = precision_differs(c_b, i_b) and not estimate.exact
+    return judge(estimate, 1.0, (PRECISION_MARK,) if mismatch else ())
 
 
 def depth_trend(

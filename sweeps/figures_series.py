@@ -248,9 +248,7 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
                     else:
                         continue
                     bar = derived_bar(value)
-                    acc.setdefault(compiler, {}).setdefault(b, []).append(
-                        (value.value, bar, weak)
-                    )
+                    acc.setdefault(compiler, {}).setdefault(b, []).append((value.value, bar, weak))
         lines = []
         for compiler in sorted(acc, key=compiler_order):
             batches = sorted(acc[compiler])

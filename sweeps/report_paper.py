@@ -330,8 +330,10 @@ def bsr(data: ReportData) -> Report:
         for point in derived.batch_points(ordered, baseline):
             row = point.row
             bsr_cell, speedup_cell = cell(point.bsr), cell(point.speedup)
-            if point.batch in base:
+            # derived decided where the mark stands; marks names the pairs in the notes
+            if point.bsr is not None and derived.PRECISION_MARK in point.bsr.flags:
                 bsr_cell = marks.mark(bsr_cell, row, base[point.batch])
+            if point.speedup is not None and derived.PRECISION_MARK in point.speedup.flags:
                 speedup_cell = marks.mark(speedup_cell, row, base[point.batch])
             table.rows.append(
                 [device, label, point.compiler, precision_of(row), point.batch,
@@ -356,8 +358,7 @@ def ase(data: ReportData) -> Report:
             if 1 not in trials:
                 continue
             cells: list[Cell | None] = [
-                cell(derived.ase(trials[b], trials[1], b)) if b in trials else None
-                for b in batches
+                cell(derived.ase(trials[b], trials[1], b)) if b in trials else None for b in batches
             ]
             rows.append([device, compiler, label, *cells])
     rows.sort(key=lambda r: (r[0], compiler_order(r[1]), _label_key(r[2])))

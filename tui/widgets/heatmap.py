@@ -59,9 +59,7 @@ def heat_table(chart: Chart) -> Table:
         table.add_column(f"{chart.xlabel} {x}", justify="right")
     texts = chart.cells or [[None] * len(row) for row in chart.matrix or []]
     for label, row, words in zip(chart.row_labels, chart.matrix or [], texts, strict=True):
-        table.add_row(
-            label, *(heat_cell(v, low, high, t) for v, t in zip(row, words, strict=True))
-        )
+        table.add_row(label, *(heat_cell(v, low, high, t) for v, t in zip(row, words, strict=True)))
     return table
 
 
