@@ -31,10 +31,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
-from ngb.core.intervals import t_quantile
 from ngb.sweeps.figures_data import FigureData, derived_bar
 from ngb.sweeps.figures_model import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape

@@ -28,11 +28,11 @@ import io
 import statistics
 
 import pytest
-from ngb.sweeps.numbers import round_with_interval
 from click.testing import CliRunner
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
+from ngb.sweeps.numbers import round_with_interval
 from ngb.sweeps.report_data import Cell
 from ngb.sweeps.reports import build_report, list_reports, render
 from ngb.sweeps.store import Store

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ngb.sweeps.numbers import format_with_interval
 from ngb.core.errors import NgbError
+from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.orchestrator import RunEvent
 from ngb.tui import results_data as rd
 from ngb.tui.run_model import CPU_HISTORY, RunModel
