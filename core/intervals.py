@@ -154,7 +154,7 @@ def linear(parts: Sequence[tuple[Estimate, float]]) -> Estimate:
     for e, w in parts:
         if e.exact or e.half == 0:
             continue
-        se = float(e.half) / t_quantile(e.df, e.level) if math.isfinite(e.df) else 0.0
+        se = float(e.half or 0.0) / t_quantile(e.df, e.level) if math.isfinite(e.df) else 0.0
         variances.append((w * se) ** 2)
         dfs.append(e.df)
     if not variances:
@@ -167,7 +167,7 @@ def symmetric(mean: Mean) -> Estimate:
     """A result's own mean as an estimate (its stored interval)."""
     if not mean.known:
         return Estimate(mean.value)
-    return Estimate(mean.value, float(mean.half), mean.df, level=mean.level)
+    return Estimate(mean.value, float(mean.half or 0.0), mean.df, level=mean.level)
 
 
 # ---- the paper's metrics -------------------------------------------------------------------

@@ -68,7 +68,7 @@ def format_with_interval(value: float | None, half: float | None, sep: str = " Â
     if half is None or not math.isfinite(half) or half <= 0:  # unknown, or exact by definition
         return format_value(value)
     v, h, places = round_with_interval(value, half)
-    return f"{_text(v, places)}{sep}{_text(float(h), places)}"
+    return f"{_text(v, places)}{sep}{_text(float(h or 0.0), places)}"
 
 
 def printed_interval(value: float, half: float) -> tuple[float, float]:
