@@ -225,6 +225,11 @@ def test_figures_draw_what_the_reports_print(store: Store) -> None:
                 assert weak == bool({"n.s.", "n<2"} & flags) and mismatch == ("≠prec" in flags)
                 points += 1
     assert points == 8
+    # Fig. 12: the seed's CPU is the same everywhere: a non-effect, drawn hollow and hatched on
+    # an axis of at least ±5 points, not as bars filling a tiny axis
+    reduction = build_figure("fig12", data).panels[1]
+    assert reduction.min_span == 5.0 and reduction.series
+    assert all(all(s.weak) for s in reduction.series)
     # Figs. 10 and 11: the heatmaps print the reports' cells, intervals and verdicts included
     for name, metric in (("fig10", "ase"), ("fig11", "bsr")):
         for panel in build_figure(name, data).panels:
