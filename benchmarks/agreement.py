@@ -78,7 +78,7 @@ class Run:
 
     def slopes(self) -> dict[tuple[Any, ...], Any]:
         """``(device, block, width, batch, compiler) -> Estimate`` of the depth slope."""
-        from ngb.core import intervals
+        from ngb.sweeps import derived
         from ngb.sweeps.report_data import group
 
         base = self.data.baseline
@@ -96,12 +96,10 @@ class Run:
                 shared = sorted(set(mine) & set(identity))
                 if compiler == base or len(shared) < 3:  # a slope over 2 points has no spread
                     continue
-                trend, _ = intervals.depth_trend(
-                    shared,
-                    [self.data.samples(mine[d]) for d in shared],
-                    [self.data.samples(identity[d]) for d in shared],
+                trend, _ = derived.depth_trend(
+                    shared, [mine[d] for d in shared], [identity[d] for d in shared]
                 )
-                out[(*key, compiler)] = trend
+                out[(*key, compiler)] = trend.estimate
         return out
 
 

@@ -1,208 +1,224 @@
-"""Confidence intervals for derived metrics, propagated from each trial's repetitions by bootstrap.
+"""Confidence intervals for derived metrics, computed from each result's own stored interval.
 
-A derived metric (speed-up, RTR, ASE, BSR, depth slope, retention, a Table VI mean) is a function
-of several trials' mean throughputs. Each trial's mean is uncertain; its repetitions say by how
-much. ``propagate`` resamples every trial's repetitions independently (``n_boot`` times, with
-replacement), recomputes the metric on each set of resampled means, and reports the percentile
-interval of the results around the metric of the actual means (percentile bootstrap, as
-``scipy.stats.bootstrap(method="percentile")`` would give one sample at a time). Why bootstrap and
-not the delta method: a slope over four depths of ratios, or a retention, is a non-linear function
-of eight means; the bootstrap needs no derivative and no normality of the ratio.
+Every result carries its mean throughput, the half-width of its 95 % interval and the interval's
+degrees of freedom (``extra["measure"]["df"]``: k - 1 over k worker processes, n - 1 for one
+process; rows stored before it fall back to n - 1 of their repetitions). That is a Student-t
+interval, so its standard error is ``half / t_{df}``. A derived metric (speed-up, RTR, ASE, BSR,
+depth slope, retention, a Table VI mean) is computed from those three numbers per result, nothing
+else: no surface resamples raw repetitions, so the console, the reports and the figures cannot
+arrive at different intervals for the same number.
 
-Small samples: a plain percentile bootstrap of a mean is too narrow twice over -- its variance is
-(n-1)/n of s^2/n, and its tails are normal where Student's t applies -- which matters because a
-trial stopped by the time cap can have 3 or 4 repetitions (a "significant" ranking reversal on
-3-repetition trials was seen this way). So each trial's resampled means are spread about its mean
-by ``widening(n) = sqrt(n/(n-1)) * t_{n-1} / z``: alone, a mean's interval is then its Student-t
-interval, and the same caution carries into ratios, slopes and retentions (x2.7 at n = 3, x1.4 at
-n = 6, x1.1 at n = 20).
+Ratios (speed-up, RTR, ASE, BSR, retention) are products of powers of independent means, so the
+delta method is applied on the log scale: ``var(log R) = sum c_i^2 (se_i / m_i)^2``, degrees of
+freedom by Welch-Satterthwaite, and ``R * exp(+-t * sd)``. Chosen over Fieller because it extends
+to four means (BSR, retention) with one formula and never gives an unbounded interval; over the
+linear delta method because a ratio's sampling distribution is skewed and a linear interval
+crosses zero once the relative error nears 1 (a negative speed-up was printed that way). The
+log-scale interval is asymmetric; what every surface prints is ``value ± half`` with
+``half = R * (exp(t * sd) - 1)``, the larger side, so the printed interval contains the log one
+(coverage at least nominal, checked by ``tests/test_metrics.py``) and "n.s." is decided on the
+interval that is printed. A result that appears in both numerator and denominator cancels before
+anything is computed: the baseline over itself, or RTR/ASE/BSR at batch 1, is exactly 1 with no
+interval (``Estimate.exact``).
 
-Serial correlation: resampling repetitions one by one assumes they are independent; consecutive
-repetitions on a machine whose speed wanders are not (``ngb.core.serial``). The draws are spread
-further by the square root of the trial's variance inflation, so a mean alone gets exactly the
-widened Student-t interval ``ngb.core.stopping.interval`` gives it, and ratios and slopes inherit
-it. The samples must be in the order they were measured (the store keeps ``rep`` order).
+Linear combinations (the least-squares slope over depth of speed-ups, a Table VI mean of means)
+add variances, with Satterthwaite's degrees of freedom, and a symmetric t interval.
 
-What it cannot know: a trial with fewer than 2 repetitions has no spread, so any metric that uses
-it gets a NaN interval (shown as "n<2"), never a falsely tight one. Resampling is seeded, so the
-same database always gives the same report.
-
-``Estimate.excludes(x)`` is the test the reports use: a slope "differs from zero" and a speed-up
-"differs from 1" only when the interval excludes it; otherwise the reports print "n.s.".
+A result without an interval (no half-width, or fewer than 2 repetitions) makes every metric
+that uses it unknown (shown "n<2"), never falsely tight.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from ngb.core.serial import inflation
-
-N_BOOT = 2000
 LEVEL = 0.95
 
 
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t (``df`` may be fractional: Satterthwaite)."""
+    from ngb.core.stopping import t_quantile as t_int
+
+    p = (1 + level) / 2
+    try:
+        from scipy import stats
+
+        return float(stats.t.ppf(p, df))
+    except ImportError:  # the device agent has no scipy: integer df is close enough there
+        return t_int(p, max(1, int(df)))
+
+
 @dataclass(frozen=True)
-class Estimate:
-    """A metric with its interval (NaN bounds when it cannot be known)."""
+class Mean:
+    """One result's mean with its ``level`` interval half-width and degrees of freedom.
+
+    ``key`` identifies the result, so a result that is both numerator and denominator of a
+    metric cancels exactly (None: never equal to another)."""
 
     value: float
-    low: float = math.nan
-    high: float = math.nan
+    half: float | None = None
+    df: float = 0.0
+    key: Hashable | None = None
     level: float = LEVEL
 
     @property
     def known(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
+        return (
+            self.half is not None
+            and math.isfinite(self.half)
+            and self.half >= 0
+            and self.df >= 1
+            and math.isfinite(self.value)
+        )
+
+    @property
+    def se(self) -> float:
+        """Standard error (only meaningful when ``known``)."""
+        return float(self.half or 0.0) / t_quantile(self.df, self.level)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A derived value with its printed interval ``value ± half``.
+
+    ``half`` None: unknown ("n<2"); ``exact``: the value holds by definition (a result over
+    itself), no interval at all."""
+
+    value: float
+    half: float | None = None
+    df: float = math.nan
+    exact: bool = False
+    level: float = LEVEL
+
+    @property
+    def known(self) -> bool:
+        return self.half is not None and math.isfinite(self.half)
 
     @property
     def half_width(self) -> float | None:
-        """Half the interval's width (the ``±`` shown beside a number); None when unknown."""
-        return (self.high - self.low) / 2 if self.known else None
+        return self.half if self.known else None
+
+    @property
+    def low(self) -> float:
+        return self.value - self.half if self.half is not None else math.nan
+
+    @property
+    def high(self) -> float:
+        return self.value + self.half if self.half is not None else math.nan
 
     def excludes(self, x: float) -> bool:
-        """True when the interval is known and lies entirely on one side of ``x``."""
+        """True when the printed interval is known and lies entirely on one side of ``x``."""
         return self.known and (self.low > x or self.high < x)
 
 
-def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(list(values), dtype=np.float64)
-    return arr[np.isfinite(arr)]
+def _satterthwaite(variances: Sequence[float], dfs: Sequence[float]) -> float:
+    total = math.fsum(variances)
+    denom = math.fsum(v * v / d for v, d in zip(variances, dfs, strict=True) if v > 0)
+    return total * total / denom if denom > 0 else math.inf
 
 
-@functools.lru_cache(maxsize=256)  # the same few (n, level) pairs, for every trial of a report
-def widening(n: int, level: float = LEVEL) -> float:
-    """How far to spread a mean's bootstrap draws so its interval is the Student-t one (n >= 2)."""
-    from statistics import NormalDist
+def power_product(terms: Sequence[tuple[Mean, float]], scale: float = 1.0) -> Estimate:
+    """``scale * prod(m_i ** c_i)`` with the log-scale delta-method interval (see module).
 
-    from ngb.core.stopping import t_quantile
-
-    p = (1 + level) / 2
-    return math.sqrt(n / (n - 1)) * t_quantile(p, n - 1) / NormalDist().inv_cdf(p)
-
-
-def resampled_means(
-    values: Sequence[float] | np.ndarray,
-    n_boot: int = N_BOOT,
-    rng: np.random.Generator | None = None,
-    level: float = LEVEL,
-) -> np.ndarray:
-    """``n_boot`` means of resamples (with replacement) of ``values``, spread by ``widening``."""
-    arr = _finite(values)
-    rng = rng or np.random.default_rng(0)
-    picks = rng.integers(0, arr.size, size=(n_boot, arr.size))
-    means = np.asarray(arr[picks].mean(axis=1))
-    if arr.size < 2:
-        return means
-    centre = float(arr.mean())
-    # Resampling treats the repetitions as independent; a trial's are a time series, so the
-    # draws are spread further by its serial-correlation inflation too (ngb.core.serial).
-    _, factor = inflation(arr.tolist())
-    return centre + widening(int(arr.size), level) * math.sqrt(factor) * (means - centre)
+    Terms with the same ``key`` are merged first, so a result over itself cancels exactly."""
+    merged: dict[Hashable, tuple[Mean, float]] = {}
+    for i, (mean, power) in enumerate(terms):
+        ident = mean.key if mean.key is not None else ("#", i)
+        prior = merged.get(ident)
+        merged[ident] = (mean, power + (prior[1] if prior else 0.0))
+    live = [(m, c) for m, c in merged.values() if c != 0]
+    if any(not math.isfinite(m.value) or m.value <= 0 for m, _ in live):
+        return Estimate(math.nan)
+    value = scale * math.prod(m.value**c for m, c in live)
+    if not live:
+        return Estimate(value, 0.0, exact=True)
+    if not all(m.known for m, _ in live):
+        return Estimate(value)
+    variances = [(c * m.se / m.value) ** 2 for m, c in live]
+    df = _satterthwaite(variances, [m.df for m, _ in live])
+    level = live[0][0].level
+    sd = math.sqrt(math.fsum(variances))
+    q = t_quantile(df, level) * sd if math.isfinite(df) else 0.0
+    return Estimate(value, value * math.expm1(q), df, level=level)
 
 
-def propagate(
-    metric: Callable[..., np.ndarray | float],
-    samples: Sequence[Sequence[float]],
-    *,
-    level: float = LEVEL,
-    n_boot: int = N_BOOT,
-    seed: int = 0,
-) -> Estimate:
-    """``metric(mean_1, ..., mean_k)`` with a bootstrap interval from each trial's repetitions.
-
-    ``metric`` must work elementwise on numpy arrays (plain arithmetic does). ``samples`` holds
-    each trial's per-repetition throughputs, in the metric's argument order.
-    """
-    arrays = [_finite(s) for s in samples]
-    if any(a.size == 0 for a in arrays):
-        return Estimate(math.nan, level=level)
-    value = float(metric(*(float(a.mean()) for a in arrays)))
-    if any(a.size < 2 for a in arrays):
-        return Estimate(value, level=level)
-    rng = np.random.default_rng(seed)
-    draws = np.asarray(
-        metric(*(resampled_means(a, n_boot, rng, level) for a in arrays)), dtype=float
-    )
-    draws = draws[np.isfinite(draws)]
-    if draws.size < n_boot // 2:  # the metric is undefined for most resamples
-        return Estimate(value, level=level)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Estimate(value, float(low), float(high), level)
+def linear(parts: Sequence[tuple[Estimate, float]]) -> Estimate:
+    """``sum(w_i * x_i)`` of independent estimates with a symmetric t interval."""
+    value = math.fsum(w * e.value for e, w in parts)
+    if any(not e.known for e, _ in parts):
+        return Estimate(value)
+    level = parts[0][0].level if parts else LEVEL
+    variances, dfs = [], []
+    for e, w in parts:
+        if e.exact or e.half == 0:
+            continue
+        se = float(e.half or 0.0) / t_quantile(e.df, e.level) if math.isfinite(e.df) else 0.0
+        variances.append((w * se) ** 2)
+        dfs.append(e.df)
+    if not variances:
+        return Estimate(value, 0.0, exact=True)
+    df = _satterthwaite(variances, dfs)
+    return Estimate(value, t_quantile(df, level) * math.sqrt(math.fsum(variances)), df, level=level)
 
 
-def mean_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
-    """A trial's own mean with its Student-t interval (what the stopping rule used)."""
-    from ngb.core.stopping import interval
-
-    ci = interval(list(values), level)
-    if ci.n < 2:
-        return Estimate(ci.mean, level=level)
-    return Estimate(ci.mean, ci.mean - ci.half_width, ci.mean + ci.half_width, level)
+def symmetric(mean: Mean) -> Estimate:
+    """A result's own mean as an estimate (its stored interval)."""
+    if not mean.known:
+        return Estimate(mean.value)
+    return Estimate(mean.value, float(mean.half or 0.0), mean.df, level=mean.level)
 
 
-# ---- the paper's metrics, vectorised for ``propagate`` -----------------------------------------
+# ---- the paper's metrics -------------------------------------------------------------------
 
 
-def speedup(samples_c: Sequence[float], samples_identity: Sequence[float]) -> Estimate:
+def speedup(c: Mean, identity: Mean) -> Estimate:
     """T_c / T_identity."""
-    return propagate(lambda c, i: c / i, [samples_c, samples_identity])
+    return power_product([(c, 1.0), (identity, -1.0)])
 
 
-def rtr(samples_b: Sequence[float], samples_1: Sequence[float]) -> Estimate:
+def rtr(tb: Mean, t1: Mean) -> Estimate:
     """T(b) / T(1)."""
-    return propagate(lambda tb, t1: tb / t1, [samples_b, samples_1])
+    return power_product([(tb, 1.0), (t1, -1.0)])
 
 
-def ase(samples_b: Sequence[float], samples_1: Sequence[float], batch: int) -> Estimate:
+def ase(tb: Mean, t1: Mean, batch: int) -> Estimate:
     """T(b) / (b * T(1))."""
-    return propagate(lambda tb, t1: tb / (batch * t1), [samples_b, samples_1])
+    return power_product([(tb, 1.0), (t1, -1.0)], scale=1.0 / batch)
 
 
-def bsr(
-    c_b: Sequence[float], c_1: Sequence[float], i_b: Sequence[float], i_1: Sequence[float]
-) -> Estimate:
-    """ASE_c(b) / ASE_identity(b) = (T_c(b) / T_c(1)) / (T_i(b) / T_i(1)); the batch cancels."""
-    return propagate(lambda cb, c1, ib, i1: (cb / c1) / (ib / i1), [c_b, c_1, i_b, i_1])
-
-
-def _slope(depths: np.ndarray, speedups: list[np.ndarray | float]) -> np.ndarray | float:
-    d = depths - depths.mean()
-    stacked = np.stack([np.asarray(s, dtype=float) for s in speedups], axis=-1)
-    centred = stacked - stacked.mean(axis=-1, keepdims=True)
-    out = (centred * d).sum(axis=-1) / float((d * d).sum())
-    return float(out) if np.ndim(out) == 0 else out
+def bsr(c_b: Mean, c_1: Mean, i_b: Mean, i_1: Mean) -> Estimate:
+    """ASE_c(b) / ASE_identity(b) = (T_c(b) / T_c(1)) / (T_i(b) / T_i(1))."""
+    return power_product([(c_b, 1.0), (c_1, -1.0), (i_b, -1.0), (i_1, 1.0)])
 
 
 def depth_trend(
-    depths: Sequence[int],
-    compiler: Sequence[Sequence[float]],
-    identity: Sequence[Sequence[float]],
+    depths: Sequence[int], compiler: Sequence[Mean], identity: Sequence[Mean]
 ) -> tuple[Estimate, Estimate | None]:
     """Least-squares slope of speed-up over depth, and retention (deepest / depth 1; None without
-    a depth-1 point), each with its interval. ``compiler[i]``/``identity[i]`` are the repetitions
-    at ``depths[i]``."""
-    d = np.asarray(depths, dtype=float)
-    k = len(depths)
-
-    def slope(*means: np.ndarray | float) -> np.ndarray | float:
-        return _slope(d, [means[i] / means[k + i] for i in range(k)])
-
-    trend = propagate(slope, [*compiler, *identity])
+    a depth-1 point). ``compiler[i]`` / ``identity[i]`` are the results at ``depths[i]``."""
+    ds = [float(d) for d in depths]
+    centre = math.fsum(ds) / len(ds)
+    sxx = math.fsum((d - centre) ** 2 for d in ds)
+    speedups = [speedup(c, i) for c, i in zip(compiler, identity, strict=True)]
+    if sxx == 0:
+        trend = Estimate(math.nan)
+    else:
+        trend = linear([(s, (d - centre) / sxx) for s, d in zip(speedups, ds, strict=True)])
     if 1 not in depths:
         return trend, None
-    first, last = list(depths).index(1), int(np.argmax(d))
-    kept = propagate(
-        lambda c_last, i_last, c_1, i_1: (c_last / i_last) / (c_1 / i_1),
-        [compiler[last], identity[last], compiler[first], identity[first]],
-    )
+    first, last = list(depths).index(1), max(range(len(ds)), key=ds.__getitem__)
+    kept = power_product(
+        [(compiler[last], 1.0), (identity[last], -1.0), (compiler[first], -1.0),
+         (identity[first], 1.0)]
+    )  # fmt: skip
     return trend, kept
 
 
-def mean_of_means(samples: Sequence[Sequence[float]]) -> Estimate:
-    """The mean of several trials' means (a Table VI cell) with its measurement interval."""
-    return propagate(lambda *means: sum(means) / len(means), list(samples))
+def mean_of_means(means: Sequence[Mean]) -> Estimate:
+    """The mean of several results' means (a Table VI cell) with its measurement interval."""
+    if not means:
+        return Estimate(math.nan)
+    k = len(means)
+    return linear([(symmetric(m), 1.0 / k) for m in means])

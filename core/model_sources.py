@@ -244,6 +244,9 @@ class ModelSource:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     inputs: tuple[InputSpec, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
+    # the model family reports and the console group it under (the sweep's ``family`` key);
+    # None: the model's own name. Only written when set, so older trial keys stay the same.
+    family: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -285,16 +288,20 @@ class ModelSource:
             out["inputs"] = [i.to_dict() for i in self.inputs]
         if self.artifacts:
             out["artifacts"] = [a.to_dict() for a in self.artifacts]
+        if self.family:
+            out["family"] = self.family
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelSource:
+        family = data.get("family")
         return cls(
             kind=data["kind"],
             ref=data["ref"],
             kwargs=dict(data.get("kwargs") or {}),
             inputs=tuple(InputSpec.from_dict(i) for i in data.get("inputs") or ()),
             artifacts=tuple(Artifact(**a) for a in data.get("artifacts") or ()),
+            family=family if isinstance(family, str) and family else None,
         )
 
 

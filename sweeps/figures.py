@@ -24,7 +24,7 @@ from typing import Any
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import figures_series as series
 from ngb.sweeps.figures_data import FigureData, caption_facts
-from ngb.sweeps.figures_model import FigureSpec
+from ngb.sweeps.figures_model import FigureSpec, HeatPanel
 from ngb.sweeps.figures_plot import FORMATS
 
 # name -> (builder, one-line description); the paper's figure order.
@@ -86,7 +86,8 @@ def caption(spec: FigureSpec, data: FigureData) -> str:
     """Title, what is shown, notes, then device / precision / repetitions / ngb version."""
     parts = [spec.title + ".", spec.description]
     parts += [note.rstrip(".") + "." for note in spec.notes]
-    parts.append(caption_facts(data, spec.trials or data.trials()))
+    heat = bool(spec.panels) and all(isinstance(p, HeatPanel) for p in spec.panels)
+    parts.append(caption_facts(data, spec.trials or data.trials(), heat=heat))
     return " ".join(parts)
 
 

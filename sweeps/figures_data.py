@@ -7,9 +7,9 @@ grid, ranking reversals) see the same trials as the figures drawn directly.
 
 Each trial gets:
 
-- ``ci_half``: the half-width of the 95 % confidence interval of its mean throughput. Taken from
-  the store when it has a CI column (newer schemas), else a Student-t interval over the stored
-  repetitions (``measurements``), else ``None`` (no error bar is drawn -- never a made-up one).
+- ``ci_half``: the half-width of the 95 % confidence interval of its mean throughput, as
+  ``ngb.sweeps.derived`` reads it: the stored half-width, else a Student-t interval from the stored
+  std and repetitions, else ``None`` (no error bar is drawn -- never a made-up one).
 - ``ci_source``: where ``ci_half`` came from, for the captions.
 - ``n_reps``, ``precision``, ``verdict``, ``measure`` (the timing settings), read from the full
   ``trials`` row through ``Store.trials`` (which returns every column, so columns added by later
@@ -18,12 +18,12 @@ Each trial gets:
 
 from __future__ import annotations
 
-import math
 from importlib import metadata
 from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.core.intervals import mean_interval
+from ngb.sweeps import derived
+from ngb.sweeps.figures_model import ErrorBar
 from ngb.sweeps.report_data import ReportData, finite
 
 # Column names a store may use for a stored interval / verdict / precision (newest schema first).
@@ -111,11 +111,11 @@ class FigureData(ReportData):
         versions = full.get("versions")
         out["ngb_version"] = versions.get("ngb") if isinstance(versions, dict) else None
         stored = _first(full, CI_COLUMNS)
+        own = derived.mean_of({**full, **out})  # the interval every surface uses
         if finite(stored):
             out["ci_half"], out["ci_source"] = float(stored), "stored"
-        elif len(samples) >= 2:
-            out["ci_half"] = mean_interval(samples, LEVEL).half_width  # serial-corrected
-            out["ci_source"] = "t-interval"
+        elif own.known:
+            out["ci_half"], out["ci_source"] = own.half, "t-interval"
         else:
             out["ci_half"], out["ci_source"] = None, "none"
         return out
@@ -124,26 +124,17 @@ class FigureData(ReportData):
 # ---------------------------------------------------------------- propagation
 
 
-def relative(value: float | None, half: float | None) -> float | None:
-    """Relative half-width ``half / value`` (None when either is missing or value is 0)."""
-    if not finite(value) or not finite(half) or value == 0:
+def derived_bar(value: derived.Derived) -> ErrorBar:
+    """The error bar of a derived number: its printed ``± half`` (the reports' and the
+    console's), cut at zero below (a ratio is never negative: the axis stays positive); (0, 0)
+    for a value exact by definition, None when its interval is unknown."""
+    if not finite(value.value):
         return None
-    return abs(float(half) / float(value))  # type: ignore[arg-type]
-
-
-def ratio_errors(ratio: float, *relatives: float | None) -> tuple[float, float] | None:
-    """Error bar (below, above) of a product/quotient of independent throughputs.
-
-    Speed-up, ASE and BSR are products and quotients of throughputs, so the relative half-widths
-    add in quadrature, taken in log space: ``delta = sqrt(sum(rel_i^2))`` and the interval is
-    ``ratio * exp(-delta) .. ratio * exp(+delta)`` -- asymmetric, and never below zero however
-    noisy the inputs (a linear bar would cross zero once the relative error passes 1). Any
-    missing term gives None: a bar built from part of the inputs would look smaller than it is.
-    """
-    if not finite(ratio) or any(r is None for r in relatives):
+    if value.estimate.exact:
+        return (0.0, 0.0)
+    if value.half is None:
         return None
-    delta = math.sqrt(sum(r * r for r in relatives if r is not None))
-    return ratio - ratio * math.exp(-delta), ratio * math.exp(delta) - ratio
+    return (min(value.half, value.value), value.half)
 
 
 # ---------------------------------------------------------------- captions
@@ -191,8 +182,9 @@ def stopping_rule(trials: list[dict[str, Any]]) -> str:
     return f"Repetitions: {_span(reps)} per point ({rule_text})"
 
 
-def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
-    """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version."""
+def caption_facts(data: FigureData, trials: list[dict[str, Any]], heat: bool = False) -> str:
+    """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version.
+    ``heat``: the figure is heatmaps, whose cells print their interval (no error bars)."""
     devices = sorted({str(t["device"]) for t in trials}) or ([data.device] if data.device else [])
     precisions = sorted({str(t["precision"]) for t in trials if t.get("precision")})
     requested = sorted({str(t["measure"].get("precision")) for t in trials
@@ -214,6 +206,11 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]]) -> str:
         bars = "No error bars (fewer than 2 repetitions stored)"
     if "none" in sources and len(sources) > 1:
         bars += "; points with fewer than 2 repetitions have none"
+    if heat:
+        bars = (
+            "Cells: value ± 95 % interval from each result's interval (no error bars in a "
+            "heatmap); a value without ± has no interval (fewer than 2 repetitions)"
+        )
     invalid = sum(1 for t in trials if str(t.get("verdict") or "").upper().startswith("INVALID"))
     unstable = sum(1 for t in trials if t.get("unstable"))
     disturbed = sum(1 for t in trials if t.get("disturbed"))

@@ -24,6 +24,8 @@ class Line:
     errs: list[ErrorBar]
     weak: list[bool]
     colour_key: str = ""  # the compiler: one colour per compiler across every figure
+    # per point: a ratio between results of different precisions (the reports' "≠prec")
+    mismatch: list[bool] = field(default_factory=list)
 
 
 @dataclass
@@ -46,6 +48,8 @@ class HeatPanel:
     values: list[list[float | None]]
     label: str  # the colour bar's name
     centre: float | None = None  # diverging colours around this value (BSR: 1.0)
+    # the printed text of each cell ("1.10 ± 0.05 n.s."), as the reports print it; None: value
+    texts: list[list[str | None]] | None = None
 
 
 @dataclass
@@ -54,6 +58,8 @@ class BarSeries:
     values: list[float | None]
     errs: list[float | None]
     colour_key: str = ""
+    # per bar: no effect (its interval includes the reference): drawn hatched and hollow
+    weak: list[bool] = field(default_factory=list)
 
 
 @dataclass
@@ -63,6 +69,8 @@ class BarPanel:
     series: list[BarSeries]
     ylabel: str
     reference: float | None = None
+    # the axis spans at least +- this around the reference, so a tiny effect looks tiny
+    min_span: float | None = None
 
 
 Panel = LinePanel | HeatPanel | BarPanel

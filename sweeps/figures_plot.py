@@ -93,11 +93,23 @@ def draw(spec: FigureSpec) -> Any:
         weak = any(
             w for p in spec.panels if isinstance(p, LinePanel) for ln in p.lines for w in ln.weak
         )
-        if weak:
-            from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D
 
+        if weak:
             handles["hollow: n.s. / INVALID"] = Line2D(
                 [], [], marker="o", linestyle="none", markerfacecolor="white", color="0.3"
+            )
+        lines = [ln for p in spec.panels if isinstance(p, LinePanel) for ln in p.lines]
+        if any(m for ln in lines for m in ln.mismatch):
+            handles["× ≠prec: precisions differ"] = Line2D(
+                [], [], marker="x", linestyle="none", color="black"
+            )
+        bars = [s for p in spec.panels if isinstance(p, BarPanel) for s in p.series]
+        if any(w for b in bars for w in b.weak):
+            from matplotlib.patches import Patch
+
+            handles["hatched: n.s. (interval includes 0)"] = Patch(
+                facecolor="white", edgecolor="0.3", hatch="///"
             )
         fig.legend(
             list(handles.values()),
@@ -116,6 +128,9 @@ def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
         marker = MARKERS[(compiler_order(line.colour_key)[0] if line.colour_key else i) % 11]
         below = [e[0] if e is not None else 0.0 for e in line.errs]
         above = [e[1] if e is not None else 0.0 for e in line.errs]
+        # an interval reaching zero cannot be drawn on a log axis: cut it there, with an arrow
+        cut = [panel.logy and b >= y for b, y in zip(below, line.ys, strict=True)]
+        below = [y * 0.9 if c else b for b, y, c in zip(below, line.ys, cut, strict=True)]
         has_err = any(e is not None and max(e) > 0 for e in line.errs)
         (drawn,) = ax.plot(
             line.xs,
@@ -135,6 +150,25 @@ def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
                 ecolor=colour,
                 elinewidth=0.9,
                 capsize=2.5,
+            )
+        if any(cut):
+            ax.plot(
+                [x for x, c in zip(line.xs, cut, strict=True) if c],
+                [y * 0.1 for y, c in zip(line.ys, cut, strict=True) if c],
+                linestyle="none",
+                marker="v",
+                markersize=4,
+                color=colour,
+            )
+        crossed = [(x, y) for x, y, m in zip(line.xs, line.ys, line.mismatch, strict=False) if m]
+        if crossed:  # the reports' "≠prec": a ratio that includes the number format
+            ax.plot(
+                [p[0] for p in crossed],
+                [p[1] for p in crossed],
+                linestyle="none",
+                marker="x",
+                markersize=7,
+                color="black",
             )
         hollow = [(x, y) for x, y, w in zip(line.xs, line.ys, line.weak, strict=True) if w]
         if hollow:
@@ -205,10 +239,11 @@ def _heat(fig: Any, ax: Any, panel: HeatPanel, shared: list[float]) -> None:
         if math.isfinite(value):
             shade = norm(value)
             dark = (shade > 0.25 and shade < 0.75) if panel.centre is not None else shade > 0.55
+            text = panel.texts[r][c] if panel.texts is not None else None
             ax.text(
                 c,
                 r,
-                f"{value:.2f}",
+                (text or f"{value:.2f}").replace(" ± ", "\n± ", 1),
                 ha="center",
                 va="center",
                 fontsize=7,
@@ -232,19 +267,29 @@ def _bars(ax: Any, panel: BarPanel, handles: dict[str, Any]) -> None:
         xs = [g + (i - (n - 1) / 2) * width for g in range(len(panel.groups))]
         ys = [v if v is not None else math.nan for v in series.values]
         errs = [e if e is not None else 0.0 for e in series.errs]
+        colour = _colour(series.colour_key, i)
         drawn = ax.bar(
             xs,
             ys,
             width,
             yerr=errs,
             capsize=2,
-            color=_colour(series.colour_key, i),
+            color=colour,
             error_kw={"elinewidth": 0.8},
             label=series.label,
         )
+        for patch, weak in zip(drawn.patches, series.weak, strict=False):
+            if weak:  # no effect: an outline, not a solid bar
+                patch.set_facecolor("white")
+                patch.set_edgecolor(colour)
+                patch.set_hatch("///")
         handles.setdefault(series.label, drawn)
     if panel.reference is not None:
         ax.axhline(panel.reference, color="0.5", linewidth=0.8)
+        if panel.min_span is not None:
+            low, high = ax.get_ylim()
+            ref, span = panel.reference, panel.min_span
+            ax.set_ylim(min(low, ref - span), max(high, ref + span))
     ax.set_xticks(range(len(panel.groups)), panel.groups)
     ax.set_title(panel.title, fontsize=9)
     ax.set_ylabel(panel.ylabel, fontsize=8)

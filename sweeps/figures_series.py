@@ -7,10 +7,11 @@ table, ranking reversals) the figure is built from that report's rows, so a figu
 cannot disagree.
 
 Error bars are 95 % confidence intervals: a throughput's own interval (``FigureData``), and for
-ratios the relative half-widths of the throughputs involved added in quadrature in log space
-(``figures_data.ratio_errors``; asymmetric, never below zero). Points drawn hollow ("weak") are
-not significantly different from the baseline (the 95 % bootstrap interval of the ratio includes
-1, as the reports' "n.s.") or were judged INVALID by the stopping rule.
+speed-up, ASE and BSR exactly the ``value ± half`` of ``ngb.sweeps.derived`` that the reports and
+the console print (``derived_bar``: cut at zero, a ratio is never negative). Points drawn hollow
+("weak") are not significantly different from the baseline (the printed interval includes 1: the
+reports' "n.s.") or were judged INVALID by the stopping rule; a cross over a point marks a ratio
+between results of different precisions (the reports' "≠prec").
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ngb.core import metrics
-from ngb.sweeps import report_beyond, report_paper
-from ngb.sweeps.figures_data import FigureData, ratio_errors, relative
+from ngb.sweeps import derived, report_beyond, report_paper
+from ngb.sweeps.figures_data import FigureData, derived_bar
 from ngb.sweeps.figures_model import (
     BarPanel,
     BarSeries,
@@ -33,7 +33,7 @@ from ngb.sweeps.figures_model import (
     LinePanel,
 )
 from ngb.sweeps.report_data import Cell, finite, group
-from ngb.sweeps.report_paper import compiler_order, significance_note
+from ngb.sweeps.report_paper import compiler_order
 
 BASELINE = "identity"
 BLOCKS = ("conv", "mha")
@@ -53,8 +53,9 @@ def _invalid(trial: dict[str, Any]) -> bool:
     return str(trial.get("verdict") or "").upper().startswith("INVALID")
 
 
-def _rel(trial: dict[str, Any]) -> float | None:
-    return relative(trial["throughput_mean"], trial.get("ci_half"))
+def _weak(value: derived.Derived, *trials: dict[str, Any]) -> bool:
+    """Hollow: not significant (or no interval), or a trial behind it is INVALID."""
+    return bool({derived.NS, derived.UNKNOWN} & set(value.flags)) or any(map(_invalid, trials))
 
 
 def _sym(trial: dict[str, Any] | None) -> ErrorBar:
@@ -123,13 +124,15 @@ def _speedup_line(
     ys: list[float] = []
     errs: list[ErrorBar] = []
     weak: list[bool] = []
+    mismatch: list[bool] = []
     for x in xs:
         c, i = mine[x], base[x]
-        s = metrics.speedup(c["throughput_mean"], i["throughput_mean"])
-        ys.append(s)
-        errs.append(ratio_errors(s, _rel(c), _rel(i)))
-        weak.append(bool(significance_note(data, c, i)) or _invalid(c) or _invalid(i))
-    return Line(compiler, list(xs), ys, errs, weak, compiler)
+        speed = derived.speedup(c, i)
+        ys.append(speed.value)
+        errs.append(derived_bar(speed))
+        weak.append(_weak(speed, c, i))
+        mismatch.append(derived.PRECISION_MARK in speed.flags)
+    return Line(compiler, list(xs), ys, errs, weak, compiler, mismatch)
 
 
 def speedup_batch(data: FigureData) -> FigureSpec:
@@ -236,19 +239,16 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
                     continue
                 one = by_batch[1]
                 for b, r in by_batch.items():
-                    value = metrics.ase(r["throughput_mean"], one["throughput_mean"], b)
-                    terms = [_rel(r), _rel(one)]
-                    weak = _invalid(r) or _invalid(one)
-                    if not is_ase:
-                        if b not in base:
-                            continue
-                        i_b, i_1 = base[b], base[1]
-                        value /= metrics.ase(i_b["throughput_mean"], i_1["throughput_mean"], b)
-                        terms += [_rel(i_b), _rel(i_1)]
-                        weak = weak or _invalid(i_b) or _invalid(i_1)
-                    # exactly 1 at batch 1 (a trial divided by itself): no bar
-                    bar = (0.0, 0.0) if b == 1 else ratio_errors(value, *terms)
-                    acc.setdefault(compiler, {}).setdefault(b, []).append((value, bar, weak))
+                    if is_ase:
+                        value = derived.ase(r, one, b)
+                        weak = _invalid(r) or _invalid(one)
+                    elif b in base:
+                        value = derived.bsr(r, one, base[b], base[1])
+                        weak = _weak(value, r, one, base[b], base[1])
+                    else:
+                        continue
+                    bar = derived_bar(value)
+                    acc.setdefault(compiler, {}).setdefault(b, []).append((value.value, bar, weak))
         lines = []
         for compiler in sorted(acc, key=compiler_order):
             batches = sorted(acc[compiler])
@@ -299,18 +299,26 @@ def bsr_family(data: FigureData) -> FigureSpec:
 
 
 def _heat_panels(
-    rows: list[list[Any]], batches: list[str], value_at: Any, centre: float | None, label: str
+    rows: list[list[Any]], batches: list[str], centre: float | None, label: str
 ) -> list[HeatPanel]:
-    """rows: report rows (device, compiler, model, ...); value_at(row, i) -> value at batch i."""
+    """rows: report rows (device, compiler, model, one cell per batch); each heatmap cell shows
+    the report's own text for it (value ± interval and its verdict)."""
+    from ngb.sweeps.report_render import fmt_cell
+
     panels = []
     for (device, compiler), mine in group(
         [{"device": r[0], "compiler": r[1], "row": r} for r in rows], "device", "compiler"
     ).items():
         models = [m["row"][2] for m in mine]
-        values = [[value_at(m["row"], i) for i in range(len(batches))] for m in mine]
+        values = [[_number(m["row"][3 + i]) for i in range(len(batches))] for m in mine]
+        texts = [
+            [fmt_cell(m["row"][3 + i]) if finite(v) else None for i, v in enumerate(vs)]
+            for m, vs in zip(mine, values, strict=True)
+        ]
+        values = [[v if finite(v) else None for v in vs] for vs in values]
         several = len({r[0] for r in rows}) > 1
         title = f"{compiler}" + (f" [{device}]" if several else "")
-        panels.append(HeatPanel(title, models, batches, values, label, centre))
+        panels.append(HeatPanel(title, models, batches, values, label, centre, texts))
     return panels
 
 
@@ -325,17 +333,12 @@ def ase_heatmap(data: FigureData) -> FigureSpec:
     spec = FigureSpec(
         "fig10-ase-heatmap",
         "Fig. 10: ASE by model/width and batch",
-        "ASE = T(b) / (b T(1)) per compiler, one row per model or block width (the `ngb report "
-        "ase` table as heatmaps); 1 = perfect scaling, blank = not measured.",
+        "ASE = T(b) / (b T(1)) per compiler, one row per model or block (the `ngb report ase` "
+        "table as heatmaps); each cell is ASE ± its 95 % interval; 1 = perfect scaling, blank = "
+        "not measured.",
         trials=_usable(data),
     )
-    spec.panels = _heat_panels(
-        table.rows,
-        batches,
-        lambda row, i: _number(row[3 + i]) if finite(_number(row[3 + i])) else None,
-        None,
-        "ASE",
-    )
+    spec.panels = _heat_panels(table.rows, batches, None, "ASE")
     return spec
 
 
@@ -347,24 +350,23 @@ def block_bsr(data: FigureData) -> FigureSpec:
     blocks = {t["label"] for t in _usable(data) if t["model"] in BLOCKS}
     rows = [r for r in named if r["model"] in blocks and r["compiler"] != data.baseline]
     batches = sorted({r["batch"] for r in rows})
-    grid: dict[tuple[str, str, str], dict[int, float | None]] = {}
+    grid: dict[tuple[str, str, str], dict[int, Any]] = {}
     for r in rows:
         device, label, compiler, batch = r["device"], r["model"], r["compiler"], r["batch"]
-        bsr = _number(r["bsr"])
-        grid.setdefault((device, compiler, label), {})[batch] = bsr if finite(bsr) else None
+        grid.setdefault((device, compiler, label), {})[batch] = r["bsr"]
     # the report lists rows by device and label (widths numerically); keep that order per compiler
     order = sorted(grid, key=lambda k: (k[0], compiler_order(k[1])))
     table_rows = [[d, c, m, *(grid[(d, c, m)].get(b) for b in batches)] for d, c, m in order]
     spec = FigureSpec(
         "fig11-block-bsr",
-        "Fig. 11: BSR of the synthetic blocks by width and batch",
-        "BSR = ASE_compiler / ASE_identity for the conv and MHA blocks; red above 1 (the "
-        "compiler gains more from batching than eager), blue below.",
+        "Fig. 11: BSR of the synthetic blocks by block and batch",
+        "BSR = ASE_compiler / ASE_identity for the conv and MHA blocks, one row per block "
+        "(kind, width and depth: conv64x3 = width 64, 3 blocks deep); each cell is BSR ± its "
+        "95 % interval (n.s.: the interval includes 1); red above 1 (the compiler gains more "
+        "from batching than eager), blue below.",
         trials=[t for t in _usable(data) if t["model"] in BLOCKS],
     )
-    spec.panels = _heat_panels(
-        table_rows, [f"b{b}" for b in batches], lambda row, i: row[3 + i], 1.0, "BSR"
-    )
+    spec.panels = _heat_panels(table_rows, [f"b{b}" for b in batches], 1.0, "BSR")
     spec.notes += [n for n in report.notes if any(b in n for b in blocks)]
     return spec
 
@@ -379,6 +381,21 @@ def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+#: Fig. 12's reduction axis spans at least this many percentage points each side of 0
+CPU_MIN_SPAN = 5.0
+
+
+def _mean_interval(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and its 95 % Student-t half-width (None with fewer than 2 values)."""
+    from ngb.core.intervals import t_quantile
+
+    mean, std = _mean_std(values)
+    n = len([v for v in values if finite(v)])
+    if mean is None or std is None or n < 2:
+        return mean, None
+    return mean, t_quantile(n - 1) * std / math.sqrt(n)
+
+
 def cpu_usage(data: FigureData) -> FigureSpec:
     rows = [r for r in _usable(data) if finite(r.get("cpu_percent_mean"))]
     spec = FigureSpec(
@@ -386,8 +403,10 @@ def cpu_usage(data: FigureData) -> FigureSpec:
         "Fig. 12: CPU usage and its reduction against eager",
         "Left: mean system-wide CPU % during the timed loops per family and compiler. Right: "
         "reduction against identity at the same model and batch (percentage points; positive = "
-        "the compiler leaves more CPU free). Error bars here: std across the family's "
-        "(model, batch) points.",
+        "the compiler leaves more CPU free). Error bars: left, std across the family's "
+        "(model, batch) points; right, the 95 % t interval of the mean reduction, hatched where "
+        "it includes 0 (no effect); the right axis spans at least ±5 points so a small effect "
+        "looks small.",
         trials=rows,
     )
     several = len({r["device"] for r in rows}) > 1
@@ -397,7 +416,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
     compilers = _compilers(rows)
     usage, saved = [], []
     for compiler in compilers:
-        u_vals, u_errs, s_vals, s_errs = [], [], [], []
+        u_vals, u_errs, s_vals, s_errs, s_weak = [], [], [], [], []
         for key in groups:
             cell = keyed[key]
             mean, std = _mean_std(
@@ -415,17 +434,25 @@ def cpu_usage(data: FigureData) -> FigureSpec:
                 for r in cell
                 if r["compiler"] == compiler and (r["label"], r["batch"], r["target"]) in base
             ]
-            mean, std = _mean_std(diffs)
+            mean, half = _mean_interval(diffs)
             s_vals.append(mean)
-            s_errs.append(std)
+            s_errs.append(half)
+            s_weak.append(mean is not None and (half is None or abs(mean) <= half))
         usage.append(BarSeries(compiler, u_vals, u_errs, compiler))
         if compiler != data.baseline:
-            saved.append(BarSeries(compiler, s_vals, s_errs, compiler))
+            saved.append(BarSeries(compiler, s_vals, s_errs, compiler, s_weak))
     if groups:
         spec.panels.append(BarPanel("CPU usage", names, usage, "CPU % (system-wide)"))
     if saved:
         spec.panels.append(
-            BarPanel("CPU reduction vs identity", names, saved, "percentage points", reference=0.0)
+            BarPanel(
+                "CPU reduction vs identity",
+                names,
+                saved,
+                "percentage points",
+                reference=0.0,
+                min_span=CPU_MIN_SPAN,
+            )
         )
     return spec
 

@@ -4,14 +4,15 @@
   width, depth, compiler, batch) is the baseline. achieved = T_opt / T_none; expected = the
   compression ratio recorded by ``ngb.core.optimise`` (bytes for fp16/int8, non-zero parameters
   for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries ± its 95 %
-  interval (bootstrap over both trials' repetitions, ``ngb.core.intervals``) and "n.s." when that
+  interval (from both results' stored intervals, ``ngb.sweeps.derived``) and "n.s." when that
   interval includes 1 (the optimisation made no significant difference).
 - reversals: on each device, at each batch, every pair of models (A, B) with A faster than B under
   identity (torch eager) but slower under a compiler -- the paper's Fig. 1 effect. Pairs are
   comparable workloads only: two timm models, or two stacks of the same block kind (a conv stack
   is not ranked against a ResNet). A flip counts as
-  significant only when both orders are (the 95 % bootstrap interval of T_A/T_B under the
-  baseline and of T_B/T_A under the compiler each excludes 1); otherwise it is listed as n.s.
+  significant only when both orders are (the 95 % interval of T_A/T_B under the
+  baseline and of T_B/T_A under the compiler each excludes 1, ``ngb.sweeps.derived``);
+  otherwise it is listed as n.s.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
-from ngb.core import intervals
 from ngb.core.optimise import percent_of_expected
+from ngb.sweeps import derived
 from ngb.sweeps.report_data import (
     PrecisionMarks,
     Report,
@@ -29,7 +30,7 @@ from ngb.sweeps.report_data import (
     finite,
     group,
 )
-from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, estimate_cell, verdict_text
+from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, cell, compiler_order, verdict_text
 
 _SAME_POINT = ("device", "model", "width", "depth", "compiler", "batch", "target", "input_size")
 
@@ -81,14 +82,17 @@ def dlas(data: ReportData) -> Report:
         facts = r["extra"].get("optimisation") if isinstance(r["extra"], dict) else None
         expected = (facts or {}).get("expected_speedup")
         percent = percent_of_expected(achieved, expected) if finite(expected) else None
-        cell = estimate_cell(
-            achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
-        )
-        if r["optimisation"] not in _NUMBER_FORMATS:  # there, a new precision is the point
-            cell = marks.mark(cell, r, base)
+        ratio = derived.speedup(r, base)
+        if r["optimisation"] in _NUMBER_FORMATS:  # there, a new precision is the point
+            ratio = derived.Derived(
+                ratio.estimate, tuple(f for f in ratio.flags if f != derived.PRECISION_MARK), 1.0
+            )
+        achieved_cell = cell(ratio)
+        if r["optimisation"] not in _NUMBER_FORMATS:
+            achieved_cell = marks.mark(achieved_cell, r, base)
         table.rows.append(
             [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
-             base["throughput_mean"], r["throughput_mean"], cell,
+             base["throughput_mean"], r["throughput_mean"], achieved_cell,
              expected if finite(expected) else None, percent, verdict_text(r)]
         )  # fmt: skip
     marks.add_note(table)
@@ -109,14 +113,14 @@ def reversals(data: ReportData) -> Report:
     base = data.baseline
     table.notes.append(
         f"A beats B under {base}, B beats A under the compiler; flip = significant only when the "
-        "95 % bootstrap interval of each ratio (T_A/T_B under the baseline, T_B/T_A under the "
+        "95 % interval of each ratio (T_A/T_B under the baseline, T_B/T_A under the "
         "compiler) excludes 1, else n.s."
     )
-    for (device, _target, batch), cell in sorted(
+    for (device, _target, batch), at_batch in sorted(
         group(rows, "device", "target", "batch").items(), key=lambda kv: (kv[0][0], kv[0][2])
     ):
         by_compiler = {
-            c: {_label(r): r for r in rs} for (c,), rs in group(cell, "compiler").items()
+            c: {_label(r): r for r in rs} for (c,), rs in group(at_batch, "compiler").items()
         }
         identity = by_compiler.get(base)
         if not identity:
@@ -138,9 +142,9 @@ def reversals(data: ReportData) -> Report:
                 if not (ia["throughput_mean"] > ib["throughput_mean"]
                         and ca["throughput_mean"] < cb["throughput_mean"]):  # fmt: skip
                     continue
-                eager = intervals.speedup(data.samples(ia), data.samples(ib))  # T_A / T_B
-                compiled = intervals.speedup(data.samples(cb), data.samples(ca))  # T_B / T_A
-                flip = "significant" if eager.low > 1 and compiled.low > 1 else "n.s."
+                eager = derived.speedup(ia, ib)  # T_A / T_B
+                compiled = derived.speedup(cb, ca)  # T_B / T_A
+                flip = "significant" if eager.significant and compiled.significant else "n.s."
                 table.rows.append(
                     [device, batch, compiler, a, b, ia["throughput_mean"], ib["throughput_mean"],
                      ca["throughput_mean"], cb["throughput_mean"], flip]

@@ -43,6 +43,7 @@ _TRIAL_COLUMNS = (
     "first_call_s",
     "throughput_mean",
     "throughput_std",
+    "repetitions",
     "cpu_percent_mean",
     "extra",
     "throughput_ci_half",
@@ -111,6 +112,8 @@ class PrecisionMarks:
         if cell is None or ran == base_ran or "?" in (ran, base_ran):
             return cell
         self.pairs.add((str(row["compiler"]), ran, self.baseline, base_ran))
+        if PRECISION_MARK in cell.note:  # ngb.sweeps.derived marked it already
+            return cell
         return Cell(cell.value, cell.std, f"{cell.note} {PRECISION_MARK}".strip())
 
     def add_note(self, table: Table) -> None:

@@ -20,8 +20,9 @@ choice, the choice is written here and in the table's notes):
 - ase: ASE as a grid of (model/width) × batch per compiler, the paper's heatmaps in table form.
 Only trials without an optimisation (``optimisation = 'none'``) enter these tables.
 
-Uncertainty (``ngb.core.intervals``): every derived number carries ``± half-width`` of its 95 %
-interval, bootstrapped from the repetitions of every trial it is made of. A speed-up, BSR or
+Uncertainty (``ngb.sweeps.derived``, the one place every surface takes derived numbers from):
+every derived number carries ``± half-width`` of its 95 % interval, computed from the stored
+interval (mean, half-width, degrees of freedom) of every result it is made of. A speed-up, BSR or
 retention whose interval includes 1, or a slope whose interval includes 0, is marked "n.s." (not
 significant: the data do not say it differs from "no effect"); "n<2" where a trial has fewer than
 two repetitions and no interval can be known. A throughput's ``±`` is its own t interval.
@@ -29,12 +30,14 @@ two repetitions and no interval can be known. A throughput's ``±`` is its own t
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ngb.core import intervals, metrics
-from ngb.core.intervals import Estimate
+from ngb.sweeps import derived
+from ngb.sweeps.derived import Derived
+from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.report_data import (
     Cell,
     PrecisionMarks,
@@ -73,35 +76,33 @@ def mean_std(values: Sequence[float]) -> Cell:
 
 
 def significance_note(data: ReportData, a: dict[str, Any], b: dict[str, Any]) -> str:
-    """ "" when the 95 % bootstrap interval of T_a / T_b excludes 1 (the same test as the tables'
-    "n.s."), "n.s." when it does not, "n<2" when it cannot be known."""
-    ratio = intervals.speedup(data.samples(a), data.samples(b))
-    if not ratio.known:
-        return "n<2"
-    return "" if ratio.excludes(1.0) else "n.s."
+    """ "" when T_a / T_b differs from 1 (its printed interval excludes 1, the tables' "n.s."
+    test, ``ngb.sweeps.derived``), "n.s." when it does not, "n<2" when it cannot be known."""
+    flags = derived.speedup(a, b).flags
+    for flag in (derived.UNKNOWN, derived.NS):
+        if flag in flags:
+            return flag
+    return ""
 
 
-def estimate_cell(value: float | None, estimate: Estimate, null: float | None = None) -> Cell:
-    """``value ± half-width``; note "n.s." when the interval includes ``null``, "n<2" when unknown.
-
-    ``value`` comes from the stored trial means (the table's number); ``estimate`` only lends its
-    interval, so a report over results without stored repetitions still shows the numbers."""
-    if value is None or not finite(value):
+def cell(value: Derived | None) -> Cell | None:
+    """A derived number as a report cell: ``value ± half`` and its verdict flags as the note."""
+    if value is None:
+        return None
+    if not math.isfinite(value.value):
         return Cell(None)
-    if not estimate.known:
-        return Cell(value, note="n<2")
-    note = "n.s." if null is not None and not estimate.excludes(null) else ""
-    return Cell(value, estimate.half_width, note)
+    return Cell(value.value, value.half, " ".join(value.flags))
 
 
-def throughput_cell(data: ReportData, row: dict[str, Any]) -> Cell:
-    """A trial's mean throughput ± its own t interval (from its repetitions)."""
-    return estimate_cell(row["throughput_mean"], intervals.mean_interval(data.samples(row)))
+def throughput_cell(data: ReportData, row: dict[str, Any]) -> Cell | None:
+    """A trial's mean throughput ± its own stored interval."""
+    return cell(derived.throughput(row))
 
 
 UNCERTAINTY_NOTE = (
-    "± = 95 % interval (bootstrap over the repetitions); n.s. = interval includes 1 (0 for a "
-    "slope): no significant effect; n<2 = too few repetitions for an interval"
+    "± = 95 % interval (from each result's stored interval, delta method on the log scale); "
+    "n.s. = the printed interval includes 1 (0 for a slope): no significant effect; "
+    "n<2 = too few repetitions for an interval; baseline = the baseline over itself (exactly 1)"
 )
 
 
@@ -180,7 +181,7 @@ def families(data: ReportData) -> Report:
     )  # fmt: skip
     table.notes.append(
         "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide; "
-        "CI ±x = 95 % interval of the mean T from the trials' repetitions (bootstrap)"
+        "CI = the mean T ± its 95 % interval from the trials' own intervals"
     )
     keyed = group(rows, "device", "family", "compiler")
     for device, family, compiler in sorted(keyed, key=lambda k: (k[0], k[1], compiler_order(k[2]))):
@@ -190,8 +191,12 @@ def families(data: ReportData) -> Report:
             inside = [r for r in cells if lo <= r["batch"] <= hi]
             spread = mean_std([r["throughput_mean"] for r in inside])
             if spread.value is not None:
-                ci = intervals.mean_of_means([data.samples(r) for r in inside])
-                note = f"CI ±{ci.half_width:.3g}" if ci.half_width is not None else "CI n<2"
+                ci = derived.mean_of_means(inside)
+                note = (
+                    f"CI {format_with_interval(ci.value, ci.half)}"
+                    if ci.half is not None
+                    else "CI n<2"
+                )
                 spread = Cell(spread.value, spread.std, note)
             tput.append(spread)
             cpu.append(mean_std([r["cpu_percent_mean"] for r in inside]))
@@ -261,24 +266,15 @@ def depth(data: ReportData) -> Report:
             if d not in both:
                 cells.append(None)
                 continue
-            s = metrics.speedup(mine[d]["throughput_mean"], identity[d]["throughput_mean"])
-            est = intervals.speedup(data.samples(mine[d]), data.samples(identity[d]))
-            cells.append(marks.mark(estimate_cell(s, est, null=1.0), mine[d], identity[d]))
+            speed = cell(derived.speedup(mine[d], identity[d]))
+            cells.append(marks.mark(speed, mine[d], identity[d]))
         slope: Cell | None = None
         kept: Cell | None = None
         if len(both) >= 2:
-            dm = metrics.depth_metrics(
-                {d: mine[d]["throughput_mean"] for d in both},
-                {d: identity[d]["throughput_mean"] for d in both},
+            trend, retained = derived.depth_trend(
+                both, [mine[d] for d in both], [identity[d] for d in both]
             )
-            trend, retained = intervals.depth_trend(
-                both,
-                [data.samples(mine[d]) for d in both],
-                [data.samples(identity[d]) for d in both],
-            )
-            slope = estimate_cell(float(dm["slope"]), trend, null=0.0)  # type: ignore[arg-type]
-            if dm["retention"] is not None and retained is not None:
-                kept = estimate_cell(float(dm["retention"]), retained, null=1.0)  # type: ignore[arg-type]
+            slope, kept = cell(trend), cell(retained)
         table.rows.append([device, block, width, batch, compiler, *cells, slope, kept])
     marks.add_note(table)
     report = Report("depth", "Depth scaling (Tables VII and VIII)", [table])
@@ -300,10 +296,6 @@ def _batch_groups(
         key = (r["device"], r["label"], r["target"], r["input_size"])
         out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r
     return out
-
-
-def _tputs(rows: dict[int, dict[str, Any]]) -> dict[int, float]:
-    return {b: r["throughput_mean"] for b, r in rows.items()}
 
 
 def verdict_text(row: dict[str, Any]) -> str:
@@ -333,40 +325,21 @@ def bsr(data: ReportData) -> Report:
         usable = {c: rows for c, rows in per_compiler.items() if 1 in rows}
         for name in sorted(set(per_compiler) - set(usable)):
             report.notes.append(f"{device} {label} {name}: no batch-1 throughput, left out")
-        table_rows = metrics.batch_metrics({c: _tputs(r) for c, r in usable.items()}, baseline)
+        ordered = {c: usable[c] for c in sorted(usable, key=compiler_order)}
         base = usable.get(baseline, {})
-        for compiler in sorted(table_rows, key=compiler_order):
-            mine = usable[compiler]
-            one = data.samples(mine[1])
-            for batch, m in sorted(table_rows[compiler].items()):
-                row, here = mine[batch], data.samples(mine[batch])
-                # At batch 1, RTR, ASE and BSR are 1 by definition (a trial over itself).
-                rtr = (
-                    Cell(m["rtr"])
-                    if batch == 1
-                    else estimate_cell(m["rtr"], intervals.rtr(here, one))
-                )
-                ase_cell = (
-                    Cell(m["ase"])
-                    if batch == 1
-                    else estimate_cell(m["ase"], intervals.ase(here, one, batch))
-                )
-                bsr_cell = speedup_cell = None
-                if batch in base and m["bsr"] is not None:
-                    i_b, i_1 = data.samples(base[batch]), data.samples(base[1])
-                    bsr_cell = (
-                        Cell(m["bsr"])
-                        if batch == 1
-                        else estimate_cell(m["bsr"], intervals.bsr(here, one, i_b, i_1), 1.0)
-                    )
-                    speed = intervals.speedup(here, i_b)
-                    speedup_cell = estimate_cell(m["speedup"], speed, 1.0)
-                    bsr_cell = marks.mark(bsr_cell, row, base[batch])
-                    speedup_cell = marks.mark(speedup_cell, row, base[batch])
-                table.rows.append(
-                    [device, label, compiler, precision_of(row), batch, throughput_cell(data, row),
-                     rtr, ase_cell, bsr_cell, speedup_cell, verdict_text(row)]
-                )  # fmt: skip
+        for point in derived.batch_points(ordered, baseline):
+            row = point.row
+            bsr_cell, speedup_cell = cell(point.bsr), cell(point.speedup)
+            # derived decided where the mark stands; marks names the pairs in the notes
+            if point.bsr is not None and derived.PRECISION_MARK in point.bsr.flags:
+                bsr_cell = marks.mark(bsr_cell, row, base[point.batch])
+            if point.speedup is not None and derived.PRECISION_MARK in point.speedup.flags:
+                speedup_cell = marks.mark(speedup_cell, row, base[point.batch])
+            table.rows.append(
+                [device, label, point.compiler, precision_of(row), point.batch,
+                 cell(point.throughput), cell(point.rtr), cell(point.ase), bsr_cell,
+                 speedup_cell, verdict_text(row)]
+            )  # fmt: skip
     marks.add_note(table)
     return report
 
@@ -384,15 +357,8 @@ def ase(data: ReportData) -> Report:
         for compiler, trials in per_compiler.items():
             if 1 not in trials:
                 continue
-            values = metrics.ase_table(_tputs(trials), compiler)
-            one = data.samples(trials[1])
             cells: list[Cell | None] = [
-                None
-                if b not in values
-                else Cell(values[b])  # 1 by definition
-                if b == 1
-                else estimate_cell(values[b], intervals.ase(data.samples(trials[b]), one, b))
-                for b in batches
+                cell(derived.ase(trials[b], trials[1], b)) if b in trials else None for b in batches
             ]
             rows.append([device, compiler, label, *cells])
     rows.sort(key=lambda r: (r[0], compiler_order(r[1]), _label_key(r[2])))

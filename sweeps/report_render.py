@@ -1,6 +1,7 @@
 """Render a ``Report`` as a rich table, Markdown, CSV or LaTeX.
 
-Human formats show a ``Cell`` as ``mean ± std note``; CSV keeps numbers numeric and puts spreads and
+Human formats show a ``Cell`` as ``mean ± std note``, rounded to the digits the interval supports
+(``ngb.sweeps.numbers``); CSV keeps numbers numeric, rounded the same way, and puts spreads and
 notes in their own columns (``<col> std``, ``<col> note``), added only where a column has any, so a
 spreadsheet or pandas reads the values directly. A report with several tables writes each CSV
 table after a ``# title`` line and a blank line between them.
@@ -15,6 +16,7 @@ import io
 import math
 from typing import Any
 
+from ngb.sweeps.numbers import format_with_interval, round_with_interval
 from ngb.sweeps.report_data import Cell, Report, Table
 
 FORMATS = ("table", "markdown", "csv", "latex")
@@ -38,9 +40,11 @@ def fmt_cell(value: Any) -> str:
     if isinstance(value, Cell):
         if value.value is None:
             return "-"
-        text = fmt_number(value.value)
-        if value.std is not None and math.isfinite(value.std):
-            text += f" ± {fmt_number(value.std)}"
+        if value.std is not None and math.isfinite(value.std) and value.std > 0:
+            # only the digits the interval supports (ngb.sweeps.numbers), as on every surface
+            text = format_with_interval(value.value, value.std)
+        else:
+            text = fmt_number(value.value)
         return f"{text} {value.note}" if value.note else text
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -126,9 +130,14 @@ def _csv_table(table: Table, writer: Any) -> None:
         out: list[Any] = []
         for i, value in enumerate(row):
             cell = value if isinstance(value, Cell) else None
-            out.append(_csv_value(cell.value if cell else value))
-            if has_std[i]:
-                out.append(_csv_value(cell.std if cell else None))
+            if cell is not None and cell.value is not None and cell.std:
+                # the same rounded numbers as the other formats (the verdicts are decided on them)
+                shown, spread, _ = round_with_interval(cell.value, cell.std)
+                out += [_csv_value(shown)] + ([_csv_value(spread)] if has_std[i] else [])
+            else:
+                out.append(_csv_value(cell.value if cell else value))
+                if has_std[i]:
+                    out.append(_csv_value(cell.std if cell else None))
             if has_note[i]:
                 out.append(cell.note if cell else "")
         writer.writerow(out)

@@ -253,10 +253,25 @@ SELECT run_id, device, model, family, compiler, optimisation, batch, depth, widt
 FROM trials WHERE status = 'ok'""",
 ]
 
+# Every trial, failed ones too, with its status and error: a user looking for a missing model in
+# `results` finds it with the reason it failed (issue 20); `WHERE status = 'ok'` gives the old view.
+_V4 = [
+    """CREATE OR REPLACE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       status, error_kind, error,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
+       throughput_ci_half, verdict, verdict_reason, disturbed, workers,
+       precision, precision_asked
+FROM trials""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
     ("precision that ran, precision asked for, precision flags read back", _V3),
+    ("results view: every trial with its status and error", _V4),
 ]
 
 

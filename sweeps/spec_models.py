@@ -10,6 +10,8 @@
                                         #   | model.onnx | program.pt2; default: name (timm)
     kwargs = { vocab = 1000, dim = 32 } # timm.create_model / factory keyword arguments
     code = "src"                        # optional: folder holding the python package/file
+    family = "encoders"                 # optional: the family reports group it under
+                                        #   (default: the model's whole name)
     inputs = [                          # inferred for timm, ONNX, .pt2; required for python
       { name = "tokens", shape = ["batch", 16], dtype = "int64", range = [0, 1000] },
     ]
@@ -23,6 +25,7 @@ Written back (``to_toml``) with absolute paths, so the copy stored with a run re
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ from ngb.core.errors import ConfigError, NgbError
 from ngb.core.model_sources import InputSpec, ModelSource, parse_source
 from ngb.core.types import BLOCK_MODELS
 
-MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code")
+MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code", "family")
 
 
 def parse_models(
@@ -82,6 +85,13 @@ def _parse_entry(entry: Mapping[str, Any], name: str, here: str, base: Path | No
         raise ConfigError(f"{here}: {exc}") from None
     if source.kind == "python" and not source.inputs:
         raise ConfigError(f"{here}: python sources need inputs = [{{ name, shape, dtype }}]")
+    family = entry.get("family")
+    if family is not None:
+        if not isinstance(family, str) or not family.strip() or "/" in family:
+            raise ConfigError(
+                f"{here}: family must be a non-empty string without '/', got {family!r}"
+            )
+        source = replace(source, family=family.strip())
     return source
 
 
@@ -105,6 +115,8 @@ def _table(name: str, source: ModelSource, entry: Mapping[str, Any]) -> dict[str
         table["kwargs"] = dict(source.kwargs)
     if "inputs" in entry or source.kind == "onnx":
         table["inputs"] = [i.to_dict() for i in source.inputs]
+    if source.family:
+        table["family"] = source.family
     return table
 
 

@@ -12,6 +12,7 @@ trial exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -51,14 +52,24 @@ def to_json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def model_family(model: str) -> str:
-    """The family of a model: the paper's (``ngb.core.models.family_of``; ``block`` for conv
-    and mha), else the name's leading letters (``regnety_040`` -> ``regnety``)."""
+def model_family(model: str, source: Any = None) -> str:
+    """The family of a model: a user's model's own ``family`` key; the paper's family
+    (``ngb.core.models.family_of``; ``block`` for conv and mha); a user's model's whole name (a
+    name the user chose is not a timm name: ``mnv3s-onnx`` is not family "mnv"); else the timm
+    name's leading letters (``regnety_040`` -> ``regnety``)."""
     from ngb.core.models import family_of  # stdlib-only at import; torch/timm stay unloaded
 
+    if isinstance(source, str):
+        with contextlib.suppress(ValueError):
+            source = json.loads(source)
+    named = source.get("family") if isinstance(source, Mapping) else None
+    if isinstance(named, str) and named:
+        return named
     family = family_of(model)
     if family:
         return family
+    if isinstance(source, Mapping):
+        return model
     match = re.match(r"[A-Za-z]+", model)
     return match.group(0).lower() if match else model
 
@@ -240,7 +251,7 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "key": r.key,
         "label": label,
         "model": model or None,
-        "family": model_family(model) if model else None,
+        "family": model_family(model, spec.get("source")) if model else None,
         "compiler": spec.get("compiler"),
         "batch": as_int(spec.get("batch")),
         "depth": as_int(spec.get("depth")),

@@ -31,10 +31,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
-from ngb.sweeps.figures_data import FigureData, ratio_errors
+from ngb.sweeps.figures_data import FigureData, derived_bar
 from ngb.sweeps.figures_model import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
@@ -145,7 +146,10 @@ def test_every_figure_is_a_valid_png_svg_pdf_with_caption(written: Path, name: s
     assert "Repetitions: 5 per point (fixed count, each repetition >= 5 calls and >= 0.3 s)" in (
         caption
     )
-    assert "Error bars: 95% Student-t CI" in caption
+    if name in ("fig10-ase-heatmap", "fig11-block-bsr"):  # heatmaps print intervals, no bars
+        assert "Cells: value ± 95 % interval" in caption and "Error bars" not in caption
+    else:
+        assert "Error bars: 95% Student-t CI" in caption
     assert re.search(r"Made by ngb \S+ \(measured with 0\.1\.0\)", caption)
 
 
@@ -173,21 +177,26 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
     ov = _line(_panel(spec, "resnet18"), "openvino")
     assert ov.xs == [1, 4]
     assert ov.ys == pytest.approx([2.0, 88 / 32])
-    # both throughputs have the same relative CI half-width h: delta = sqrt(2) h, log-space bar
+    # both throughputs have the same relative half-width h with the same df: the log-scale delta
+    # method over 2 (n - 1) df gives R (exp(t sqrt(2) h / t_{n-1}) - 1), printed as one ±
     resnet_id = next(t for t in data.trials() if t["label"] == "resnet18" and t["batch"] == 1
                      and t["compiler"] == "identity")  # fmt: skip
     h = resnet_id["ci_half"] / resnet_id["throughput_mean"]
-    delta = math.sqrt(2) * h
+    df = resnet_id["repetitions"] - 1
+    delta = math.sqrt(2) * h * t_quantile(2 * df) / t_quantile(df)
     below, above = ov.errs[0]
-    assert below == pytest.approx(2.0 * (1 - math.exp(-delta)))
-    assert above == pytest.approx(2.0 * (math.exp(delta) - 1))
+    assert below == above == pytest.approx(2.0 * math.expm1(delta))
     assert ov.weak == [False, False]  # ±1 % noise: every difference is significant
 
 
-def test_ratio_errors_never_cross_zero_and_need_every_term() -> None:
-    below, above = ratio_errors(2.0, 1.5, 1.5)  # huge relative errors
-    assert 0 < 2.0 - below < 2.0 and above > below
-    assert ratio_errors(2.0, 0.1, None) is None
+def test_derived_bars_never_cross_zero_and_need_an_interval() -> None:
+    from ngb.core.intervals import Estimate
+    from ngb.sweeps.derived import Derived
+
+    below, above = derived_bar(Derived(Estimate(0.25, 1.35, 4.0)))  # huge interval
+    assert below == 0.25 and above == 1.35  # cut at zero, the printed ± above
+    assert derived_bar(Derived(Estimate(2.0))) is None  # unknown interval: no bar
+    assert derived_bar(Derived(Estimate(1.0, 0.0, exact=True))) == (0.0, 0.0)
 
 
 def test_family_ase_bsr_depth_and_cpu(store: Store) -> None:
@@ -318,14 +327,14 @@ ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a t
     \toprule
     device & compiler & model & b1 & b4 \\
     \midrule
-    dev1 & identity & conv64x1 & 1.000 & 0.750 $\pm$ 0.0101 \\
-    dev1 & identity & conv64x2 & 1.000 & 0.708 $\pm$ 0.00952 \\
-    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.625 $\pm$ 0.0084 \\
-    dev1 & identity & resnet18 & 1.000 & 0.800 $\pm$ 0.0107 \\
-    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.0134 \\
-    dev1 & openvino & conv64x2 & 1.000 & 0.833 $\pm$ 0.0112 \\
-    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.0131 \\
-    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.0148 \\
+    dev1 & identity & conv64x1 & 1.000 & 0.7500 $\pm$ 0.0087 \\
+    dev1 & identity & conv64x2 & 1.000 & 0.7083 $\pm$ 0.0082 \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.6250 $\pm$ 0.0072 \\
+    dev1 & identity & resnet18 & 1.000 & 0.8000 $\pm$ 0.0093 \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.012 \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.8333 $\pm$ 0.0097 \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.011 \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.013 \\
     \bottomrule
   \end{tabular}
   \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}

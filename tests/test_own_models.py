@@ -278,6 +278,34 @@ def test_sweep_models_tables(parts: Path) -> None:
     assert again.baseline == "onnxruntime"
 
 
+def test_own_model_family_and_reference(parts: Path) -> None:
+    """Issue 20: a ``family`` key is taken; without one the family is the whole name (not its
+    leading letters); an ONNX file's outputs are checked against ONNX Runtime, and say so."""
+    from ngb.sweeps.cli.measure import _reference_name
+    from ngb.sweeps.store_ingest import model_family
+
+    text = SWEEP.replace('name = "two-in"', 'name = "two-in"\nfamily = "pairs"')
+    text = text.replace('name = "two-onnx"', 'name = "mnv3s-onnx"').replace(
+        '"two-onnx"', '"mnv3s-onnx"'
+    )
+    sweep = loads_sweep(text, base_dir=parts)
+    by_model = {t.model: t for t in sweep.trials()}
+    assert model_family("two-in", by_model["two-in"].source) == "pairs"
+    assert model_family("mnv3s-onnx", by_model["mnv3s-onnx"].source) == "mnv3s-onnx"
+    assert model_family("resnet18") == "resnet" and model_family("regnety_040") == "regnety"
+    # the family travels with the sweep's copy, and a model without one keeps its old key
+    again = {t.model: t for t in loads_sweep(sweep.to_toml()).trials()}
+    assert again["two-in"].source["family"] == "pairs"
+    assert again["text-pt2"].key == {t.model: t for t in loads_sweep(SWEEP, base_dir=parts)
+                                     .trials()}["text-pt2"].key  # fmt: skip
+    assert _reference_name(by_model["mnv3s-onnx"]) == "ONNX Runtime (unoptimised)"
+    assert _reference_name(by_model["two-in"]) == "eager"
+    with pytest.raises(ConfigError, match="family must be a non-empty string"):
+        loads_sweep(
+            SWEEP.replace('name = "two-in"', 'name = "two-in"\nfamily = ""'), base_dir=parts
+        )
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import intervals, serial, stopping
+from ngb.core import serial, stopping
 from ngb.core.types import MeasureSettings
 
 
@@ -82,17 +82,6 @@ def test_verdict_says_how_much_it_widened_and_needs_more_repetitions() -> None:
     # "needs ~N repetitions" counts correlated repetitions as the less they are worth
     shuffled = list(np.random.default_rng(4).permutation(values))
     assert stopping.repetitions_needed(values, 0.005) > stopping.repetitions_needed(shuffled, 0.005)
-
-
-def test_bootstrap_of_one_mean_matches_the_widened_interval() -> None:
-    """Derived metrics inherit the widening: a mean alone, bootstrapped, is as wide as its
-    serial-corrected Student-t interval."""
-    rng = np.random.default_rng(5)
-    values = ar1(0.7, 20, rng)
-    boot = intervals.propagate(lambda m: m, [values], n_boot=20_000)
-    t = intervals.mean_interval(values)
-    assert stopping.interval(values).inflation > 1.5
-    assert boot.half_width == pytest.approx(t.half_width, rel=0.15)
 
 
 def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials() -> None:

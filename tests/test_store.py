@@ -200,7 +200,10 @@ def test_failed_results_and_nan_statistics_become_nulls(store: Store) -> None:
     (failed,) = store.trials(status="failed")
     assert failed["error_kind"] == "crash" and failed["error"] == "compiler crashed"
     assert failed["throughput_mean"] is None  # NaN in Stats()
-    _, rows = store.query("SELECT count(*) FROM results")
+    # the results view shows failed trials too, with why (status, error_kind, error)
+    _, rows = store.query("SELECT status, error_kind, error FROM results ORDER BY status")
+    assert rows == [("failed", "crash", "compiler crashed"), ("ok", None, None)]
+    _, rows = store.query("SELECT count(*) FROM results WHERE status = 'ok'")
     assert rows == [(1,)]
     _, rows = store.query("SELECT error_kind FROM failures")
     assert rows == [("crash",)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ngb.core.errors import NgbError
+from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.orchestrator import RunEvent
 from ngb.tui import results_data as rd
 from ngb.tui.run_model import CPU_HISTORY, RunModel
@@ -135,11 +136,17 @@ def test_chart_data_uses_the_paper_metrics() -> None:
     depth = rd.depth_chart(ok, sel)
     # batch 4: speed-up 3.0 at depth 1, 150/50 = 3.0 at depth 2 -> slope 0, retention 1
     assert depth.series["noop"] == [3.0, 3.0]
-    assert "slope +0.000" in depth.subtitle and "retention 1.00" in depth.subtitle
+    # no spread stored for these rows: the numbers say so (n<2) rather than looking exact
+    assert "slope 0.000/block n<2" in depth.subtitle and "retention 1.000 n<2" in depth.subtitle
     table = rd.metrics_table(ok, sel)
-    # No spread stored for these rows: the table says so (±?, n<2) rather than looking exact.
-    row = ("conv w8", "noop", "4", "1", "?", "1200.0 ±?", "3.000 ±? n<2", "6.000", "1.500", "1.500")
+    # No spread stored for these rows: the table says so (n<2) rather than looking exact; a
+    # value exact by definition (identity's BSR, the baseline over itself) has no flag.
+    row = ("conv w8", "noop", "4", "1", "?", "1200 n<2", "3.000 n<2", "6.000 n<2", "1.500 n<2",
+           "1.500 n<2")  # fmt: skip
     assert (*row, "") in table
+    own = ("conv w8", "identity", "4", "1", "?", "400.0 n<2", "1.000 (baseline)", "4.000 n<2",
+           "1.000 n<2", "1.000")  # fmt: skip
+    assert (*own, "") in table
 
 
 def sampled(compiler: str, batch: int, samples: list[float], **extra: object) -> dict:
@@ -164,11 +171,12 @@ def test_table_shows_spread_significance_and_flags() -> None:
     ]
     table = {r[1]: r for r in rd.metrics_table(rd.ok_rows(rows), rd.Selection("conv"))}
     half = confidence_interval(base).half_width
-    assert table["identity"][4:7] == ("5", f"100.0 ±{half:.1f}", "1 (baseline)")
+    shown = format_with_interval(100.0, half, " ±")  # the digits its interval supports
+    assert table["identity"][4:7] == ("5", shown, "1.000 (baseline)")
     assert compare(close, base).flag == "n.s." and table["noop"][6].endswith("n.s.")
     assert table["noop"][10] == "unstable"
     assert compare(fast, base).flag == "" and "n.s." not in table["openvino"][6]
-    assert table["openvino"][6].startswith("3.000 ±") and table["openvino"][10] == "INVALID"
+    assert table["openvino"][6].startswith("3.00 ±") and table["openvino"][10] == "INVALID"
     # Batch 1 was never measured: speed-up is still shown, RTR/ASE/BSR cannot be told.
     assert table["openvino"][7:10] == ("--", "--", "--")
     # The charts carry the same intervals as error bars and a reference line at 1.
@@ -181,13 +189,14 @@ def test_table_shows_spread_significance_and_flags() -> None:
 
 
 def test_spread_from_std_when_no_samples_are_stored() -> None:
-    from ngb.tui.uncertainty import measured
-
-    m = measured({"throughput_std": 10.0, "repetitions": 4}, 100.0)
+    from ngb.sweeps.derived import mean_of
     from scipy import stats
 
-    assert m.half == pytest.approx(stats.t.ppf(0.975, 3) * 10.0 / 2)
-    assert measured({"throughput_ci_half": 1.5, "throughput_std": 10.0}, 100.0).half == 1.5
+    m = mean_of({"throughput_mean": 100.0, "throughput_std": 10.0, "repetitions": 4})
+    assert m.half == pytest.approx(stats.t.ppf(0.975, 3) * 10.0 / 2) and m.df == 3
+    stored = {"throughput_mean": 100.0, "throughput_ci_half": 1.5, "throughput_std": 10.0,
+              "repetitions": 12, "extra": {"measure": {"df": 3}}}  # fmt: skip
+    assert mean_of(stored).half == 1.5 and mean_of(stored).df == 3  # 4 processes, not 12 reps
 
 
 def test_charts_explain_missing_data() -> None:

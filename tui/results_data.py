@@ -1,35 +1,27 @@
 """Trial rows from the store -> the Results screen's chart and table data (pure, no Textual).
 
-The arithmetic is ``ngb.core.metrics`` (the paper's definitions); this module only selects and
-groups rows, and keeps each number's spread beside it (``ngb.tui.uncertainty``). A "variant" is
-what one line of a batch chart compares across compilers: a timm model (``resnet18``) or a block at
-one width (``conv w64``). Charts that need data the run does not have (no batch 1 for BSR, a single
-depth for the depth chart, no identity baseline) come back as a ``Chart`` with ``note`` set, which
-the screen shows instead of an empty plot. Speed-up needs only the baseline at the same batch, so
-it is shown wherever identity ran that batch, batch 1 or not.
+Every derived number (speed-up, RTR, ASE, BSR, depth slope and retention), its interval and its
+verdict ("n.s.", "≠prec") come from ``ngb.sweeps.derived``, the module ``ngb report`` and the
+figures render too, and are written with ``ngb.sweeps.numbers`` (only the digits the interval
+supports); this module only selects and groups rows. A "variant" is what one line of a batch
+chart compares across compilers: a timm model (``resnet18``) or a block at one width
+(``conv w64``). Charts that need data the run does not have (no batch 1 for BSR, a single depth
+for the depth chart, no identity baseline) come back as a ``Chart`` with ``note`` set, which the
+screen shows instead of an empty plot. Speed-up needs only the baseline at the same batch, so it
+is shown wherever identity ran that batch, batch 1 or not.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ngb.core import metrics
-from ngb.core.errors import NgbError
 from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
-from ngb.sweeps.report_data import PRECISION_MARK
-from ngb.tui.uncertainty import (
-    Measured,
-    digits_for,
-    fmt,
-    fmt_pm,
-    measured,
-    precision_differs,
-    ratio,
-)
-from ngb.tui.uncertainty import significance_flag as ns_flag
+from ngb.sweeps import derived
+from ngb.sweeps.derived import Derived
 
 Row = Mapping[str, Any]
 
@@ -45,6 +37,7 @@ class Chart:
     reference: float | None = None  # a horizontal line (speed-up and BSR: 1 = as fast as eager)
     matrix: list[list[float | None]] | None = None  # heatmap rows x cols
     row_labels: list[str] = field(default_factory=list)
+    cells: list[list[str | None]] | None = None  # heatmap: each cell's text (value ± interval)
     subtitle: str = ""
     note: str = ""  # set when there is nothing to draw, saying why
     log_y: bool = False
@@ -65,10 +58,6 @@ def throughput(row: Row) -> float | None:
         if isinstance(value, int | float) and value == value and value > 0:
             return float(value)
     return None
-
-
-def value_of(row: Row) -> Measured:
-    return measured(row, throughput(row) or 0.0)
 
 
 def family_of(row: Row) -> str:
@@ -119,31 +108,23 @@ def shallowest(rows: Sequence[Row], variant: str) -> int:
     return min((_depth(r) for r in rows if variant_of(r) == variant), default=1)
 
 
-def measured_by_batch(
+def rows_by_batch(
     rows: Sequence[Row], variant: str, depth: int | None = None
-) -> dict[str, dict[int, Measured]]:
-    """{compiler: {batch: Measured}} for one variant at one depth (the shallowest by default)."""
+) -> dict[str, dict[int, Row]]:
+    """{compiler: {batch: row}} for one variant at one depth (the shallowest by default)."""
     depth = depth if depth is not None else shallowest(rows, variant)
-    out: dict[str, dict[int, Measured]] = {}
+    out: dict[str, dict[int, Row]] = {}
     for r in rows:
         if variant_of(r) == variant and _depth(r) == depth:
-            out.setdefault(str(r["compiler"]), {})[int(r["batch"])] = value_of(r)
+            out.setdefault(str(r["compiler"]), {})[int(r["batch"])] = r
     return out
 
 
-def by_batch(
-    rows: Sequence[Row], variant: str, depth: int | None = None
-) -> dict[str, dict[int, float]]:
-    """{compiler: {batch: throughput}} (the means of ``measured_by_batch``)."""
-    per = measured_by_batch(rows, variant, depth)
-    return {c: {b: m.mean for b, m in v.items()} for c, v in per.items()}
-
-
-def by_depth(rows: Sequence[Row], variant: str, batch: int) -> dict[str, dict[int, Measured]]:
-    out: dict[str, dict[int, Measured]] = {}
+def rows_by_depth(rows: Sequence[Row], variant: str, batch: int) -> dict[str, dict[int, Row]]:
+    out: dict[str, dict[int, Row]] = {}
     for r in rows:
         if variant_of(r) == variant and int(r["batch"]) == batch:
-            out.setdefault(str(r["compiler"]), {})[_depth(r)] = value_of(r)
+            out.setdefault(str(r["compiler"]), {})[_depth(r)] = r
     return out
 
 
@@ -155,11 +136,12 @@ def _xticks(per: Mapping[str, Mapping[int, Any]]) -> list[int]:
     return sorted({x for series in per.values() for x in series})
 
 
-def _fill(chart: Chart, per: Mapping[str, Mapping[int, Measured]]) -> None:
-    """Series and their error bars, aligned on the union of x values (None where missing)."""
+def _fill(chart: Chart, per: Mapping[str, Mapping[int, Derived]]) -> None:
+    """Series and their error bars (the printed ± of each value), aligned on the union of x
+    values (None where missing)."""
     chart.xticks = _xticks(per)
     for name, values in per.items():
-        chart.series[name] = [values[x].mean if x in values else None for x in chart.xticks]
+        chart.series[name] = [values[x].value if x in values else None for x in chart.xticks]
         chart.errors[name] = [values[x].half if x in values else None for x in chart.xticks]
 
 
@@ -175,26 +157,29 @@ def _fixed(sel: Selection, depth: int | None = None, batch: int | None = None) -
 
 def throughput_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
-    per = _keep(measured_by_batch(rows, sel.variant, depth), sel.compilers)
+    per = _keep(rows_by_batch(rows, sel.variant, depth), sel.compilers)
     chart = Chart(f"Throughput vs batch ({_fixed(sel, depth)})", "batch", "samples/s ±95% CI")
     chart.log_y = sel.log_y
     if not per:
         chart.note = "no successful trials for this selection"
         return chart
-    _fill(chart, per)
+    _fill(chart, {c: {b: derived.throughput(r) for b, r in v.items()} for c, v in per.items()})
     return chart
 
 
 def speedups(
-    per: Mapping[str, Mapping[int, Measured]], base: Mapping[int, Measured]
-) -> dict[str, dict[int, Measured]]:
+    per: Mapping[str, Mapping[int, Row]], base: Mapping[int, Row]
+) -> dict[str, dict[int, Derived]]:
     """Speed-up over the baseline at every batch both have (no batch 1 needed)."""
-    return {c: {b: ratio(m, base[b]) for b, m in v.items() if b in base} for c, v in per.items()}
+    return {
+        c: {b: derived.speedup(r, base[b]) for b, r in v.items() if b in base}
+        for c, v in per.items()
+    }
 
 
 def speedup_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
-    every = measured_by_batch(rows, sel.variant, depth)
+    every = rows_by_batch(rows, sel.variant, depth)
     base = every.get(BASELINE)
     chart = Chart(
         f"Speed-up over {BASELINE} vs batch ({_fixed(sel, depth)})", "batch", "x identity ±95%"
@@ -208,22 +193,40 @@ def speedup_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     return chart
 
 
+def batch_points(per: Mapping[str, Mapping[int, Row]]) -> dict[str, dict[int, derived.BatchPoint]]:
+    """{compiler: {batch: every batch-scaling number}} (``ngb.sweeps.derived.batch_points``)."""
+    out: dict[str, dict[int, derived.BatchPoint]] = {}
+    for point in derived.batch_points(per, BASELINE):
+        out.setdefault(point.compiler, {})[point.batch] = point
+    return out
+
+
 def bsr_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
-    per = by_batch(rows, sel.variant, depth)
+    per = rows_by_batch(rows, sel.variant, depth)
     base = per.get(BASELINE)
-    chart = Chart(f"BSR vs batch ({_fixed(sel, depth)})", "batch", "BSR (1 = scales as eager)")
+    chart = Chart(f"BSR vs batch ({_fixed(sel, depth)})", "batch", "BSR ±95% (1 = as eager)")
     chart.reference, chart.log_y = 1.0, sel.log_y
     if not base:
         chart.note = f"no {BASELINE} (torch eager) trials to compare with"
         return chart
-    try:
-        tables = {c: metrics.bsr_table(v, base, c) for c, v in _keep(per, sel.compilers).items()}
-    except NgbError as exc:
-        chart.note = str(exc)
+    if 1 not in base:
+        chart.note = f"BSR needs a batch-1 throughput of {BASELINE}"
         return chart
-    _fill(chart, {c: {b: Measured(v) for b, v in t.items()} for c, t in tables.items()})
-    chart.errors = {}  # BSR is a ratio of ratios of means: no interval is claimed for it
+    points = batch_points(_keep(per, sel.compilers) | {BASELINE: base})
+    values = {
+        c: {b: p.bsr for b, p in v.items() if p.bsr is not None}
+        for c, v in points.items()
+        if not sel.compilers or c in sel.compilers
+    }
+    missing = [c for c in _keep(per, sel.compilers) if 1 not in per[c]]
+    values = {c: v for c, v in values.items() if v}
+    if not values:
+        chart.note = "BSR needs a batch-1 throughput of " + (", ".join(missing) or "a compiler")
+        return chart
+    _fill(chart, values)
+    if missing:
+        chart.subtitle = f"no batch-1 throughput: {', '.join(missing)}"
     return chart
 
 
@@ -235,26 +238,37 @@ def heat_compiler(rows: Sequence[Row], sel: Selection) -> str:
 
 
 def ase_heatmap(rows: Sequence[Row], sel: Selection) -> Chart:
-    """ASE of one compiler, rows = widths (blocks) or models (timm family), columns = batches."""
+    """ASE of one compiler, rows = widths (blocks) or models (timm family), columns = batches;
+    each cell carries its interval (``Chart.cells``: the text the cell prints)."""
     compiler = heat_compiler(rows, sel)
     chart = Chart(f"ASE of {compiler}: {sel.family} (rows) x batch (columns)", "batch", "")
-    table: dict[str, dict[int, float]] = {}
-    try:
-        for variant in variants(rows, sel.family):
-            tps = by_batch(rows, variant).get(compiler)
-            if tps:
-                table[variant] = metrics.ase_table(tps, f"{compiler} on {variant}")
-    except NgbError as exc:
-        chart.note = str(exc)
-        return chart
+    table: dict[str, dict[int, Derived]] = {}
+    missing = []
+    for variant in variants(rows, sel.family):
+        mine = rows_by_batch(rows, variant).get(compiler)
+        if not mine:
+            continue
+        if 1 not in mine:
+            missing.append(variant)
+            continue
+        table[variant] = {b: derived.ase(r, mine[1], b) for b, r in mine.items()}
     if not table:
-        chart.note = f"no {compiler} trials for {sel.family}"
+        chart.note = (
+            f"ASE needs a batch-1 throughput of {compiler} on {', '.join(missing)}"
+            if missing
+            else f"no {compiler} trials for {sel.family}"
+        )
         return chart
     chart.xticks = _xticks(table)
     chart.row_labels = list(table)
-    chart.matrix = [[table[v].get(b) for b in chart.xticks] for v in table]
+    chart.matrix = [[table[v][b].value if b in table[v] else None for b in chart.xticks]
+                    for v in table]  # fmt: skip
+    chart.cells = [[table[v][b].text(" ±") if b in table[v] else None for b in chart.xticks]
+                   for v in table]  # fmt: skip
     depths = sorted({shallowest(rows, v) for v in table})
-    chart.subtitle = f"shallowest depth ({', '.join(map(str, depths))}); 1 = linear scaling"
+    chart.subtitle = (
+        f"shallowest depth ({', '.join(map(str, depths))}); ±95% interval; 1 = linear scaling"
+    )
     return chart
 
 
@@ -269,24 +283,26 @@ def depth_chart(rows: Sequence[Row], sel: Selection) -> Chart:
         return chart
     batch = max(int(r["batch"]) for r in mine)
     chart.title = f"Speed-up vs depth ({_fixed(sel, batch=batch)})"
-    per = by_depth(rows, sel.variant, batch)
+    per = rows_by_depth(rows, sel.variant, batch)
     base = per.get(BASELINE)
     if not base:
         chart.note = f"no {BASELINE} (torch eager) trials to compare with"
         return chart
     notes, plotted = [], {}
     for c, values in _keep(per, sel.compilers).items():
-        try:
-            result = metrics.depth_metrics(
-                {d: m.mean for d, m in values.items()}, {d: m.mean for d, m in base.items()}
-            )
-        except NgbError as exc:
-            notes.append(f"{c}: {exc}")
+        if c == BASELINE:  # itself: exactly 1 at every depth (the reference line)
             continue
-        plotted[c] = {d: ratio(m, base[d]) for d, m in values.items() if d in base}
-        kept = result["retention"]
-        kept_text = f"{kept:.2f}" if isinstance(kept, float) else "--"
-        notes.append(f"{c}: slope {result['slope']:+.3f}/block, retention {kept_text}")
+        shared = sorted(set(values) & set(base))
+        if len(shared) < 2:
+            notes.append(f"{c}: measured at one depth shared with {BASELINE}")
+            continue
+        slope, kept = derived.depth_trend(
+            shared, [values[d] for d in shared], [base[d] for d in shared]
+        )
+        plotted[c] = {d: derived.speedup(values[d], base[d]) for d in shared}
+        kept_text = kept.text(" ±") if kept is not None else "--"
+        verdict = "".join(f" {f}" for f in slope.flags)
+        notes.append(f"{c}: slope {slope.text(' ±', False)}/block{verdict}, retention {kept_text}")
     _fill(chart, plotted)
     chart.subtitle = "; ".join(notes)
     if not chart.series:
@@ -329,56 +345,43 @@ TABLE_COLUMNS = (
 NUMERIC_COLUMNS = frozenset(TABLE_COLUMNS[2:10])
 
 
-def _ratios(per: Mapping[str, Mapping[int, float]]) -> dict[str, dict[int, dict[str, float]]]:
-    """RTR / ASE / BSR per compiler and batch where batch 1 was measured (else left out)."""
-    out: dict[str, dict[int, dict[str, float]]] = {}
-    base = per.get(BASELINE)
-    for c, tps in per.items():
-        try:
-            table = metrics.batch_metrics({c: tps, BASELINE: base} if base else {c: tps})[c]
-        except NgbError:
-            continue  # no batch 1 for this compiler: RTR/ASE/BSR cannot be told
-        out[c] = {b: {k: v for k, v in m.items() if v is not None} for b, m in table.items()}
-    return out
+def _text(value: Derived | None) -> str:
+    return value.text(" ±") if value is not None and math.isfinite(value.value) else "--"
 
 
 def metrics_table(rows: Sequence[Row], sel: Selection) -> list[tuple[str, ...]]:
-    """The same numbers as the charts with their spread, one row per (variant, depth, compiler,
-    batch); "n.s." marks a speed-up not significantly different from 1 (its 95 % bootstrap
-    interval includes 1), "≠prec" one between results of different precisions."""
+    """The same numbers as the charts and ``ngb report bsr``, each with its interval and
+    verdict, one row per (variant, depth, compiler, batch): "n.s." marks a value whose printed
+    interval includes 1, "≠prec" a ratio between results of different precisions."""
     out: list[tuple[str, ...]] = []
     for variant in variants(rows, sel.family):
         depths = sorted({_depth(r) for r in rows if variant_of(r) == variant})
         for depth in depths:
-            per = measured_by_batch(rows, variant, depth)
+            per = rows_by_batch(rows, variant, depth)
+            ordered = {c: per[c] for c in sorted(per, key=lambda c: (c != BASELINE, c))}
+            points = batch_points(ordered)
             base = per.get(BASELINE, {})
-            ratios = _ratios({c: {b: m.mean for b, m in v.items()} for c, v in per.items()})
-            digits = digits_for([m.mean for v in per.values() for m in v.values()])
-            for c in sorted(per, key=lambda c: (c != BASELINE, c)):
+            for c, by_batch in points.items():
                 if sel.compilers and c not in sel.compilers:
                     continue
-                for b, m in sorted(per[c].items()):
-                    extra = ratios.get(c, {}).get(b, {})
-                    speed, flags = "", list(m.flags)
-                    if b in base and c != BASELINE:
-                        note = ns_flag(m, base[b])
-                        if precision_differs(m, base[b]):
-                            # the speed-up includes the number format: say so beside it
-                            note = f"{note} {PRECISION_MARK}".strip()
-                            flags.append(f"{m.precision} vs {base[b].precision}")
-                        speed = fmt_pm(ratio(m, base[b]), 3, note)
+                for b, p in sorted(by_batch.items()):
+                    flags = list(derived.result_flags(p.row))
+                    if p.speedup is not None and derived.PRECISION_MARK in p.speedup.flags:
+                        ran, other = derived.precision_of(p.row), derived.precision_of(base[b])
+                        flags.append(f"{ran} vs {other}")
+                    n = p.row.get("repetitions") or len(p.row.get("samples") or ()) or "?"
                     out.append(
                         (
                             variant,
                             c,
                             str(b),
                             str(depth),
-                            str(m.n or "?"),
-                            fmt_pm(m, digits),
-                            speed or ("1 (baseline)" if c == BASELINE else "--"),
-                            fmt(extra.get("rtr"), 3),
-                            fmt(extra.get("ase"), 3),
-                            fmt(extra.get("bsr"), 3),
+                            str(n),
+                            _text(p.throughput),
+                            _text(p.speedup),
+                            _text(p.rtr),
+                            _text(p.ase),
+                            _text(p.bsr),
                             " ".join(flags),
                         )
                     )

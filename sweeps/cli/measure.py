@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import click
@@ -282,6 +282,15 @@ def _model_source(
     return parsed.to_dict()
 
 
+def _reference_name(spec: Any) -> str:
+    """What the output was checked against (``core/model_build.reference_output``): eager
+    PyTorch, except for an ONNX file, whose reference is ONNX Runtime with optimisations off."""
+    source = getattr(spec, "source", None)
+    if isinstance(source, Mapping) and source.get("kind") == "onnx":
+        return "ONNX Runtime (unoptimised)"
+    return "eager"
+
+
 def _print_summary(spec: Any, result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -323,7 +332,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("allocator", str(result.extra.get("allocator", "-"))),
-        ("max |err| vs eager", _fmt(result.max_abs_err, ".3g")),
+        (f"max |err| vs {_reference_name(spec)}", _fmt(result.max_abs_err, ".3g")),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
         ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),

@@ -30,11 +30,12 @@ def colour(value: float, low: float, high: float) -> Color:
     return _mix(LOW, MID, t * 2) if t < 0.5 else _mix(MID, HIGH, (t - 0.5) * 2)
 
 
-def heat_cell(value: float | None, low: float, high: float) -> Text:
+def heat_cell(value: float | None, low: float, high: float, text: str | None = None) -> Text:
+    """One cell: its printed text (value ± interval, from ``ngb.sweeps.derived``) on its colour."""
     if value is None:
         return Text("--", justify="right")
     return Text(
-        f"{value:.3f}",
+        text or f"{value:.3f}",
         justify="right",
         style=Style(color="black", bgcolor=colour(value, low, high)),
     )
@@ -56,8 +57,9 @@ def heat_table(chart: Chart) -> Table:
     table.add_column("")
     for x in chart.xticks:
         table.add_column(f"{chart.xlabel} {x}", justify="right")
-    for label, row in zip(chart.row_labels, chart.matrix or [], strict=True):
-        table.add_row(label, *(heat_cell(v, low, high) for v in row))
+    texts = chart.cells or [[None] * len(row) for row in chart.matrix or []]
+    for label, row, words in zip(chart.row_labels, chart.matrix or [], texts, strict=True):
+        table.add_row(label, *(heat_cell(v, low, high, t) for v, t in zip(row, words, strict=True)))
     return table
 
 

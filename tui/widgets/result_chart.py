@@ -35,8 +35,28 @@ class ResultChart(PlotextPlot):
             self._lines(chart)
         if chart.reference is not None:
             plt.hline(chart.reference, "gray")
+            if not chart.log_y:
+                self._no_negative_axis(chart)
         plt.ylabel(chart.ylabel + (" (log)" if chart.log_y else ""))
         self.refresh()
+
+    def _no_negative_axis(self, chart: Chart) -> None:
+        """A ratio (speed-up, BSR) is never negative: a wide interval's bar stops at 0 rather
+        than pulling the axis below it."""
+        tops = [
+            y + (h or 0.0)
+            for name, ys in chart.series.items()
+            for y, h in zip(ys, chart.errors.get(name) or [None] * len(ys), strict=False)
+            if y is not None
+        ]
+        lows = [
+            y - (h or 0.0)
+            for name, ys in chart.series.items()
+            for y, h in zip(ys, chart.errors.get(name) or [None] * len(ys), strict=False)
+            if y is not None
+        ]
+        if tops and min(lows) < 0:
+            self.plt.ylim(0, max(max(tops), (chart.reference or 0.0) * 1.05))
 
     def _lines(self, chart: Chart) -> None:
         plt = self.plt
