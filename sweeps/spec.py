@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.safe_files import check_readable, read_text, shorten
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
 from ngb.sweeps.spec_checks import (
     as_values,
@@ -413,6 +414,8 @@ def load_sweep(path_or_preset: str | Path) -> Sweep:
     looks_like_file = (
         isinstance(path_or_preset, Path) or path.suffix == ".toml" or (len(path.parts) > 1)
     )
+    if path.exists() and not path.is_dir():
+        check_readable(path, "sweep file")  # a FIFO or device: refused, never blocks
     if path.is_file():
         source = str(path)
     elif looks_like_file:
@@ -421,7 +424,7 @@ def load_sweep(path_or_preset: str | Path) -> Sweep:
         path = preset_path(str(path_or_preset))
         source = f"preset {path.stem!r}"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "sweep file")
     except (OSError, UnicodeDecodeError) as exc:
-        raise NgbError(f"cannot read sweep file {path}: {exc}") from None
+        raise NgbError(f"cannot read sweep file {shorten(path)}: {exc}") from None
     return loads_sweep(text, source=source, default_name=path.stem, base_dir=path.parent)

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 from ngb.core.errors import ConfigError
+from ngb.sweeps.cli import safe_text, short_words
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -238,8 +239,9 @@ def measure(
         _print_summary(spec, result)
     if not result.ok:
         if not as_json:
-            kind = "" if result.error_kind == "error" else f" ({result.error_kind})"
-            click.echo(f"error{kind}: {result.error}", err=True)
+            # The CLI's one format: `error: <kind>: <reason>` (kind kept when it says more).
+            kind = "" if result.error_kind == "error" else f"{result.error_kind}: "
+            click.echo(safe_text(short_words(f"error: {kind}{result.error}")), err=True)
         sys.exit(1)
 
 
