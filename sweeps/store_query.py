@@ -39,7 +39,7 @@ def sql_error(exc: Exception, allow_write: bool) -> NgbError:
             f"the results database is opened read-only; use --write to change it ({line})"
         )
     if "file system operations are disabled" in line:
-        return NgbError(f"read-only SQL cannot read or write files ({line})")
+        return NgbError(f"SQL cannot read or write files unless --allow-files is given ({line})")
     return NgbError(f"SQL error: {line}")
 
 
