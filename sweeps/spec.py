@@ -194,11 +194,16 @@ class Sweep:
         """Check that every timm model name exists and every python factory imports (imports
         timm and the user's code; slower than parsing)."""
         try:
+            from ngb.core.isolate import call_in_child
             from ngb.core.models import resolve_model
             from ngb.sweeps.spec_models import check_sources
         except ImportError as exc:
             raise NgbError(f"{self.source}: cannot check models here: {exc}") from None
-        check_sources(self.model_sources, self.source)
+        # In a child process: a factory's module that calls os._exit(0) or sys.exit() while
+        # being imported must fail this check, not end ngb with status 0.
+        call_in_child(
+            f"{self.source}: checking models", check_sources, self.model_sources, self.source
+        )
         for name in self.models():
             try:
                 resolve_model(name)
