@@ -169,14 +169,14 @@ def main(argv: list[str] | None = None) -> int:
 def _closed_stdout() -> int:
     """The reader of stdout went away (``ngb report | head``): no traceback, no "Exception
     ignored" at exit (stdout now points at /dev/null so the interpreter's final flush succeeds);
-    status 141 as a shell reports a SIGPIPE death."""
+    status 1, as click gives when a write inside the command meets the closed pipe."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError):
         pass
-    return 141
+    return 1
 
 
 if __name__ == "__main__":
