@@ -42,12 +42,10 @@ def captured_stderr() -> Iterator[Captured]:
     """Capture fd 2 for the block; on success re-emit what was written, on an exception keep it
     in the yielded ``Captured`` for the caller's message."""
     holder = Captured()
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, ValueError, OSError):  # no real stderr (embedded, pytest capture)
-        fd = 2
+    fd = 2  # the process's stderr, whatever object sys.stderr is now (handlers kept the old one)
     with tempfile.TemporaryFile() as sink:
-        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
         saved = os.dup(fd)
         os.dup2(sink.fileno(), fd)
         failed = False
