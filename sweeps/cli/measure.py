@@ -236,7 +236,7 @@ def measure(
     # home measures without one: a tuning database is then rebuilt, nothing else is lost.
     cache_dir: Path | None = get_paths().cache
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        get_paths().cache.mkdir(parents=True, exist_ok=True)
     except OSError:
         cache_dir = None
     if as_json:
