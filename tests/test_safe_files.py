@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ngb.core.capture import Captured, captured_stderr
+from ngb.core.capture import captured_stderr
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.isolate import call_in_child
 from ngb.core.safe_files import (
@@ -129,7 +129,6 @@ def test_shorten() -> None:
 
 
 def test_captured_stderr_folds_fd2_output(capfd: pytest.CaptureFixture[str]) -> None:
-    logged = Captured()
     with pytest.raises(RuntimeError), captured_stderr() as logged:
         os.write(2, b"W1125 16:50:22.205000 28837 torch/export/__init__.py:403] Traceback\n")
         os.write(2, b"W1125 16:50:22.205000 28837 x.py:1] RuntimeError: zip is broken\n")
