@@ -39,7 +39,8 @@ def sql_error(exc: Exception, allow_write: bool) -> NgbError:
             f"the results database is opened read-only; use --write to change it ({line})"
         )
     if "file system operations are disabled" in line:
-        return NgbError(f"SQL cannot read or write files unless --allow-files is given ({line})")
+        which = "SQL" if allow_write else "read-only SQL"
+        return NgbError(f"{which} cannot read or write files without --allow-files ({line})")
     return NgbError(f"SQL error: {line}")
 
 
