@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ngb.core.capture import Captured, captured_stderr
 from ngb.core.errors import ConfigError, NgbError, one_line
 from ngb.core.model_sources import (
     BATCH,
@@ -202,11 +203,16 @@ def build(
             inputs = source.inputs or _timm_inputs(source.ref, dict(source.kwargs))
         elif source.kind == "pt2":
             path = locate(source.artifacts[0], cache_dir)
+            logged = Captured()
             try:
-                program = torch.export.load(str(path))
+                # torch logs its own traceback before raising: folded into the one line
+                with captured_stderr() as logged:
+                    program = torch.export.load(str(path))
             except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file
+                said = logged.last_line()
+                extra = f" (torch: {said})" if said and said not in str(exc) else ""
                 raise NgbError(
-                    f"cannot load exported program {path.name}: {one_line(exc)}"
+                    f"cannot load exported program {path.name}: {one_line(exc)}{extra}"
                 ) from None
             model = _ProgramModule.wrap(program.module())
             inputs = source.inputs or _program_inputs(program, path.name)

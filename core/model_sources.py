@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, NgbError, UnsupportedTrial
+from ngb.core.safe_files import check_readable, shorten
 
 KINDS = ("timm", "python", "onnx", "pt2")
 BATCH = "batch"
@@ -352,7 +353,9 @@ def parse_source(
 def _existing(base: Path, text: str, what: str) -> Path:
     path = (base / Path(text).expanduser()).resolve()
     if not path.exists():
-        raise ConfigError(f"{what} not found: {path}")
+        raise ConfigError(f"{what} not found: {shorten(path)}")
+    if what != "code folder":
+        check_readable(path, what)  # a FIFO or device would block or mislead the loaders
     return path
 
 

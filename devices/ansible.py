@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, first_line
+from ngb.core.safe_files import read_text
 from ngb.devices.inventory import Device, check_device
 
 # Ansible host variables ngb understands (old ``ansible_ssh_*`` spellings included).
@@ -232,7 +233,7 @@ def import_ansible(path: Path | str) -> list[Device]:
     src = Path(path)
     where = f"{src}: "
     try:
-        text = src.read_text(encoding="utf-8")
+        text = read_text(src, "Ansible inventory")  # a FIFO is refused, never blocks
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}cannot read: {exc}") from None
     looks_yaml = src.suffix in (".yml", ".yaml") or (

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ngb.core.safe_files import check_readable, read_text
 from ngb.devices.inventory import Device, atomic_write_text
 from ngb.devices.paths import get_paths
 from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
@@ -41,6 +42,8 @@ def known_hosts_files(extra: Sequence[str | Path] = ()) -> list[str]:
     candidates = [user_known_hosts(), get_paths().known_hosts, *map(Path, extra)]
     out: list[str] = []
     for p in candidates:
+        if p.exists():
+            check_readable(p, "known_hosts")  # a FIFO there would block the ssh library's open
         if p.is_file() and str(p) not in out:
             out.append(str(p))
     return out
@@ -174,7 +177,7 @@ def forget(
     if not target.exists():
         return 0
     name = host_pattern(*effective_address(device, ssh_config))
-    lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_text(target, "known_hosts").splitlines(keepends=True)
     kept = [ln for ln in lines if not _line_names(ln, name)]
     if len(kept) != len(lines):
         atomic_write_text(target, "".join(kept))
@@ -199,7 +202,7 @@ def trust(
     host_field = _hashed_name(name) if hashed else name
     key_text = key.export_public_key("openssh").decode().split()
     entry = f"{host_field} {key_text[0]} {key_text[1]}\n"
-    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    old = read_text(target, "known_hosts") if target.exists() else ""
     if old and not old.endswith("\n"):
         old += "\n"
     atomic_write_text(target, old + entry)

@@ -23,10 +23,8 @@ temporary file and renames it, so a malformed or half-written inventory is never
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 
 import tomllib
 from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.safe_files import read_text, write_atomic
 from ngb.devices.paths import get_paths
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
@@ -346,7 +345,7 @@ class Inventory:
         """Validate, then write atomically (temp file in the same folder + rename)."""
         target = Path(path or self.path or get_paths().inventory)
         self.validate()
-        existing = target.read_text(encoding="utf-8") if target.is_file() else None
+        existing = read_text(target, "inventory") if target.is_file() else None
         text = self.to_toml(existing)
         atomic_write_text(target, text)
         self.path = target
@@ -502,7 +501,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     if not target.exists():
         return Inventory(path=target)
     try:
-        text = target.read_text(encoding="utf-8")
+        text = read_text(target, "inventory")  # a FIFO or device is refused, never blocks
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{target}: invalid TOML: {exc}") from None
@@ -517,20 +516,12 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
 
 
 def atomic_write_text(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` so readers see either the old or the new file, never half."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``target`` so readers see either the old or the new file, never half.
+
+    Through ``ngb.core.safe_files.write_atomic``: a symlinked file is written through (the link
+    stays), a FIFO or device in its place is refused, a full disk is an error.
+    """
+    write_atomic(target, text, make_parent=True)
 
 
 def with_changes(device: Device, **changes: Any) -> Device:

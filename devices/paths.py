@@ -42,6 +42,17 @@ class Paths:
     def runs(self) -> Path:
         return self.data / "runs"
 
+    def own_files(self) -> dict[str, Path]:
+        """ngb's own files, by label: no output may land on them unless writing them is the
+        command's job (``ngb.core.safe_files.refuse_protected``)."""
+        db = self.database
+        return {
+            "device inventory": self.inventory,
+            "known hosts": self.known_hosts,
+            "results database": db,
+            "results database's WAL": Path(f"{db}.wal"),
+        }
+
     def ensure(self) -> Paths:
         for p in (self.config, self.data, self.cache):
             p.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ngb.devices.device_checks import first_problem
 from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
@@ -121,11 +122,11 @@ class SshTransport(Transport):
             opts["port"] = dev.port
         if dev.user:
             opts["username"] = dev.user
+        problem = first_problem(dev)  # the same refusals as `ngb devices check`
+        if problem is not None:
+            raise TransportError(f"{dev.name}: {problem}")
         if dev.identity_file:
-            key_path = Path(dev.identity_file).expanduser()
-            if not key_path.is_file():
-                raise TransportError(f"{dev.name}: identity file not found: {key_path}")
-            opts["client_keys"] = [str(key_path)]
+            opts["client_keys"] = [str(Path(dev.identity_file).expanduser())]
         return opts
 
     async def open_jump(self) -> SshTransport | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from ngb.core.safe_files import check_readable
 from ngb.devices.inventory import Device
 from ngb.devices.transport import TransportError
 
@@ -17,6 +18,8 @@ from ngb.devices.transport import TransportError
 def default_ssh_config() -> list[str]:
     """The operator's ssh config files that exist (asyncssh parses them)."""
     path = Path("~/.ssh/config").expanduser()
+    if path.exists():
+        check_readable(path, "ssh config")  # a FIFO there would block asyncssh's open
     return [str(path)] if path.is_file() else []
 
 

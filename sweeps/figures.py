@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.safe_files import write_atomic
 from ngb.sweeps import figures_series as series
 from ngb.sweeps.figures_data import FigureData, caption_facts
 from ngb.sweeps.figures_model import FigureSpec, HeatPanel
@@ -114,7 +115,7 @@ def write_figures(
         fig = draw(spec)
         paths = save(fig, out / name, formats)
         text_path = out / f"{name}.caption.txt"
-        text_path.write_text(caption(spec, data) + "\n", encoding="utf-8")
+        write_atomic(text_path, caption(spec, data) + "\n", what="caption")
         results.append(Written(name, (*paths, text_path)))
     return results
 

@@ -16,10 +16,12 @@ import importlib.util
 import io
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import NgbError
+from ngb.core.safe_files import write_atomic
 from ngb.sweeps.figures_model import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
 from ngb.sweeps.report_paper import compiler_order
 
@@ -322,15 +324,23 @@ def svg_text(fig: Any) -> str:
     return _stable_ids(buffer.getvalue())
 
 
+def _saver(fig: Any, fmt: str) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt])
+
+    return write
+
+
 def save(fig: Any, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     """Write ``base.<fmt>`` for each format; returns the paths written."""
     written = []
     for fmt in formats:
         path = base.with_name(f"{base.name}.{fmt}")
+        # Atomic and refusing devices/FIFOs where a figure file should go (core.safe_files).
         if fmt == "svg":
-            path.write_text(svg_text(fig), encoding="utf-8")
+            write_atomic(path, svg_text(fig), what="figure")
         else:
-            fig.savefig(path, format=fmt, **SAVE_OPTIONS[fmt])
+            write_atomic(path, _saver(fig, fmt), what="figure")
         written.append(path)
     return written
 

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.safe_files import check_readable, read_text, shorten
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
 from ngb.sweeps.spec_checks import (
     as_values,
@@ -193,11 +194,16 @@ class Sweep:
         """Check that every timm model name exists and every python factory imports (imports
         timm and the user's code; slower than parsing)."""
         try:
+            from ngb.core.isolate import call_in_child
             from ngb.core.models import resolve_model
             from ngb.sweeps.spec_models import check_sources
         except ImportError as exc:
             raise NgbError(f"{self.source}: cannot check models here: {exc}") from None
-        check_sources(self.model_sources, self.source)
+        # In a child process: a factory's module that calls os._exit(0) or sys.exit() while
+        # being imported must fail this check, not end ngb with status 0.
+        call_in_child(
+            f"{self.source}: checking models", check_sources, self.model_sources, self.source
+        )
         for name in self.models():
             try:
                 resolve_model(name)
@@ -413,6 +419,8 @@ def load_sweep(path_or_preset: str | Path) -> Sweep:
     looks_like_file = (
         isinstance(path_or_preset, Path) or path.suffix == ".toml" or (len(path.parts) > 1)
     )
+    if path.exists() and not path.is_dir():
+        check_readable(path, "sweep file")  # a FIFO or device: refused, never blocks
     if path.is_file():
         source = str(path)
     elif looks_like_file:
@@ -421,7 +429,7 @@ def load_sweep(path_or_preset: str | Path) -> Sweep:
         path = preset_path(str(path_or_preset))
         source = f"preset {path.stem!r}"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "sweep file")
     except (OSError, UnicodeDecodeError) as exc:
-        raise NgbError(f"cannot read sweep file {path}: {exc}") from None
+        raise NgbError(f"cannot read sweep file {shorten(path)}: {exc}") from None
     return loads_sweep(text, source=source, default_name=path.stem, base_dir=path.parent)

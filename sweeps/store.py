@@ -502,9 +502,18 @@ class Store:
         return [r[0] for r in rows]
 
     def query(
-        self, sql: str, params: Sequence[Any] | None = None, *, allow_write: bool = False
+        self,
+        sql: str,
+        params: Sequence[Any] | None = None,
+        *,
+        allow_write: bool = False,
+        allow_files: bool = False,
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL and return (column names, rows). Read-only unless ``allow_write``.
+
+        SQL reaches no file but the store (``enable_external_access = false``: no
+        ``read_csv('/etc/passwd')``, no ``COPY ... TO``) unless ``allow_files``: write access to
+        the store is not access to the operator's files.
 
         Bad SQL and attempts to write on the read-only connection raise ``NgbError`` with one
         line; a busy file raises ``DatabaseBusy``. Read-only SQL never creates the file: a
@@ -517,9 +526,9 @@ class Store:
         if allow_write:
             with write_errors(self.path):
                 self._ensure_schema()
-            ctx = self._connection(write=True)
+            ctx = self._connection(write=True, external_access=allow_files)
         else:
-            ctx = self._reader(external_access=False)
+            ctx = self._reader(external_access=allow_files)
         with ctx as conn:
             try:
                 cur = conn.execute(sql, list(params) if params else None)

@@ -7,12 +7,17 @@ never be the destination, and an existing file is replaced only when the caller 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import NgbError, first_line
+from ngb.core.safe_files import (
+    check_writable,
+    refuse_protected,
+    same_file,
+    shorten,
+    write_atomic,
+)
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy
 
 EXPORT_FORMATS = ("parquet", "csv")
@@ -34,53 +39,48 @@ def sql_error(exc: Exception, allow_write: bool) -> NgbError:
             f"the results database is opened read-only; use --write to change it ({line})"
         )
     if "file system operations are disabled" in line:
-        return NgbError(f"read-only SQL cannot read or write files ({line})")
+        which = "SQL" if allow_write else "read-only SQL"
+        return NgbError(f"{which} cannot read or write files without --allow-files ({line})")
     return NgbError(f"SQL error: {line}")
 
 
 def check_export_destination(dest: Path, database: Path, *, overwrite: bool) -> None:
-    """Refuse a destination that would destroy data (before any rows are read)."""
-    if _same_file(dest, database) or _same_file(dest, Path(f"{database}.wal")):
-        raise NgbError(f"refusing to export over the results database itself ({dest})")
+    """Refuse a destination that would destroy data (before any rows are read): the results
+    database, ngb's own files, anything that is not a regular file (device, FIFO, socket,
+    directory: whatever ``--force`` says), or an existing file without ``overwrite``."""
+    if same_file(dest, database) or same_file(dest, Path(f"{database}.wal")):
+        raise NgbError(f"refusing to export over the results database itself ({shorten(dest)})")
+    refuse_protected(dest, _own_files())
     if dest.is_dir():
-        raise NgbError(f"cannot export to {dest}: it is a directory")
+        raise NgbError(f"cannot export to {shorten(dest)}: it is a directory")
+    check_writable(dest, "export")
     if dest.exists() and not overwrite:
-        raise NgbError(f"{dest} exists already; give --force to replace it")
+        raise NgbError(f"{shorten(dest)} exists already; give --force to replace it")
+
+
+def _own_files() -> dict[str, Path]:
+    from ngb.devices.paths import get_paths
+
+    return get_paths().own_files()
 
 
 def write_export(table: Any, dest: Path, fmt: str, database: Path, *, overwrite: bool) -> None:
-    """Write an Arrow table to ``dest`` atomically (temporary file, then rename)."""
-    import pyarrow as pa
+    """Write an Arrow table to ``dest`` atomically (beside it, fsync, rename; a full disk is an
+    error), checking the destination again right before the rename."""
 
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    except OSError as exc:
-        raise NgbError(f"cannot export to {dest}: {first_line(exc)}") from None
-    os.close(fd)
-    try:
+    def writer(tmp: Path) -> None:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, tmp)
+            pq.write_table(table, str(tmp))
         else:
             import pyarrow.csv as pcsv
 
-            pcsv.write_csv(table, tmp)
+            pcsv.write_csv(table, str(tmp))
         # Checked again right before the rename: the file may have appeared meanwhile.
         check_export_destination(dest, database, overwrite=overwrite)
-        os.replace(tmp, dest)
-    except (pa.ArrowException, OSError) as exc:
-        raise NgbError(f"cannot export to {dest}: {first_line(exc)}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
-
-def _same_file(a: Path, b: Path) -> bool:
     try:
-        if a.exists() and b.exists():
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return a.resolve() == b.resolve()
+        write_atomic(dest, writer, what="export", overwrite=overwrite, make_parent=True)
+    except NgbError as exc:
+        raise NgbError(str(exc).replace("cannot write", "cannot export to", 1)) from None

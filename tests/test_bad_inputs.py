@@ -20,7 +20,14 @@ Case keys (see the data files for examples):
 garbage, empty, sqlite, newer, no-trials), ``env``, ``input`` (stdin), ``readonly``, ``creates``,
 ``changes``, ``expect_files`` (path -> substring, or list of substrings, it must contain
 afterwards), ``stdout``, ``stdout_excludes``, ``xfail`` (a defect owned elsewhere, e.g.
-"orch #1": strict xfail).
+"orch #1": strict xfail), ``fifos`` (paths made named pipes), ``symlinks`` (path -> target),
+``keep_kind`` (absolute paths outside the folder, such as ``/dev/full``, whose file type must not
+change: replacing a device node is damage), ``fsize`` (a real process whose files may grow to this
+many bytes: a write past it fails as on a full disk), ``closed_stdout`` (a real process whose
+stdout is a pipe nobody reads: ``ngb report | head``), ``quiet`` (no stderr even on failure),
+``process`` (a real process: what libraries write to file descriptor 2 is seen too). Every stderr
+line is at most ``MAX_LINE`` characters (long values are shortened, not echoed in full).
+Symlinks and FIFOs in the folder are compared by what they are, never opened.
 """
 
 from __future__ import annotations
@@ -47,10 +54,12 @@ from click.testing import CliRunner
 from ngb.sweeps.cli import cli
 
 CASES_DIR = Path(__file__).parent / "bad_inputs"
+MAX_LINE = 1000  # a stderr line longer than this echoes some value in full
 DB_KINDS = ("demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer", "no-trials")
 CASE_KEYS = {
     "id", "argv", "exit", "stderr", "files", "db", "env", "input", "readonly", "creates",
     "changes", "expect_files", "stdout", "stdout_excludes", "xfail", "note", "binary",
+    "fifos", "symlinks", "keep_kind", "fsize", "closed_stdout", "quiet", "process",
 }  # fmt: skip
 # Placeholders for file contents too large or too odd to write in the data files.
 GENERATED = {
@@ -79,6 +88,13 @@ class Case:
     xfail: str = ""
     note: str = ""
     binary: dict[str, str] = field(default_factory=dict)  # path -> hex bytes (not UTF-8 text)
+    fifos: list[str] = field(default_factory=list)
+    symlinks: dict[str, str] = field(default_factory=dict)
+    keep_kind: list[str] = field(default_factory=list)
+    fsize: int = 0
+    closed_stdout: bool = False
+    quiet: bool = False
+    process: bool = False
 
 
 def load_cases() -> list[Case]:
@@ -111,6 +127,8 @@ def classify(case: Case, exit_code: int, lines: list[str], traceback: bool, lost
         return "data lost"
     if case.exit != 0 and exit_code == 0:
         return "silent accept"
+    if case.quiet:
+        return "handled" if exit_code == case.exit and not lines else "wrong status"
     if case.exit != 0:
         return "one-line error" if len(lines) == 1 else "not one line"
     return "handled" if exit_code == 0 else "wrong status"
@@ -208,14 +226,33 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 def tree(root: Path) -> dict[str, str]:
-    """relative path -> sha256 (files) or "dir" (folders), for the whole case folder."""
+    """relative path -> sha256 (files), "dir" (folders), "link:<target>" (symlinks, not
+    followed) or "kind:<mode>" (FIFOs, sockets: never opened), for the whole case folder."""
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            out[os.path.relpath(p, root)] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+        for name in [*dirnames, *filenames]:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "link:" + os.readlink(p)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            else:
+                out[rel] = f"kind:{stat.S_IFMT(st.st_mode):o}"
+    return out
+
+
+def kinds(paths: list[str]) -> dict[str, str]:
+    """Absolute path -> its file type (octal S_IFMT), "missing" when absent."""
+    out = {}
+    for p in paths:
+        try:
+            out[p] = f"{stat.S_IFMT(os.lstat(p).st_mode):o}"
+        except FileNotFoundError:
+            out[p] = "missing"
     return out
 
 
@@ -234,6 +271,8 @@ def _set_writable(path: Path, writable: bool) -> None:
     for dirpath, dirnames, filenames in os.walk(path):
         for name in [*dirnames, *filenames]:
             p = os.path.join(dirpath, name)
+            if os.path.islink(p):
+                continue  # chmod would follow it (outside the folder, or nowhere)
             mode = os.stat(p).st_mode
             os.chmod(p, (mode | stat.S_IWUSR) if writable else (mode & ~0o222) | 0o444)
     mode = os.stat(path).st_mode
@@ -266,7 +305,7 @@ def run_inprocess(case: Case, root: Path, argv: list[str], env: dict[str, str]) 
 def run_subprocess(case: Case, root: Path, argv: list[str], env: dict[str, str]) -> Ran:
     """A real process; as root, under user nobody so file permissions bind."""
     prefix: list[str] = []
-    if os.geteuid() == 0:
+    if case.readonly and os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("root without setpriv: cannot make NGB_HOME read-only")
@@ -275,19 +314,42 @@ def run_subprocess(case: Case, root: Path, argv: list[str], env: dict[str, str])
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(root / "work"),
         "LANG": "C.UTF-8",
+        # A file-size limit (``fsize``) would also cut Python's own .pyc writes short in the
+        # checkout, breaking every later import: no bytecode written from these processes.
+        "PYTHONDONTWRITEBYTECODE": "1",
         **env,
     }
-    p = subprocess.run(
-        [*prefix, sys.executable, "-m", "ngb.sweeps.cli", *argv],
-        cwd=root / "work",
-        env=full_env,
-        input=case.input or "",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    limit = case.fsize
+
+    def limits() -> None:  # in the child: files may not grow past `fsize` bytes (EFBIG)
+        if limit:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    read_end = write_end = None
+    if case.closed_stdout:  # stdout is a pipe whose reader is gone, as after `| head` exits
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+    try:
+        p = subprocess.run(
+            [*prefix, sys.executable, "-m", "ngb.sweeps.cli", *argv],
+            cwd=root / "work",
+            env=full_env,
+            input=case.input or "",
+            stdout=write_end if write_end is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=limits if limit else None,  # noqa: PLW1509 - no threads started here
+        )
+    finally:
+        if write_end is not None:
+            os.close(write_end)
     tb = p.stderr if "Traceback (most recent call last)" in p.stderr else ""
-    return Ran(p.returncode, p.stdout, p.stderr, tb)
+    if "Exception ignored" in p.stderr:
+        tb = p.stderr  # e.g. a BrokenPipeError at interpreter exit: a traceback by another name
+    return Ran(p.returncode, p.stdout or "", p.stderr, tb)
 
 
 @pytest.fixture
@@ -328,10 +390,19 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
         db = root / "home" / "data" / "results.duckdb"
         db.parent.mkdir(parents=True, exist_ok=True)
         db.write_bytes(databases[case.db])
+    for rel in case.fifos:
+        target = root / _expand(rel, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(target)
+    for rel, link_to in case.symlinks.items():
+        target = root / _expand(rel, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(_expand(link_to, root))
     argv = [_expand(a, root) for a in case.argv]
     env = {"NGB_HOME": str(root / "home"), **{k: _expand(v, root) for k, v in case.env.items()}}
 
     before = tree(root)
+    kinds_before = kinds(case.keep_kind)
     if case.readonly:
         os.chmod(root / "work", 0o777)  # the unprivileged user may write its own files there
         _set_writable(root / "home", False)
@@ -339,12 +410,16 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
             ran = run_subprocess(case, root, argv, env)
         finally:
             _set_writable(root / "home", True)
+    elif case.fsize or case.closed_stdout or case.process:
+        ran = run_subprocess(case, root, argv, env)
     else:
         ran = run_inprocess(case, root, argv, env)
     after = tree(root)
+    kinds_after = kinds(case.keep_kind)
 
     allowed_new = [*case.creates, *case.changes]
     lost = [p for p, h in before.items() if after.get(p) != h and not _matches(p, case.changes)]
+    lost += [p for p, kind in kinds_before.items() if kinds_after[p] != kind]
     created = [p for p in after if p not in before and not _matches(p, allowed_new)]
     lines = [ln for ln in ran.stderr.splitlines() if ln.strip()]
     OUTCOMES[case.id] = (case.area, classify(case, ran.exit_code, lines, bool(ran.traceback), lost))
@@ -354,7 +429,11 @@ def test_bad_input(case: Case, case_root: Path, databases: dict[str, bytes]) -> 
     )
     assert not ran.traceback, f"{where}\ntraceback:\n{ran.traceback}"
     assert ran.exit_code == case.exit, where
-    if case.exit != 0 or case.stderr:
+    too_long = [ln[:200] for ln in lines if len(ln) > MAX_LINE]
+    assert not too_long, f"stderr line over {MAX_LINE} characters: {too_long}\n{where}"
+    if case.quiet:
+        assert not lines, f"expected no stderr\n{where}"
+    elif case.exit != 0 or case.stderr:
         assert len(lines) == 1, f"expected exactly one stderr line\n{where}"
         assert case.stderr in lines[0], f"expected {case.stderr!r} in stderr\n{where}"
     else:

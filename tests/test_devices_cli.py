@@ -88,7 +88,7 @@ def test_bad_input_gives_one_line_error(args: list[str], message: str) -> None:
     r = ngb(*args)
     assert r.exit_code != 0
     assert message in r.output
-    error_lines = [ln for ln in r.output.splitlines() if ln.startswith("Error")]
+    error_lines = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
     assert len(error_lines) == 1 and "Traceback" not in r.output
 
 

@@ -294,3 +294,31 @@ async def test_local_put_get_and_no_shell(tmp_path: Path) -> None:
     r = await t.run(["echo", f"x; touch {pwned}", f"$(touch {pwned})"])
     assert r.stdout.strip() == f"x; touch {pwned} $(touch {pwned})"
     assert not pwned.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "wanted"),
+    [
+        ({"host": "bob@10.0.0.1"}, "has a user in it"),
+        ({"host": "10.0.0.1:2222"}, "has a port in it: write host without it and port = 2222"),
+        ({"host": "[fe80::1]:2222"}, "port = 2222"),
+        (
+            {"host": "10.0.0.1", "user": "-oProxyCommand=x"},
+            "user '-oProxyCommand=x' starts with '-'",
+        ),
+        ({"host": "-oProxyCommand=x"}, "host '-oProxyCommand=x' starts with '-'"),
+        ({"host": "10.0.0.1", "identity_file": "/no/such/key"}, "identity file not found"),
+        ({"host": "10.0.0.1", "identity_file": "/"}, "not a regular file"),
+        ({"host": "fe80::1"}, None),
+        ({"host": "nano.local", "user": "ubuntu"}, None),
+    ],
+)
+def test_connection_checks(fields: dict, wanted: str | None) -> None:
+    from ngb.devices.device_checks import first_problem
+    from ngb.devices.inventory import Device
+
+    problem = first_problem(Device(name="d", **fields))
+    if wanted is None:
+        assert problem is None
+    else:
+        assert problem is not None and wanted in problem

@@ -407,7 +407,7 @@ def test_ngb_measure_each_source(parts: Path, model: str, extra: list[str], comp
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["two.onnx", "-c", "identity"], "error (unsupported): identity cannot take an ONNX file"),
+        (["two.onnx", "-c", "identity"], "error: unsupported: identity cannot take an ONNX file"),
         (["nets.two:broken", "-i", "x:batch,8", "-c", "identity"], "raised ValueError: width 3"),
         (["nets.two:not_a_module", "-i", "x:batch,8", "-c", "identity"], "returned int, not an"),
         (["nets.bad_import:build", "-i", "x:batch,8", "-c", "identity"], "cannot import nets."),

@@ -3,21 +3,25 @@
 Subcommands live in their own modules and are imported only when invoked (``LazyGroup``),
 so ``ngb --help`` imports neither torch nor duckdb nor asyncssh.
 
-Bad input gets one line on stderr and exit status 1: ``NgbError`` becomes ``Error: ...``; so do
-click's usage errors (a mistyped option would otherwise print usage, a hint and the error on
-several lines) and ``OSError`` (an unwritable or missing path is the operator's environment, not a
-bug). Control characters in the line are escaped so a hostile name cannot drive the terminal.
-Anything else is a bug and keeps its traceback.
+Bad input gets one line on stderr and exit status 1, always ``error: ...`` (``OneLineError``;
+click's own ``Error:`` is not used): ``NgbError``, click's usage errors (a mistyped option would
+otherwise print usage, a hint and the error on several lines) and ``OSError`` (an unwritable or
+missing path is the operator's environment, not a bug). Control characters in the line are escaped
+so a hostile name cannot drive the terminal, and any word longer than 120 characters is shortened
+(a 10,000-character name echoed in full buries the message). Anything else is a bug and keeps its
+traceback. A closed stdout (``ngb report | head``) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from typing import Any
+from typing import IO, Any
 
 import click
 from ngb.core.errors import NgbError, one_line
+from ngb.core.safe_files import MAX_SHOWN, shorten
 
 # command name -> (module, attribute, one-line help shown by `ngb --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -62,7 +66,7 @@ class LazyGroup(click.Group):
 
             @click.command(cmd_name, help=entry[2])
             def _unavailable() -> None:
-                raise click.ClickException(f"'ngb {cmd_name}' is unavailable here: {reason}")
+                raise OneLineError(f"'ngb {cmd_name}' is unavailable here: {reason}")
 
             return _unavailable
 
@@ -88,10 +92,34 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _usage_line(exc) from None
+        except OneLineError:
+            raise
         except click.ClickException as exc:
-            raise click.ClickException(safe_text(exc.format_message())) from None
+            raise OneLineError(exc.format_message()) from None
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): main() ends quietly
         except _environment_errors() as exc:
-            raise click.ClickException(safe_text(one_line(exc))) from None
+            raise OneLineError(one_line(exc)) from None
+
+
+class OneLineError(click.ClickException):
+    """The CLI's one error format: ``error: <message>`` on one line of stderr, exit status 1.
+
+    The message is made safe (control characters escaped, long words shortened) once, here.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(short_words(safe_text(" ".join(message.split()))))
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file or sys.stderr)
+
+
+def short_words(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` with every word longer than ``limit`` characters shortened with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return " ".join(shorten(word, limit) for word in text.split(" "))
 
 
 def _environment_errors() -> tuple[type[BaseException], ...]:
@@ -115,11 +143,10 @@ def safe_text(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
-def _usage_line(exc: click.UsageError) -> click.ClickException:
+def _usage_line(exc: click.UsageError) -> OneLineError:
     """A usage error as one line with the help hint, instead of usage + hint + error."""
     where = exc.ctx.command_path if exc.ctx is not None else "ngb"
-    message = safe_text(" ".join(exc.format_message().split()))
-    return click.ClickException(f"{message} (see '{where} --help')")
+    return OneLineError(f"{exc.format_message()} (see '{where} --help')")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -131,9 +158,25 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="ngb", standalone_mode=True)
+        sys.stdout.flush()
     except SystemExit as exc:
         return int(exc.code or 0)
+    except BrokenPipeError:
+        return _closed_stdout()
     return 0
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (``ngb report | head``): no traceback, no "Exception
+    ignored" at exit (stdout now points at /dev/null so the interpreter's final flush succeeds);
+    status 1, as click gives when a write inside the command meets the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 1
 
 
 if __name__ == "__main__":

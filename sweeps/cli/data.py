@@ -83,9 +83,14 @@ def _plain(value: Any) -> Any:
     help="How to print the rows.",
 )
 @click.option("--write", is_flag=True, help="Allow statements that change the database.")
+@click.option(
+    "--allow-files",
+    is_flag=True,
+    help="Let the SQL read and write other files (read_csv, COPY ... TO); off even with --write.",
+)
 @results_db_options
-def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
-    """Run SQL over the results (read-only unless --write).
+def query(sql: str, fmt: str, write: bool, allow_files: bool, db: str | None, wait: float) -> None:
+    """Run SQL over the results (read-only unless --write; no other file unless --allow-files).
 
     Tables: runs, run_devices, trials, measurements, cpu_samples, tuning_progress, errors,
     devices, probes; views: results, failures, run_progress.
@@ -94,7 +99,7 @@ def query(sql: str, fmt: str, write: bool, db: str | None, wait: float) -> None:
     store = _store(db, wait)
     if not write:
         store.require_file()  # read-only SQL on a missing file: say so, create nothing
-    columns, rows = store.query(sql, allow_write=write)
+    columns, rows = store.query(sql, allow_write=write, allow_files=allow_files)
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)

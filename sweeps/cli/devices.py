@@ -252,6 +252,12 @@ def check(file: Path | None) -> None:
     if file is not None and not file.exists():
         raise NgbError(f"{file}: no such file")
     inv = load_inventory(target)
+    from ngb.devices.device_checks import first_problem
+
+    for dev in inv:  # what probe and run would refuse, refused now with the same words
+        problem = first_problem(dev)
+        if problem is not None:
+            raise NgbError(f"{target}: device {dev.name!r}: {problem}")
     where = target if target.exists() else f"{target} (absent: only the built-in localhost)"
     n_groups = len([g for g in inv.group_names() if g != "all"])
     click.echo(f"ok: {where}: {len(inv)} devices, {n_groups} groups")

@@ -12,10 +12,12 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
 from ngb.core.errors import ConfigError
+from ngb.sweeps.cli import safe_text, short_words
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -215,8 +217,12 @@ def measure(
     )
     check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
 
+    # Progress lines are for a person watching: only on a terminal, so that a failed trial
+    # leaves exactly its one `error:` line in a log or a pipe.
+    interactive = not as_json and sys.stderr.isatty()
+
     def show_progress(event: dict[str, Any]) -> None:
-        if as_json:
+        if not interactive:
             return
         if event["type"] == events.PHASE:
             click.echo(f"  {event['phase']} ...", err=True)
@@ -226,7 +232,13 @@ def measure(
     from ngb.devices.paths import get_paths
 
     # The long-lived cache keeps TVM tuning databases between measurements, as on a device.
-    cache_dir = get_paths().ensure().cache
+    # Only the cache folder is made (measure needs no config or data folder), and a read-only
+    # home measures without one: a tuning database is then rebuilt, nothing else is lost.
+    cache_dir: Path | None = get_paths().cache
+    try:
+        get_paths().cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        cache_dir = None
     if as_json:
         with stdout_to_stderr():  # compiler chatter must not break the one JSON object
             result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
@@ -237,9 +249,10 @@ def measure(
     elif result.ok:
         _print_summary(spec, result)
     if not result.ok:
-        if not as_json:
-            kind = "" if result.error_kind == "error" else f" ({result.error_kind})"
-            click.echo(f"error{kind}: {result.error}", err=True)
+        # The CLI's one format: `error: <kind>: <reason>` (kind kept when it says more); with
+        # --json too, on stderr, so a failed trial is never silent (stdout stays one object).
+        kind = "" if result.error_kind == "error" else f"{result.error_kind}: "
+        click.echo(safe_text(short_words(f"error: {kind}{result.error}")), err=True)
         sys.exit(1)
 
 

@@ -52,11 +52,14 @@ def list_sweep_models(
     render: Callable[[list[str], list[list[str]], set[int]], list[str]],
 ) -> bool:
     """Print the table (or JSON); False when some model could not be counted."""
+    from ngb.core.isolate import call_in_child
     from ngb.core.models import MACS_COUNTER
     from ngb.sweeps.spec import load_sweep
 
     sweep = load_sweep(sweep_file)
-    rows = _rows(sweep)
+    # Built in a child process: user code that ends its process (os._exit, sys.exit) is an
+    # error line here, not a silent exit 0 of ngb itself.
+    rows = call_in_child(f"{sweep_file}: building its models", _rows, sweep)
     ok = not any("error" in r for r in rows)
     for r in rows:
         if "error" in r:

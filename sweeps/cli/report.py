@@ -8,8 +8,6 @@ the whole-run report with figures, testbed and failures, with NAME that report's
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from ngb.sweeps.cli.options import results_db_options
 
@@ -80,10 +78,9 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from ngb.core.errors import NgbError
+    from ngb.core.safe_files import refuse_protected, write_atomic
+    from ngb.devices.paths import get_paths
 
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise NgbError(f"cannot write {output}: {exc.strerror or exc}") from None
+    refuse_protected(output, get_paths().own_files())
+    write_atomic(output, text, what="report")
     click.echo(f"wrote {output}", err=True)

@@ -325,6 +325,8 @@ def status(
     import json
 
     store = _store(db)
+    if db is not None:  # a file named on purpose must exist (as for `ngb query`); only the
+        store.require_file()  # default one may be absent on a fresh install ("no runs yet")
     if run_id is None:
         _, rows = store.query(
             "SELECT run_id, sweep_name, run_status, count(*) AS devices, "
