@@ -140,8 +140,9 @@ def speedup_batch(data: FigureData) -> FigureSpec:
     spec = FigureSpec(
         "fig06-speedup-batch",
         "Fig. 6: speed-up over the baseline vs batch size",
-        "Speed-up T_compiler / T_identity (PyTorch eager) per model at each batch size; "
-        "1 = as fast as eager. Hollow points: not significant (95 % interval includes 1).",
+        f"Speed-up T_compiler / T_baseline per model at each batch size (baseline: "
+        f"{data.baseline_label}); 1 = as fast as the baseline. Hollow points: not significant "
+        "(95 % interval includes 1).",
         trials=rows,
     )
     for (device, label, target), cell in _by_model(rows):
@@ -172,9 +173,9 @@ def speedup_depth(data: FigureData) -> FigureSpec:
     spec = FigureSpec(
         "fig07-speedup-depth",
         "Fig. 7: speed-up over the baseline vs depth (stacked blocks)",
-        "Speed-up T_compiler / T_identity of the synthetic blocks against the number of stacked "
-        "blocks, per block kind, width and batch. Hollow points: not significant (95 % interval "
-        "includes 1).",
+        f"Speed-up T_compiler / T_baseline (baseline: {data.baseline_label}) of the synthetic "
+        "blocks against the number of stacked blocks, per block kind, width and batch. Hollow "
+        "points: not significant (95 % interval includes 1).",
         trials=rows,
     )
     keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")

@@ -248,8 +248,8 @@ def depth(data: ReportData) -> Report:
          "slope", "retention"],
     )  # fmt: skip
     table.notes.append(
-        f"speed-up = T_c / T_{base} at the same depth; slope = least-squares slope over depth; "
-        "retention = speed-up at deepest / at depth 1"
+        f"speed-up = T_c / T_{base} at the same depth (baseline: {data.baseline_label}); "
+        "slope = least-squares slope over depth; retention = speed-up at deepest / at depth 1"
     )
     table.notes.append(UNCERTAINTY_NOTE)
     if single:
@@ -315,7 +315,7 @@ def bsr(data: ReportData) -> Report:
     baseline = data.baseline
     table.notes.append(
         f"RTR = T(b)/T(1); ASE = RTR/b; BSR = ASE_c/ASE_{baseline}; speed-up = T_c/T_{baseline} "
-        f"(baseline: {baseline})"
+        f"(baseline: {data.baseline_label})"
     )
     table.notes.append(UNCERTAINTY_NOTE)
     marks = PrecisionMarks(baseline)

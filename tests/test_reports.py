@@ -33,7 +33,7 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.numbers import round_with_interval
-from ngb.sweeps.report_data import Cell
+from ngb.sweeps.report_data import Cell, ReportData
 from ngb.sweeps.reports import build_report, list_reports, render
 from ngb.sweeps.store import Store
 
@@ -522,3 +522,17 @@ def test_agreement_benchmark_compares_two_runs(tmp_path) -> None:
     # openvino's deep stacks 20 % slower in the second run: 2 of 7 trials off, slope flips side
     off = agreement.Run(run_db("c", {("ov", 2): 0.8, ("ov", 3): 0.8}), None)
     assert agreement.compare(same[0], off) is False
+
+
+def test_the_baseline_label_names_the_allocator_it_ran_under(tmp_path) -> None:
+    """Issue 19: eager under glibc's defaults and under 'retain' are different baselines."""
+    store = Store(tmp_path / "alloc.duckdb")
+    store.create_run("r", "fixture", "", ["dev1"], 4)
+    rows = [_result("conv", "identity", 8, 100.0, width=64), _result("conv", "openvino", 8, 150.0,
+                                                                      width=64)]  # fmt: skip
+    rows[0].extra["allocator"] = "glibc retain (M_MMAP_MAX=0, M_TRIM_THRESHOLD=2^31-1)"
+    rows[1].extra["allocator"] = "system"
+    store.ingest_results("r", "dev1", rows)
+    assert ReportData(store, run_id="r").baseline_label == "identity (allocator: retain)"
+    text = render(build_report("bsr", store, run_id="r"), "markdown")
+    assert "baseline: identity (allocator: retain)" in text
