@@ -25,8 +25,8 @@ from ngb.tui.screens.help import HelpScreen
 from ngb.tui.screens.run import RunScreen
 from ngb.tui.settings import Settings
 from textual import work
-from textual.app import App, SystemCommand
 from textual.actions import SkipAction
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, TextArea
