@@ -189,7 +189,7 @@ async def _drive(
     attach: str | None = None,
     detach_after_start: bool = False,
 ) -> tuple[str, dict[str, Any] | None]:
-    from ngb.sweeps.orchestrator import FINAL_STATES, Orchestrator
+    from ngb.sweeps.orchestrator import Orchestrator
 
     orch = Orchestrator(store, inventory)
     try:

@@ -65,6 +65,7 @@ class RunScreen(ConsoleScreen):
         self.redraws = 0  # how many throttled redraws ran (benchmark and tests read it)
         self.show_cores = False
         self.refusal = ""  # why the last start was refused (e.g. the run holding a device)
+        self._cancelling: set[str] = set()  # runs the operator cancelled: they end "cancelled"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -139,7 +140,8 @@ class RunScreen(ConsoleScreen):
             return
         try:
             sweep = self.backend.load_sweep_sync(choice)
-            text = f"{sweep.name}: {len(sweep.trials())} trials per device"
+            # No duration guess: the ETA comes from this run's first finished trials.
+            text = f"{sweep.name}: {len(sweep.trials())} trials per device (ETA once one is done)"
         except NgbError as exc:
             text = f"[red]{exc}[/]"
         self.app.call_from_thread(self.query_one("#sweep-summary", Label).update, text)
@@ -228,9 +230,11 @@ class RunScreen(ConsoleScreen):
     async def cancel_run(self, run_id: str) -> None:
         """Cancel; the end of the run is announced once, by ``RunFinished`` ("cancelled")."""
         self.notify(f"cancelling run {run_id}...")
+        self._cancelling.add(run_id)
         try:
             await self.backend.orchestrator().cancel(run_id)
         except NgbError as exc:
+            self._cancelling.discard(run_id)
             self.notify(str(exc), severity="error")
             return
         self._run_ended(run_id, "cancelled")
@@ -277,6 +281,8 @@ class RunScreen(ConsoleScreen):
     def _run_ended(self, run_id: str, state: str) -> None:
         if run_id in self._announced:
             return
+        if run_id in self._cancelling:  # its devices may report "finished" before the cancel
+            state = "cancelled"
         self._announced.add(run_id)
         self.post_message(self.RunFinished(run_id, state))
 
