@@ -46,14 +46,16 @@ compile_s = 0.2
 """
 
 
-async def measure(trials: int) -> tuple[float, float, int]:
-    """(console CPU seconds, wall seconds, redraws) over one run of ``trials`` no-op trials."""
+async def measure(trials: int) -> tuple[float, float, int, str]:
+    """(console CPU seconds, wall seconds, redraws, outcome) over one run of no-op trials."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sweep = folder / "sweep.toml"
         sweep.write_text(SWEEP.format(batches=", ".join(str(b + 1) for b in range(trials))))
         inventory = folder / "devices.toml"
-        inventory.write_text(f'[devices.localhost]\npython = "{sys.executable}"\n')
+        inventory.write_text(
+            f'[devices.localhost]\npython = "{sys.executable}"\nworkdir = "{folder / "device"}"\n'
+        )  # a workdir of its own: no claim left by another run can refuse this one
         backend = Backend(folder / "r.duckdb", inventory, isolate="inprocess")
         app = NgbApp(backend, start_screen="run", attach_on_start=False, cursor_blink=True,
                      settings_path=folder / "tui.json")  # fmt: skip
@@ -68,8 +70,10 @@ async def measure(trials: int) -> tuple[float, float, int]:
                 await pilot.pause(0.5)
             after, ended = me.cpu_times(), time.monotonic()
             redraws = screen.redraws
+            states = screen.model.devices_of(screen.current_run)
+            outcome = ", ".join(f"{st.connection} {st.done}/{st.total}" for st in states)
         used = (after.user - before.user) + (after.system - before.system)
-        return used, ended - began, redraws
+        return used, ended - began, redraws, outcome or screen.refusal
 
 
 def main() -> None:
@@ -77,10 +81,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    used, wall, redraws = asyncio.run(measure(args.trials))
+    used, wall, redraws, outcome = asyncio.run(measure(args.trials))
     print(
         f"{args.label or 'console'}: cpu {used:.2f} s over {wall:.1f} s = "
-        f"{100 * used / wall:.1f} % of a core; {redraws} redraws"
+        f"{100 * used / wall:.1f} % of a core; {redraws} redraws; run: {outcome}"
     )
 
 
