@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
+from ngb.tui import narrow_table
 from ngb.tui import results_data as rd
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
@@ -104,6 +105,7 @@ class ResultsScreen(ConsoleScreen):
                         yield ResultChart(id=f"chart-{tab_id}")
             with TabPane("Table", id="tab-table"):
                 yield Input(placeholder="filter rows", id="results-filter", classes="filter")
+                yield Label("", id="results-table-note")
                 yield DataGrid(id="results-table")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -349,7 +351,23 @@ class ResultsScreen(ConsoleScreen):
         rows = rd.metrics_table(self.rows, sel) if sel.family else []
         shown = [r for r in rows if not needle or any(needle in c.casefold() for c in r)]
         numeric = {i for i, c in enumerate(rd.TABLE_COLUMNS) if c in rd.NUMERIC_COLUMNS}
+        if self.size.width and self.size.width < narrow_table.NARROW_BELOW:
+            columns, cells, numeric = narrow_table.narrow(rd.TABLE_COLUMNS, shown, numeric)
+            table.fill(columns, cells, numeric=numeric)
+            self._table_note(narrow_table.NOTE)
+            return
+        self._table_note("")
         table.fill(rd.TABLE_COLUMNS, shown, numeric=numeric)
+
+    def _table_note(self, text: str) -> None:
+        note = self.query_one("#results-table-note", Label)
+        note.update(text)
+        note.display = bool(text)
+
+    def on_resize(self) -> None:
+        """The table's columns follow the width (80 columns: the narrow table)."""
+        if self.rows:
+            self.redraw()
 
     def action_toggle_log(self) -> None:
         """Logarithmic y axis on the charts (throughputs that span orders of magnitude)."""

@@ -99,6 +99,12 @@ class RunScreen(ConsoleScreen):
         self.set_interval(1 / REFRESH_HZ, self._tick)
         self.load_choices()
 
+    def on_resize(self) -> None:
+        """Below 120x36 the buttons go compact (one row each), so 80x24 still shows all three."""
+        compact = self.size.width < 120 or self.size.height < 36
+        for button in self.query("#run-buttons Button").results(Button):
+            button.compact = compact
+
     def _tick(self) -> None:
         self.flush()  # looked up each time, so a benchmark can wrap ``flush`` with a timer
 

@@ -107,14 +107,15 @@ def friendly_error(message: str) -> str:
 class SqlScreen(ConsoleScreen):
     AUTO_FOCUS = "#sql-editor"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+j", "run_query", "Run query", priority=True),
+        Binding("ctrl+j", "run_query", "Run", priority=True),
         Binding("ctrl+enter", "run_query", "Run query", show=False, priority=True),
         # priority: the editor and the path box would take ctrl+e (end of line) otherwise
         Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("ctrl+l", "clear", "Clear", priority=True),
-        # priority: the editor would copy on ctrl+c; only while a query runs (check_action)
-        Binding("ctrl+c", "cancel_query", "Cancel query", priority=True),
-        Binding("escape", "leave_editor", "Leave editor / cancel", key_display="esc"),
+        Binding("ctrl+l", "clear", "Clear", priority=True, show=False),  # in help: 80 cols
+        # priority: the editor would copy on ctrl+c; only while a query runs (check_action). The
+        # status line says it while one runs, so the footer stays short enough for 80 columns.
+        Binding("ctrl+c", "cancel_query", "Cancel query", priority=True, show=False),
+        Binding("escape", "leave_editor", "Leave/cancel", key_display="esc"),
     ]
 
     def __init__(self, backend: Backend) -> None:
