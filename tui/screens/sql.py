@@ -251,17 +251,23 @@ class SqlScreen(ConsoleScreen):
         self.app.call_from_thread(self._query_done, job, result.columns, result.rows)
 
     def _query_failed(self, job: QueryJob, message: str) -> None:
-        if job is self.job:  # a replaced query's end is old news
-            self.job = None
-            if job.cancelled:
-                self._status(Text(message, style="yellow"))
-            else:
-                self._show_error(message)
+        if not self._finished(job):
+            return
+        if job.cancelled:
+            self._status(Text(message, style="yellow"))
+        else:
+            self._show_error(message)
 
     def _query_done(self, job: QueryJob, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-        if job is self.job:
-            self.job = None
+        if self._finished(job):
             self._show_result(job.sql, columns, rows)
+
+    def _finished(self, job: QueryJob) -> bool:
+        """Forget ``job``; False when a newer query replaced it (its end is old news)."""
+        if self.job is not job:
+            return False
+        self.job = None
+        return True
 
     def _show_error(self, message: str) -> None:
         """One red line; the old grid goes, so no stale rows sit under a failed query."""

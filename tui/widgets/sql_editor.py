@@ -89,7 +89,7 @@ class SqlEditor(TextArea):
         self.typed = True  # a click into the text means editing
         await super()._on_mouse_down(event)
 
-    def check_consume_key(self, key: str, character: str | None) -> bool:
+    def check_consume_key(self, key: str, character: str | None = None) -> bool:
         """Digits are the app's screen keys until the operator types here (see module doc)."""
         if not self.typed and character is not None and character.isdigit():
             return False
