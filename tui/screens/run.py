@@ -314,7 +314,9 @@ class RunScreen(ConsoleScreen):
         results = self.app.get_screen("results")
         refresh = getattr(results, "refresh_runs", None)
         if refresh is not None:
-            refresh(select=message.run_id)
+            # A run that stored no trial (refused, unreachable) is not worth opening on.
+            ran = any(s.done > s.skipped for s in self.model.devices_of(message.run_id))
+            refresh(select=message.run_id if ran else None)
 
     def flush(self) -> None:
         """Redraw what changed since the last flush (skipped while the screen is hidden)."""
