@@ -81,6 +81,7 @@ class ResultsScreen(ConsoleScreen):
         self._want_run: str | None = None
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
+        self._stamp: tuple[Any, ...] = ()  # what the last poll answered (unchanged: no redraw)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -256,6 +257,13 @@ class ResultsScreen(ConsoleScreen):
             with device_select.prevent(Select.Changed):
                 device_select.set_options(_options([ALL, *devices]))
                 device_select.value = keep if keep in devices else ALL
+        # The poll re-reads every few seconds while a run goes on: an unchanged answer redraws
+        # nothing (charts and the table are rebuilt only when a trial arrived or changed).
+        stamp = (run_id, tuple((r.get("device"), r.get("key"), r.get("status"),
+                                len(r.get("samples") or ())) for r in rows))  # fmt: skip
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
         failed = sum(1 for r in rows if r.get("status") not in (None, "ok"))
         self.rows = rd.ok_rows(rows)
         self.query_one("#results-note", Label).update(trials_note(run_id, rows, failed))
