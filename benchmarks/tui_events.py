@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  mean={statistics.fmean(values) if values else float('nan'):8.3f} ms"
         )
     redraw_hz = len(out["flush"]) / elapsed if elapsed else 0.0
-    print(f"  redraws: {len(out['flush'])} ({redraw_hz:.1f}/s; throttle is 10/s)")
+    print(f"  redraws: {len(out['flush'])} ({redraw_hz:.1f}/s; throttle is 4/s)")
     return 0
 
 

@@ -31,7 +31,7 @@ def test_registry_drives_keys_help_and_cli_choices() -> None:
     choices = build_parser().parse_args(["--screen", SCREENS[-1].name]).screen
     assert choices == SCREENS[-1].name
     for entry in SCREENS:
-        assert keys[entry.key] == f"show('{entry.name}')"
+        assert keys[entry.key] == f"screen_key('{entry.name}')"
         assert f"`{entry.key}` | {entry.title}" in text
     # Each screen's own keys are listed under it (taken from its BINDINGS, not hand-written).
     assert "`a` attach" in text and "`c` cancel run" in text
@@ -165,7 +165,7 @@ async def test_add_form_focuses_its_first_field_and_new_devices_start_unticked(
 # -- SQL ----------------------------------------------------------------------------------------
 
 
-async def test_sql_errors_clear_the_grid_history_persists_and_tab_completes(
+async def test_sql_errors_clear_the_grid_history_persists_and_ctrl_space_completes(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.duckdb"
@@ -180,7 +180,7 @@ async def test_sql_errors_clear_the_grid_history_persists_and_tab_completes(
         await wait_for(pilot, lambda: "trials" in editor.names)
         editor.text = "SELECT count(*) FROM tri"
         editor.move_cursor(editor.document.end)
-        await pilot.press("tab")
+        await pilot.press("ctrl+space")
         assert editor.text.endswith("FROM trials")
         editor.text = "SELECT 1.5 AS x, 22 AS y, 'a' AS z"
         await pilot.press("ctrl+j")

@@ -58,7 +58,7 @@ TPUT = {
 # relative spread of the three repetitions (default 1 %): a noisy OpenVINO batch-1 trial, marked
 # unstable and not significantly faster than identity ("n.s." in the table)
 NOISY = {("openvino", 1, 1): 0.4}
-SIZES = {"80x24": (80, 24), "200x60": (200, 60)}
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 
 
 @pytest.fixture

@@ -25,9 +25,11 @@ from ngb.tui.screens.help import HelpScreen
 from ngb.tui.screens.run import RunScreen
 from ngb.tui.settings import Settings
 from textual import work
+from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
+from textual.widgets import Input, TextArea
 
 if TYPE_CHECKING:
     from ngb.sweeps.orchestrator import Orchestrator
@@ -49,7 +51,12 @@ class NgbApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?"),
         # One compact footer entry for all screen keys ("12345 screens"), so at 80 columns the
         # global keys are not pushed off the footer by each screen's own.
-        *(Binding(s.key, f"show('{s.name}')", s.title, group=SCREEN_KEYS) for s in SCREENS),
+        # Priority: a focused SQL editor would otherwise take the digit (``4`` then ``5`` typed
+        # "5"); ``action_screen_key`` hands it back to text boxes that are being typed in.
+        *(
+            Binding(s.key, f"screen_key('{s.name}')", s.title, group=SCREEN_KEYS, priority=True)
+            for s in SCREENS
+        ),
     ]
 
     def __init__(
@@ -102,6 +109,22 @@ class NgbApp(App[None]):
         if self.screen is not target:
             self.switch_screen(name)
 
+    def action_screen_key(self, name: str) -> None:
+        """A number key: switch screens, unless the operator is typing (then it is a digit).
+
+        One-line boxes always take digits; the SQL editor takes them once something was typed or
+        clicked there since it got focus (``SqlEditor.typed``), so arriving on SQL with ``4`` and
+        pressing ``5`` still switches. A dialog or form keeps its keys (only help gives way).
+        """
+        focused = self.focused
+        if isinstance(focused, Input) or (
+            isinstance(focused, TextArea) and getattr(focused, "typed", True)
+        ):
+            raise SkipAction()
+        if isinstance(self.screen, ModalScreen) and not isinstance(self.screen, HelpScreen):
+            raise SkipAction()
+        self.action_show(name)
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
@@ -128,6 +151,7 @@ class NgbApp(App[None]):
     # -- orchestrator events ---------------------------------------------------------------------
     async def action_quit(self) -> None:
         """Quit the console; runs go on on their devices and are re-attached at next start."""
+        self.backend.cancel_queries()  # an SQL query in flight must not hold up quitting
         if self.backend.has_orchestrator():
             self.notify("detaching from runs (they go on on their devices)...")
             await self.backend.close()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the real classes, imported lazily at run time
     from ngb.sweeps.orchestrator import Orchestrator
     from ngb.sweeps.spec import Sweep
     from ngb.sweeps.store import Store
+    from ngb.sweeps.store_snapshot import QueryJob
 
 
 class RunRow(TypedDict, total=False):
@@ -126,6 +127,7 @@ class Backend:
         self.isolate = isolate
         self._orchestrator: Orchestrator | None = None
         self._store: Store | None = None
+        self._queries: set[QueryJob] = set()  # SQL console queries in flight (close stops them)
         # Called once with the orchestrator when it is created (the app subscribes to its events
         # there, before any run starts, so no early event is missed).
         self.on_orchestrator: Callable[[Orchestrator], None] | None = None
@@ -277,10 +279,29 @@ class Backend:
             newest[str(row.get("device"))] = dict(row)  # ordered by probed_at: the last wins
         return newest
 
-    def query_sync(self, sql: str, allow_write: bool = False) -> QueryResult:
-        store = self.store()
-        columns, rows = store.query(sql, allow_write=True) if allow_write else store.query(sql)
+    def query_job(
+        self, sql: str, *, allow_write: bool = False, timeout_s: float | None = None
+    ) -> QueryJob:
+        """A cancellable query on its own connection (a copy of the store unless it writes)."""
+        from ngb.sweeps.store_snapshot import QueryJob
+
+        return QueryJob(self.store(), sql, allow_write=allow_write, timeout_s=timeout_s)
+
+    def run_query_sync(self, job: QueryJob) -> QueryResult:
+        """Run ``job`` (a thread worker); ``cancel_queries`` or ``job.cancel()`` stop it."""
+        self._queries.add(job)
+        try:
+            columns, rows = job.run()
+        finally:
+            self._queries.discard(job)
         return QueryResult(list(columns), [tuple(r) for r in rows])
+
+    def query_sync(self, sql: str, allow_write: bool = False) -> QueryResult:
+        return self.run_query_sync(self.query_job(sql, allow_write=allow_write))
+
+    def cancel_queries(self) -> None:
+        for job in list(self._queries):
+            job.cancel()
 
     def table_columns_sync(self) -> dict[str, list[str]]:
         """Tables and views of the database with their columns (the SQL editor completes them)."""
@@ -330,6 +351,7 @@ class Backend:
 
     async def close(self) -> None:
         """Stop following runs (their agents go on; the next start re-attaches) and flush."""
+        self.cancel_queries()  # a query in flight ends now, not after the console has gone
         if self._orchestrator is not None:
             await self._orchestrator.close()
 

@@ -21,6 +21,15 @@ LOG_HISTORY = 2000
 #: connection messages not repeated in the log (the agent logs the same moment itself)
 QUIET_MESSAGES = frozenset({"paused", "resumed"})
 TERMINAL_STATES = frozenset({"finished", "failed", "cancelled", "lost", "detached"})
+#: what the meters say in a trial phase the device does not sample (only ``measure`` is)
+PHASE_WORDS = {
+    "build": "building",
+    "optimise": "optimising",
+    "compile": "compiling",
+    "first_call": "first call",
+    "warmup": "warm-up",
+    "measure": "measure: no sample yet",
+}
 
 
 @dataclass
@@ -64,7 +73,14 @@ class DeviceState:
     tuning: TuningState | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
     started_at: float = field(default_factory=time.time)
+    # The ETA's evidence: how long this run's trials took on this device (the agent's own clock,
+    # so replayed events after a re-attach count with their real durations, not the replay's).
+    trial_started_at: float | None = None
+    trial_seconds: list[float] = field(default_factory=list)
+    trial_seen_at: float | None = None  # the workstation's clock at that start (for "now")
+    trial_key: str = ""
     finished: bool = False
+    cancelled: bool = False  # the agent said its run ended by a cancel
 
     @property
     def finished_ok(self) -> int:
@@ -74,6 +90,13 @@ class DeviceState:
     def idle(self) -> bool:
         """No trial in flight: the meters show "idle" rather than the last sample."""
         return self.finished or not self.current
+
+    @property
+    def unsampled_phase(self) -> str:
+        """The phase to name on the meters while the device sends no samples ("" if sampled)."""
+        if self.idle or self.cpu is not None:
+            return ""
+        return PHASE_WORDS.get(self.phase, self.phase or "starting")
 
     @property
     def has_gpu(self) -> bool:
@@ -135,8 +158,9 @@ class RunModel:
 
     def derived_state(self, run_id: str) -> str:
         """The end state of a run from its devices' (cancelled wins, then failed/lost)."""
-        states = {s.connection for s in self.devices_of(run_id)}
-        if "cancelled" in states:
+        devices = self.devices_of(run_id)
+        states = {s.connection for s in devices}
+        if "cancelled" in states or any(s.cancelled for s in devices):
             return "cancelled"
         if states & {"failed", "lost"}:
             return "failed"
@@ -209,6 +233,12 @@ class RunModel:
             s.ci_target = _num(e.get("ci_target")) or s.ci_target
         elif kind == "phase":
             s.phase = str(e.get("phase") or "")
+            if s.phase != "measure":
+                # The device samples only while a worker measures: a build or warm-up has no
+                # samples, and the last measure's (often 100 %) must not stand for it.
+                ci = s.ci_relative  # the trial's interval so far spans its workers: keep it
+                s.reset_meters()
+                s.ci_relative = ci
         elif kind == "tuning":
             s.tuning = TuningState(
                 key=str(e.get("key") or ""),
@@ -218,15 +248,19 @@ class RunModel:
                 tasks=list(e.get("tasks") or []),
             )
         elif kind == "trial_started":
+            s.trial_started_at, s.trial_seen_at = _num(e.get("ts")), ts
+            s.trial_key = str(e.get("key") or "")
             s.current = str(e.get("label") or e.get("key") or "")
             s.phase, s.rep, s.reps = "", 0, 0
             if e.get("total"):
                 s.total = max(s.total, int(e["total"]))
         elif kind == "trial_done":
+            self._timed(s, e)
             s.done += 1
             s.current, s.phase = "", ""
             s.reset_meters()
         elif kind == "trial_failed":
+            self._timed(s, e)
             s.done += 1
             s.failed += 1
             label = s.current or str(e.get("key") or "")
@@ -245,7 +279,8 @@ class RunModel:
             s.finished = True
             s.current, s.phase = "", ""
             s.reset_meters()
-            note = " (cancelled)" if e.get("cancelled") else ""
+            s.cancelled = bool(e.get("cancelled"))
+            note = " (cancelled)" if s.cancelled else ""
             self.add_log(
                 LogLine(
                     ts,
@@ -258,6 +293,15 @@ class RunModel:
             self.add_log(
                 LogLine(ts, s.device, str(e.get("msg") or ""), str(e.get("level") or "info"))
             )
+
+    @staticmethod
+    def _timed(s: DeviceState, e: dict[str, Any]) -> None:
+        """Record the ended trial's duration (only when its start was seen)."""
+        end = _num(e.get("ts"))
+        start = s.trial_started_at if s.trial_key == str(e.get("key") or "") else None
+        if start is not None and end is not None and end >= start:
+            s.trial_seconds.append(end - start)
+        s.trial_started_at = None
 
     @staticmethod
     def _apply_sample(s: DeviceState, e: dict[str, Any]) -> None:

@@ -1,4 +1,8 @@
-"""A yes/no modal (removing a device, cancelling a run)."""
+"""A yes/no modal (removing a device, cancelling a run, discarding a form).
+
+The safe answer has the focus, so Enter (or a reflexive Space) keeps things as they are; the
+destructive one takes ``y`` or a deliberate Tab first.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from textual.widgets import Button, Label
 
 
 class ConfirmScreen(ModalScreen[bool]):
+    AUTO_FOCUS = "#no"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "answer(False)", "No"),
         Binding("y", "answer(True)", "Yes"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
+from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.cursor import apply_cursor_blink
 from textual import events
 from textual.app import ComposeResult
@@ -63,6 +64,7 @@ class DeviceFormScreen(ModalScreen[Any]):
         super().__init__()
         self.make_device = make_device  # Backend.make_device: values -> Device (validates)
         self.device = device
+        self._start: dict[str, str] = {}  # the values as the form opened (edits ask on Escape)
 
     def compose(self) -> ComposeResult:
         title = f"Edit device {self.device.name}" if self.device else "Add a device"
@@ -90,6 +92,7 @@ class DeviceFormScreen(ModalScreen[Any]):
         apply_cursor_blink(self)
         self._fit(self.app.size.height)
         self.query_one("#field-name", Input).focus()  # typing goes into the form at once
+        self._start = self.values()
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.height)
@@ -127,5 +130,22 @@ class DeviceFormScreen(ModalScreen[Any]):
             return
         self.dismiss(device)
 
+    def values(self) -> dict[str, str]:
+        """What the form holds now (the text fields and the transport)."""
+        raw = {key: self.query_one(f"#field-{key}", Input).value for key, _, _ in TEXT_FIELDS}
+        raw["transport"] = str(self.query_one("#field-transport", Select).value)
+        return raw
+
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        """Close; with edits made, ask first (Escape must not silently throw typing away)."""
+        if self.values() == self._start:
+            self.dismiss(None)
+            return
+
+        def answered(discard: bool | None) -> None:
+            if discard:
+                self.dismiss(None)
+
+        self.app.push_screen(
+            ConfirmScreen("Discard the changes to this device?", yes="Discard"), answered
+        )

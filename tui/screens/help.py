@@ -20,6 +20,8 @@ GLOBAL_KEYS = (
     ("?", "this help"),
     ("q", "quit (runs go on on their devices; restart re-attaches)"),
     ("escape", "leave a text box or editor (then the keys above work again)"),
+    ("tab", "next field (also out of the SQL editor; ctrl+space completes there)"),
+    ("1-5", "switch screens; in the SQL editor only until you type there, then they are digits"),
     ("/", "filter the table on Devices and Results"),
 )
 

@@ -59,8 +59,9 @@ def overview_row(run: RunOverview) -> tuple[str, ...]:
 class RunsScreen(ConsoleScreen):
     AUTO_FOCUS = "#runs-table"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "attach", "Attach"),
-        Binding("c", "cancel", "Cancel run"),
+        # priority: the keys act on the highlighted run wherever the focus is (no text box here)
+        Binding("a", "attach", "Attach", priority=True),
+        Binding("c", "cancel", "Cancel run", priority=True),
         Binding("p", "probe", "Ask devices"),
         Binding("r", "reload", "Reload"),
     ]
@@ -151,10 +152,16 @@ class RunsScreen(ConsoleScreen):
     def _row_selected(self) -> None:
         self.action_attach()
 
+    def _no_run(self) -> None:
+        """Say why a key did nothing (silence read as a broken key)."""
+        self.notify("no run to act on yet: the list is empty or still loading", severity="warning")
+
     def action_attach(self) -> None:
         run_id = self.selected()
-        if run_id is not None:
-            self.attach(run_id)
+        if run_id is None:
+            self._no_run()
+            return
+        self.attach(run_id)
 
     @work(group="attach", exclusive=True, exit_on_error=False)
     async def attach(self, run_id: str) -> None:
@@ -175,6 +182,7 @@ class RunsScreen(ConsoleScreen):
     def action_cancel(self) -> None:
         run_id = self.selected()
         if run_id is None:
+            self._no_run()
             return
 
         def answered(ok: bool | None) -> None:

@@ -1,9 +1,12 @@
 """SQL screen: an editor over the results database, a results grid, history, canned queries, and
 export to CSV / Parquet.
 
-Queries run read-only (the store opens DuckDB read-only and without file access) unless the
-operator flips "allow writes". Every query runs in a thread worker, so a long aggregate never
-freezes the console; an error is one line under the editor and the text stays as typed.
+Queries run read-only (on a private copy of the store, without file access) unless the operator
+flips "allow writes". Every query runs in a thread worker on its own connection
+(``ngb.sweeps.store_snapshot.QueryJob``), so a long aggregate freezes neither the console nor the
+live run's ingest; Escape or ctrl+c cancel it (``connection.interrupt()``), a time limit (the
+"limit s" box, remembered) stops it, and a new query first cancels the one in flight. An error
+is one line under the editor and the text stays as typed.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.settings import HISTORY_KEEP
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store_snapshot import QueryJob
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.sql_editor import SqlEditor
 from rich.text import Text
@@ -60,6 +66,8 @@ CANNED: dict[str, str] = {
     ),
 }
 DEFAULT_QUERY = CANNED["Throughput by compiler"]
+DEFAULT_TIMEOUT_S = 60  # a query's time limit unless the operator sets another (0: none)
+RUNNING = "running… (Escape/ctrl+c cancels)"
 
 
 def cell(value: Any, digits: int = 3) -> str:
@@ -99,12 +107,15 @@ def friendly_error(message: str) -> str:
 class SqlScreen(ConsoleScreen):
     AUTO_FOCUS = "#sql-editor"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+j", "run_query", "Run query", priority=True),
+        Binding("ctrl+j", "run_query", "Run", priority=True),
         Binding("ctrl+enter", "run_query", "Run query", show=False, priority=True),
         # priority: the editor and the path box would take ctrl+e (end of line) otherwise
         Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("ctrl+l", "clear", "Clear", priority=True),
-        Binding("escape", "leave_editor", "Leave editor", key_display="esc"),
+        Binding("ctrl+l", "clear", "Clear", priority=True, show=False),  # in help: 80 cols
+        # priority: the editor would copy on ctrl+c; only while a query runs (check_action). The
+        # status line says it while one runs, so the footer stays short enough for 80 columns.
+        Binding("ctrl+c", "cancel_query", "Cancel query", priority=True, show=False),
+        Binding("escape", "leave_editor", "Leave/cancel", key_display="esc"),
     ]
 
     def __init__(self, backend: Backend) -> None:
@@ -113,6 +124,7 @@ class SqlScreen(ConsoleScreen):
         self.last_query = ""
         self.last_columns: list[str] = []
         self.last_rows: list[tuple[Any, ...]] = []
+        self.job: QueryJob | None = None  # the query in flight
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -128,6 +140,10 @@ class SqlScreen(ConsoleScreen):
                     yield Button("Run", id="sql-run", variant="primary")
                     yield Label("allow writes", classes="switch-label")
                     yield Switch(value=False, id="sql-write")
+                    yield Label("limit s", classes="switch-label")
+                    yield Input(
+                        str(DEFAULT_TIMEOUT_S), type="integer", id="sql-timeout", max_length=5
+                    )
                 with Horizontal(classes="sql-bar"):
                     yield Select(
                         [("CSV", "csv"), ("Parquet", "parquet")],
@@ -145,6 +161,9 @@ class SqlScreen(ConsoleScreen):
         super().on_mount()
         self.history = [q for q in self.settings.get("sql_history", []) if isinstance(q, str)]
         self._show_history()
+        limit = self.settings.get("sql_timeout_s", DEFAULT_TIMEOUT_S)
+        if isinstance(limit, int) and limit >= 0:
+            self.query_one("#sql-timeout", Input).value = str(limit)
         self.query_one("#sql-editor", SqlEditor).focus()
 
     def on_screen_resume(self) -> None:
@@ -160,8 +179,32 @@ class SqlScreen(ConsoleScreen):
         self.app.call_from_thread(self.query_one("#sql-editor", SqlEditor).set_names, tables)
 
     def action_leave_editor(self) -> None:
-        """Move focus out of the editor so the number keys switch screens again."""
+        """Cancel the query in flight; otherwise leave the editor (number keys switch again)."""
+        if self.running:
+            self.action_cancel_query()
+            return
         self.query_one("#sql-results", DataGrid).focus()
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None and not self.job.done.is_set()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_query":
+            return self.running  # otherwise ctrl+c stays the editor's copy
+        return True
+
+    def action_cancel_query(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self._status("cancelling…")
+
+    def timeout_s(self) -> int:
+        """The time limit box (0 or empty: none); remembered for the next start."""
+        text = self.query_one("#sql-timeout", Input).value.strip()
+        limit = int(text) if text.isdigit() else 0
+        self.settings.set("sql_timeout_s", limit)
+        return limit
 
     def action_clear(self) -> None:
         """Empty the editor and the grid (history keeps the queries)."""
@@ -184,18 +227,47 @@ class SqlScreen(ConsoleScreen):
         if not sql:
             self._status("[yellow]type a query first[/]")
             return
-        self._status("running...")
-        self.run_query(sql, self.query_one("#sql-write", Switch).value)
-
-    @work(thread=True, group="query", exclusive=True, exit_on_error=False)
-    def run_query(self, sql: str, allow_write: bool) -> None:
-        backend = self.backend
+        if self.job is not None:
+            self.job.cancel()  # the new query does not wait behind the old one
         try:
-            result = backend.query_sync(sql, allow_write=allow_write)
+            job = self.backend.query_job(
+                sql, allow_write=self.query_one("#sql-write", Switch).value,
+                timeout_s=self.timeout_s(),
+            )  # fmt: skip
         except NgbError as exc:
-            self.app.call_from_thread(self._show_error, str(exc))
+            self._show_error(str(exc))
             return
-        self.app.call_from_thread(self._show_result, sql, result.columns, result.rows)
+        self.job = job
+        self._status(RUNNING)
+        self.run_query(job)
+
+    @work(thread=True, group="query", exit_on_error=False)
+    def run_query(self, job: QueryJob) -> None:
+        try:
+            result = self.backend.run_query_sync(job)
+        except NgbError as exc:
+            self.app.call_from_thread(self._query_failed, job, str(exc))
+            return
+        self.app.call_from_thread(self._query_done, job, result.columns, result.rows)
+
+    def _query_failed(self, job: QueryJob, message: str) -> None:
+        if not self._finished(job):
+            return
+        if job.cancelled:
+            self._status(Text(message, style="yellow"))
+        else:
+            self._show_error(message)
+
+    def _query_done(self, job: QueryJob, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+        if self._finished(job):
+            self._show_result(job.sql, columns, rows)
+
+    def _finished(self, job: QueryJob) -> bool:
+        """Forget ``job``; False when a newer query replaced it (its end is old news)."""
+        if self.job is not job:
+            return False
+        self.job = None
+        return True
 
     def _show_error(self, message: str) -> None:
         """One red line; the old grid goes, so no stale rows sit under a failed query."""
@@ -266,7 +338,9 @@ class SqlScreen(ConsoleScreen):
         path = self.query_one("#sql-path", Input).value.strip()
         sql = self.last_query or self.query_one("#sql-editor", SqlEditor).text.strip()
         if not path:
-            path = f"ngb-export.{fmt}"
+            self._status(Text("give an export path first (the box left of Export)", style="red"))
+            self.query_one("#sql-path", Input).focus()
+            return
         self._status(f"exporting to {path}...")
         self.export(Path(path), fmt, sql or "trials")
 

@@ -5,8 +5,9 @@ Every sample comes from the device's own agent (``cpu`` events), not from the wo
 meters show the load where the benchmark runs. Each line says what it measures: ``sys`` is the
 whole machine (0..100 %), ``ngb`` the benchmark process (100 % = one busy core, so 180 % on a
 multi-core device is normal). Between trials the agent sends nothing, and the meters say ``idle``
-instead of freezing on the last sample. Plain text (not a widget tree) because the Run screen draws
-one per device, up to hundreds at ten frames a second.
+instead of freezing on the last sample; in a trial's build, compile and warm-up (the device
+samples only while it measures) they name the phase over an empty bar. Plain text (not a widget
+tree) because the Run screen draws one per device, up to hundreds, several times a second.
 """
 
 from __future__ import annotations
@@ -44,10 +45,16 @@ def cpu_line(
     width: int,
     proc: float | None = None,
     idle: bool = False,
+    phase: str = "",
 ) -> str:
-    """``CPU sys [####      ]  42%  ngb  85%  ▁▂▅▇`` (the sparkline is the system history)."""
+    """``CPU sys [####      ]  42%  ngb  85%  ▁▂▅▇`` (the sparkline is the system history).
+
+    ``phase``: no sample for this part of the trial; the line says which part it is.
+    """
     if idle:
         text = f"CPU sys {bar(None)[:-5]} idle"
+    elif phase:
+        text = f"CPU sys {bar(None)[:-5]} -- {phase}"
     else:
         own = f"  ngb {proc:4.0f}%" if proc is not None else ""
         text = f"CPU sys {bar(percent)}{own}"

@@ -63,7 +63,11 @@ def current_line(state: DeviceState) -> str:
 
 def meter_lines(state: DeviceState, width: int, cores: bool = False) -> list[str]:
     """CPU always; memory, GPU and per-core bars when there is something to show."""
-    lines = [cpu_line(state.cpu, state.cpu_history, width, state.proc_cpu, state.idle)]
+    lines = [
+        cpu_line(
+            state.cpu, state.cpu_history, width, state.proc_cpu, state.idle, state.unsampled_phase
+        )
+    ]
     if state.mem_percent is not None:
         lines.append(mem_line(state.mem_percent, state.mem_used_mb, state.mem_total_mb))
     if state.has_gpu:
@@ -74,15 +78,24 @@ def meter_lines(state: DeviceState, width: int, cores: bool = False) -> list[str
 
 
 def eta_text(state: DeviceState, now: float) -> str:
-    """Remaining time from this run's own pace (skipped trials do not count as speed)."""
+    """Remaining time from the durations of this run's trials measured on this device.
+
+    ``ETA ?`` until one trial has been timed from its start to its end (a guess from elapsed time
+    over a count that includes trials done before a re-attach said 0:00:01 at 8/20). The trial in
+    flight counts with what is left of an average one.
+    """
     if state.finished or not state.total:
         return ""
-    ran = state.done - state.skipped
     remaining = state.total - state.done
-    elapsed = now - state.started_at
-    if ran <= 0 or elapsed <= 0 or remaining <= 0:
-        return "ETA --:--:--"
-    secs = int(elapsed / ran * remaining)
+    if remaining <= 0:
+        return ""
+    if not state.trial_seconds:
+        return "ETA ?"
+    mean = sum(state.trial_seconds) / len(state.trial_seconds)
+    secs = mean * remaining
+    if state.trial_seen_at is not None and state.current:
+        secs -= min(mean, max(0.0, now - state.trial_seen_at))
+    secs = int(max(0.0, secs))
     return f"ETA {secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
 
 

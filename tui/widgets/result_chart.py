@@ -5,85 +5,161 @@ Batches and depths are drawn at evenly spaced positions labelled with their valu
 grow geometrically (1, 8, 32 ...), and even spacing keeps every point readable on a terminal. A
 single batch would be one dot per compiler, so it is drawn as bars named by compiler instead.
 The y axis goes logarithmic when the operator asks (``l`` on the Results screen).
+
+Readable by everyone: each series has its own colour from the Okabe-Ito palette (told apart with
+the common colour-vision deficiencies; plotext's defaults gave two near-identical reds) and its
+own point marker, so shapes tell them apart in monochrome too. The legend sits under the plot,
+never over the data (plotext puts it inside the plot area, where it hid points). Both axes are
+fixed to the data with its whiskers plus a margin, so no line or error bar runs past the frame.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
+
 from ngb.tui.results_data import Chart
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
+#: Okabe & Ito (2008): orange, sky blue, bluish green, vermillion, blue, reddish purple, yellow
+PALETTE: tuple[tuple[int, int, int], ...] = (
+    (230, 159, 0),
+    (86, 180, 233),
+    (0, 158, 115),
+    (213, 94, 0),
+    (0, 114, 178),
+    (204, 121, 167),
+    (240, 228, 66),
+)
+MARKERS = ("●", "■", "▲", "◆", "✚", "✖", "★")
 
-class ResultChart(PlotextPlot):
+
+#: a compiler keeps its colour and marker on every chart and every start (eager first)
+KNOWN = ("identity", "onnxruntime", "openvino", "torchscript", "inductor", "tvm", "tensorrt")
+
+
+def style_of(name: str) -> tuple[tuple[int, int, int], str]:
+    """The colour and marker of series ``name``: fixed for the known compilers, else by a hash
+    of the name (stable across runs, unlike Python's ``hash``)."""
+    index = KNOWN.index(name) if name in KNOWN else zlib.crc32(name.encode())
+    return PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)]
+
+
+def legend(names: list[str]) -> Text:
+    """``● eager  ■ onnxruntime ...`` in the series' colours (wraps on a narrow terminal)."""
+    text = Text()
+    for i, name in enumerate(names):
+        (r, g, b), marker = style_of(name)
+        if i:
+            text.append("  ")
+        text.append(f"{marker} {name}", style=f"rgb({r},{g},{b})")
+    return text
+
+
+def y_range(chart: Chart) -> tuple[float, float] | None:
+    """Low and high of every point and whisker (with the reference line), None without data."""
+    values: list[float] = []
+    for name, ys in chart.series.items():
+        errs = chart.errors.get(name) or [None] * len(ys)
+        for y, e in zip(ys, errs, strict=False):
+            if y is None or not math.isfinite(y):
+                continue
+            half = e if e is not None and math.isfinite(e) else 0.0
+            values += [y - half, y + half]
+    if chart.reference is not None:
+        values.append(chart.reference)
+    if not values:
+        return None
+    return min(values), max(values)
+
+
+class ResultChart(Vertical):
     DEFAULT_CSS = """
     ResultChart { height: 1fr; min-height: 10; }
+    ResultChart > PlotextPlot { height: 1fr; }
+    ResultChart > .chart-legend { height: auto; max-height: 2; padding: 0 1; }
     """
 
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot()
+        yield Static("", classes="chart-legend")
+
+    @property
+    def plt(self):  # type: ignore[no-untyped-def]  # plotext's module-like figure
+        return self.query_one(PlotextPlot).plt
+
     def draw(self, chart: Chart) -> None:
-        plt = self.plt
+        plot = self.query_one(PlotextPlot)
+        plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
+        names = [n for n, ys in chart.series.items() if any(y is not None for y in ys)]
+        self.query_one(".chart-legend", Static).update(legend(names) if not chart.note else "")
         if chart.note:
             plt.title(f"{chart.title}: {chart.note}")
-            self.refresh()
+            plot.refresh()
             return
         plt.title(chart.title if not chart.subtitle else f"{chart.title} | {chart.subtitle}")
         if chart.log_y:
             plt.yscale("log")
         if len(chart.xticks) == 1:
-            self._bars(chart)
+            self._bars(chart, names)
         else:
-            self._lines(chart)
+            self._lines(chart, names)
         if chart.reference is not None:
             plt.hline(chart.reference, "gray")
-            if not chart.log_y:
-                self._no_negative_axis(chart)
+        self._fit_y(chart)
         plt.ylabel(chart.ylabel + (" (log)" if chart.log_y else ""))
-        self.refresh()
+        plot.refresh()
 
-    def _no_negative_axis(self, chart: Chart) -> None:
-        """A ratio (speed-up, BSR) is never negative: a wide interval's bar stops at 0 rather
-        than pulling the axis below it."""
-        tops = [
-            y + (h or 0.0)
-            for name, ys in chart.series.items()
-            for y, h in zip(ys, chart.errors.get(name) or [None] * len(ys), strict=False)
-            if y is not None
-        ]
-        lows = [
-            y - (h or 0.0)
-            for name, ys in chart.series.items()
-            for y, h in zip(ys, chart.errors.get(name) or [None] * len(ys), strict=False)
-            if y is not None
-        ]
-        if tops and min(lows) < 0:
-            self.plt.ylim(0, max(max(tops), (chart.reference or 0.0) * 1.05))
+    def _fit_y(self, chart: Chart) -> None:
+        """The y axis holds every whisker with a margin, and no axis goes below 0 for them."""
+        span = y_range(chart)
+        if span is None:
+            return
+        low, high = span
+        if chart.log_y:
+            return  # plotext ranges a log axis itself (its limits are not in data units)
+        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+        # throughputs, speed-ups, RTR, ASE and BSR are never negative: no axis below 0, even
+        # where a wide interval's whisker would reach there
+        floor = max(low - pad, 0.0)
+        self.plt.ylim(floor, high + pad)
 
-    def _lines(self, chart: Chart) -> None:
+    def _lines(self, chart: Chart, names: list[str]) -> None:
         plt = self.plt
         positions = [float(i) for i in range(1, len(chart.xticks) + 1)]
-        for name, ys in chart.series.items():
+        for name in names:
+            ys = chart.series[name]
+            color, marker = style_of(name)
             errs = chart.errors.get(name) or [None] * len(ys)
             points = [
                 (x, y, e) for x, y, e in zip(positions, ys, errs, strict=False) if y is not None
             ]
-            if not points:
-                continue
             xs, vals, halves = (list(t) for t in zip(*points, strict=True))
-            marker = "braille" if len(points) > 1 else "hd"
-            plt.plot(xs, vals, label=name, marker=marker)
+            # whiskers, then the line, then the markers: each drawn over the one before
             if any(h is not None for h in halves):
-                plt.error(xs, vals, yerr=[h or 0.0 for h in halves])
+                plt.error(xs, vals, yerr=[h or 0.0 for h in halves], color=color)
+            if len(points) > 1:
+                plt.plot(xs, vals, marker="braille", color=color)
+            plt.scatter(xs, vals, marker=marker, color=color)
+        plt.xlim(0.5, len(positions) + 0.5)  # whiskers at the ends stay inside the frame
         plt.xticks(positions, [str(x) for x in chart.xticks])
         plt.xlabel(chart.xlabel)
 
-    def _bars(self, chart: Chart) -> None:
+    def _bars(self, chart: Chart, names: list[str]) -> None:
         plt = self.plt
-        named = [(n, ys[0]) for n, ys in chart.series.items() if ys and ys[0] is not None]
+        named = [(n, chart.series[n][0]) for n in names if chart.series[n][0] is not None]
         if not named:
             return
-        names, vals = [n for n, _ in named], [v for _, v in named]
-        plt.bar(names, vals)
-        halves = [(chart.errors.get(n) or [None])[0] for n in names]
+        labels, vals = [n for n, _ in named], [v for _, v in named]
+        colors = [style_of(n)[0] for n in labels]
+        plt.bar(labels, vals, color=colors)
+        halves = [(chart.errors.get(n) or [None])[0] for n in labels]
         if any(h is not None for h in halves):
-            plt.error(list(range(1, len(names) + 1)), vals, yerr=[h or 0.0 for h in halves])
+            plt.error(list(range(1, len(labels) + 1)), vals, yerr=[h or 0.0 for h in halves])
         plt.xlabel(f"compiler ({chart.xlabel} {chart.xticks[0]})")

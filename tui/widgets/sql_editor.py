@@ -1,10 +1,15 @@
-"""The SQL editor: Textual's TextArea with SQL highlighting and Tab completion of the database's
+"""The SQL editor: Textual's TextArea with SQL highlighting and completion of the database's
 table and column names (and SQL keywords).
 
-Tab completes the word before the cursor: one candidate is inserted, several are narrowed to their
-common prefix and listed (``CompletionShown``, the SQL screen shows them on its status line); with
-nothing to complete Tab inserts spaces. Highlighting needs the ``tree-sitter-sql`` grammar (a
-workstation dependency); without it the editor still works, uncoloured.
+ctrl+space completes the word before the cursor: one candidate is inserted, several are narrowed
+to their common prefix and listed (``CompletionShown``, the SQL screen shows them on its status
+line). Tab is left alone so it moves focus out of the editor like everywhere else (a key that
+traps focus is a dead end for keyboard users). Highlighting needs the ``tree-sitter-sql`` grammar
+(a workstation dependency); without it the editor still works, uncoloured.
+
+``typed`` says whether the operator has worked in the editor since it last got focus (a key that
+reached it, or a click): until then the app's number keys switch screens (``4`` then ``5`` goes
+from SQL to Runs), after it they type digits.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -41,6 +47,11 @@ def complete(prefix: str, names: Iterable[str]) -> list[str]:
 
 
 class SqlEditor(TextArea):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # ctrl+space arrives as NUL, which Textual names ctrl+@
+        Binding("ctrl+space,ctrl+@", "complete", "Complete", key_display="^space"),
+    ]
+
     class CompletionShown(Message):
         def __init__(self, candidates: list[str]) -> None:
             super().__init__()
@@ -50,6 +61,7 @@ class SqlEditor(TextArea):
         language = "sql" if self._sql_available() else None
         super().__init__(text, language=language, show_line_numbers=True, soft_wrap=False, **kwargs)
         self.names: list[str] = []  # tables and columns of the database, set by the SQL screen
+        self.typed = False
 
     @staticmethod
     def _sql_available() -> bool:
@@ -69,20 +81,34 @@ class SqlEditor(TextArea):
         match = _WORD.search(line)
         return match.group(0) if match else ""
 
+    def _on_focus(self, event: events.Focus) -> None:
+        self.typed = False
+        super()._on_focus(event)
+
+    async def _on_mouse_down(self, event: events.MouseDown) -> None:
+        self.typed = True  # a click into the text means editing
+        await super()._on_mouse_down(event)
+
+    def check_consume_key(self, key: str, character: str | None = None) -> bool:
+        """Digits are the app's screen keys until the operator types here (see module doc)."""
+        if not self.typed and character is not None and character.isdigit():
+            return False
+        return super().check_consume_key(key, character)
+
     async def _on_key(self, event: events.Key) -> None:
-        if event.key == "tab" and not self.read_only:
-            event.prevent_default()
-            event.stop()
-            self.complete_word()
-            return
+        if event.key not in ("tab", "shift+tab", "escape"):
+            self.typed = True
         await super()._on_key(event)
+
+    def action_complete(self) -> None:
+        self.typed = True
+        self.complete_word()
 
     def complete_word(self) -> list[str]:
         """Complete the word before the cursor; returns the candidates it chose from."""
         prefix = self.word_before_cursor()
         candidates = complete(prefix, [*self.names, *KEYWORDS]) if prefix else []
         if not candidates:
-            self.insert("    ")
             return []
         common = os.path.commonprefix([c.casefold() for c in candidates])
         chosen = candidates[0] if len(candidates) == 1 else candidates[0][: len(common)]

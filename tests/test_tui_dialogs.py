@@ -1,0 +1,80 @@
+"""Dialogs and keys that must not surprise (issue 20, points 6 and 7): confirm dialogs focus the
+safe answer, Escape on an edited device form asks before throwing the edits away, the Runs keys act
+wherever the focus is, the 80-column Results table keeps its key columns, and the charts give each
+compiler its own colour and marker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ngb.sweeps.store import Store
+from ngb.tui.narrow_table import narrow
+from ngb.tui.results_data import TABLE_COLUMNS, Chart
+from ngb.tui.screens.confirm import ConfirmScreen
+from ngb.tui.screens.device_form import DeviceFormScreen
+from ngb.tui.widgets.result_chart import legend, style_of, y_range
+from textual.widgets import DataTable, Input
+
+from tests.test_tui_support import make_app, wait_for
+
+
+async def test_escape_asks_before_discarding_edits_and_enter_keeps_them(tmp_path: Path) -> None:
+    app = make_app(tmp_path, screen="devices")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one("#devices-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1)
+        await pilot.press("a")
+        assert isinstance(app.screen, DeviceFormScreen)
+        await pilot.press("escape")  # nothing typed: closes at once
+        assert not isinstance(app.screen, DeviceFormScreen)
+        await pilot.press("a")
+        form = app.screen
+        await pilot.press(*"edge-7")
+        await pilot.press("escape")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.focused is not None and app.focused.id == "no"  # the safe answer
+        await pilot.press("enter")  # a reflexive Enter keeps the edits
+        assert app.screen is form and form.query_one("#field-name", Input).value == "edge-7"
+        await pilot.press("escape", "y")
+        assert not isinstance(app.screen, DeviceFormScreen | ConfirmScreen)
+        assert table.row_count == 1  # nothing saved
+
+
+async def test_runs_keys_work_without_the_table_focused(tmp_path: Path) -> None:
+    app = make_app(tmp_path, screen="runs")
+    app.attach_on_start = False
+    assert app.backend.db_path is not None
+    store = Store(app.backend.db_path)
+    store.create_run("r1", "demo", "", ["localhost"], 4, {})
+    store.set_run_status("r1", "running")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one("#runs-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1)
+        app.set_focus(None)
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.focused is not None and app.focused.id == "no"
+        await pilot.press("n")
+
+
+def test_the_narrow_table_keeps_the_key_columns() -> None:
+    row = ("conv w16", "onnxruntime", "8", "2", "3", "7800.0 ±193.8", "1.950 ±0.069",
+           "5.200", "0.650", "1.170", "unstable")  # fmt: skip
+    numeric = set(range(2, 10))
+    columns, rows, right = narrow(TABLE_COLUMNS, [row], numeric)
+    assert columns == ["comp", "b×d", "tput ±95%", "speed-up", "RTR", "ASE", "BSR", "flags"]
+    assert rows == [["ORT", "8×2", "7800.0 ±193.8", "1.950 ±0.069", "5.200", "0.650", "1.170",
+                     "unst"]]  # fmt: skip
+    assert right == {1, 2, 3, 4, 5, 6}
+
+
+def test_chart_styles_are_distinct_stable_and_the_axis_holds_the_whiskers() -> None:
+    names = ["identity", "onnxruntime", "openvino", "torchscript", "inductor", "tvm", "tensorrt"]
+    styles = [style_of(n) for n in names]
+    assert len({c for c, _ in styles}) == len(names) and len({m for _, m in styles}) == len(names)
+    assert style_of("my-compiler") == style_of("my-compiler")  # stable, not Python's hash
+    text = legend(["identity", "openvino"])
+    assert text.plain == "● identity  ▲ openvino"
+    chart = Chart(title="t", series={"a": [1.0, 2.0, None]}, errors={"a": [0.5, 3.0, None]},
+                  reference=1.0)  # fmt: skip
+    assert y_range(chart) == (-1.0, 5.0)
