@@ -305,6 +305,7 @@ def _reference_name(spec: Any) -> str:
 
 
 def _print_summary(spec: Any, result: Any) -> None:
+    from ngb.sweeps.numbers import format_with_interval
     from rich.console import Console
     from rich.table import Table
 
@@ -315,7 +316,7 @@ def _print_summary(spec: Any, result: Any) -> None:
     table.add_column("throughput (samples/s)", justify="right")
     table.add_column("latency (ms/call)", justify="right")
     for stat in ("mean", "std", "median", "p90", "p99", "min", "max"):
-        table.add_row(stat, _fmt(getattr(t, stat), ".5g"), _fmt(getattr(lat, stat), ".4g"))
+        table.add_row(stat, _fmt(getattr(t, stat), ".4g"), _fmt(getattr(lat, stat), ".4g"))
     table.add_row("CoV", _fmt(t.cov, ".2%"), _fmt(lat.cov, ".2%"))
     table.add_row("n", str(t.n), str(lat.n))
     console.print(table)
@@ -325,7 +326,13 @@ def _print_summary(spec: Any, result: Any) -> None:
             f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls) "
             f"in {result.workers} process(es)",
         ),
-        ("throughput 95% CI", f"± {_fmt(result.ci_half_width, '.4g')}"),
+        # the one number to quote, rounded to what its interval supports (ngb.sweeps.numbers,
+        # as every report and the console print it)
+        (
+            "throughput",
+            f"{format_with_interval(t.mean, result.ci_half_width)} samples/s "
+            f"(95 % interval over {result.workers} process(es))",
+        ),
         ("verdict", f"{result.verdict}: {result.verdict_reason}"),
         ("disturbed", "YES" if result.disturbed else "no"),
         ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
