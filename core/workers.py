@@ -193,6 +193,20 @@ def run_worker(
     return Outcome(part, message.get("result") or {})
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the trial process dies (an OOM kill, kill -9):
+    an orphaned worker would go on loading the machine and hold the agent's pipe open."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the call: nobody will read our result
+            os._exit(1)
+
+
 def _signal_name(num: int) -> str:
     try:
         return f"{signal.Signals(num).name} ({num})"
@@ -205,6 +219,7 @@ def _worker_main(
     workdir: str, cache_dir: Path | None,
 ) -> None:  # fmt: skip
     """The forked worker: time one share, send everything back, exit."""
+    _die_with_parent()
     # Compiler chatter on fd 1 must not land in the parent's stdout (ngb measure --json prints
     # one JSON object there): send it to stderr.
     with contextlib.suppress(OSError):

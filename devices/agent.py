@@ -204,7 +204,7 @@ def run_subprocess(
 
     deadline = time.monotonic() + spec.measure.timeout_s
     payload: dict[str, Any] | None = None
-    timed_out = False
+    timed_out = ended = False
     while True:
         if cancel.is_set():
             _kill_group(proc)
@@ -217,6 +217,11 @@ def run_subprocess(
         try:
             raw = lines.get(timeout=_POLL_S)
         except queue.Empty:
+            if proc.poll() is not None and not ended:
+                # The trial process is gone (killed from outside: the OOM killer) but a worker
+                # it forked may live on and hold our pipe open: end its group, so EOF comes.
+                ended = True
+                _kill_group(proc)
             continue
         if raw is None:
             break

@@ -86,3 +86,43 @@ def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
     result = TrialResult.from_dict(final[0]["result"])
     assert result.ok, result.error
     assert result.workers == 2 and [r["worker"] for r in result.repetitions] == [0, 0, 1, 1]
+
+
+def _trial_forever(spec_data: dict) -> None:
+    run_trial(TrialSpec.from_dict(spec_data))
+
+
+def test_a_worker_dies_with_its_trial_process() -> None:
+    """kill -9 of the trial process (the OOM killer) takes its worker along: an orphan would go
+    on loading the machine and hold the agent's pipe open."""
+    import contextlib
+    import multiprocessing
+    import time
+
+    import psutil
+
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"compile_s": 60},
+        measure=MeasureSettings(**QUICK, repetitions=2),
+    )  # fmt: skip
+    trial = multiprocessing.get_context("fork").Process(
+        target=_trial_forever, args=(spec.to_dict(),)
+    )
+    trial.start()
+    workers: list[psutil.Process] = []
+    try:
+        end = time.monotonic() + 30
+        while not workers and time.monotonic() < end:
+            workers = psutil.Process(trial.pid).children()
+            time.sleep(0.05)
+        assert workers, "the trial forked no worker"
+        trial.kill()
+        trial.join()
+        gone, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, f"worker outlived its trial: {alive}"
+    finally:
+        if trial.is_alive():
+            trial.kill()
+        for worker in workers:  # a regression must fail here, not leave a 60 s orphan behind
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
