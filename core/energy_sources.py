@@ -278,7 +278,7 @@ def _hwmon_rails(root: Path) -> dict[str, Callable[[], float]]:
             volts, amps = folder / f"in{channel}_input", folder / f"curr{channel}_input"
             if volts.exists() and amps.exists():
                 label = label_file.read_text().strip()
-                out[label] = lambda v=volts, a=amps: int(v.read_text()) * int(a.read_text()) / 1e6
+                out[label] = _channel_watts(volts, amps)
     return out
 
 
@@ -291,8 +291,16 @@ def _i2c_rails(root: Path) -> dict[str, Callable[[], float]]:
         channel = power.name[len("in_power") : -len("_input")]
         label_file = power.parent / f"rail_name_{channel}"
         label = label_file.read_text().strip() if label_file.exists() else f"rail{channel}"
-        out[label] = lambda p=power: int(p.read_text()) / 1000.0
+        out[label] = _milliwatts(power)
     return out
+
+
+def _channel_watts(volts: Path, amps: Path) -> Callable[[], float]:
+    return lambda: int(volts.read_text()) * int(amps.read_text()) / 1e6  # mV x mA
+
+
+def _milliwatts(path: Path) -> Callable[[], float]:
+    return lambda: int(path.read_text()) / 1000.0
 
 
 class JetsonRails:

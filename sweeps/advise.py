@@ -87,21 +87,26 @@ class Advice:
 
 def _memory(row: dict[str, Any]) -> float | None:
     value = row.get("gpu_mem_mb") if row.get("target") == "cuda" else row.get("peak_rss_mb")
-    return float(value) if finite(value) else None
+    return _number(value)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number as a float, else None (unrecorded, NaN)."""
+    return float(value) if value is not None and finite(value) else None
 
 
 def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
     row = c.row
     err = 0.0 if row["compiler"] == baseline else row.get("max_abs_err")
     checks = [
-        ("p99", row.get("latency_p99_ms"), limits.p99_ms, "ms"),
-        ("max abs err", err, limits.max_err, ""),
+        ("p99", _number(row.get("latency_p99_ms")), limits.p99_ms, "ms"),
+        ("max abs err", _number(err), limits.max_err, ""),
         ("memory", _memory(row), limits.max_mem_mb, " MB"),
     ]
     for name, value, limit, unit in checks:
         if limit is None:
             continue
-        if not finite(value):
+        if value is None:
             c.misses.append(f"{name} not recorded")
             c.excess += 1.0
         elif value > limit:

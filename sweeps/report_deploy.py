@@ -48,15 +48,14 @@ def cost_cell(data: ReportData, row: dict[str, Any]) -> Cell:
 
 def energy_cell(row: dict[str, Any], scale: float = 1000.0) -> Cell:
     """Energy per sample in mJ ± its interval over processes (None without a meter)."""
-    value = row.get("energy_j_per_sample")
-    if not finite(value):
+    value = _scaled(row.get("energy_j_per_sample"), scale)
+    if value is None:
         return Cell(None)
-    half = row.get("energy_j_per_sample_ci_half")
-    return Cell(value * scale, half * scale if finite(half) else None)
+    return Cell(value, _scaled(row.get("energy_j_per_sample_ci_half"), scale))
 
 
 def _scaled(value: Any, scale: float = 1.0) -> float | None:
-    return value * scale if finite(value) else None
+    return float(value) * scale if value is not None and finite(value) else None
 
 
 def energy(data: ReportData) -> Report:
@@ -102,8 +101,8 @@ def energy(data: ReportData) -> Report:
 
 def one_time_s(row: dict[str, Any]) -> float | None:
     """Export + compile (tuning included) seconds; None when neither was recorded."""
-    parts = [row.get("export_s"), row.get("compile_s")]
-    known = [p for p in parts if finite(p)]
+    parts = [_scaled(row.get("export_s")), _scaled(row.get("compile_s"))]
+    known = [p for p in parts if p is not None]
     return math.fsum(known) if known else None
 
 
