@@ -364,3 +364,15 @@ def test_key_unchanged_by_the_energy_setting_at_its_default() -> None:
     assert TrialSpec.from_dict(data).key == spec.key
     with pytest.raises(Exception, match="energy_idle_s"):
         MeasureSettings(energy_idle_s=-1)
+
+
+def test_ngb_measure_prints_the_energy_line() -> None:
+    from click.testing import CliRunner
+    from ngb.sweeps.cli import cli
+
+    argv = ["measure", "resnet18", "-c", "noop", "--repetitions", "3", "--workers", "1",
+            "--min-duration", "0.02"]  # fmt: skip
+    out = CliRunner().invoke(cli, argv)
+    assert out.exit_code == 0, out.output
+    line = " ".join(out.stdout.split())
+    assert "energy: no power meter: " in line or "mJ/sample" in line
