@@ -67,7 +67,9 @@ class Candidate:
     def label(self) -> str:
         r = self.row
         opt = "" if (r["optimisation"] or "none") == "none" else f" {r['optimisation']}"
-        return f"{r['compiler']} {precision_of(r)} b{r['batch']}{opt}"
+        ran = precision_of(r)
+        precision = "" if ran == "?" else f" {ran}"  # "?": stored before precision was recorded
+        return f"{r['compiler']}{precision} b{r['batch']}{opt}"
 
     def value(self, objective: str) -> Cell:
         return {"throughput": self.throughput, "cost": self.cost, "energy": self.energy}[objective]

@@ -155,7 +155,13 @@ def finite(value: Any) -> bool:
 class ReportData:
     """Trials (newest per point) and their repetition samples for one report request."""
 
-    def __init__(self, store: Any, run_id: str | None = None, device: str | None = None):
+    def __init__(
+        self,
+        store: Any,
+        run_id: str | None = None,
+        device: str | None = None,
+        prices: dict[str, Any] | None = None,  # device -> Price; None: from the inventory
+    ):
         self.store = store
         self.run_id = run_id
         self.device = device
@@ -171,7 +177,7 @@ class ReportData:
         self._trials: list[dict[str, Any]] | None = None
         self._samples: dict[tuple[str, str, str], list[float]] | None = None
         self._baseline: str | None = None
-        self._prices: dict[str, Any] | None = None
+        self._prices: dict[str, Any] | None = prices
         self.baseline_note = ""  # set when the runs in scope name different baselines
 
     @property
