@@ -136,13 +136,13 @@ def energy(data: FigureData) -> FigureSpec:
         lines = []
         for compiler in _compilers(cell):
             mine = sorted((r for r in cell if r["compiler"] == compiler), key=lambda r: r["batch"])
-            halves = [r.get("energy_j_per_sample_ci_half") for r in mine]
+            halves = [_finite_or_none(r.get("energy_j_per_sample_ci_half")) for r in mine]
             lines.append(
                 Line(
                     compiler,
                     [r["batch"] for r in mine],
                     [r["energy_j_per_sample"] * 1000 for r in mine],
-                    [(h * 1000, h * 1000) if finite(h) else None for h in halves],
+                    [(h * 1000, h * 1000) if h is not None else None for h in halves],
                     [_invalid(r) for r in mine],
                     compiler,
                 )
@@ -150,6 +150,10 @@ def energy(data: FigureData) -> FigureSpec:
         title = _scope_title(f"{label} ({cell[0].get('family')})", rows, device, target)
         spec.panels.append(LinePanel(title, lines, "batch", "mJ/sample", logx=True, logy=True))
     return spec
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and finite(value) else None
 
 
 def _speedup_line(
