@@ -71,7 +71,18 @@ class RaplSource:
         self._open()
 
     def _open(self) -> None:
-        found = sorted(self.root.glob("intel-rapl:*")) if self.root.is_dir() else []
+        found: list[Path] = []
+        if self.root.is_dir():
+            # subdomains (dram) sit inside their package and, on most kernels, are linked at the
+            # top as well: take each real folder once
+            seen: set[Path] = set()
+            for folder in sorted(
+                [*self.root.glob("intel-rapl:*"), *self.root.glob("intel-rapl:*/intel-rapl:*")]
+            ):
+                real = folder.resolve()
+                if real not in seen:
+                    seen.add(real)
+                    found.append(folder)
         if not found:
             self.why_not = f"RAPL not present ({self.root}/intel-rapl:* missing)"
             return

@@ -119,7 +119,7 @@ def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
 def _tied(best: Candidate, other: Candidate, objective: str, data: ReportData) -> bool:
     if objective in ("throughput", "cost"):
         ratio = intervals.speedup(data.samples(best.row), data.samples(other.row))
-        return not ratio.excludes(1.0)
+        return ratio.known and not ratio.excludes(1.0)  # no repetitions stored: cannot tell
     b, o = best.energy, other.energy
     if b.value is None or o.value is None or b.std is None or o.std is None:
         return False

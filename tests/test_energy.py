@@ -56,6 +56,16 @@ def test_rapl_sums_package_and_dram_across_a_counter_wrap(tmp_path: Path) -> Non
     assert source.read() == pytest.approx(14.0)
 
 
+def test_rapl_dram_nested_in_its_package_and_linked_at_the_top(tmp_path: Path) -> None:
+    pkg = _domain(tmp_path, "intel-rapl:0", "package-0", 10, 1_000_000)
+    dram = _domain(pkg, "intel-rapl:0:1", "dram", 5, 1_000_000)
+    (tmp_path / "intel-rapl:0:1").symlink_to(dram)  # the kernel's link at the top: counted once
+    source = RaplSource(tmp_path)
+    assert sorted(d[0] for d in source.domains) == ["dram", "package-0"]
+    (dram / "energy_uj").write_text("500005\n")
+    assert source.read() == pytest.approx(0.5)
+
+
 def test_rapl_root_only_files_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _rapl_tree(tmp_path)
     real = Path.read_text

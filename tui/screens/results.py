@@ -82,6 +82,7 @@ class ResultsScreen(ConsoleScreen):
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
         self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
+        self._advice_signature: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -234,7 +235,14 @@ class ResultsScreen(ConsoleScreen):
             devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
             trials = backend.trials_sync(run_id=run_id, device=device)
             samples = backend.samples_sync(run_id, device)
-            advice = backend.advice_sync(run_id, device)
+            # advise bootstraps every comparison: only again when the run's results changed
+            signature = (run_id, device, len(trials))
+            advice = (
+                backend.advice_sync(run_id, device)
+                if signature != self._advice_signature
+                else self.advice
+            )
+            self._advice_signature = signature
         except NgbError as exc:
             self.app.call_from_thread(self._poll_failed, str(exc))
             return
