@@ -243,6 +243,30 @@ def advise(
     return [advise_one(data, m, d, limits) for m in models for d in devices]
 
 
+def cheapest(advices: list[Advice]) -> list[str]:
+    """Per model over several devices (objective cost): the device whose choice costs least, and
+    the devices within noise of it (their cost intervals overlap)."""
+    out = []
+    models = list(dict.fromkeys(a.model for a in advices))
+    for model in models:
+        priced = [
+            (a.choice.cost, a)
+            for a in advices
+            if a.model == model and a.choice is not None and a.choice.cost.value is not None
+        ]
+        if len(priced) < 2:
+            continue
+        priced.sort(key=lambda item: item[0].value or 0.0)
+        (best, first), rest = priced[0], priced[1:]
+        reach = (best.value or 0.0) + (best.std or 0.0)
+        close = [a.device for c, a in rest if (c.value or 0.0) - (c.std or 0.0) <= reach]
+        line = f"{model}: cheapest on {first.device} ({_fmt(best, 'per 1M')})"
+        if close:
+            line += f"; {', '.join([first.device, *close])} are within noise: pick any"
+        out.append(line)
+    return out
+
+
 def render(advices: list[Advice], limits: Constraints) -> str:
     given = [
         f"p99 <= {limits.p99_ms:g} ms" if limits.p99_ms is not None else "",
@@ -258,4 +282,6 @@ def render(advices: list[Advice], limits: Constraints) -> str:
         if a.settle:
             out.append("  to settle the tie, run this sweep:")
             out.extend("    " + line for line in a.settle.splitlines())
+    if limits.objective == "cost":
+        out.extend(cheapest(advices))
     return "\n".join(out) + "\n"

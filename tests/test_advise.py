@@ -107,6 +107,19 @@ def test_energy_and_cost_objectives(store: Store) -> None:
     assert "per 1M" in cost["convnext_tiny"].lines[0]
 
 
+def test_cost_over_a_group_names_the_cheapest_device(store: Store) -> None:
+    data = ReportData(store)
+    limits = advise.Constraints(objective="cost")
+    answers = advise.advise(data, MODELS, ["edge1", "edge2"], limits)
+    lines = advise.cheapest(answers)
+    # edge2 runs at half the speed for half the price (0.18 vs 0.36 per hour): the same cost
+    r18 = next(line for line in lines if line.startswith("resnet18:"))
+    assert "are within noise: pick any" in r18
+    text = advise.render(answers, limits)
+    assert text.splitlines()[0] == "objective: cost; constraints: none"
+    assert r18 in text
+
+
 def test_bad_constraints_are_one_line_errors() -> None:
     with pytest.raises(ConfigError, match="unknown objective 'speed'"):
         advise.Constraints(objective="speed")
