@@ -386,3 +386,41 @@ def test_ngb_measure_prints_the_energy_line() -> None:
     assert out.exit_code == 0, out.output
     line = " ".join(out.stdout.split())
     assert "energy: no power meter: " in line or "mJ/sample" in line
+
+
+class WallMeter:
+    """A counter that reads 10 W of wall-clock time (a stand-in for RAPL in a real trial)."""
+
+    name, why_not, note = "wall-10W", "", ""
+
+    def available(self) -> bool:
+        return True
+
+    def read(self) -> float:
+        import time
+
+        return 10.0 * time.perf_counter()
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_timing_hook_measures_every_repetition_of_every_worker(monkeypatch) -> None:
+    monkeypatch.setattr(energy, "find_source", lambda device: (WallMeter(), ""))
+    spec = TrialSpec(
+        model="noop-model", compiler="noop", compiler_options={"sleep_s": 0.002},
+        measure=MeasureSettings(
+            warmup_iters=1, warmup_s=0.0, min_iters=3, min_duration_s=0.02, repetitions=4,
+            workers=2, quiet_check_s=0.0, energy_idle_s=0.05,
+        ),
+    )  # fmt: skip
+    result = run_trial(spec)
+    assert result.ok and result.energy_source == "wall-10W"
+    readings = [t["energy"] for t in result.extra["telemetry"]]
+    assert [len(r["reps"]) for r in readings] == [2, 2]  # 4 repetitions over 2 processes
+    assert all(r["idle_w"] == pytest.approx(10.0, rel=0.05) for r in readings)
+    # 10 W over each loop: joules per sample = 10 / samples per second
+    assert result.energy_j_per_sample == pytest.approx(10.0 / result.throughput.mean, rel=0.2)
+    assert result.power_w_mean == pytest.approx(10.0, rel=0.05)
+    assert result.energy_above_idle_j_per_sample == pytest.approx(0.0, abs=1e-3)
+    assert result.energy_j_per_sample_ci is not None
