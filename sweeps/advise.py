@@ -29,6 +29,7 @@ from typing import Any
 
 from ngb.core import intervals
 from ngb.core.errors import ConfigError
+from ngb.core.types import PRECISIONS
 from ngb.sweeps.report_data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report_deploy import cost_cell, energy_cell
 from ngb.sweeps.report_paper import throughput_cell
@@ -127,20 +128,30 @@ def _tied(best: Candidate, other: Candidate, objective: str, data: ReportData) -
 
 
 def _settle(model: str, device: str, tied: list[Candidate]) -> str:
-    compilers = sorted({c.row["compiler"] for c in tied})
-    batches = sorted({int(c.row["batch"]) for c in tied})
-    precisions = sorted({str(c.row.get("precision") or "default") for c in tied})
-    quoted = ", ".join(f'"{p}"' for p in precisions if p in ("fp32", "tf32", "bf16", "fp16"))
+    """A sweep measuring the tied configurations again, to a tighter interval: one [[matrix]]
+    per compiler, precision and optimisation (a cartesian product would add untied ones)."""
+    target = str(tied[0].row.get("target") or "cpu")
     lines = [
         f'name = "settle-{model}"',
+        f'device = "{target}"',
         "[measure]\nci_target = 0.01\nworkers = 6\nmax_workers = 20\nmax_measure_s = 60.0",
-        "[[matrix]]",
-        f'models = ["{model}"]',
-        "compilers = [" + ", ".join(f'"{c}"' for c in compilers) + "]",
-        "batches = [" + ", ".join(str(b) for b in batches) + "]",
     ]
-    if quoted:
-        lines.append(f"precisions = [{quoted}]")
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for c in tied:
+        r = c.row
+        key = (str(r["compiler"]), precision_of(r), str(r["optimisation"] or "none"))
+        groups.setdefault(key, []).append(int(r["batch"]))
+    for (compiler, ran, opt), batches in groups.items():
+        lines += [
+            "[[matrix]]",
+            f'models = ["{model}"]',
+            f'compilers = ["{compiler}"]',
+            "batches = [" + ", ".join(str(b) for b in sorted(batches)) + "]",
+        ]
+        if opt != "none":
+            lines.append(f'optimisations = ["{opt}"]')
+        if ran in PRECISIONS and ran != "default":
+            lines.append(f'measure = {{ precision = "{ran}" }}')
     return "\n".join(lines) + f"\n# then: ngb run settle-{model}.toml -d {device}"
 
 
@@ -209,8 +220,10 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
         + (f", {_fmt(best.energy, 'mJ/sample')}" if best.energy.value is not None else "")
     )
     if advice.tied:
-        names = " and ".join([best.label, *(c.label for c in advice.tied)])
-        advice.lines.append(f"  {names} are within noise: pick either")
+        labels = [best.label, *(c.label for c in advice.tied)]
+        names = ", ".join(labels[:-1]) + " and " + labels[-1]
+        pick = "pick either" if len(labels) == 2 else "pick any"
+        advice.lines.append(f"  {names} are within noise: {pick}")
         advice.settle = _settle(model, device, [best, *advice.tied])
     ran = precision_of(best.row)
     if ran not in ("fp32", "?"):

@@ -13,6 +13,7 @@ from ngb.sweeps import advise
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report_data import ReportData
 from ngb.sweeps.reports import build_report
+from ngb.sweeps.spec import loads_sweep
 from ngb.sweeps.store import Store
 
 from tests import deploy_store
@@ -79,7 +80,11 @@ def test_open_constraints_call_the_tie_and_the_precision(store: Store) -> None:
     assert "openvino bf16 b8 and onnxruntime fp32 b8 are within noise: pick either" in text
     assert "changes precision: runs bf16, not fp32 (max abs err 0.005 against eager)" in text
     assert r18.settle is not None
-    assert 'compilers = ["onnxruntime", "openvino"]' in r18.settle and "batches = [8]" in r18.settle
+    # the sweep that would settle it parses and holds exactly the two tied configurations
+    settle = loads_sweep(r18.settle.split("\n# then:")[0])
+    asked = sorted((t.compiler, t.batch, t.measure.precision) for t in settle.trials())
+    assert asked == [("onnxruntime", 8, "fp32"), ("openvino", 8, "bf16")]
+    assert settle.trials()[0].measure.ci_target == 0.01
     conv = answers["convnext_tiny"]
     assert conv.choice is not None and conv.choice.label == "onnxruntime fp32 b8"
     assert not conv.tied and not any("changes precision" in line for line in conv.lines)
@@ -148,3 +153,49 @@ def test_cli_device_group_and_bad_input(store: Store) -> None:
         out = runner.invoke(cli, [*argv, *db])
         assert out.exit_code != 0 and message in out.output, out.output
         assert "Traceback" not in out.output and len(out.output.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the cpu-repro run (RESULTS.md)
+
+REPRO_MODELS = ["resnet18", "deit3_small_patch16_224", "convnext_tiny"]
+STRICT = advise.Constraints(max_err=1e-3)
+
+
+@pytest.fixture
+def repro(tmp_path: Path) -> Store:
+    return deploy_store.seed_cpu_repro(tmp_path / "repro.duckdb")
+
+
+@pytest.mark.parametrize("limits", [OPEN, STRICT], ids=["open", "max-err-1e-3"])
+def test_cpu_repro_answers_match_the_report(repro: Store, limits: advise.Constraints) -> None:
+    t = build_report("energy", repro).tables[0]
+    shown = {
+        (r[1], r[2], r[3]): dict(zip(t.columns, r, strict=True)) for r in t.rows
+    }  # (model, compiler, batch) -> row
+    data = ReportData(repro)
+    for answer in advise.advise(data, REPRO_MODELS, ["localhost"], limits):
+        ok = [
+            (row["samples/s"].value, key)
+            for key, row in shown.items()
+            if key[0] == answer.model
+            and (limits.max_err is None or row["precision"] == "fp32")  # bf16 errs 1e-2
+        ]
+        best = max(ok)[1]
+        assert answer.choice is not None
+        assert (answer.model, answer.choice.row["compiler"], answer.choice.row["batch"]) == best
+        assert answer.choice.throughput == shown[best]["samples/s"]
+
+
+def test_cpu_repro_ties_and_precision(repro: Store) -> None:
+    data = ReportData(repro)
+    open_ = {a.model: a for a in advise.advise(data, REPRO_MODELS, ["localhost"], OPEN)}
+    for answer in open_.values():  # OpenVINO's bf16 wins on every model, and says so
+        assert answer.choice is not None and answer.choice.label.startswith("openvino bf16")
+        assert any("changes precision: runs bf16, not fp32" in line for line in answer.lines)
+    assert [c.label for c in open_["resnet18"].tied] == ["openvino bf16 b1"]
+    deit = "\n".join(open_["deit3_small_patch16_224"].lines)
+    assert "identity fp32 b8" in deit and "are within noise: pick any" in deit
+    strict = {a.model: a for a in advise.advise(data, REPRO_MODELS, ["localhost"], STRICT)}
+    assert strict["resnet18"].choice.label == "onnxruntime fp32 b4" and not strict["resnet18"].tied
+    assert strict["convnext_tiny"].tied  # ONNX Runtime's batches overlap on this noisy VM
+    assert not any("changes precision" in line for a in strict.values() for line in a.lines)
