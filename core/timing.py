@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from ngb.core import events, interference, stopping
+from ngb.core import energy, events, interference, stopping
 from ngb.core.compilers.base import Compiled
 from ngb.core.cpu import CpuTick
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
@@ -82,12 +82,18 @@ def time_share(
 ) -> Part:
     """Warm up and time ``plan``'s share of repetitions; see the module docstring."""
     part = Part(worker=plan.worker)
-    started = time.perf_counter()
-    _warm_up(spec, compiled, sync, ctx_emit, part)
-    before = interference.quiet_check(spec.measure.quiet_check_s)
-    part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
-    part.warmup_s = time.perf_counter() - started
-    _timed(spec, compiled, plan, sync, ctx_emit, part)
+    meter = energy.measure_during(spec.device, spec.measure)  # counters: read between loops only
+    try:
+        meter.idle()
+        started = time.perf_counter()
+        _warm_up(spec, compiled, sync, ctx_emit, part)
+        before = interference.quiet_check(spec.measure.quiet_check_s)
+        part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
+        part.warmup_s = time.perf_counter() - started
+        _timed(spec, compiled, plan, sync, ctx_emit, part, meter)
+        part.telemetry["energy"] = meter.reading
+    finally:
+        meter.close()
     return part
 
 
@@ -131,6 +137,7 @@ def _timed(
     sync: Callable[[], None],
     ctx_emit: Callable[..., None],
     part: Part,
+    meter: energy.Meter,
 ) -> None:
     ctx_emit(events.PHASE, phase="measure")
     settings = spec.measure
@@ -138,8 +145,10 @@ def _timed(
     latencies: list[np.ndarray] = []
     start = time.perf_counter()
     while (reason := plan.stop_reason(throughputs, time.perf_counter() - start)) is None:
+        meter.begin()
         loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
         sync()
+        meter.mark(loop.iters * spec.batch)
         tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else math.nan
         throughputs.append(tput)
         part.repetitions.append(
@@ -251,3 +260,4 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
     peaks = [p.peak_rss_mb for p in parts if p.peak_rss_mb is not None]
     if peaks:
         result.peak_rss_mb = max(peaks)
+    energy.apply(result, [p.telemetry.get("energy") for p in parts], settings.confidence)

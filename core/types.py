@@ -87,6 +87,9 @@ class MeasureSettings:
     disturbed_retries: int = 0  # measure again (after disturbed_wait_s) when disturbed
     disturbed_wait_s: float = 10.0
     allocator: str = "system"  # glibc's defaults, as users deploy ("system"), or "retain"
+    # seconds of idle power measured before each worker's warm-up, where a power meter is
+    # readable (ngb.core.energy); 0 = no idle reading
+    energy_idle_s: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "min_iters", "disturbed_retries"):
@@ -114,7 +117,7 @@ class MeasureSettings:
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
-        for name in ("quiet_check_s", "disturbed_wait_s"):
+        for name in ("quiet_check_s", "disturbed_wait_s", "energy_idle_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("warmup_s", "min_duration_s", "gpu_warmup_min_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
@@ -216,7 +219,11 @@ class TrialSpec:
 
 
 #: MeasureSettings fields that joined after keys were first stored, and their defaults
-_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {"precision": "default", "allocator": "retain"}
+_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {
+    "precision": "default",
+    "allocator": "retain",
+    "energy_idle_s": 0.5,
+}
 
 
 def _from_mapping(cls: type, data: Mapping[str, Any], what: str, extra: dict | None = None) -> Any:
@@ -289,6 +296,15 @@ class TrialResult:
     #: or a mix such as "tf32-conv"); None when nothing was computed (noop) or it is unknown
     precision: str | None = None
     precision_flags: dict[str, Any] = field(default_factory=dict)  # the settings read back
+    # ngb.core.energy: measured on the device around the timed loops; None without a meter
+    energy_j_per_sample: float | None = None  # joules per sample (total, idle included)
+    energy_j_per_sample_ci: float | None = None  # half-width at MeasureSettings.confidence
+    energy_above_idle_j_per_sample: float | None = None
+    samples_per_j: float | None = None
+    power_w_mean: float | None = None  # during the timed loops
+    idle_power_w: float | None = None  # before the warm-up
+    energy_source: str | None = None  # rapl | nvml-energy | nvml-power | jetson-...
+    energy_note: str | None = None  # "no power meter: ..." or how the source measures
     params: int | None = None
     macs: int | None = None
     threads: dict[str, Any] = field(default_factory=dict)

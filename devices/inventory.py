@@ -23,6 +23,7 @@ temporary file and renames it, so a malformed or half-written inventory is never
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -66,6 +67,9 @@ class Device:
     tags: list[str] = field(default_factory=list)
     notes: str = ""
     transport: str = "ssh"
+    # what an hour of this device costs (any currency, the reports say "per hour's price");
+    # None: the device's groups may give one (ngb.devices.pricing)
+    price_per_hour: float | None = None
 
     @property
     def is_local(self) -> bool:
@@ -93,7 +97,7 @@ def _copy(value: Any) -> Any:
 
 
 DEVICE_KEYS = tuple(f.name for f in fields(Device) if f.name != "name")
-GROUP_KEYS = ("members", "children", "notes")
+GROUP_KEYS = ("members", "children", "notes", "price_per_hour")
 
 
 def builtin_localhost() -> Device:
@@ -121,9 +125,12 @@ class Group:
     members: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     notes: str = ""
+    price_per_hour: float | None = None  # for members without a price of their own
 
     def to_table(self) -> dict[str, Any]:
         table: dict[str, Any] = {}
+        if self.price_per_hour is not None:
+            table["price_per_hour"] = self.price_per_hour
         if self.members:
             table["members"] = list(self.members)
         if self.children:
@@ -195,6 +202,10 @@ class Inventory:
             for g in self.group_names()
             if g != ALL_GROUP and device in {d.name for d in self.group_members(g)}
         ]
+
+    def subgroups(self, group: str) -> list[str]:
+        """``group`` and every group nested below it (through ``children``)."""
+        return self._expand_groups(group)
 
     def _expand_groups(self, group: str) -> list[str]:
         seen: list[str] = []
@@ -308,6 +319,9 @@ class Inventory:
                 )
             if jump == dev.name:
                 raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
+        from ngb.devices.pricing import check_prices  # here: pricing reads an Inventory
+
+        check_prices(self, where)
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         doc: dict[str, Any] = {}
@@ -421,6 +435,7 @@ def check_device(dev: Device, where: str) -> None:
             raise ConfigError(f"{dwhere}{key} must be a non-empty string")
     if not isinstance(dev.notes, str):
         raise ConfigError(f"{dwhere}notes must be a string")
+    check_price(dev.price_per_hour, dwhere)
     for key in ("groups", "tags"):
         value = getattr(dev, key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -435,6 +450,16 @@ def check_device(dev: Device, where: str) -> None:
     for key in ("groups", "tags"):
         for value in getattr(dev, key):
             _refuse_control(value, f"{dwhere}{key}")
+
+
+def check_price(value: Any, where: str) -> None:
+    """A price per hour is a finite number >= 0 (or absent)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}price_per_hour must be a number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{where}price_per_hour must be >= 0, got {value!r}")
 
 
 def _refuse_control(value: str | None, where: str) -> None:
@@ -489,7 +514,11 @@ def inventory_from_dict(doc: Mapping[str, Any], *, path: Path | None = None) -> 
         for label, value in (("members", members), ("children", children)):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}group {name!r}: {label} must be a list of names")
-        groups.append(Group(name, list(members), list(children), str(table.get("notes", ""))))
+        price = table.get("price_per_hour")
+        check_price(price, f"{where}group {name!r}: ")
+        groups.append(
+            Group(name, list(members), list(children), str(table.get("notes", "")), price)
+        )
     inv = Inventory(devices, groups, path=path)
     inv.validate()
     return inv

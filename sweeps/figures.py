@@ -39,6 +39,7 @@ FIGURES: dict[str, tuple[Callable[[FigureData], FigureSpec], str]] = {
     "fig10-ase-heatmap": (series.ase_heatmap, "ASE heatmaps, model/width x batch (Fig. 10)"),
     "fig11-block-bsr": (series.block_bsr, "BSR of the blocks, width x batch (Fig. 11)"),
     "fig12-cpu": (series.cpu_usage, "CPU usage and its reduction vs eager (Fig. 12)"),
+    "fig13-energy": (series.energy, "Energy per sample vs batch, where a meter was read"),
 }
 
 

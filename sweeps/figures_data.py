@@ -196,7 +196,9 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]], heat: bool = F
     else:
         precision = "not recorded by this store (each compiler's default)"
     sources = {t.get("ci_source") for t in trials}
-    if sources == {"stored"}:
+    if sources == {"energy"}:  # fig13: the bars are the energy's, not the throughput's
+        bars = f"Error bars: {LEVEL:.0%} interval of the energy per sample over worker processes"
+    elif sources == {"stored"}:
         levels = {float((t.get("measure") or {}).get("confidence") or LEVEL) for t in trials}
         level = f"{levels.pop():.0%}" if len(levels) == 1 else "stored-level"
         bars = f"Error bars: stored {level} CI of the mean"

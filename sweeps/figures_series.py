@@ -115,6 +115,48 @@ def throughput(data: FigureData) -> FigureSpec:
     return spec
 
 
+def energy(data: FigureData) -> FigureSpec:
+    """Energy per sample (mJ, measured on the device, ± its interval over processes) vs batch."""
+    rows = [
+        {**r, "ci_source": "energy"}  # the caption then names the energy's interval
+        for r in _usable(data)
+        if finite(r.get("energy_j_per_sample"))
+    ]
+    spec = FigureSpec(
+        "fig13-energy",
+        "Fig. 13: energy per sample vs batch size",
+        "Energy per sample (mJ, idle included) measured on the device around the timed loops, "
+        "per model and compiler against batch size, log-log axes; bars: 95 % interval over "
+        "worker processes.",
+        trials=rows,
+    )
+    if not rows:
+        notes = sorted({str(r.get("energy_note")) for r in _usable(data) if r.get("energy_note")})
+        spec.notes.append("no energy measured" + (f" ({'; '.join(notes)})" if notes else ""))
+    for (device, label, target), cell in _by_model(rows):
+        lines = []
+        for compiler in _compilers(cell):
+            mine = sorted((r for r in cell if r["compiler"] == compiler), key=lambda r: r["batch"])
+            halves = [_finite_or_none(r.get("energy_j_per_sample_ci_half")) for r in mine]
+            lines.append(
+                Line(
+                    compiler,
+                    [r["batch"] for r in mine],
+                    [r["energy_j_per_sample"] * 1000 for r in mine],
+                    [(h * 1000, h * 1000) if h is not None else None for h in halves],
+                    [_invalid(r) for r in mine],
+                    compiler,
+                )
+            )
+        title = _scope_title(f"{label} ({cell[0].get('family')})", rows, device, target)
+        spec.panels.append(LinePanel(title, lines, "batch", "mJ/sample", logx=True, logy=True))
+    return spec
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and finite(value) else None
+
+
 def _speedup_line(
     data: FigureData, compiler: str, mine: dict[Any, dict], base: dict[Any, dict]
 ) -> Line | None:

@@ -51,6 +51,19 @@ _TRIAL_COLUMNS = (
     "verdict_reason",
     "disturbed",
     "precision",
+    # what deciding a deployment needs (sweeps/report_deploy.py, sweeps/advise.py)
+    "latency_p99_ms",
+    "max_abs_err",
+    "peak_rss_mb",
+    "gpu_mem_mb",
+    "energy_j_per_sample",
+    "energy_j_per_sample_ci_half",
+    "energy_above_idle_j_per_sample",
+    "samples_per_j",
+    "power_w_mean",
+    "idle_power_w",
+    "energy_source",
+    "energy_note",
 )
 
 
@@ -145,7 +158,13 @@ def finite(value: Any) -> bool:
 class ReportData:
     """Trials (newest per point) and their repetition samples for one report request."""
 
-    def __init__(self, store: Any, run_id: str | None = None, device: str | None = None):
+    def __init__(
+        self,
+        store: Any,
+        run_id: str | None = None,
+        device: str | None = None,
+        prices: dict[str, Any] | None = None,  # device -> Price; None: from the inventory
+    ):
         self.store = store
         self.run_id = run_id
         self.device = device
@@ -161,6 +180,7 @@ class ReportData:
         self._trials: list[dict[str, Any]] | None = None
         self._samples: dict[tuple[str, str, str], list[float]] | None = None
         self._baseline: str | None = None
+        self._prices: dict[str, Any] | None = prices
         self.baseline_note = ""  # set when the runs in scope name different baselines
 
     @property
@@ -188,6 +208,14 @@ class ReportData:
         if not found:
             return self.baseline
         return f"{self.baseline} (allocator: {' / '.join(found)})"
+
+    def prices(self) -> dict[str, Any]:
+        """Device -> ``ngb.devices.pricing.Price`` from the inventory (priced devices only)."""
+        if self._prices is None:
+            from ngb.devices.pricing import load_prices
+
+            self._prices = load_prices()
+        return self._prices
 
     def _find_baseline(self) -> str:
         import tomllib

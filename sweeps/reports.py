@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.sweeps import report_beyond, report_paper
+from ngb.sweeps import report_beyond, report_deploy, report_paper
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table
 from ngb.sweeps.report_render import FORMATS, render
 
@@ -43,6 +43,8 @@ REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
     "ase": (report_paper.ase, "ASE per model/width x batch for each compiler (heatmaps)"),
     "dlas": (report_beyond.dlas, "Achieved and % of expected speed-up per optimisation"),
     "reversals": (report_beyond.reversals, "Model pairs whose order flips under a compiler"),
+    "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
+    "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
 }
 
 

@@ -82,7 +82,18 @@ _TRIAL_COLUMNS_V3: tuple[tuple[str, str], ...] = (
     ("precision_asked", "VARCHAR"),  # MeasureSettings.precision: default | fp32 | tf32 | ...
     ("precision_flags", "VARCHAR"),  # JSON: the runtime's settings read back
 )
-TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2 + _TRIAL_COLUMNS_V3
+# Migration 5 (ngb.core.energy): energy per inference, measured around the timed loops.
+_TRIAL_COLUMNS_V5: tuple[tuple[str, str], ...] = (
+    ("energy_j_per_sample", "DOUBLE"),  # joules per sample, idle included; NULL: no meter
+    ("energy_j_per_sample_ci_half", "DOUBLE"),  # half-width of its CI (processes, 95 %)
+    ("energy_above_idle_j_per_sample", "DOUBLE"),  # minus the idle power measured before
+    ("samples_per_j", "DOUBLE"),
+    ("power_w_mean", "DOUBLE"),  # watts during the timed loops
+    ("idle_power_w", "DOUBLE"),  # watts before the warm-up
+    ("energy_source", "VARCHAR"),  # rapl | nvml-energy | nvml-power | jetson-ina3221 ...
+    ("energy_note", "VARCHAR"),  # "no power meter: ..." or how the source measured
+)
+TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2 + _TRIAL_COLUMNS_V3 + _TRIAL_COLUMNS_V5
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
 # dictionary-compressed, almost free) so the common aggregates -- throughput by compiler and batch
@@ -267,11 +278,27 @@ SELECT run_id, device, model, family, compiler, optimisation, batch, depth, widt
 FROM trials""",
 ]
 
+_V5 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V5),
+    """CREATE OR REPLACE VIEW results AS
+SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
+       status, error_kind, error,
+       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
+       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
+       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
+       throughput_ci_half, verdict, verdict_reason, disturbed, workers,
+       precision, precision_asked,
+       energy_j_per_sample, energy_j_per_sample_ci_half, energy_above_idle_j_per_sample,
+       samples_per_j, power_w_mean, idle_power_w, energy_source, energy_note
+FROM trials""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
     ("precision that ran, precision asked for, precision flags read back", _V3),
     ("results view: every trial with its status and error", _V4),
+    ("energy per sample with its interval, samples per joule, mean and idle watts", _V5),
 ]
 
 

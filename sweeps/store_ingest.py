@@ -307,6 +307,14 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "precision": r.precision,
         "precision_asked": (spec.get("measure") or {}).get("precision", "default"),
         "precision_flags": to_json(r.precision_flags),
+        "energy_j_per_sample": num(r.energy_j_per_sample),
+        "energy_j_per_sample_ci_half": num(r.energy_j_per_sample_ci),
+        "energy_above_idle_j_per_sample": num(r.energy_above_idle_j_per_sample),
+        "samples_per_j": num(r.samples_per_j),
+        "power_w_mean": num(r.power_w_mean),
+        "idle_power_w": num(r.idle_power_w),
+        "energy_source": r.energy_source,
+        "energy_note": r.energy_note,
     }
 
 

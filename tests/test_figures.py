@@ -34,7 +34,7 @@ from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures import FIGURES, build_figure, save_figure, write_figures
+from ngb.sweeps.figures import FIGURES, build_figure, caption, save_figure, write_figures
 from ngb.sweeps.figures_data import FigureData, derived_bar
 from ngb.sweeps.figures_model import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape
@@ -71,6 +71,11 @@ def _result(model: str, width: int | None, depth: int, compiler: str, batch: int
         cpu_percent_mean=90.0 if compiler == "identity" else 60.0,
         compile_s=0.5,
         versions={"ngb": "0.1.0"},
+        # a meter read on dev1 (ngb.core.energy): 40 W while running
+        energy_j_per_sample=40.0 / tput,
+        energy_j_per_sample_ci=0.4 / tput,
+        power_w_mean=40.0,
+        energy_source="rapl",
     )
 
 
@@ -148,6 +153,8 @@ def test_every_figure_is_a_valid_png_svg_pdf_with_caption(written: Path, name: s
     )
     if name in ("fig10-ase-heatmap", "fig11-block-bsr"):  # heatmaps print intervals, no bars
         assert "Cells: value ± 95 % interval" in caption and "Error bars" not in caption
+    elif name == "fig13-energy":
+        assert "Error bars: 95% interval of the energy" in caption
     else:
         assert "Error bars: 95% Student-t CI" in caption
     assert re.search(r"Made by ngb \S+ \(measured with 0\.1\.0\)", caption)
@@ -528,3 +535,22 @@ def test_missing_matplotlib_is_one_line(monkeypatch) -> None:
     )
     with pytest.raises(NgbError, match="figures need matplotlib.*make setup"):
         figures_plot.require_matplotlib()
+
+
+def test_energy_figure_in_millijoules_or_skipped_with_the_reason(store: Store, tmp_path) -> None:
+    spec = build_figure("fig13-energy", FigureData(store, run_id="r1"))
+    r18 = next(p for p in spec.panels if p.title.startswith("resnet18"))
+    ov = next(line for line in r18.lines if line.label == "openvino")
+    assert ov.xs == [1, 4] and ov.ys == pytest.approx([40_000 / 20, 40_000 / 88])
+    assert ov.errs[0] == pytest.approx((400 / 20, 400 / 20))
+    text = caption(spec, FigureData(store, run_id="r1"))
+    assert "Error bars: 95% interval of the energy per sample over worker processes" in text
+    blind = Store(tmp_path / "blind.duckdb")
+    blind.create_run("b", "fixture", "", ["dev1"], 1)
+    result = _result("resnet18", None, 1, "identity", 1, 10)
+    result.energy_j_per_sample = result.energy_j_per_sample_ci = None
+    result.energy_note = "no power meter: RAPL not present"
+    blind.ingest_results("b", "dev1", [result])
+    skipped = build_figure("fig13-energy", FigureData(blind))
+    assert not skipped.panels
+    assert skipped.notes == ["no energy measured (no power meter: RAPL not present)"]

@@ -157,6 +157,37 @@ def test_a_version_1_file_gains_the_interval_columns(tmp_path: Path) -> None:
     assert workers == [(0,), (1,)]
 
 
+def test_a_version_3_file_gains_the_energy_columns(tmp_path: Path) -> None:
+    """Migration 5 (issue 23): older rows keep NULL energy; new ones store J/sample and the note."""
+    path = tmp_path / "v3.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute(schema.VERSION_TABLE)
+    for version, (description, statements) in enumerate(schema.MIGRATIONS[:3], start=1):
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, description])
+    conn.execute(
+        "INSERT INTO trials (run_id, device, key, status) VALUES ('old', 'dev', 'k', 'ok')"
+    )
+    conn.close()
+    store = Store(path)
+    metered, blind = make_result(1), make_result(2)
+    metered.energy_j_per_sample, metered.energy_j_per_sample_ci = 0.05, 0.001
+    metered.samples_per_j, metered.power_w_mean, metered.energy_source = 20.0, 50.0, "rapl"
+    blind.energy_note = "no power meter: RAPL not present"
+    assert store.ingest_results("new", "dev", [metered, blind]) == 2
+    assert store.schema_version() == schema.latest_version()
+    _, rows = store.query(
+        "SELECT run_id, energy_j_per_sample, energy_j_per_sample_ci_half, samples_per_j, "
+        "power_w_mean, energy_source, energy_note FROM results ORDER BY run_id, energy_note"
+    )
+    assert rows == [
+        ("new", None, None, None, None, None, "no power meter: RAPL not present"),
+        ("new", 0.05, 0.001, 20.0, 50.0, "rapl", None),
+        ("old", None, None, None, None, None, None),
+    ]
+
+
 # ---------------------------------------------------------------- ingest
 
 

@@ -225,6 +225,11 @@ async def test_results_table_sorts_copies_and_charts_toggle_log_scale(tmp_path: 
         await wait_for(pilot, lambda: len(screen.rows) == 15)
         note = str(screen.query_one("#results-note", Label).render())
         assert "1 unstable" in note
+        # `ngb advise`'s answer for the model shown, as the CLI words it
+        variant = screen.selection().variant
+        advice = screen.advice[variant]
+        assert advice.startswith("advise: ") and " on " in advice
+        assert str(screen.query_one("#results-advice", Label).render()) == advice
         app.set_focus(None)
         await pilot.press("l")
         assert screen.selection().log_y and screen.draws > 0

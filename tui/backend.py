@@ -254,6 +254,33 @@ class Backend:
             kwargs["device"] = device
         return cast("list[TrialRow]", list(self.store().trials(run_id=run_id, **kwargs)))
 
+    def advice_sync(self, run_id: str, device: str | None = None) -> dict[str, str]:
+        """Variant (the Results screen's model choice) -> ``ngb advise``'s answer for the run
+        (objective throughput, no constraints), one line per model and device: the answer the
+        CLI prints (``ngb.sweeps.advise``), with prices from this console's inventory."""
+        if not self.database_exists():
+            return {}
+        from ngb.devices.pricing import price_of
+        from ngb.sweeps import advise
+        from ngb.sweeps.report_data import ReportData
+
+        inventory = self.load_inventory_sync()
+        prices = {d.name: p for d in inventory if (p := price_of(inventory, d.name)) is not None}
+        data = ReportData(self.store(), run_id=run_id, device=device, prices=prices)
+        trials = data.trials()
+        devices = sorted({str(r["device"]) for r in trials})
+        variant = {
+            str(r["label"]): f"{r['model']} w{r['width']}" if r.get("width") else str(r["model"])
+            for r in trials
+        }
+        limits = advise.Constraints()
+        out: dict[str, list[str]] = {}
+        for model in advise.models_in_scope(data):
+            for a in advise.advise(data, [model], devices, limits):
+                line = "advise: " + "; ".join(text.strip() for text in a.lines)
+                out.setdefault(variant[model], []).append(line)
+        return {k: "\n".join(v) for k, v in out.items()}
+
     def samples_sync(self, run_id: str, device: str | None = None) -> SampleMap:
         """Per-repetition throughputs of a run's trials (what the significance test compares)."""
         if not self.database_exists():

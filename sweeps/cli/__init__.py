@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "query": ("ngb.sweeps.cli.data", "query", "Run read-only SQL over the results."),
     "export": ("ngb.sweeps.cli.data", "export", "Export results as Parquet or CSV."),
     "report": ("ngb.sweeps.cli.report", "report", "Regenerate a paper table from the results."),
+    "advise": ("ngb.sweeps.cli.advise", "advise", "What to deploy on a device, from the results."),
     "figures": ("ngb.sweeps.cli.figures", "figures", "Write the paper's figures (PNG/SVG/PDF)."),
     "bench": ("ngb.sweeps.cli.bench", "bench", "Run ngb's own benchmarks and print figures."),
 }

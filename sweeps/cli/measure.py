@@ -353,6 +353,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("allocator", str(result.extra.get("allocator", "-"))),
         (f"max |err| vs {_reference_name(spec)}", _fmt(result.max_abs_err, ".3g")),
+        ("energy", _energy_line(result)),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
         ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),
@@ -361,6 +362,12 @@ def _print_summary(spec: Any, result: Any) -> None:
         facts.append(("GPU memory", _fmt(result.gpu_mem_mb, ".0f", " MiB")))
     for name, value in facts:
         console.print(f"[bold]{name}:[/] {value}", highlight=False)
+
+
+def _energy_line(result: Any) -> str:
+    from ngb.core.energy import summary
+
+    return summary(result)
 
 
 @click.command("compilers")

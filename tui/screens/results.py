@@ -20,6 +20,7 @@ from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.heatmap import HeatmapView
 from ngb.tui.widgets.result_chart import ResultChart
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -82,6 +83,8 @@ class ResultsScreen(ConsoleScreen):
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
         self._stamp: tuple[Any, ...] = ()  # what the last poll answered (unchanged: no redraw)
+        self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
+        self._advice_signature: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -94,6 +97,7 @@ class ResultsScreen(ConsoleScreen):
                 yield Select[str]([], prompt="model", id="results-variant")
             yield Checklist(id="results-compilers")
         yield Label("", id="results-note")
+        yield Label("", id="results-advice")  # `ngb advise`'s answer for the model shown
         with TabbedContent(id="results-tabs"):
             for tab_id, kind in rd.CHARTS.items():
                 with TabPane(kind.title, id=f"tab-{tab_id}"):
@@ -234,6 +238,14 @@ class ResultsScreen(ConsoleScreen):
             devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
             trials = backend.trials_sync(run_id=run_id, device=device)
             samples = backend.samples_sync(run_id, device)
+            # advise bootstraps every comparison: only again when the run's results changed
+            signature = (run_id, device, len(trials))
+            advice = (
+                backend.advice_sync(run_id, device)
+                if signature != self._advice_signature
+                else self.advice
+            )
+            self._advice_signature = signature
         except NgbError as exc:
             self.app.call_from_thread(self._poll_failed, str(exc))
             return
@@ -243,9 +255,13 @@ class ResultsScreen(ConsoleScreen):
             {**t, "samples": samples.get((run_id, str(t.get("device")), str(t.get("key"))), [])}
             for t in trials
         ]
+        self.app.call_from_thread(self._set_advice, advice)
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
 
     # -- rendering -------------------------------------------------------------------------------
+    def _set_advice(self, advice: dict[str, str]) -> None:
+        self.advice = advice
+
     def _show_trials(self, run_id: str, devices: list[str], rows: list[dict[str, Any]]) -> None:
         self._rearm()
         if run_id != self.run_id:
@@ -338,6 +354,9 @@ class ResultsScreen(ConsoleScreen):
         """Draw only the visible tab: hidden charts are redrawn when their tab is opened."""
         tab = self.active_tab()
         sel = self.selection()
+        self.query_one("#results-advice", Label).update(
+            escape(self.advice.get(sel.variant, "")) if sel.variant else ""
+        )
         if tab == "table":
             self._fill_table(sel)
             return

@@ -1,0 +1,60 @@
+"""``ngb advise``: what to deploy on a device (or each device of a group), from the store.
+
+The ranking, ties and constraints are ``ngb.sweeps.advise``'s; this module only parses options.
+"""
+
+from __future__ import annotations
+
+import click
+from ngb.sweeps.cli.options import results_db_options
+
+
+@click.command("advise")
+@click.argument("model", required=False)
+@click.option("--sweep", "sweep_run", default=None, help="Every model of this run (a run id).")
+@click.option("--device", default=None, help="The device to deploy on.")
+@click.option("--group", default=None, help="Each device of this inventory group.")
+@click.option("--p99-ms", type=float, default=None, help="p99 latency per call at most (ms).")
+@click.option("--max-err", type=float, default=None, help="Max abs error against eager at most.")
+@click.option("--max-mem-mb", type=float, default=None, help="Peak memory at most (MB).")
+@click.option(
+    "--objective", type=click.Choice(("throughput", "energy", "cost")), default="throughput",
+    show_default=True, help="What to maximise (throughput) or minimise (energy, cost).",
+)  # fmt: skip
+@results_db_options
+def advise(
+    model: str | None, sweep_run: str | None, device: str | None, group: str | None,
+    p99_ms: float | None, max_err: float | None, max_mem_mb: float | None, objective: str,
+    db: str | None, wait: float,
+) -> None:  # fmt: skip
+    """The configuration to deploy for MODEL (or --sweep RUN's models) on --device or --group."""
+    from ngb.core.errors import ConfigError
+    from ngb.sweeps import advise as advice
+    from ngb.sweeps.report_data import ReportData
+    from ngb.sweeps.store import Store
+
+    if (model is None) == (sweep_run is None):
+        raise ConfigError("give a MODEL or --sweep RUN (one of them)")
+    if (device is None) == (group is None):
+        raise ConfigError("give --device NAME or --group NAME (one of them)")
+    limits = advice.Constraints(p99_ms, max_err, max_mem_mb, objective)
+    if group is not None:
+        from ngb.devices.inventory import load_inventory
+
+        inventory = load_inventory()
+        if group not in inventory.group_names():
+            from ngb.core.errors import UnknownNameError
+
+            raise UnknownNameError("group", group, inventory.group_names())
+        devices = [d.name for d in inventory.group_members(group)]
+    else:
+        devices = [str(device)]
+    store = Store(db, busy_timeout_s=wait)
+    data = ReportData(store, run_id=sweep_run)
+    known_devices = sorted({r["device"] for r in data.trials()})
+    if device is not None and device not in known_devices:
+        from ngb.core.errors import UnknownNameError
+
+        raise UnknownNameError("device with results", device, known_devices)
+    models = [str(model)] if model is not None else advice.models_in_scope(data)
+    click.echo(advice.render(advice.advise(data, models, devices, limits), limits), nl=False)
