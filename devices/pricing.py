@@ -87,4 +87,10 @@ def cost_per_million(
 
     if ci_half is None or not math.isfinite(ci_half):
         return Estimate(cost(throughput))
-    return Estimate(cost(throughput), cost(throughput + ci_half), cost(throughput - ci_half))
+    # cost falls as the throughput rises: the interval is asymmetric; the printed ± is its wider
+    # side, so the printed interval holds the true one (as every derived number in
+    # ngb.core.intervals is printed)
+    value = cost(throughput)
+    return Estimate(
+        value, max(cost(throughput - ci_half) - value, value - cost(throughput + ci_half))
+    )

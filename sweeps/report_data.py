@@ -209,6 +209,7 @@ class ReportData:
             return self.baseline
         return f"{self.baseline} (allocator: {' / '.join(found)})"
 
+    @property
     def prices(self) -> dict[str, Any]:
         """Device -> ``ngb.devices.pricing.Price`` from the inventory (priced devices only)."""
         if self._prices is None:
