@@ -6,8 +6,8 @@ user's constraints -- p99 latency per call <= ``p99_ms``, max abs error against 
 ``max_err`` (the baseline itself counts as 0), peak memory <= ``max_mem_mb`` (GPU memory on a GPU
 target, resident memory on a CPU) -- and the ones that pass are ranked by the objective:
 
-- throughput: samples/s, higher is better; two choices are tied when the 95 % bootstrap interval
-  of their ratio includes 1 (``intervals.speedup``, the reports' "n.s." test);
+- throughput: samples/s, higher is better; two choices are tied when the printed 95 % interval
+  of their ratio includes 1 (``ngb.sweeps.derived.speedup``, the reports' "n.s." test);
 - cost: cost per million inferences (``ngb.devices.pricing``); on one device the price is a
   constant factor, so the ranking and the ties are throughput's;
 - energy: joules per sample measured on the device, lower is better; tied when the two 95 %
@@ -27,9 +27,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ngb.core import intervals
 from ngb.core.errors import ConfigError
 from ngb.core.types import PRECISIONS
+from ngb.sweeps import derived
+from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.report_data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report_deploy import cost_cell, energy_cell
 from ngb.sweeps.report_paper import throughput_cell
@@ -119,8 +120,9 @@ def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
 
 def _tied(best: Candidate, other: Candidate, objective: str, data: ReportData) -> bool:
     if objective in ("throughput", "cost"):
-        ratio = intervals.speedup(data.samples(best.row), data.samples(other.row))
-        return ratio.known and not ratio.excludes(1.0)  # no repetitions stored: cannot tell
+        ratio = derived.speedup(best.row, other.row)
+        # the reports' test on the printed interval; no interval stored: cannot tell
+        return ratio.half is not None and ratio.significant is False
     b, o = best.energy, other.energy
     if b.value is None or o.value is None or b.std is None or o.std is None:
         return False
@@ -158,8 +160,8 @@ def _settle(model: str, device: str, tied: list[Candidate]) -> str:
 def _fmt(cell: Cell, unit: str) -> str:
     if cell.value is None:
         return "-"
-    spread = f" ± {cell.std:.3g}" if cell.std is not None else ""
-    return f"{cell.value:.4g}{spread} {unit}".strip()
+    # rounded to what the interval supports, as every report prints it
+    return f"{format_with_interval(cell.value, cell.std)} {unit}".strip()
 
 
 def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -> Advice:

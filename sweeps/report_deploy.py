@@ -9,8 +9,9 @@
 - breakeven: for every compiler against the baseline (same device, model, batch, optimisation),
   the inferences after which its extra one-time cost -- export + compile (tuning included) minus
   the baseline's -- is paid back by its per-inference saving 1/T_base - 1/T_c:
-  N = extra / (1/T_base - 1/T_c), with a 95 % bootstrap interval over both trials' repetitions
-  (``ngb.core.intervals.propagate``; compile times are single measurements, taken as exact).
+  N = extra / (1/T_base - 1/T_c), with an interval: N at the ends of the printed 95 % speed-up
+  interval (``ngb.sweeps.derived``, the one every surface shows), at the baseline's mean;
+  compile times are single measurements, taken as exact.
   "never" where the compiler is not significantly faster (the speed-up's interval includes 1, the
   test every report uses) or slower; "at once" where it costs no more to prepare. "at full load"
   is N at the compiler's throughput, in hours.
@@ -21,13 +22,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-from ngb.core import intervals
+from ngb.sweeps import derived
+from ngb.sweeps.numbers import printed_interval
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group, precision_of
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, throughput_cell
+from ngb.sweeps.report_paper import cell as derived_cell
 
-#: a bootstrap draw where the compiler is no faster: it never breaks even (kept finite so the
-#: percentiles see it instead of dropping it)
+#: the upper end of a break-even interval whose speed-up interval reaches 1: never pays back
 _NEVER = 1e30
 _SAME_POINT = ("device", "model", "width", "depth", "batch", "target", "input_size", "optimisation")
 
@@ -120,27 +121,27 @@ class BreakEven:
         if once is None or base_once is None or not (t_b > 0 and t_c > 0):
             return
         self.extra_s = once - base_once
-        speedup = intervals.speedup(data.samples(row), data.samples(base))
-        faster = t_c > t_b and (not speedup.known or speedup.low > 1)
+        speedup = derived.speedup(row, base)
+        faster = t_c > t_b and (speedup.half is None or speedup.significant is True)
         if not faster:
             self.status = "never"
             return
         if self.extra_s <= 0:
             self.status, self.value = "at once", 0.0
             return
-        extra = self.extra_s
-        self.value = extra / (1 / t_b - 1 / t_c)
+        self.value = self.extra_s / (1 / t_b - 1 / t_c)
         self.status = "number"
+        if speedup.half is None:
+            return
+        # N = extra * T_base * s / (s - 1) falls as the speed-up s rises: its interval comes from
+        # the printed speed-up interval (the one every surface shows), at the baseline's mean;
+        # where that interval reaches 1 the pay-back is unbounded
+        s_low, s_high = printed_interval(speedup.value, speedup.half)
 
-        def metric(c: Any, b: Any) -> Any:
-            c, b = np.asarray(c, dtype=float), np.asarray(b, dtype=float)
-            saving = 1 / b - 1 / c
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(saving > 0, extra / saving, _NEVER)
+        def pays_back_after(s: float) -> float:
+            return self.extra_s * t_b * s / (s - 1) if s > 1 else _NEVER  # type: ignore[operator]
 
-        est = intervals.propagate(metric, [data.samples(row), data.samples(base)])
-        if est.known:
-            self.low, self.high = est.low, est.high
+        self.low, self.high = pays_back_after(s_high), pays_back_after(s_low)
 
     @property
     def hours(self) -> float | None:
@@ -180,20 +181,19 @@ def breakeven(data: ReportData) -> Report:
             if r is base:
                 continue
             even = BreakEven(data, r, base)
-            speed = intervals.speedup(data.samples(r), data.samples(base))
-            note = "" if not speed.known else ("" if speed.excludes(1.0) else "n.s.")
+            speed = derived_cell(derived.speedup(r, base))
             hours = even.hours
             table.rows.append(
                 [r["device"], r["label"], r["compiler"], r["batch"], r["optimisation"] or "none",
-                 even.extra_s, Cell(r["throughput_mean"] / base["throughput_mean"],
-                                    speed.half_width, note),
+                 even.extra_s, speed,
                  even.text(), even.interval_text(), hours]
             )  # fmt: skip
     table.notes.append(
         "break-even N = (export + compile + tuning s of the compiler - the baseline's) / "
         "(1/T_base - 1/T_compiler); never = not significantly faster (speed-up interval includes "
-        "1) or slower; at once = no extra one-time cost; interval: 95 % bootstrap over both "
-        "trials' repetitions (compile times taken as exact); at full load = N / T_compiler"
+        "1) or slower; at once = no extra one-time cost; interval: N at the ends of the printed "
+        "95 % speed-up interval, at the baseline's mean (compile times taken as exact); at full "
+        "load = N / T_compiler"
     )
     report = Report("breakeven", f"Break-even against {base_name}", [table])
     if data.baseline_note:

@@ -196,6 +196,9 @@ def test_cpu_repro_ties_and_precision(repro: Store) -> None:
     deit = "\n".join(open_["deit3_small_patch16_224"].lines)
     assert "identity fp32 b8" in deit and "are within noise: pick any" in deit
     strict = {a.model: a for a in advise.advise(data, REPRO_MODELS, ["localhost"], STRICT)}
-    assert strict["resnet18"].choice.label == "onnxruntime fp32 b4" and not strict["resnet18"].tied
+    # eager b8 was stored at 41 ± 11 samples/s: the speed-up 1.40 ± 0.43 is not significant, so
+    # the printed numbers cannot tell the two apart (the reports' "n.s." says the same)
+    assert strict["resnet18"].choice.label == "onnxruntime fp32 b4"
+    assert [c.label for c in strict["resnet18"].tied] == ["identity fp32 b8"]
     assert strict["convnext_tiny"].tied  # ONNX Runtime's batches overlap on this noisy VM
     assert not any("changes precision" in line for a in strict.values() for line in a.lines)
