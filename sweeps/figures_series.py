@@ -260,7 +260,7 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
                 ys.append(statistics.fmean(p[0] for p in points))
                 errs.append(_mean_bar([p[1] for p in points]))
                 marks.append(any(p[2] for p in points))
-            lines.append(Line(compiler, batches, ys, errs, marks, compiler))
+            lines.append(Line(compiler, [float(b) for b in batches], ys, errs, marks, compiler))
         if lines:
             title = _scope_title(str(family), rows, device, target)
             spec.panels.append(
@@ -329,12 +329,14 @@ def ase_heatmap(data: FigureData) -> FigureSpec:
         "ase` table as heatmaps); 1 = perfect scaling, blank = not measured.",
         trials=_usable(data),
     )
-    spec.panels = _heat_panels(
-        table.rows,
-        batches,
-        lambda row, i: _number(row[3 + i]) if finite(_number(row[3 + i])) else None,
-        None,
-        "ASE",
+    spec.panels = list(
+        _heat_panels(
+            table.rows,
+            batches,
+            lambda row, i: _number(row[3 + i]) if finite(_number(row[3 + i])) else None,
+            None,
+            "ASE",
+        )
     )
     return spec
 
@@ -362,8 +364,8 @@ def block_bsr(data: FigureData) -> FigureSpec:
         "compiler gains more from batching than eager), blue below.",
         trials=[t for t in _usable(data) if t["model"] in BLOCKS],
     )
-    spec.panels = _heat_panels(
-        table_rows, [f"b{b}" for b in batches], lambda row, i: row[3 + i], 1.0, "BSR"
+    spec.panels = list(
+        _heat_panels(table_rows, [f"b{b}" for b in batches], lambda row, i: row[3 + i], 1.0, "BSR")
     )
     spec.notes += [n for n in report.notes if any(b in n for b in blocks)]
     return spec

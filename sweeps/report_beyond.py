@@ -22,6 +22,7 @@ from typing import Any
 from ngb.core import intervals
 from ngb.core.optimise import percent_of_expected
 from ngb.sweeps.report_data import (
+    Cell,
     PrecisionMarks,
     Report,
     ReportData,
@@ -81,7 +82,7 @@ def dlas(data: ReportData) -> Report:
         facts = r["extra"].get("optimisation") if isinstance(r["extra"], dict) else None
         expected = (facts or {}).get("expected_speedup")
         percent = percent_of_expected(achieved, expected) if finite(expected) else None
-        cell = estimate_cell(
+        cell: Cell | None = estimate_cell(
             achieved, intervals.speedup(data.samples(r), data.samples(base)), null=1.0
         )
         if r["optimisation"] not in _NUMBER_FORMATS:  # there, a new precision is the point

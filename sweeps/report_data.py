@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from ngb.core.errors import NgbError, UnknownNameError
 
@@ -135,7 +135,8 @@ def model_label(row: dict[str, Any]) -> str:
     return label + (f"@{row['input_size']}" if row.get("input_size") else "")
 
 
-def finite(value: Any) -> bool:
+def finite(value: object) -> TypeGuard[float]:
+    """A real number (not None, NaN or inf); narrows ``value`` to float for the type checker."""
     return isinstance(value, int | float) and math.isfinite(value)
 
 

@@ -118,7 +118,8 @@ def testbed(data: ReportData) -> Report:
         "Table II: software and compilers", ["device", *VERSION_LIBRARIES, "compilers"]
     )
     for p in probes:
-        raw = p.get("probe") if isinstance(p.get("probe"), dict) else {}
+        probe = p.get("probe")
+        raw: dict[str, Any] = probe if isinstance(probe, dict) else {}
         cores = p.get("cpu_cores") or raw.get("cores_logical")
         ram = p.get("ram_gb")
         if ram is None and finite(raw.get("ram_mb")):
@@ -131,8 +132,8 @@ def testbed(data: ReportData) -> Report:
             [p["device"], p.get("hostname"), p.get("cpu_model") or raw.get("cpu_model"), cores,
              ram, gpu or "-", p.get("os"), p.get("python")]
         )  # fmt: skip
-        versions = p.get("versions") if isinstance(p.get("versions"), dict) else {}
-        compilers = p.get("compilers") if isinstance(p.get("compilers"), dict) else {}
+        versions: dict[str, Any] = p["versions"] if isinstance(p.get("versions"), dict) else {}
+        compilers: dict[str, Any] = p["compilers"] if isinstance(p.get("compilers"), dict) else {}
         available = [n for n, info in compilers.items() if (info or {}).get("available")]
         software.rows.append(
             [p["device"], *(versions.get(lib, "-") for lib in VERSION_LIBRARIES),

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import TrialResult
@@ -42,6 +42,9 @@ from ngb.sweeps.store_query import (
     sql_error,
     write_export,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
 
@@ -529,6 +532,16 @@ class Store:
                 return columns, cur.fetchall()
             except duckdb.Error as exc:
                 raise sql_error(exc, allow_write) from None
+
+    def frame(self, sql: str, params: Sequence[object] | None = None) -> pd.DataFrame:
+        """Read-only SQL as a pandas DataFrame (DuckDB's own ``.df()``; the Python API)."""
+        import duckdb
+
+        with self._reader(external_access=False) as conn:
+            try:
+                return conn.execute(sql, list(params) if params else None).df()
+            except duckdb.Error as exc:
+                raise sql_error(exc, False) from None
 
     def export(
         self,

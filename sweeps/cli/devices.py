@@ -463,7 +463,7 @@ def tune(name: str, do_apply: bool, do_undo: bool, yes: bool, timeout: float) ->
     if do_apply and do_undo:
         raise NgbError("give --apply or --undo, not both")
     inv = load_inventory()
-    (dev,) = inv.resolve([name])[:1] or [None]
+    dev = next(iter(inv.resolve([name])), None)
     if dev is None:
         raise NgbError(f"no device named {name!r}")
     try:
