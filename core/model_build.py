@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, NgbError, one_line
+from ngb.core.model_basics import (
+    EXAMPLE_SEED,
+    WEIGHT_SEED,
+    count_macs,
+    count_torch_params,
+    resolve_model,
+)
 from ngb.core.model_sources import (
     BATCH,
     DEFAULT_INT_RANGE,
@@ -32,7 +39,6 @@ from ngb.core.model_sources import (
     ModelSource,
     locate,
 )
-from ngb.core.models import EXAMPLE_SEED, WEIGHT_SEED
 
 
 class NamedInputs(tuple):
@@ -119,6 +125,15 @@ class _ProgramModule:
 
 def is_onnx(model: Any) -> bool:
     return isinstance(model, OnnxModel)
+
+
+def count_params(model: Any) -> int:
+    """Parameters of a torch module; for an ONNX model, the elements of its initializers."""
+    if isinstance(model, OnnxModel):
+        from ngb.core import onnx_graph
+
+        return onnx_graph.count_params(onnx_graph.load(model.onnx_path))
+    return count_torch_params(model)
 
 
 # ---------------------------------------------------------------- inputs
@@ -222,8 +237,6 @@ def _build_timm(source: ModelSource) -> Any:
     import timm
 
     if not timm.is_model(source.ref):
-        from ngb.core.models import resolve_model
-
         resolve_model(source.ref)  # the one-line unknown-name error with close matches
     try:
         return timm.create_model(source.ref, pretrained=False, **source.kwargs)
@@ -341,13 +354,12 @@ def info(name: str, source: ModelSource, cache_dir: Path | None) -> dict[str, An
             "macs": onnx_graph.count_macs(graph, source.inputs),
             "inputs": source.inputs,
         }
-    from ngb.core.models import count_macs, count_params
 
     def measure(device: str) -> dict[str, Any]:
         model, inputs = build(name, source, cache_dir, device)
         example = make_example(inputs, 1, device)
         return {
-            "params": count_params(model),
+            "params": count_torch_params(model),
             "macs": count_macs(model, example),
             "inputs": inputs,
         }

@@ -35,7 +35,6 @@ from ngb.sweeps.figures_model import (
 from ngb.sweeps.report_data import Cell, finite, group
 from ngb.sweeps.report_paper import compiler_order, significance_note
 
-BASELINE = "identity"
 BLOCKS = ("conv", "mha")
 MAX_REVERSAL_PANELS = 12
 

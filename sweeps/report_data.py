@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
-
-DEFAULT_BASELINE = "identity"  # a sweep's `baseline` when it names none
 
 # What identifies one measured point across runs (the "newest wins" partition).
 POINT_COLUMNS = (
