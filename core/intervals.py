@@ -18,7 +18,8 @@ interval, and the same caution carries into ratios, slopes and retentions (x2.7 
 n = 6, x1.1 at n = 20).
 
 Serial correlation: resampling repetitions one by one assumes they are independent; consecutive
-repetitions on a machine whose speed wanders are not (``ngb.core.serial``). The draws are spread
+repetitions on a machine whose speed wanders are not (``ngb.core.autocorrelation``). The draws are
+spread
 further by the square root of the trial's variance inflation, so a mean alone gets exactly the
 widened Student-t interval ``ngb.core.stopping.interval`` gives it, and ratios and slopes inherit
 it. The samples must be in the order they were measured (the store keeps ``rep`` order).
@@ -39,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from ngb.core.serial import inflation
+from ngb.core.autocorrelation import inflation
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -99,7 +100,7 @@ def resampled_means(
         return means
     centre = float(arr.mean())
     # Resampling treats the repetitions as independent; a trial's are a time series, so the
-    # draws are spread further by its serial-correlation inflation too (ngb.core.serial).
+    # draws are spread further by its serial-correlation inflation too (ngb.core.autocorrelation).
     _, factor = inflation(arr.tolist())
     return centre + widening(int(arr.size), level) * math.sqrt(factor) * (means - centre)
 

@@ -24,8 +24,8 @@ from typing import Any
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import figures_series as series
 from ngb.sweeps.figures_data import FigureData, caption_facts
-from ngb.sweeps.figures_model import FigureSpec
 from ngb.sweeps.figures_plot import FORMATS
+from ngb.sweeps.figures_spec import FigureSpec
 
 # name -> (builder, one-line description); the paper's figure order.
 FIGURES: dict[str, tuple[Callable[[FigureData], FigureSpec], str]] = {

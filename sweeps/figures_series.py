@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ngb.core import metrics
-from ngb.sweeps import report_beyond, report_paper
+from ngb.sweeps import report_dlas, report_paper
 from ngb.sweeps.figures_data import FigureData, ratio_errors, relative
-from ngb.sweeps.figures_model import (
+from ngb.sweeps.figures_spec import (
     BarPanel,
     BarSeries,
     ErrorBar,
@@ -435,7 +435,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
 
 
 def reversals(data: FigureData) -> FigureSpec:
-    report = report_beyond.reversals(data)
+    report = report_dlas.reversals(data)
     lookup = {(t["device"], t["label"], t["compiler"], t["batch"]): t for t in _usable(data)}
     spec = FigureSpec(
         "fig01-reversals",

@@ -337,7 +337,7 @@ def trust(name: str, yes: bool, hashed: bool) -> None:
 
 
 async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, Any]:
-    from ngb.devices.deploy import probe_device
+    from ngb.devices.agent_remote import probe_device
     from ngb.devices.ssh import make_transport
 
     transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
@@ -415,7 +415,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
 
 
 async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) -> dict[str, Any]:
-    from ngb.devices.deploy import tune_device
+    from ngb.devices.agent_remote import tune_device
     from ngb.devices.ssh import make_transport
 
     transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
