@@ -21,7 +21,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core.errors import ConfigError, NgbError, one_line
 from ngb.core.model_basics import (
@@ -40,18 +40,25 @@ from ngb.core.model_sources import (
     locate,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 
 class NamedInputs(tuple):
     """Positional model inputs that also carry their names."""
 
     names: tuple[str, ...]
 
-    def __new__(cls, tensors: Sequence[Any], names: Sequence[str]) -> NamedInputs:
+    def __new__(cls, tensors: Sequence[object], names: Sequence[str]) -> NamedInputs:
         obj = super().__new__(cls, tensors)
         obj.names = tuple(names)
         return obj
 
-    def __reduce__(self) -> Any:  # pickling (a trial may hand its example to a child)
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[NamedInputs], tuple[tuple[object, ...], tuple[str, ...]]
+    ]:  # pickling (a trial may hand its example to a child)
         return (NamedInputs, (tuple(self), self.names))
 
 
@@ -123,7 +130,7 @@ class _ProgramModule:
         return cls.cls(inner)
 
 
-def is_onnx(model: Any) -> bool:
+def is_onnx(model: object) -> bool:
     return isinstance(model, OnnxModel)
 
 
@@ -139,7 +146,9 @@ def count_params(model: Any) -> int:
 # ---------------------------------------------------------------- inputs
 
 
-def make_example(inputs: Sequence[InputSpec], batch: int, device: Any = "cpu") -> NamedInputs:
+def make_example(
+    inputs: Sequence[InputSpec], batch: int, device: str | torch.device = "cpu"
+) -> NamedInputs:
     """Deterministic example tensors for ``inputs`` at ``batch`` (private generator)."""
     import torch
 
@@ -159,7 +168,7 @@ def make_example(inputs: Sequence[InputSpec], batch: int, device: Any = "cpu") -
     return NamedInputs(tensors, [i.name for i in inputs])
 
 
-def _timm_inputs(ref: str, kwargs: dict[str, Any]) -> tuple[InputSpec, ...]:
+def _timm_inputs(ref: str, kwargs: dict[str, object]) -> tuple[InputSpec, ...]:
     from timm.models import get_pretrained_cfg
 
     cfg = get_pretrained_cfg(ref)
@@ -169,8 +178,10 @@ def _timm_inputs(ref: str, kwargs: dict[str, Any]) -> tuple[InputSpec, ...]:
         height = width = size
     elif isinstance(size, list | tuple) and len(size) == 2:
         height, width = size
-    channels = kwargs.get("in_chans", channels)
-    return (InputSpec("input", (BATCH, channels, height, width)),)
+    chans = kwargs.get("in_chans", channels)
+    if not isinstance(chans, int) or isinstance(chans, bool):
+        raise ConfigError(f"timm model {ref!r}: in_chans must be an integer, got {chans!r}")
+    return (InputSpec("input", (BATCH, chans, height, width)),)
 
 
 def _program_inputs(program: Any, where: str) -> tuple[InputSpec, ...]:
