@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export NGB_VENV := $(VENV)
 
-.PHONY: setup run test test-all check lint format types contracts wheel-test bench clean
+.PHONY: setup run test test-slow test-all check lint format types contracts wheel-test bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -11,11 +11,18 @@ setup:
 run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
-test: setup  ## the CI subset: everything but tests marked slow
-	$(BIN)/python -m pytest -m "not slow" -q
+# On every core (pytest-xdist); --dist loadscope keeps a module's tests (and its module-scoped
+# fixtures: built models, the sshd) on one worker. PYTEST_ARGS="-n 0" runs them in one process.
+PYTEST_ARGS ?= -n auto --dist loadscope
 
-test-all: setup  ## every test, slow ones included (full timm models, TVM tuning)
-	$(BIN)/python -m pytest -q
+test: setup  ## the CI subset: everything but tests marked slow
+	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+test-slow: setup  ## only the slow tier (full timm models, TVM tuning, long sweeps)
+	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS)
+
+test-all: setup  ## every test, slow ones included
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -25,13 +32,10 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# mypy cannot follow the editable install's ngb.* -> folder mapping, so `mypy core ...` alone sees
-# every cross-package import as Any. The second run checks the console against the real types of
-# the layers below through a tree of links named like the installed packages (build/, ignored).
+# mypy checks the package as installed (`packages = ["ngb"]` in pyproject.toml): `ngb/` links the
+# four folders, so every cross-module import keeps its type.
 types: setup
-	$(BIN)/mypy core devices sweeps tui
-	@mkdir -p build/mypy/ngb && for p in core devices sweeps tui; do ln -sfn ../../../$$p build/mypy/ngb/$$p; done
-	MYPYPATH=build/mypy $(BIN)/mypy --explicit-package-bases -p ngb.tui
+	$(BIN)/mypy
 
 contracts: setup  ## import contracts ([tool.importlinter] in pyproject.toml): layers, agent bundle
 	$(BIN)/lint-imports --no-cache

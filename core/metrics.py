@@ -19,9 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import ConfigError
 
-BASELINE = "identity"
+BASELINE = DEFAULT_BASELINE  # the name the console's charts use
 
 
 def _positive(value: float, what: str) -> float:

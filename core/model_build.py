@@ -21,10 +21,17 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core.capture import Captured, captured_stderr
 from ngb.core.errors import ConfigError, NgbError, one_line
+from ngb.core.model_basics import (
+    EXAMPLE_SEED,
+    WEIGHT_SEED,
+    count_macs,
+    count_torch_params,
+    resolve_model,
+)
 from ngb.core.model_sources import (
     BATCH,
     DEFAULT_INT_RANGE,
@@ -33,7 +40,9 @@ from ngb.core.model_sources import (
     ModelSource,
     locate,
 )
-from ngb.core.models import EXAMPLE_SEED, WEIGHT_SEED
+
+if TYPE_CHECKING:
+    import torch
 
 
 class NamedInputs(tuple):
@@ -41,12 +50,16 @@ class NamedInputs(tuple):
 
     names: tuple[str, ...]
 
-    def __new__(cls, tensors: Sequence[Any], names: Sequence[str]) -> NamedInputs:
+    def __new__(cls, tensors: Sequence[object], names: Sequence[str]) -> NamedInputs:
         obj = super().__new__(cls, tensors)
         obj.names = tuple(names)
         return obj
 
-    def __reduce__(self) -> Any:  # pickling (a trial may hand its example to a child)
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[NamedInputs], tuple[tuple[object, ...], tuple[str, ...]]
+    ]:  # pickling (a trial may hand its example to a child)
         return (NamedInputs, (tuple(self), self.names))
 
 
@@ -118,14 +131,25 @@ class _ProgramModule:
         return cls.cls(inner)
 
 
-def is_onnx(model: Any) -> bool:
+def is_onnx(model: object) -> bool:
     return isinstance(model, OnnxModel)
+
+
+def count_params(model: Any) -> int:
+    """Parameters of a torch module; for an ONNX model, the elements of its initializers."""
+    if isinstance(model, OnnxModel):
+        from ngb.core import onnx_graph
+
+        return onnx_graph.count_params(onnx_graph.load(model.onnx_path))
+    return count_torch_params(model)
 
 
 # ---------------------------------------------------------------- inputs
 
 
-def make_example(inputs: Sequence[InputSpec], batch: int, device: Any = "cpu") -> NamedInputs:
+def make_example(
+    inputs: Sequence[InputSpec], batch: int, device: str | torch.device = "cpu"
+) -> NamedInputs:
     """Deterministic example tensors for ``inputs`` at ``batch`` (private generator)."""
     import torch
 
@@ -145,7 +169,7 @@ def make_example(inputs: Sequence[InputSpec], batch: int, device: Any = "cpu") -
     return NamedInputs(tensors, [i.name for i in inputs])
 
 
-def _timm_inputs(ref: str, kwargs: dict[str, Any]) -> tuple[InputSpec, ...]:
+def _timm_inputs(ref: str, kwargs: dict[str, object]) -> tuple[InputSpec, ...]:
     from timm.models import get_pretrained_cfg
 
     cfg = get_pretrained_cfg(ref)
@@ -155,8 +179,10 @@ def _timm_inputs(ref: str, kwargs: dict[str, Any]) -> tuple[InputSpec, ...]:
         height = width = size
     elif isinstance(size, list | tuple) and len(size) == 2:
         height, width = size
-    channels = kwargs.get("in_chans", channels)
-    return (InputSpec("input", (BATCH, channels, height, width)),)
+    chans = kwargs.get("in_chans", channels)
+    if not isinstance(chans, int) or isinstance(chans, bool):
+        raise ConfigError(f"timm model {ref!r}: in_chans must be an integer, got {chans!r}")
+    return (InputSpec("input", (BATCH, chans, height, width)),)
 
 
 def _program_inputs(program: Any, where: str) -> tuple[InputSpec, ...]:
@@ -228,8 +254,6 @@ def _build_timm(source: ModelSource) -> Any:
     import timm
 
     if not timm.is_model(source.ref):
-        from ngb.core.models import resolve_model
-
         resolve_model(source.ref)  # the one-line unknown-name error with close matches
     try:
         return timm.create_model(source.ref, pretrained=False, **source.kwargs)
@@ -347,13 +371,12 @@ def info(name: str, source: ModelSource, cache_dir: Path | None) -> dict[str, An
             "macs": onnx_graph.count_macs(graph, source.inputs),
             "inputs": source.inputs,
         }
-    from ngb.core.models import count_macs, count_params
 
     def measure(device: str) -> dict[str, Any]:
         model, inputs = build(name, source, cache_dir, device)
         example = make_example(inputs, 1, device)
         return {
-            "params": count_params(model),
+            "params": count_torch_params(model),
             "macs": count_macs(model, example),
             "inputs": inputs,
         }

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ngb.core import model_build
 from ngb.core.blocks import (
     BLOCK_KINDS,
     PAPER_BLOCK_WIDTHS,
@@ -37,7 +38,9 @@ from ngb.core.blocks import (
     build_block_stack,
     check_block,
 )
-from ngb.core.errors import ConfigError, NgbError, UnknownNameError, first_line
+from ngb.core.errors import ConfigError, NgbError, first_line
+from ngb.core.model_basics import EXAMPLE_SEED, WEIGHT_SEED, count_macs, resolve_model
+from ngb.core.model_build import count_params
 from ngb.core.model_sources import ModelSource, source_of
 from ngb.core.types import TrialSpec
 
@@ -55,10 +58,6 @@ PAPER_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 PAPER_MODELS: tuple[str, ...] = tuple(m for ms in PAPER_FAMILIES.values() for m in ms)
 BLOCK_FAMILY = "block"
-
-# Fixed seeds: weights and example inputs are the same on every machine and every run.
-WEIGHT_SEED = 0
-EXAMPLE_SEED = 1234
 
 MACS_COUNTER = (
     "torch.utils.flop_counter.FlopCounterMode, MACs = FLOPs/2 at batch 1 "
@@ -119,22 +118,6 @@ def family_of(name: str) -> str | None:
         if arch in members:
             return family
     return None
-
-
-def resolve_model(name: str) -> str:
-    """Check that ``name`` is a block kind or a timm model without building anything.
-
-    Returns the name unchanged; raises ``UnknownNameError`` listing close timm names otherwise.
-    """
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"model name must be a non-empty string, got {name!r}")
-    if name in BLOCK_KINDS:
-        return name
-    import timm
-
-    if timm.is_model(name):
-        return name
-    raise UnknownNameError("model", name, [*BLOCK_KINDS, *timm.list_models()])
 
 
 def _timm_input_size(name: str, override: int | None) -> tuple[tuple[int, int, int], bool]:
@@ -202,8 +185,6 @@ def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[
     device = _torch_device(spec.device)
     source = source_of(spec)
     if source is not None:
-        from ngb.core import model_build
-
         cache = Path(cache_dir) if cache_dir is not None else None
         return model_build.create(spec.model, source, spec.batch, device, cache)
     with torch.random.fork_rng(devices=[]):
@@ -215,38 +196,10 @@ def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[
     return model, example.to(device)
 
 
-def count_params(model: Any) -> int:
-    """Parameters of a torch module; for an ONNX model, the elements of its initializers."""
-    from ngb.core.model_build import is_onnx
-
-    if is_onnx(model):
-        from ngb.core import onnx_graph
-
-        return onnx_graph.count_params(onnx_graph.load(model.onnx_path))
-    return int(sum(p.numel() for p in model.parameters()))
-
-
 def reference_output(model: Any, example: Any, name: str = "model") -> Any:
     """The eager output (numpy) every compiler's output is compared with; several inputs are
     passed positionally; an ONNX model's reference comes from ONNX Runtime (unoptimised)."""
-    from ngb.core.model_build import reference_output as reference
-
-    return reference(model, example, name)
-
-
-def count_macs(model: Any, example: Any) -> int:
-    """MACs of one forward pass (FLOPs / 2) as PyTorch's FlopCounterMode counts them.
-
-    Grad mode is left on: in eval + no_grad, ``nn.MultiheadAttention`` takes a fused fast path the
-    counter does not see, which would report 0 for the attention projections.
-    """
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    args = tuple(example) if isinstance(example, tuple | list) else (example,)
-    with FlopCounterMode(display=False) as counter, torch.enable_grad():
-        model(*args)
-    return int(counter.get_total_flops()) // 2
+    return model_build.reference_output(model, example, name)
 
 
 def model_info(
@@ -291,8 +244,6 @@ def model_info_for(spec: TrialSpec, cache_dir: Path | str | None = None) -> Mode
 
 def source_info(name: str, source: ModelSource, cache_dir: Path | str | None = None) -> ModelInfo:
     """Parameters and batch-1 MACs of a user's model (torch counter, or the ONNX graph's)."""
-    from ngb.core import model_build
-
     cache = Path(cache_dir) if cache_dir is not None else None
     found = model_build.info(name, source, cache)
     inputs = found["inputs"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.errors import ConfigError, one_line
-from ngb.core.model_sources import BATCH, DEFAULT_INT_RANGE, DTYPES, InputSpec
+from ngb.core.model_inputs import BATCH, DEFAULT_INT_RANGE, DTYPES, InputSpec
 
 _MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 

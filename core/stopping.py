@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from ngb.core.serial import inflation, lag1, long_run_factor
+from ngb.core.autocorrelation import inflation, lag1, long_run_factor
 
 VALID = "VALID"
 INVALID = "INVALID"
@@ -82,7 +82,8 @@ def _t_quantile_approx(p: float, df: int) -> float:
 @dataclass(frozen=True)
 class Interval:
     """Mean and confidence-interval half-width of a sample (NaN half-width when n < 2), with the
-    lag-1 autocorrelation and variance inflation it was widened by (``ngb.core.serial``)."""
+    lag-1 autocorrelation and variance inflation it was widened by
+    (``ngb.core.autocorrelation``)."""
 
     n: int
     mean: float
@@ -102,7 +103,8 @@ class Interval:
 def interval(values: Sequence[float], confidence: float = 0.95, *, serial: bool = True) -> Interval:
     """Student-t interval of the mean of the finite values, in the order they were measured.
 
-    ``serial`` (the default) widens it for the values' serial correlation (``ngb.core.serial``):
+    ``serial`` (the default) widens it for the values' serial correlation
+    (``ngb.core.autocorrelation``):
     repetitions of a trial are a time series, and on a machine whose speed wanders they are not
     independent. ``serial=False`` treats them as independent (kept for comparison:
     ``benchmarks/coverage.py``).
@@ -138,7 +140,8 @@ def repetitions_needed(values: Sequence[float], target: float, confidence: float
         return _NEEDED_CAP + 1
     cov = math.sqrt(math.fsum((v - mean) ** 2 for v in data) / (len(data) - 1)) / mean
     # Correlated repetitions carry less information each: for many of them the variance of the
-    # mean grows by (1 + rho) / (1 - rho) (ngb.core.serial), as if the spread were that much wider.
+    # mean grows by (1 + rho) / (1 - rho) (ngb.core.autocorrelation), as if the spread were that
+    # much wider.
     return repetitions_for_cov(cov * math.sqrt(long_run_factor(lag1(data))), target, confidence)
 
 
@@ -201,7 +204,8 @@ def process_interval(groups: Sequence[Sequence[float]], confidence: float = 0.95
     centred on their mean (each process weighs the same). It is never narrower than the spread
     inside the processes alone implies (two process means can land close by chance).
     One process: the interval over its repetitions, widened for their serial correlation
-    (``ngb.core.serial``); it cannot see the between-process variance and the verdict says so.
+    (``ngb.core.autocorrelation``); it cannot see the between-process variance and the verdict says
+    so.
     """
     kept = [g for g in (_finite(g) for g in groups) if g]
     if not kept:
@@ -425,7 +429,7 @@ class Verdict:
     reason: str
     ci_half_width: float | None  # samples/s; None when n < 2
     ci_relative: float | None
-    rho: float = 0.0  # lag-1 autocorrelation (one process only: ngb.core.serial)
+    rho: float = 0.0  # lag-1 autocorrelation (one process only: ngb.core.autocorrelation)
     inflation: float = 1.0  # the variance factor applied (one process only)
     workers: int = 1
     levels: Levels | None = None
@@ -453,7 +457,9 @@ def judge(
     level = f"{settings.confidence:.0%} CI"
     if ci.workers >= 2:
         level += f" over {ci.workers} processes"
-    elif ci.inflation > 1:  # say that, and how much, the interval was widened (ngb.core.serial)
+    elif (
+        ci.inflation > 1
+    ):  # say that, and how much, the interval was widened (ngb.core.autocorrelation)
         level += f" (x{math.sqrt(ci.inflation):.1f} for serial correlation {ci.rho:.2f})"
     if ci.n < 2:
         return verdict(INVALID, f"{ci.n} repetition(s): no interval")

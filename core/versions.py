@@ -14,6 +14,11 @@ import platform
 import sys
 from pathlib import Path
 
+from ngb.core.compilers import version_packages
+from ngb.core.dist_version import dist_version
+
+__all__ = ["cudnn_version", "dist_version", "library_versions", "torch_cuda_version"]
+
 # label -> distribution names to try, first installed wins. These are the libraries every trial
 # may touch; each compiler declares its own (``Compiler.version_packages``), added below.
 _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
@@ -25,15 +30,6 @@ _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "psutil": ("psutil",),
 }
 _CUDNN_DISTRIBUTIONS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
-
-
-def dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return None
 
 
 def torch_cuda_version() -> str | None:
@@ -87,8 +83,6 @@ def cudnn_version() -> str | None:
 def library_versions() -> dict[str, str]:
     """Installed versions of the benchmark's libraries; missing ones are left out."""
     out: dict[str, str] = {"python": platform.python_version()}
-    from ngb.core.compilers import version_packages
-
     for label, dists in {**_DISTRIBUTIONS, **version_packages()}.items():
         version = dist_version(*dists)
         if version:

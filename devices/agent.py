@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ngb.core import events
+from ngb.core.artifact_hashes import verify_shipped
 from ngb.core.errors import NgbError
-from ngb.core.shipped import verify_shipped
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 

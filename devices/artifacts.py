@@ -13,7 +13,8 @@ the orchestrator calls ``ship_run_artifacts(transport, device, trials_jsonl)``:
 3. one more command checks each upload's sha256, unpacks zips with the device's own Python and
    renames the result into place.
 
-The agent verifies every artifact's hash again before a trial uses it (``ngb.core.shipped``), so a
+The agent verifies every artifact's hash again before a trial uses it
+(``ngb.core.artifact_hashes``), so a
 cache entry damaged on the device fails that trial with one line ("hash mismatch on the device")
 and is removed, and the next run uploads it again. Devices need no network and no copy of the
 user's repository: only the model file or the code folder the source names travels.
@@ -35,7 +36,7 @@ from typing import Any
 
 from ngb.core.errors import NgbError
 from ngb.devices import protocol
-from ngb.devices.deploy import sha256_file
+from ngb.devices.agent_remote import sha256_file
 from ngb.devices.inventory import Device
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import Transport, TransportError

@@ -1,7 +1,7 @@
 """The device protocol: every command the workstation sends a device, the run-dir layout on the
 device, the sha256-checked agent installer, and the event-log offset bookkeeping.
 
-The orchestrator (runs) and ``ngb.devices.deploy`` (probe) both speak it, so the quoting, the
+The orchestrator (runs) and ``ngb.devices.agent_remote`` (probe) both speak it, so the quoting, the
 install check and the file layout live in one place. Every command is an argv list; transports
 quote each element (``shlex.join``) before a remote shell sees it. Where a shell is needed
 (redirections, ``&``), the script is a *constant* passed to ``sh -c`` and every device-specific

@@ -27,7 +27,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 stamp="$VENV/.ngb-setup-stamp"
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+# the checkout's path is part of the stamp: an editable install pins absolute paths, so a venv
+# copied from another clone is reinstalled here instead of testing that clone's sources
+want="$({ pwd; cat requirements.lock pyproject.toml; } | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/ngb" ]; then
   exit 0
 fi

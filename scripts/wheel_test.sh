@@ -19,4 +19,4 @@ mkdir -p "$tmp/run/core" "$tmp/run/devices" "$tmp/run/sweeps" "$tmp/run/tui"  # 
 for d in core devices sweeps tui; do (cd "$d" && find . -name __init__.py -exec install -D /dev/null "$tmp/run/$d/{}" \;); done
 cd "$tmp/run"
 "$tmp/venv/bin/python" -c 'import ngb.core, sys; p = ngb.core.__file__; print("testing installed wheel:", p); sys.exit("site-packages" not in p)'
-PATH="$tmp/venv/bin:$PATH" "$tmp/venv/bin/python" -m pytest -m "not slow and not sshd" -q -p no:cacheprovider "$@"
+NGB_TEST_INSTALLED=1 PATH="$tmp/venv/bin:$PATH" "$tmp/venv/bin/python" -m pytest -m "not slow and not sshd" -q -p no:cacheprovider "$@"

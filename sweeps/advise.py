@@ -178,7 +178,8 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
         return advice
     baseline = data.baseline
     cands = [
-        Candidate(r, throughput_cell(data, r), cost_cell(data, r), energy_cell(r)) for r in rows
+        Candidate(r, throughput_cell(data, r) or Cell(None), cost_cell(data, r), energy_cell(r))
+        for r in rows
     ]
     for c in cands:
         _check(c, limits, baseline)

@@ -54,7 +54,7 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
     renaming it into place. The user's model files go first (the agent verifies them before a
     trial uses them); ``say`` gets a line about them. Sets ``dev.paths`` and ``dev.agent_path``.
     """
-    from ngb.devices.deploy import agent_bundle
+    from ngb.devices.agent_remote import agent_bundle
 
     transport = dev.transport
     assert transport is not None

@@ -25,8 +25,8 @@ from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.safe_files import write_atomic
 from ngb.sweeps import figures_series as series
 from ngb.sweeps.figures_data import FigureData, caption_facts
-from ngb.sweeps.figures_model import FigureSpec, HeatPanel
 from ngb.sweeps.figures_plot import FORMATS
+from ngb.sweeps.figures_spec import FigureSpec, HeatPanel
 
 # name -> (builder, one-line description); the paper's figure order.
 FIGURES: dict[str, tuple[Callable[[FigureData], FigureSpec], str]] = {

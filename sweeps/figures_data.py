@@ -23,7 +23,7 @@ from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import derived
-from ngb.sweeps.figures_model import ErrorBar
+from ngb.sweeps.figures_spec import ErrorBar
 from ngb.sweeps.report_data import ReportData, finite
 
 # Column names a store may use for a stored interval / verdict / precision (newest schema first).

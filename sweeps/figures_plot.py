@@ -22,7 +22,7 @@ from typing import Any
 
 from ngb.core.errors import NgbError
 from ngb.core.safe_files import write_atomic
-from ngb.sweeps.figures_model import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
+from ngb.sweeps.figures_spec import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
 from ngb.sweeps.report_paper import compiler_order
 
 FORMATS = ("png", "svg", "pdf")

@@ -21,9 +21,9 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ngb.sweeps import derived, report_beyond, report_paper
+from ngb.sweeps import derived, report_dlas, report_paper
 from ngb.sweeps.figures_data import FigureData, derived_bar
-from ngb.sweeps.figures_model import (
+from ngb.sweeps.figures_spec import (
     BarPanel,
     BarSeries,
     ErrorBar,
@@ -31,11 +31,11 @@ from ngb.sweeps.figures_model import (
     HeatPanel,
     Line,
     LinePanel,
+    Panel,
 )
 from ngb.sweeps.report_data import Cell, finite, group
 from ngb.sweeps.report_paper import compiler_order
 
-BASELINE = "identity"
 BLOCKS = ("conv", "mha")
 MAX_REVERSAL_PANELS = 12
 
@@ -303,7 +303,7 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
                 ys.append(statistics.fmean(p[0] for p in points))
                 errs.append(_mean_bar([p[1] for p in points]))
                 marks.append(any(p[2] for p in points))
-            lines.append(Line(compiler, batches, ys, errs, marks, compiler))
+            lines.append(Line(compiler, [float(b) for b in batches], ys, errs, marks, compiler))
         if lines:
             title = _scope_title(str(family), rows, device, target)
             spec.panels.append(
@@ -343,12 +343,12 @@ def bsr_family(data: FigureData) -> FigureSpec:
 
 def _heat_panels(
     rows: list[list[Any]], batches: list[str], centre: float | None, label: str
-) -> list[HeatPanel]:
+) -> list[Panel]:
     """rows: report rows (device, compiler, model, one cell per batch); each heatmap cell shows
     the report's own text for it (value ± interval and its verdict)."""
     from ngb.sweeps.report_render import fmt_cell
 
-    panels = []
+    panels: list[Panel] = []
     for (device, compiler), mine in group(
         [{"device": r[0], "compiler": r[1], "row": r} for r in rows], "device", "compiler"
     ).items():
@@ -504,7 +504,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
 
 
 def reversals(data: FigureData) -> FigureSpec:
-    report = report_beyond.reversals(data)
+    report = report_dlas.reversals(data)
     lookup = {(t["device"], t["label"], t["compiler"], t["batch"]): t for t in _usable(data)}
     spec = FigureSpec(
         "fig01-reversals",

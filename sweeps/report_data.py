@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
+from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
-
-DEFAULT_BASELINE = "identity"  # a sweep's `baseline` when it names none
 
 # What identifies one measured point across runs (the "newest wins" partition).
 POINT_COLUMNS = (
@@ -102,7 +101,7 @@ class Report:
 PRECISION_MARK = "≠prec"
 
 
-def precision_of(row: dict[str, Any]) -> str:
+def precision_of(row: Mapping[str, Any]) -> str:
     """The precision a trial ran at, as recorded ("?" for results stored before it was)."""
     return str(row.get("precision") or "?")
 
@@ -117,7 +116,9 @@ class PrecisionMarks:
         self.baseline = baseline
         self.pairs: set[tuple[str, str, str, str]] = set()  # (compiler, its precision, base, its)
 
-    def mark(self, cell: Cell | None, row: dict[str, Any], base: dict[str, Any]) -> Cell | None:
+    def mark(
+        self, cell: Cell | None, row: Mapping[str, Any], base: Mapping[str, Any]
+    ) -> Cell | None:
         """``cell`` (a ratio of ``row`` over ``base``), with ``PRECISION_MARK`` in its note when
         the two ran at different precisions. An unrecorded precision (results stored before it
         was) differs from nothing, as in the console: a mark must stand for a known difference."""
@@ -151,7 +152,8 @@ def model_label(row: dict[str, Any]) -> str:
     return label + (f"@{row['input_size']}" if row.get("input_size") else "")
 
 
-def finite(value: Any) -> bool:
+def finite(value: object) -> TypeGuard[float]:
+    """A real number (not None, NaN or inf); narrows ``value`` to float for the type checker."""
     return isinstance(value, int | float) and math.isfinite(value)
 
 

@@ -41,7 +41,7 @@ def cost_cell(data: ReportData, row: dict[str, Any]) -> Cell:
     if price is None:
         return Cell(None)
     tput = throughput_cell(data, row)
-    if tput.value is None:
+    if tput is None or tput.value is None:
         return Cell(None)
     est = cost_per_million(price.per_hour, tput.value, tput.std)
     return Cell(est.value, est.half_width, "" if tput.std is not None else "n<2")

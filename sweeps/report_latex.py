@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from ngb.sweeps.report_data import Cell, Report, Table
+from ngb.sweeps.report_format import fmt_cell
 
 # Characters TeX treats specially, and the few non-ASCII symbols the reports use.
 _ESCAPES = {
@@ -60,8 +61,6 @@ def _alignment(table: Table) -> str:
 
 
 def _table(report: Report, index: int, table: Table) -> list[str]:
-    from ngb.sweeps.report_render import fmt_cell
-
     lines = [
         r"\begin{table}[htbp]",
         r"  \centering",

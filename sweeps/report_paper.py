@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ngb.sweeps import derived
@@ -119,7 +119,8 @@ def testbed(data: ReportData) -> Report:
         "Table II: software and compilers", ["device", *VERSION_LIBRARIES, "compilers"]
     )
     for p in probes:
-        raw = p.get("probe") if isinstance(p.get("probe"), dict) else {}
+        probe = p.get("probe")
+        raw: dict[str, Any] = probe if isinstance(probe, dict) else {}
         cores = p.get("cpu_cores") or raw.get("cores_logical")
         ram = p.get("ram_gb")
         if ram is None and finite(raw.get("ram_mb")):
@@ -132,8 +133,8 @@ def testbed(data: ReportData) -> Report:
             [p["device"], p.get("hostname"), p.get("cpu_model") or raw.get("cpu_model"), cores,
              ram, gpu or "-", p.get("os"), p.get("python")]
         )  # fmt: skip
-        versions = p.get("versions") if isinstance(p.get("versions"), dict) else {}
-        compilers = p.get("compilers") if isinstance(p.get("compilers"), dict) else {}
+        versions: dict[str, Any] = p["versions"] if isinstance(p.get("versions"), dict) else {}
+        compilers: dict[str, Any] = p["compilers"] if isinstance(p.get("compilers"), dict) else {}
         available = [n for n, info in compilers.items() if (info or {}).get("available")]
         software.rows.append(
             [p["device"], *(versions.get(lib, "-") for lib in VERSION_LIBRARIES),
@@ -298,7 +299,7 @@ def _batch_groups(
     return out
 
 
-def verdict_text(row: dict[str, Any]) -> str:
+def verdict_text(row: Mapping[str, Any]) -> str:
     """VALID / INVALID (+ "disturbed"), "-" for results stored before verdicts existed."""
     verdict = row.get("verdict")
     if not verdict:

@@ -16,41 +16,14 @@ import io
 import math
 from typing import Any
 
-from ngb.sweeps.numbers import format_with_interval, round_with_interval
+from ngb.sweeps.numbers import round_with_interval
 from ngb.sweeps.report_data import Cell, Report, Table
+from ngb.sweeps.report_format import fmt_cell, fmt_number
+from ngb.sweeps.report_latex import latex
+
+__all__ = ["FORMATS", "fmt_cell", "fmt_number", "render"]
 
 FORMATS = ("table", "markdown", "csv", "latex")
-
-
-def fmt_number(value: float) -> str:
-    """Enough digits to compare: 1234.5 -> "1234.5", 12.3456 -> "12.346", 0.01234 -> "0.0123"."""
-    if not math.isfinite(value):
-        return "-"
-    magnitude = abs(value)
-    if magnitude >= 100:
-        return f"{value:.1f}"
-    if magnitude >= 0.1 or magnitude == 0:
-        return f"{value:.3f}"
-    return f"{value:.3g}"
-
-
-def fmt_cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, Cell):
-        if value.value is None:
-            return "-"
-        if value.std is not None and math.isfinite(value.std) and value.std > 0:
-            # only the digits the interval supports (ngb.sweeps.numbers), as on every surface
-            text = format_with_interval(value.value, value.std)
-        else:
-            text = fmt_number(value.value)
-        return f"{text} {value.note}" if value.note else text
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return fmt_number(value)
-    return str(value)
 
 
 def render(report: Report, fmt: str = "table", width: int = 200) -> str:
@@ -59,8 +32,6 @@ def render(report: Report, fmt: str = "table", width: int = 200) -> str:
     if fmt == "csv":
         return _csv(report)
     if fmt == "latex":
-        from ngb.sweeps.report_latex import latex
-
         return latex(report)
     return _rich(report, width)
 

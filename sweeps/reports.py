@@ -8,7 +8,7 @@ Public API::
 
 Everything is read through ``Store.query`` (read-only connections), so a report can be made while
 a run is writing. Definitions of every number are in the builder modules' docstrings
-(``report_paper`` for the paper's tables, ``report_beyond`` for DLAS and ranking reversals) and
+(``report_paper`` for the paper's tables, ``report_dlas`` for DLAS and ranking reversals) and
 repeated in each table's notes.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.sweeps import report_beyond, report_deploy, report_paper
+from ngb.sweeps import report_deploy, report_dlas, report_paper
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table
 from ngb.sweeps.report_render import FORMATS, render
 
@@ -41,8 +41,8 @@ REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
     "depth": (report_paper.depth, "Depth slope and retention of blocks (Tables VII, VIII)"),
     "bsr": (report_paper.bsr, "RTR, ASE, BSR and speed-up per model, compiler and batch"),
     "ase": (report_paper.ase, "ASE per model/width x batch for each compiler (heatmaps)"),
-    "dlas": (report_beyond.dlas, "Achieved and % of expected speed-up per optimisation"),
-    "reversals": (report_beyond.reversals, "Model pairs whose order flips under a compiler"),
+    "dlas": (report_dlas.dlas, "Achieved and % of expected speed-up per optimisation"),
+    "reversals": (report_dlas.reversals, "Model pairs whose order flips under a compiler"),
     "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
     "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
 }

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.core.safe_files import check_readable, read_text, shorten
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
@@ -91,7 +92,6 @@ _TOP_KEYS = (
     "models",
     "matrix",
 )
-DEFAULT_BASELINE = "identity"
 # matrix key -> (TrialSpec field, element type); the order here is the expansion order.
 _AXES: dict[str, tuple[str, type]] = {
     "models": ("model", str),

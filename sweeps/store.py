@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import TrialResult
@@ -42,6 +42,13 @@ from ngb.sweeps.store_query import (
     sql_error,
     write_export,
 )
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+# Rows come back as dict[str, Any]: a DuckDB value is whatever the column holds (str, float,
+# datetime, list ...), so callers read the columns they know; a true boundary, as JSON is.
 
 __all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
 
@@ -66,7 +73,7 @@ _JSON_COLUMNS = {
 }
 
 
-def _decode_row(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+def _decode_row(columns: Sequence[str], row: Sequence[object]) -> dict[str, Any]:
     out = {}
     for name, value in zip(columns, row, strict=True):
         if name in _JSON_COLUMNS and isinstance(value, str):
@@ -101,12 +108,14 @@ class Store:
 
     # ------------------------------------------------------------ connections
 
-    def _connection(self, *, write: bool, external_access: bool = True) -> Any:
+    def _connection(
+        self, *, write: bool, external_access: bool = True
+    ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         timeout = self.write_timeout_s if write else self.busy_timeout_s
         return connection(self.path, write=write, timeout=timeout, external_access=external_access)
 
     @contextmanager
-    def _writer(self) -> Iterator[Any]:
+    def _writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection inside one transaction (committed on success)."""
         with write_errors(self.path):
             self._ensure_schema()
@@ -120,7 +129,7 @@ class Store:
                 conn.execute("COMMIT")
 
     @contextmanager
-    def _reader(self, *, external_access: bool = True) -> Iterator[Any]:
+    def _reader(self, *, external_access: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection; a missing file reads as an empty database (nothing created)."""
         with read_errors(self.path):
             if not self.path.exists():
@@ -141,15 +150,16 @@ class Store:
             with self._connection(write=False, external_access=external_access) as conn:
                 yield conn
 
-    def _check_readable(self, conn: Any, version: int) -> None:
+    def _check_readable(self, conn: duckdb.DuckDBPyConnection, version: int) -> None:
         if version > schema.latest_version():
             raise NgbError(
                 f"results database {self.path} has schema version {version}, newer than this "
                 f"ngb understands ({schema.latest_version()}); upgrade ngb or use another file"
             )
-        tables = conn.execute(
+        counted = conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
-        ).fetchone()[0]
+        ).fetchone()
+        tables = counted[0] if counted else 0
         if version == 0 and tables:
             raise NgbError(f"{self.path} is a DuckDB file but not an ngb results database")
 
@@ -215,7 +225,7 @@ class Store:
         sweep_toml: str,
         devices: Sequence[str],
         n_trials: int,
-        meta: Mapping[str, Any] | None = None,
+        meta: Mapping[str, object] | None = None,
     ) -> bool:
         """Record a new run; returns False (and changes nothing) if ``run_id`` exists already."""
         stamp = now()
@@ -266,7 +276,7 @@ class Store:
         "finished_at",
     )
 
-    def upsert_run_device(self, run_id: str, device: str, **fields: Any) -> None:
+    def upsert_run_device(self, run_id: str, device: str, **fields: object) -> None:
         """Create or update the per-device state of a run; only the given fields change.
 
         Times (``started_at``, ``finished_at``) are unix seconds. Fields without a column are
@@ -275,8 +285,9 @@ class Store:
         known = {k: v for k, v in fields.items() if k in self._RUN_DEVICE_FIELDS}
         other = {k: v for k, v in fields.items() if k not in self._RUN_DEVICE_FIELDS}
         for name in ("started_at", "finished_at"):
-            if isinstance(known.get(name), int | float):
-                known[name] = to_datetime(known[name])
+            stamp = known.get(name)
+            if isinstance(stamp, int | float):
+                known[name] = to_datetime(stamp)
         with self._writer() as conn:
             row = conn.execute(
                 "SELECT extra FROM run_devices WHERE run_id = ? AND device = ?", [run_id, device]
@@ -406,7 +417,7 @@ class Store:
 
     # ------------------------------------------------------------ readers
 
-    def _rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    def _rows(self, sql: str, params: Sequence[object] | None = None) -> list[dict[str, Any]]:
         with self._reader() as conn:
             cur = conn.execute(sql, list(params or []))
             columns = [d[0] for d in cur.description]
@@ -504,7 +515,7 @@ class Store:
     def query(
         self,
         sql: str,
-        params: Sequence[Any] | None = None,
+        params: Sequence[object] | None = None,
         *,
         allow_write: bool = False,
         allow_files: bool = False,
@@ -538,6 +549,16 @@ class Store:
                 return columns, cur.fetchall()
             except duckdb.Error as exc:
                 raise sql_error(exc, allow_write) from None
+
+    def frame(self, sql: str, params: Sequence[object] | None = None) -> pd.DataFrame:
+        """Read-only SQL as a pandas DataFrame (DuckDB's own ``.df()``; the Python API)."""
+        import duckdb
+
+        with self._reader(external_access=False) as conn:
+            try:
+                return conn.execute(sql, list(params) if params else None).df()
+            except duckdb.Error as exc:
+                raise sql_error(exc, False) from None
 
     def export(
         self,
@@ -583,14 +604,14 @@ class Store:
             raise NgbError(f"no results database at {self.path} (nothing has been stored yet)")
 
 
-def _filters(**columns: Any) -> tuple[str, list[Any]]:
+def _filters(**columns: object) -> tuple[str, list[object]]:
     given = {k: v for k, v in columns.items() if v is not None}
     if not given:
         return "", []
     return " WHERE " + " AND ".join(f"{k} = ?" for k in given), list(given.values())
 
 
-def _empty_database() -> Any:
+def _empty_database() -> duckdb.DuckDBPyConnection:
     """An in-memory database with the current schema: what a file not yet written reads as."""
     import duckdb
 

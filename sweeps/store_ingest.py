@@ -18,16 +18,21 @@ import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsInt
 
 from ngb.core.types import BLOCK_MODELS, TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import ErrorRow, IngestBatch
 
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
 # ---------------------------------------------------------------- value helpers
 
 
-def num(value: Any) -> float | None:
+def num(value: SupportsFloat | str | None) -> float | None:
     """NaN/inf (unknown statistics) become NULL rather than poisoning aggregates."""
     if value is None:
         return None
@@ -35,18 +40,18 @@ def num(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def as_int(value: Any) -> int | None:
+def as_int(value: SupportsInt | str | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _ts(seconds: Any) -> int | None:
+def _ts(seconds: SupportsFloat | str | None) -> int | None:
     """Unix seconds -> microseconds for an Arrow timestamp; 0/None mean 'not known'."""
     if not seconds:
         return None
     return int(float(seconds) * 1_000_000)
 
 
-def to_json(value: Any) -> str | None:
+def to_json(value: object) -> str | None:
     if value is None:
         return None
     return json.dumps(value, sort_keys=True, default=str)
@@ -74,7 +79,7 @@ def model_family(model: str, source: Any = None) -> str:
     return match.group(0).lower() if match else model
 
 
-def _stats(result_stats: Any) -> dict[str, Any]:
+def _stats(result_stats: object) -> dict[str, Any]:
     if result_stats is None:
         return {}
     if isinstance(result_stats, Mapping):
@@ -82,14 +87,12 @@ def _stats(result_stats: Any) -> dict[str, Any]:
     return dict(vars(result_stats))
 
 
-def now() -> Any:
+def now() -> datetime:
     return to_datetime(time.time())
 
 
-def to_datetime(seconds: float) -> Any:
+def to_datetime(seconds: float) -> datetime:
     """A naive UTC datetime (DuckDB TIMESTAMP), the way every timestamp here is stored."""
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
 
 
@@ -118,7 +121,7 @@ def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[Any
     return pa.Table.from_arrays(arrays, names=[name for name, _ in columns])
 
 
-def _append(conn: Any, table: str, arrow_table: Any) -> None:
+def _append(conn: duckdb.DuckDBPyConnection, table: str, arrow_table: pa.Table) -> None:
     view = f"_ngb_new_{table}"
     conn.register(view, arrow_table)
     try:
@@ -357,14 +360,14 @@ def ingest_tuning(
     return len(rows)
 
 
-def insert_errors(conn: Any, rows: Sequence[ErrorRow]) -> None:
+def insert_errors(conn: duckdb.DuckDBPyConnection, rows: Sequence[ErrorRow]) -> None:
     conn.executemany(
         "INSERT INTO errors VALUES (?, ?, ?, ?, ?, ?)",
         [(run, dev, key, to_datetime(ts), kind, msg) for run, dev, key, ts, kind, msg in rows],
     )
 
 
-def write_batch(conn: Any, batch: IngestBatch) -> int:
+def write_batch(conn: duckdb.DuckDBPyConnection, batch: IngestBatch) -> int:
     """Everything in ``batch`` on ``conn`` (inside the caller's transaction); new trials stored."""
     new = 0
     for (run_id, device), results in _group(batch.results).items():

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ngb.core.serial import long_run_factor
+from ngb.core.autocorrelation import long_run_factor
 from ngb.core.stopping import repetitions_for_cov
 
 WIDE = "wider than the target"
@@ -83,7 +83,8 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     cov = statistics.median(covs)
     settings = _settings(wide[0])
     target = float(settings.get("ci_target") or 0.02)
-    # Correlated repetitions are worth less each (ngb.core.serial): as if the spread were wider.
+    # Correlated repetitions are worth less each (ngb.core.autocorrelation): as if the spread were
+    # wider.
     rhos = [rho for r in wide if (rho := _serial_rho(r)) is not None]
     rho = statistics.median(rhos) if rhos else 0.0
     spread = cov * math.sqrt(long_run_factor(rho))

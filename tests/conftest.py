@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["tests.sshd"]  # the real-sshd fixtures (sshd_server, sshd_home)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test another checkout's sources. An editable install pins absolute paths, so a
+    venv copied from (or shared with) another clone would silently run that clone's code here.
+    ``make wheel-test`` sets NGB_TEST_INSTALLED=1: there the installed wheel is the point."""
+    import ngb.core
+
+    where = Path(ngb.core.__file__).resolve()
+    if os.environ.get("NGB_TEST_INSTALLED") == "1":
+        if ROOT in where.parents:
+            raise pytest.UsageError(f"NGB_TEST_INSTALLED=1 but ngb.core comes from {where}")
+    elif ROOT not in where.parents:
+        raise pytest.UsageError(
+            f"ngb.core is imported from {where}, not from this checkout ({ROOT}); "
+            "reinstall it here: make setup (or pip install --no-deps -e .)"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -113,7 +113,8 @@ def write_inventory(home: Path) -> None:
 # ---------------------------------------------------------------- the cpu-repro run's numbers
 
 CPU_REPRO = Path(__file__).parent / "data" / "cpu_repro_timm.csv"
-#: zero-mean, no lag-1 correlation (ngb.core.serial would widen a trend): reps = mean + d * this
+#: zero-mean, no lag-1 correlation (ngb.core.autocorrelation would widen a trend):
+#: reps = mean + d * this
 _PATTERN = (-1.0, 1.0, -0.5, 0.5, 0.0)
 #: max abs error against eager, which docs/RESULTS.md's tables do not list: fp32 compilers agree
 #: to ~1e-5 on these models, OpenVINO's bf16 to ~1e-2 (its verify step's order of magnitude)

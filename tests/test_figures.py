@@ -36,13 +36,19 @@ from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import FIGURES, build_figure, caption, save_figure, write_figures
 from ngb.sweeps.figures_data import FigureData, derived_bar
-from ngb.sweeps.figures_model import HeatPanel, LinePanel
+from ngb.sweeps.figures_spec import HeatPanel, LinePanel
 from ngb.sweeps.report_latex import escape
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
 from ngb.sweeps.reports import build_report, render
 from ngb.sweeps.store import Store
 
-NOISE = (-0.01, 0.01, -0.005, 0.005, 0.0)  # zig-zag: no serial correlation (ngb.core.serial)
+NOISE = (
+    -0.01,
+    0.01,
+    -0.005,
+    0.005,
+    0.0,
+)  # zig-zag: no serial correlation (ngb.core.autocorrelation)
 MEASURE = MeasureSettings(repetitions=5, min_iters=5, min_duration_s=0.3)
 TABLE = {
     ("resnet18", None, 1, "identity"): {1: 10, 4: 32},

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ def _pyproject() -> dict:
 
 
 def _package_folders() -> set[str]:
-    found = set()
+    found = {"ngb"}  # ngb/: the package's own __init__ (the Python API) and links to the folders
     for folder, dotted in TOP.items():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder)
@@ -36,7 +38,8 @@ def test_every_package_folder_is_listed() -> None:
 
 
 def test_package_dir_maps_the_four_folders() -> None:
-    assert _pyproject()["tool"]["setuptools"]["package-dir"] == {v: k for k, v in TOP.items()}
+    mapping = {"ngb": "ngb", **{v: k for k, v in TOP.items()}}
+    assert _pyproject()["tool"]["setuptools"]["package-dir"] == mapping
 
 
 @pytest.mark.parametrize("name", sorted(_package_folders()))
@@ -71,3 +74,34 @@ def test_lock_pins_every_dependency_exactly() -> None:
         if ln.strip() and not ln.startswith("#")
     ]
     assert lines and all("==" in ln for ln in lines), [ln for ln in lines if "==" not in ln]
+
+
+_FROM_CHECKOUT = pytest.mark.skipif(
+    os.environ.get("NGB_TEST_INSTALLED") == "1", reason="needs the checkout (not the wheel test)"
+)
+
+
+@_FROM_CHECKOUT
+def test_wheel_holds_real_files_under_ngb(tmp_path: Path) -> None:
+    # ngb/core etc. are links in the checkout; the wheel must carry the files themselves
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("ngb-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        assert {"ngb/__init__.py", "ngb/core/__init__.py", "ngb/sweeps/api.py"} <= names
+        assert "ngb/sweeps/presets/demo.toml" in names
+        assert zf.read("ngb/core/types.py") == (ROOT / "core" / "types.py").read_bytes()
+        assert not any(n.startswith(("core/", "devices/", "sweeps/", "tui/")) for n in names)
+
+
+@_FROM_CHECKOUT
+def test_editable_install_points_at_this_checkout() -> None:
+    import ngb
+    import ngb.core
+
+    assert Path(ngb.__file__).resolve() == ROOT / "ngb" / "__init__.py"
+    assert Path(ngb.core.__file__).resolve() == ROOT / "core" / "__init__.py"

@@ -38,7 +38,7 @@ from ngb.sweeps.reports import build_report, list_reports, render
 from ngb.sweeps.store import Store
 
 # Zig-zag order: no serial correlation, so intervals are the plain Student-t ones (a ramp would
-# read as a trend and be widened, ngb.core.serial).
+# read as a trend and be widened, ngb.core.autocorrelation).
 NARROW = (-0.01, 0.01, -0.005, 0.005, 0.0)
 WIDE = (-0.3, 0.3, -0.15, 0.15, 0.0)
 VERY_WIDE = (-0.6, 0.6, -0.3, 0.3, 0.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
-from ngb.sweeps.cli.data import sweeps as sweeps_cmd
+from ngb.sweeps.cli.sweeps_list import sweeps as sweeps_cmd
 from ngb.sweeps.spec import list_presets, load_sweep, loads_sweep
 
 BASE = """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ngb.devices import hostkeys
-from ngb.devices.deploy import agent_bundle, deploy_agent, probe_device
+from ngb.devices.agent_remote import agent_bundle, deploy_agent, probe_device
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.local import LocalTransport
 from ngb.devices.ssh import DEFAULT_HANDSHAKES, SshTransport, set_handshake_limit

@@ -6,7 +6,7 @@ meter names the unsampled phase instead of holding the last sample, and a cancel
 from __future__ import annotations
 
 from ngb.sweeps.orchestrator import RunEvent
-from ngb.tui.run_model import RunModel
+from ngb.tui.live_run import RunModel
 from ngb.tui.widgets.device_panel import eta_text, meter_lines
 
 

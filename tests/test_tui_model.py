@@ -7,7 +7,7 @@ from ngb.core.errors import NgbError
 from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.orchestrator import RunEvent
 from ngb.tui import results_data as rd
-from ngb.tui.run_model import CPU_HISTORY, RunModel
+from ngb.tui.live_run import CPU_HISTORY, RunModel
 from ngb.tui.screens.device_form import form_values
 from ngb.tui.screens.devices import compilers_of
 from ngb.tui.widgets.cpu_meter import cpu_bar

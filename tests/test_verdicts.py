@@ -46,7 +46,8 @@ def test_mostly_valid_runs_get_no_advice_and_old_results_no_line() -> None:
 
 
 def test_serially_correlated_repetitions_need_more_and_the_line_says_why() -> None:
-    """A wide trial whose repetitions were correlated (ngb.core.serial) needs more of them than
+    """A wide trial whose repetitions were correlated (ngb.core.autocorrelation) needs more of them
+    than
     its CoV alone says: (1 + rho) / (1 - rho) times as many for long runs."""
     extra = json.dumps({"measure": {"serial_rho": 0.6}})
     rows = [{**row("INVALID", WIDE, cov=0.05), "extra": extra} for _ in range(3)]

@@ -183,7 +183,7 @@ class Backend:
 
     async def probe(self, device: Device) -> dict[str, Any]:
         """Connect, deploy the agent and return its probe (raises TransportError/NgbError)."""
-        from ngb.devices.deploy import probe_device
+        from ngb.devices.agent_remote import probe_device
 
         transport = self.transport_for(device)
         try:

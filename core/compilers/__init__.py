@@ -38,6 +38,11 @@ __all__ = [
 ]
 
 # name -> "module:Class"; the order is the paper's (identity baseline first).
+#: The one definition of the default baseline: the compiler every speed-up, BSR and depth trend
+#: is relative to when a sweep names none (torch eager). Sweeps, reports, figures and the console
+#: read it from here.
+DEFAULT_BASELINE = "identity"
+
 _REGISTRY: dict[str, str] = {
     "identity": "ngb.core.compilers.identity:IdentityCompiler",
     "torchscript": "ngb.core.compilers.torchscript:TorchScriptCompiler",
@@ -84,6 +89,11 @@ def _classes() -> list[type[Compiler[Any]]]:
         except ImportError:  # a backend module missing from a trimmed build
             continue
     return found
+
+
+def onnx_compilers() -> list[str]:
+    """The compilers that take an ONNX file, read from each one's ``sources`` declaration."""
+    return [n for n in list_compilers() if "onnx" in compiler_class(n).sources]
 
 
 def unsupported_error_names() -> frozenset[str]:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
+from ngb.core.dist_version import dist_version
 from ngb.core.errors import ConfigError, UnsupportedTrial
 from ngb.core.types import PRECISIONS
-from ngb.core.versions import dist_version
 
 
 @dataclass(frozen=True)

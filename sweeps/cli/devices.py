@@ -343,7 +343,7 @@ def trust(name: str, yes: bool, hashed: bool) -> None:
 
 
 async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, Any]:
-    from ngb.devices.deploy import probe_device
+    from ngb.devices.agent_remote import probe_device
     from ngb.devices.ssh import make_transport
 
     transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
@@ -421,7 +421,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
 
 
 async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) -> dict[str, Any]:
-    from ngb.devices.deploy import tune_device
+    from ngb.devices.agent_remote import tune_device
     from ngb.devices.ssh import make_transport
 
     transport = make_transport(dev, inventory=inv) if not dev.is_local else make_transport(dev)
@@ -469,7 +469,7 @@ def tune(name: str, do_apply: bool, do_undo: bool, yes: bool, timeout: float) ->
     if do_apply and do_undo:
         raise NgbError("give --apply or --undo, not both")
     inv = load_inventory()
-    (dev,) = inv.resolve([name])[:1] or [None]
+    dev = next(iter(inv.resolve([name])), None)
     if dev is None:
         raise NgbError(f"no device named {name!r}")
     try:

@@ -403,5 +403,7 @@ def compilers(show_all: bool, as_json: bool) -> None:
         table.add_column(col)
     for r in rows:
         here = "[green]yes[/]" if r["available"] else "[red]no[/]"
-        table.add_row(r["name"], here, r["description"] if r["available"] else r["reason"])
+        table.add_row(
+            str(r["name"]), here, str(r["description"] if r["available"] else r["reason"])
+        )
     Console().print(table)

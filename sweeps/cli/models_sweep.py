@@ -52,6 +52,7 @@ def list_sweep_models(
     render: Callable[[list[str], list[list[str]], set[int]], list[str]],
 ) -> bool:
     """Print the table (or JSON); False when some model could not be counted."""
+    from ngb.core.compilers import onnx_compilers
     from ngb.core.isolate import call_in_child
     from ngb.core.models import MACS_COUNTER
     from ngb.sweeps.spec import load_sweep
@@ -84,8 +85,8 @@ def list_sweep_models(
     if onnx:
         lines += [
             "",
-            f"ONNX files ({', '.join(onnx)}) run on the compilers that take ONNX (onnxruntime, "
-            "openvino, tvm, tvm-ms, tensorrt); other pairs are recorded as unsupported.",
+            f"ONNX files ({', '.join(onnx)}) run on the compilers that take ONNX "
+            f"({', '.join(onnx_compilers())}); other pairs are recorded as unsupported.",
         ]
     lines += ["", f"MACs: {MACS_COUNTER}; ONNX files: the same ops counted from the graph."]
     click.echo("\n".join(lines))

@@ -14,34 +14,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from ngb.core.errors import NgbError
 
+if TYPE_CHECKING:  # imported where used: `ngb --help` must not load rich, duckdb or asyncssh
+    from ngb.devices.inventory import Inventory
+    from ngb.sweeps.orchestrator import Orchestrator, Subscription
+    from ngb.sweeps.store import Store
+    from rich.console import Console
+
+_Command = TypeVar("_Command", bound=Callable[..., object])
+
 FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
 
 
-def _store(db: str | None) -> Any:
+def _store(db: str | None) -> Store:
     from ngb.sweeps.store import Store
 
     return Store(db)
 
 
-def _inventory(path: str | None) -> Any:
+def _inventory(path: str | None) -> Inventory:
     from ngb.devices.inventory import load_inventory
 
     return load_inventory(path)
 
 
-def _db_option(fn: Any) -> Any:
+def _db_option(fn: _Command) -> _Command:
     return click.option(
         "--db", type=click.Path(dir_okay=False), default=None,
         help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
     )(fn)  # fmt: skip
 
 
-def _inventory_option(fn: Any) -> Any:
+def _inventory_option(fn: _Command) -> _Command:
     return click.option(
         "--inventory", "inventory_path", type=click.Path(dir_okay=False), default=None,
         help="Device inventory (default: the config dir's devices.toml).",
@@ -54,7 +63,7 @@ def _inventory_option(fn: Any) -> Any:
 class _Progress:
     """One bar per device, updated from RunEvents (rich, on stderr-free stdout)."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Console) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -126,7 +135,7 @@ class _Progress:
         self.progress.update(task, **fields)
 
 
-async def _follow(orch: Any, run_id: str, sub: Any, console: Any) -> str:
+async def _follow(orch: Orchestrator, run_id: str, sub: Subscription, console: Console) -> str:
     """Show progress until the run ends or Ctrl-C (which detaches); returns the run state."""
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
@@ -164,7 +173,7 @@ async def _follow(orch: Any, run_id: str, sub: Any, console: Any) -> str:
     return final
 
 
-def _report(console: Any, summary: dict[str, Any], *, show_error: bool = True) -> None:
+def _report(console: Console, summary: dict[str, Any], *, show_error: bool = True) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {summary['run_id']}: {summary['status']}")
@@ -181,9 +190,9 @@ def _report(console: Any, summary: dict[str, Any], *, show_error: bool = True) -
 
 
 async def _drive(
-    store: Any,
-    inventory: Any,
-    console: Any,
+    store: Store,
+    inventory: Inventory,
+    console: Console,
     *,
     start: dict[str, Any] | None = None,
     attach: str | None = None,
@@ -259,7 +268,7 @@ def _forget_run(store: Any, run_id: str) -> None:
         store.query(f'DELETE FROM "{table}" WHERE run_id = ?', [run_id], allow_write=True)  # noqa: S608 - names from the catalogue
 
 
-def _console() -> Any:
+def _console() -> Console:
     from rich.console import Console
 
     return Console()
@@ -328,7 +337,7 @@ def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
     _finish(console, state, summary, store)
 
 
-def _finish(console: Any, state: str, summary: dict[str, Any] | None, store: Any) -> None:
+def _finish(console: Console, state: str, summary: dict[str, Any] | None, store: Store) -> None:
     if summary is not None:
         _report(console, summary, show_error=False)
         _verdicts(console, store, summary["run_id"])

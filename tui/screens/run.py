@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
-from ngb.tui.run_model import RunModel
+from ngb.tui.live_run import RunModel
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.checklist import Checklist

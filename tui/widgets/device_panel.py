@@ -5,7 +5,7 @@ tuning progress with a per-task table.
 One widget that renders its lines itself, rather than a tree of labels and bars: the Run screen
 may show hundreds of devices redrawn ten times a second, and a single fixed-height widget costs a
 repaint, never a relayout (the height changes only when the tuning table appears or goes).
-The panel is a pure view of a ``DeviceState`` (``ngb.tui.run_model``); ``show`` is called by the
+The panel is a pure view of a ``DeviceState`` (``ngb.tui.live_run``); ``show`` is called by the
 Run screen's throttled refresh, never per event.
 """
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ngb.tui.run_model import DeviceState
+from ngb.tui.live_run import DeviceState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
 from ngb.tui.widgets.tuning_panel import tuning_lines
 from rich.text import Text

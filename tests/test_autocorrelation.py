@@ -1,4 +1,4 @@
-"""Serially correlated repetitions widen the interval of the mean (ngb.core.serial)."""
+"""Serially correlated repetitions widen the interval of the mean (ngb.core.autocorrelation)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import serial, stopping
+from ngb.core import autocorrelation, stopping
 from ngb.core.types import MeasureSettings
 
 
@@ -23,26 +23,26 @@ def ar1(rho: float, n: int, rng: np.random.Generator, mean: float = 100.0) -> li
 def test_independent_repetitions_keep_their_interval() -> None:
     rng = np.random.default_rng(0)
     values = list(100 + rng.standard_normal(2000))
-    rho, factor = serial.inflation(values)
+    rho, factor = autocorrelation.inflation(values)
     assert rho < 0.1
     assert factor < 1.25
-    assert serial.inflation([1.0, 2.0, 3.0]) == (0.0, 1.0)  # too few to estimate anything
-    assert serial.inflation([5.0] * 10) == (0.0, 1.0)  # no spread, nothing to widen
+    assert autocorrelation.inflation([1.0, 2.0, 3.0]) == (0.0, 1.0)  # too few to estimate anything
+    assert autocorrelation.inflation([5.0] * 10) == (0.0, 1.0)  # no spread, nothing to widen
 
 
 def test_lag1_finds_the_correlation_of_a_long_series() -> None:
     rng = np.random.default_rng(1)
-    assert serial.lag1(ar1(0.7, 4000, rng)) == pytest.approx(0.7, abs=0.05)
+    assert autocorrelation.lag1(ar1(0.7, 4000, rng)) == pytest.approx(0.7, abs=0.05)
     # An alternating series is negatively correlated: it never narrows the interval.
-    assert serial.lag1([90.0, 110.0] * 10) == 0.0
+    assert autocorrelation.lag1([90.0, 110.0] * 10) == 0.0
 
 
 def test_variance_factor_is_the_ar1_mean_variance() -> None:
-    assert serial.variance_factor(0.0, 12) == 1.0
+    assert autocorrelation.variance_factor(0.0, 12) == 1.0
     # long series: (1 + rho) / (1 - rho)
-    assert serial.variance_factor(0.5, 100_000) == pytest.approx(3.0, rel=1e-3)
+    assert autocorrelation.variance_factor(0.5, 100_000) == pytest.approx(3.0, rel=1e-3)
     # n = 2: Var((x1 + x2) / 2) = (2 + 2 rho) / 4 sigma^2 -> factor 1 + rho
-    assert serial.variance_factor(0.6, 2) == pytest.approx(1.6)
+    assert autocorrelation.variance_factor(0.6, 2) == pytest.approx(1.6)
 
 
 def test_widened_interval_holds_the_true_mean_far_more_often() -> None:

@@ -1,0 +1,118 @@
+"""A model's named inputs: ``InputSpec`` (name, shape with at most one ``"batch"`` dimension,
+dtype, integer range) and its command-line form (``parse_input``).
+
+Below both ``ngb.core.model_sources`` (where a model comes from) and ``ngb.core.onnx_graph``
+(inputs read from an ONNX graph); ``model_sources`` imports ``onnx_graph`` and re-exports these
+names, so there is no import loop between the two (issue 22).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ngb.core.errors import ConfigError
+
+__all__ = ["BATCH", "DEFAULT_INT_RANGE", "DTYPES", "InputSpec", "parse_input"]
+
+BATCH = "batch"
+# dtype name -> is it an integer type (needs a value range)
+DTYPES: dict[str, bool] = {
+    "float32": False,
+    "float16": False,
+    "bfloat16": False,
+    "float64": False,
+    "int64": True,
+    "int32": True,
+    "bool": True,
+}
+DEFAULT_INT_RANGE = (0, 2)  # bool and int inputs without a range: 0/1 (always a valid index)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One named model input; ``shape`` holds ints and at most one ``"batch"``."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str = "float32"
+    range: tuple[int, int] | None = None  # integer inputs: values drawn from [low, high)
+
+    def __post_init__(self) -> None:
+        where = f"input {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"input name must be a non-empty string, got {self.name!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"{where}: dtype {self.dtype!r} not one of {', '.join(DTYPES)}")
+        for dim in self.shape:
+            ok = dim == BATCH or (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0)
+            if not ok:
+                raise ConfigError(
+                    f"{where}: shape entries are positive integers or {BATCH!r}, got {dim!r}"
+                )
+        if list(self.shape).count(BATCH) > 1:
+            raise ConfigError(f"{where}: mark at most one dimension {BATCH!r}")
+        if self.range is not None:
+            if not DTYPES[self.dtype]:
+                raise ConfigError(f"{where}: range applies to integer inputs, not {self.dtype}")
+            low, high = self.range
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+                raise ConfigError(f"{where}: range must be two integers [low, high)")
+            if high <= low:
+                raise ConfigError(f"{where}: range [low, high) needs high > low, got {self.range}")
+
+    def concrete(self, batch: int) -> tuple[int, ...]:
+        return tuple(batch if d == BATCH else int(d) for d in self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.range is not None:
+            out["range"] = list(self.range)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> InputSpec:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"an input is a table with name, shape, dtype, range; got {data!r}")
+        unknown = sorted(set(data) - {"name", "shape", "dtype", "range"})
+        if unknown:
+            raise ConfigError(
+                f"input: unknown key {unknown[0]!r} (valid: name, shape, dtype, range)"
+            )
+        shape, rng = data.get("shape"), data.get("range")
+        if not isinstance(shape, list | tuple):
+            raise ConfigError(f"input {data.get('name')!r}: shape must be a list, got {shape!r}")
+        if rng is not None and (not isinstance(rng, list | tuple) or len(rng) != 2):
+            raise ConfigError(f"input {data.get('name')!r}: range must be [low, high)")
+        return cls(
+            name=data.get("name"),  # type: ignore[arg-type]  # checked in __post_init__
+            shape=tuple(shape),
+            dtype=data.get("dtype", "float32"),
+            range=tuple(rng) if rng is not None else None,  # type: ignore[arg-type]
+        )
+
+
+def parse_input(text: str) -> InputSpec:
+    """The command-line form ``NAME:SHAPE[:DTYPE[:LOW-HIGH]]``, e.g. ``x:batch,16:int64:0-1000``."""
+    parts = text.split(":")
+    if len(parts) < 2 or len(parts) > 4:
+        raise ConfigError(f"--input wants NAME:SHAPE[:DTYPE[:LOW-HIGH]], got {text!r}")
+    dims: list[int | str] = []
+    for dim in parts[1].split(","):
+        dim = dim.strip()
+        dims.append(dim if dim == BATCH else _int(dim, text))
+    rng = None
+    if len(parts) == 4:
+        low, sep, high = parts[3].partition("-")
+        if not sep:
+            raise ConfigError(f"--input range is LOW-HIGH, got {parts[3]!r} in {text!r}")
+        rng = (_int(low, text), _int(high, text))
+    return InputSpec(parts[0], tuple(dims), parts[2] if len(parts) > 2 else "float32", rng)
+
+
+def _int(text: str, whole: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not an integer (in {whole!r})") from None

@@ -1,0 +1,38 @@
+"""ngb -- NGraphBench: a benchmark of neural graph compilers over a testbed of devices.
+
+The sub-packages ``ngb.core``, ``ngb.devices``, ``ngb.sweeps`` and ``ngb.tui`` are the checkout's
+top-level folders (links here, real files in the wheel). The public Python API, for notebooks:
+
+    import ngb
+    r = ngb.measure("conv", compiler="eager", batch=1)   # -> ngb.Result
+    r.throughput, r.interval, r.verdict
+    results, samples = ngb.open_results()                # pandas DataFrames
+    ngb.compare(a, b)                                    # speed-up, interval, "n.s."
+
+The names are loaded on first use (PEP 562) from ``ngb.sweeps.api``, so ``import ngb`` imports no
+torch, duckdb or pandas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+__all__ = ["Comparison", "Result", "compare", "measure", "open_results", "__version__"]
+
+if TYPE_CHECKING:
+    from ngb.sweeps.api import Comparison, Result, compare, measure, open_results
+
+_API = {"Comparison", "Result", "compare", "measure", "open_results"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _API:
+        from ngb.sweeps import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ngb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _API)

@@ -1,0 +1,113 @@
+"""``ngb query``: SQL over the results database, read-only unless ``--write``.
+
+It opens the results file only for as long as it needs it, so it works from another terminal
+while a run is writing (see ``ngb.sweeps.store``). The statement helpers here are shared with
+``ngb export`` (``sweeps/cli/export.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+import click
+from ngb.core.errors import NgbError
+from ngb.sweeps.cli.options import results_db_options
+
+
+def open_store(db: str | None, wait: float) -> Any:
+    from ngb.sweeps.store import Store
+
+    return Store(db, busy_timeout_s=wait)
+
+
+def _statements(sql: str) -> list[Any]:
+    """The statements in ``sql``, split by DuckDB's own parser (no database needed).
+
+    A syntax error gives an empty list: the query itself then reports it, with its position.
+    """
+    import duckdb
+
+    try:
+        return list(duckdb.extract_statements(sql))
+    except duckdb.Error:
+        return []
+
+
+def one_statement(sql: str) -> Any | None:
+    """Refuse several statements: only the last one's rows would be shown (or exported)."""
+    statements = _statements(sql)
+    if len(statements) > 1:
+        raise NgbError(
+            f"one SQL statement at a time, got {len(statements)}: only the last one's rows "
+            "would show; run them one by one"
+        )
+    return statements[0] if statements else None
+
+
+# Statement kinds that return rows to export (PIVOT parses as MULTI).
+ROW_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "MULTI")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly form of a DuckDB value (timestamps, decimals, blobs)."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+@click.command("query")
+@click.argument("sql")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="How to print the rows.",
+)
+@click.option("--write", is_flag=True, help="Allow statements that change the database.")
+@click.option(
+    "--allow-files",
+    is_flag=True,
+    help="Let the SQL read and write other files (read_csv, COPY ... TO); off even with --write.",
+)
+@results_db_options
+def query(sql: str, fmt: str, write: bool, allow_files: bool, db: str | None, wait: float) -> None:
+    """Run SQL over the results (read-only unless --write; no other file unless --allow-files).
+
+    Tables: runs, run_devices, trials, measurements, cpu_samples, tuning_progress, errors,
+    devices, probes; views: results, failures, run_progress.
+    """
+    one_statement(sql)
+    store = open_store(db, wait)
+    if not write:
+        store.require_file()  # read-only SQL on a missing file: say so, create nothing
+    columns, rows = store.query(sql, allow_write=write, allow_files=allow_files)
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_plain(v) for v in row] for row in rows])
+    elif fmt == "json":
+        records = [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        click.echo(json.dumps(records, indent=1, default=str))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(show_edge=False, header_style="bold")
+        for name in columns:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            table.add_row(*("" if v is None else str(_plain(v)) for v in row))
+        console = Console()
+        if columns:
+            console.print(table)
+        console.print(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''}[/dim]")
