@@ -11,9 +11,10 @@ setup:
 run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
-# On every core (pytest-xdist); --dist loadscope keeps a module's tests (and its module-scoped
-# fixtures: built models, the sshd) on one worker. PYTEST_ARGS="-n 0" runs them in one process.
-PYTEST_ARGS ?= -n auto --dist loadscope
+# One process, not pytest-xdist: ngb forks its measurement workers from the trial's process, and
+# an xdist worker runs I/O threads whose locks a fork copies held (a forked worker hung on a futex
+# in the 2026-11-25 run). PYTEST_ARGS="-n 2 --dist loadscope" runs on two cores at that risk.
+PYTEST_ARGS ?=
 
 test: setup  ## the CI subset: everything but tests marked slow
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)

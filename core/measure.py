@@ -80,7 +80,11 @@ def run_trial(
     workdir: Path | str | None = None,
     cache_dir: Path | str | None = None,
 ) -> TrialResult:
-    """Measure one trial here; see the module docstring for the protocol."""
+    """Measure one trial here; see the module docstring for the protocol.
+
+    Call it from a process that has not run parallel torch ops yet (the agent's trial process,
+    ``ngb measure``): the workers are forked, and OpenMP's pool does not survive a fork
+    (``ngb.sweeps.api.measure`` moves to a fresh process where that is not so)."""
 
     sink: Emit = emit or (lambda event: None)
     result = TrialResult(

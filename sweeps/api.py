@@ -13,6 +13,7 @@ this module itself imports torch only inside ``measure`` (through ``run_trial``)
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -159,10 +160,31 @@ def measure(
         measure=parse_measure(settings, "measure settings"),
     )
     check_trial(spec, "measure")
-    result = Result(run_trial(spec, cache_dir=get_paths().ensure().cache))
+    cache = get_paths().ensure().cache
+    if "torch" in sys.modules:
+        # This interpreter (a notebook) has torch already, maybe with OpenMP's thread pool
+        # started, and libgomp's pool does not survive the fork of ngb's worker processes (the
+        # worker's first parallel op would wait forever): measure from a fresh process instead,
+        # as the device agent does.
+        result = Result(_in_fresh_process(spec, cache))
+    else:
+        result = Result(run_trial(spec, cache_dir=cache))
     if db is not None or run is not None:
         _save(result.trial, db, run or time.strftime("api-%Y%m%d-%H%M%S"))
     return result
+
+
+def _in_fresh_process(spec: TrialSpec, cache: Path) -> TrialResult:
+    """The trial in a child interpreter (``ngb.devices.agent``'s trial subprocess, events to
+    nowhere); a crash or hang there is a failed result, as in a sweep."""
+    import io
+    import threading
+
+    from ngb.devices.agent import EventWriter, run_subprocess
+
+    outcome = run_subprocess(spec, EventWriter(io.StringIO()), None, cache, threading.Event())
+    assert outcome is not None  # None only when cancelled, and nothing cancels it here
+    return outcome
 
 
 def _save(trial: TrialResult, db: str | Path | None, run_id: str) -> None:

@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+# One OpenMP thread in the test process: tests run torch ops here and then call run_trial, which
+# forks its workers from this process, and libgomp's thread pool does not survive a fork (the
+# forked worker's first parallel op waits forever at a barrier for threads that are not there;
+# seen 2026-11-25 in gdb: gomp_team_barrier_wait_end). Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 pytest_plugins = ["tests.sshd"]  # the real-sshd fixtures (sshd_server, sshd_home)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,6 +11,8 @@ import ngb
 import pytest
 from ngb.core.errors import NgbError
 from ngb.core.intervals import speedup
+from ngb.sweeps import api, derived
+from ngb.sweeps.numbers import printed_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"repetitions": 4, "workers": 2, "min_duration_s": 0.02, "warmup_s": 0.0,
@@ -61,8 +63,10 @@ def test_open_results_without_a_database_is_one_line(tmp_path: Path) -> None:
 def test_compare_is_the_reports_speedup() -> None:
     fast, slow = [210.0, 205.0, 208.0, 212.0], [100.0, 101.0, 99.0, 102.0]
     c = ngb.compare(fast, slow)
-    est = speedup(fast, slow)
-    assert (c.speedup, c.interval) == (est.value, (est.low, est.high))
+    # the reports' computation: ratio of means, delta-method interval, printed (rounded) ends
+    ratio = derived.judge(speedup(api._mean(fast), api._mean(slow)), 1.0)
+    assert c.speedup == pytest.approx(sum(fast) / sum(slow)) == pytest.approx(ratio.value)
+    assert ratio.half is not None and c.interval == printed_interval(ratio.value, ratio.half)
     assert c.significant and "n.s." not in str(c)
     same = ngb.compare([100.0, 103.0, 98.0], [101.0, 99.0, 102.0])
     assert not same.significant and str(same).endswith("n.s.")
@@ -84,3 +88,20 @@ def test_example_notebook_script_runs(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert "noop over eager:" in out.stdout and "conv identity b1" in out.stdout
     assert "throughput_mean" in out.stdout
+
+
+def test_measure_after_the_notebook_ran_torch_on_two_threads() -> None:
+    """A notebook that ran torch ops has OpenMP's pool started; a worker forked from it would hang
+    at its first parallel op (libgomp does not survive a fork). ngb.measure must still answer."""
+    code = (
+        "import torch, ngb\n"
+        "torch.set_num_threads(2)\n"
+        "torch.nn.Conv2d(3, 16, 3)(torch.ones(4, 3, 64, 64))  # starts the OpenMP pool\n"
+        f"r = ngb.measure('conv', compiler='identity', width=8, batch=1, **{QUICK!r})\n"
+        "print('ok' if r.ok else r.error)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert out.stdout.strip().splitlines()[-1:] == ["ok"], out.stderr[-2000:]
