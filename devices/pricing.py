@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError
 from ngb.core.intervals import Estimate
-from ngb.devices.inventory import Inventory, load_inventory
+
+if TYPE_CHECKING:  # inventory.py calls check_prices while it validates: no import back
+    from ngb.devices.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,8 @@ def check_prices(inventory: Inventory, where: str = "") -> None:
             raise ConfigError(f"{where}{exc}") from None
 
 
-def load_prices() -> dict[str, Price]:
-    """Device name -> price, from the operator's inventory (devices without one left out)."""
-    inventory = load_inventory()
+def load_prices(inventory: Inventory) -> dict[str, Price]:
+    """Device name -> price, from ``inventory`` (devices without one left out)."""
     out = {}
     for name in inventory.devices:
         price = price_of(inventory, name)

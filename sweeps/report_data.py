@@ -215,9 +215,10 @@ class ReportData:
     def prices(self) -> dict[str, Any]:
         """Device -> ``ngb.devices.pricing.Price`` from the inventory (priced devices only)."""
         if self._prices is None:
+            from ngb.devices.inventory import load_inventory
             from ngb.devices.pricing import load_prices
 
-            self._prices = load_prices()
+            self._prices = load_prices(load_inventory())
         return self._prices
 
     def _find_baseline(self) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError
-from ngb.devices.inventory import inventory_from_dict
+from ngb.devices.inventory import inventory_from_dict, load_inventory
 from ngb.devices.pricing import cost_per_million, load_prices, price_of
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report_data import Cell
@@ -85,7 +85,7 @@ def test_cost_per_million_with_the_throughput_interval() -> None:
 
 
 def test_prices_come_from_the_operator_inventory(store: Store) -> None:
-    prices = load_prices()
+    prices = load_prices(load_inventory())
     assert prices["edge1"].per_hour == 0.36 and prices["edge2"].source == "group edge"
     assert "localhost" not in prices
 
