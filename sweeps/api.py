@@ -223,17 +223,15 @@ def open_results(
 def _mean(x: Result | Sequence[float]) -> Mean:
     """A measured result (its stored interval and degrees of freedom: between processes when
     several ran) or raw per-repetition throughputs (Student-t over them) as a ``Mean``."""
-    from ngb.core.intervals import Mean, t_quantile
+    from ngb.core.intervals import Mean
+    from ngb.core.stopping import interval
 
     if isinstance(x, Result):
         measure = x.trial.extra.get("measure") or {}
         df = float(measure.get("df") or max(len(x.samples) - 1, 0))
         return Mean(x.throughput, x.trial.ci_half_width, df, x.trial.key)
-    values = [float(v) for v in x]
-    n = len(values)
-    mean = math.fsum(values) / n
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return Mean(mean, t_quantile(n - 1) * sd / math.sqrt(n), n - 1)
+    ci = interval([float(v) for v in x], serial=False)  # independent Student-t, n - 1 df
+    return Mean(ci.mean, ci.half_width, ci.n - 1)
 
 
 def compare(a: Result | Sequence[float], b: Result | Sequence[float]) -> Comparison:

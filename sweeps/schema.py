@@ -266,28 +266,21 @@ FROM trials WHERE status = 'ok'""",
 
 # Every trial, failed ones too, with its status and error: a user looking for a missing model in
 # `results` finds it with the reason it failed (issue 20); `WHERE status = 'ok'` gives the old view.
-_V4 = [
-    """CREATE OR REPLACE VIEW results AS
+# Migration 5 extends the same select with the energy columns.
+_RESULTS_V4_SELECT = """\
 SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
        status, error_kind, error,
        throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
        latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
        cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
        throughput_ci_half, verdict, verdict_reason, disturbed, workers,
-       precision, precision_asked
-FROM trials""",
-]
+       precision, precision_asked"""
+_V4 = [f"CREATE OR REPLACE VIEW results AS\n{_RESULTS_V4_SELECT}\nFROM trials"]
 
 _V5 = [
     *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V5),
-    """CREATE OR REPLACE VIEW results AS
-SELECT run_id, device, model, family, compiler, optimisation, batch, depth, width, target,
-       status, error_kind, error,
-       throughput_mean, throughput_std, throughput_median, throughput_cov, unstable,
-       latency_p50_ms, latency_p99_ms, compile_s, export_s, tune_s, first_call_s,
-       cpu_percent_mean, peak_rss_mb, params, macs, max_abs_err, host, key, finished_at,
-       throughput_ci_half, verdict, verdict_reason, disturbed, workers,
-       precision, precision_asked,
+    f"""CREATE OR REPLACE VIEW results AS
+{_RESULTS_V4_SELECT},
        energy_j_per_sample, energy_j_per_sample_ci_half, energy_above_idle_j_per_sample,
        samples_per_j, power_w_mean, idle_power_w, energy_source, energy_note
 FROM trials""",
