@@ -113,19 +113,7 @@ class Compiled(ABC):
         ``extra["requests_in_flight"]``: how many requests it keeps in flight (1 here).
         """
         self.extra["requests_in_flight"] = 1
-        run = self.run
-        clock = time.perf_counter_ns
-        lat: list[int] = []
-        append = lat.append
-        min_ns = int(min_duration_s * 1e9)
-        start = clock()
-        now = start
-        while len(lat) < min_iters or now - start < min_ns:
-            t0 = clock()
-            run()
-            now = clock()
-            append(now - t0)
-        return LoopResult(iters=len(lat), elapsed_s=(now - start) / 1e9, latencies_ns=lat)
+        return timed_calls(self.run, min_iters, min_duration_s)
 
     def output_numpy(self) -> Any:
         """Run once and return the (first) output as a numpy array, for correctness checks."""
@@ -136,6 +124,23 @@ class Compiled(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release runtime resources."""
+
+
+def timed_calls(run: Callable[[], object], min_iters: int, min_duration_s: float) -> LoopResult:
+    """Call ``run`` until both ``min_iters`` calls and ``min_duration_s`` seconds are reached,
+    timing each call: the one loop every synchronous runtime's ``timed_loop`` runs."""
+    clock = time.perf_counter_ns
+    lat: list[int] = []
+    append = lat.append
+    min_ns = int(min_duration_s * 1e9)
+    start = clock()
+    now = start
+    while len(lat) < min_iters or now - start < min_ns:
+        t0 = clock()
+        run()
+        now = clock()
+        append(now - t0)
+    return LoopResult(iters=len(lat), elapsed_s=(now - start) / 1e9, latencies_ns=lat)
 
 
 def to_numpy(out: Any) -> Any:
