@@ -7,6 +7,14 @@ utilisation, CPU steal time (the hypervisor running someone else: Linux VMs repo
 it is None) and system memory; the callback gets all of it as a ``CpuTick`` for live display, and
 ``summary()`` adds the steal mean and the memory peak. ``others_percent`` -- system-wide use minus
 this process's, on the same 0..100 scale -- is what ``ngb.core.interference`` judges.
+
+The judged figure (``extras()["others_percent_mean"]``) is taken over the whole window from
+cumulative counters read at its start and end, not averaged over ticks: a sampler thread that is
+preempted between reading the clock and reading the measured process's CPU time sees that process
+at 400 % on a 2-core machine for one tick and far below for the next, and clipping each tick's
+"others" at zero turned that pair into 20-30 % of phantom others (every worker 0 of a localhost
+sweep on the 2-core VM was flagged "disturbed" so, 2026-11-25). Counters over a 1 s window are
+off by a clock tick at each end, about 1 %.
 psutil is imported when a sampler is created, not at module import, so ``ngb.core`` stays stdlib
 + numpy at import time.
 """
@@ -34,6 +42,16 @@ class CpuTick:
     mem_percent: float | None = None
     mem_used_mb: float | None = None
     mem_total_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class _Counters:
+    """Cumulative CPU seconds at one instant: the system's (all cores) and two processes'."""
+
+    busy_s: float
+    total_s: float
+    proc_s: float
+    own_s: float
 
 
 #: called from the sampler thread with each tick
@@ -75,6 +93,8 @@ class CpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._window_start: _Counters | None = None
+        self._window_end: _Counters | None = None
 
     def start(self) -> CpuSampler:
         self._t0 = time.perf_counter()
@@ -96,11 +116,39 @@ class CpuSampler:
         self._proc_percent()
         if self._me is not None:
             self._me.cpu_percent(None)
+        self._window_start = self._counters()
         primed.set()
         while not self._stop.wait(self.interval_s):
             self._take()
         if not self.samples:  # a window shorter than one interval still yields one sample
             self._take()
+        self._window_end = self._counters()
+
+    def _counters(self) -> _Counters | None:
+        """System busy/total and the measured and own processes' CPU seconds, read together."""
+        try:
+            system = self._psutil.cpu_times()
+            proc = self._proc.cpu_times()
+            own = self._me.cpu_times() if self._me is not None else None
+        except self._psutil.Error:  # the measured process has ended
+            return None
+        # Linux counts guest time inside user/nice as well: take it out once, as psutil does
+        total = sum(system) - getattr(system, "guest", 0.0) - getattr(system, "guest_nice", 0.0)
+        idle = system.idle + getattr(system, "iowait", 0.0)
+        return _Counters(
+            busy_s=total - idle,
+            total_s=total,
+            proc_s=proc.user + proc.system,
+            own_s=own.user + own.system if own is not None else 0.0,
+        )
+
+    def window_others_percent(self) -> float | None:
+        """Others' share of the machine (0..100) over the whole window, from the counters."""
+        a, b = self._window_start, self._window_end
+        if a is None or b is None or b.total_s - a.total_s <= 0:
+            return None
+        others_s = (b.busy_s - a.busy_s) - (b.proc_s - a.proc_s) - (b.own_s - a.own_s)
+        return max(0.0, min(100.0, 100.0 * others_s / (b.total_s - a.total_s)))
 
     def _take(self) -> None:
         psutil = self._psutil
@@ -171,8 +219,12 @@ class CpuSampler:
     def extras(self) -> dict[str, float | None]:
         """Others' CPU share (mean/max), steal (mean, None if unreported), memory peak %."""
         others = self.others
+        window = self.window_others_percent()
+        if window is None and others:
+            window = sum(others) / len(others)
         return {
-            "others_percent_mean": sum(others) / len(others) if others else None,
+            # over the window from counters (see the module docstring); ticks only for the max
+            "others_percent_mean": window,
             "others_percent_max": max(others) if others else None,
             "steal_percent_mean": sum(self.steal) / len(self.steal) if self.steal else None,
             "mem_percent_max": self.mem_percent_max,

@@ -205,3 +205,71 @@ def test_disturbed_share_is_waited_and_retried(monkeypatch: pytest.MonkeyPatch) 
     assert not result.disturbed and result.extra["measure"]["retries"] == 1
     assert result.throughput.n == 2  # the disturbed attempt's repetitions were dropped
     assert any("measuring it again" in e.get("msg", "") for e in seen)
+
+
+class _ReplayPsutil:
+    """psutil as the sampler saw it in a localhost sweep's worker 0 (2-core VM, 2026-11-25):
+    per-tick process readings of 408.9 % then 73.0 % (the sampler thread preempted between the
+    clock and the process read) while the worker in truth kept both cores busy."""
+
+    Error = Exception
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.system_ticks = iter([0.0, 95.1, 100.0])  # first call primes
+        self.proc_ticks = iter([0.0, 408.9, 73.0])
+
+    def _busy(self) -> float:  # both cores busy since the start, all of it the worker's
+        return 2 * (time.monotonic() - self.t0)
+
+    def cpu_percent(self, interval: object = None, percpu: bool = False) -> object:
+        return [100.0, 100.0] if percpu else next(self.system_ticks, 100.0)
+
+    def cpu_times_percent(self, interval: object = None) -> SimpleNamespace:
+        return SimpleNamespace(steal=0.0)
+
+    def cpu_times(self) -> SimpleNamespace:
+        busy = self._busy()
+        return _Times(user=busy, system=0.0, idle=0.0)
+
+    def virtual_memory(self) -> SimpleNamespace:
+        return SimpleNamespace(percent=10.0, total=2**33, available=2**32)
+
+    def Process(self, pid: int | None = None) -> SimpleNamespace:  # noqa: N802 - psutil's name
+        if pid is None:  # the sampler's own process: idle
+            return SimpleNamespace(
+                cpu_percent=lambda interval=None: 0.0,
+                cpu_times=lambda: SimpleNamespace(user=0.0, system=0.0),
+            )
+        return SimpleNamespace(
+            cpu_percent=lambda interval=None: next(self.proc_ticks, 200.0),
+            cpu_times=lambda: SimpleNamespace(user=self._busy(), system=0.0),
+        )
+
+
+class _Times(tuple):  # a psutil scputimes stand-in: iterable fields with names
+    def __new__(cls, user: float, system: float, idle: float) -> _Times:
+        obj = super().__new__(cls, (user, system, idle))
+        obj.user, obj.system, obj.idle = user, system, idle  # type: ignore[attr-defined]
+        return obj
+
+
+def test_others_are_judged_over_the_window_not_from_skewed_ticks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "psutil", _ReplayPsutil())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    sampler = CpuSampler(0.05, pid=4242).start()
+    deadline = time.monotonic() + 10
+    while len(sampler.others) < 2 and time.monotonic() < deadline:  # two ticks: the skewed pair
+        time.sleep(0.01)
+    sampler.stop()
+    ticks = sampler.others[:2]
+    # per tick: max(0, 95.1 - 204.5) = 0, then 100 - 36.5 = 63.5: a phantom 32 % on average
+    assert ticks == [0.0, pytest.approx(63.5)]
+    extras = sampler.extras()
+    assert extras["others_percent_mean"] is not None and extras["others_percent_mean"] < 1.0
+    assert (
+        interference.disturbance(threshold=0.15, before=0.0, during=extras["others_percent_mean"])
+        is None
+    )
