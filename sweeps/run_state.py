@@ -47,6 +47,9 @@ class DeviceRun:
     cancel_sent: bool = False
     error: str | None = None
     current: str = ""  # label of the trial in flight
+    # a worker of the trial in flight is warming up or in its timed loops: on this machine the
+    # writer's timed flushes wait for the gap (``ngb.sweeps.run_writer``)
+    timing: bool = False
     transport: Transport | None = None
     task: asyncio.Task[None] | None = None
     row_sig: tuple[Any, ...] | None = None  # what the stored run_devices row says (RunWriter)

@@ -11,6 +11,12 @@ before it, so ``ngb attach RUN`` after a workstation restart continues exactly t
 offset alone the row is rewritten at most every ``offset_every`` seconds (re-reading a few events
 after a crash costs nothing: the store ignores results it has).
 
+A timed flush also waits, up to ``max_defer_s``, while a local device's worker is warming up or
+in its timed loops (its ``warmup``/``measure`` phase events): a DuckDB write beside worker 0's
+loop was one of the things a localhost sweep measured and a standalone trial did not. Its next
+gap comes soon (the next worker's build, the next trial's start); a wake (a state change, a
+teardown's ``flush_now``) never waits.
+
 What a failed write means decides what happens next (see ``ngb.sweeps.result_store``):
 
 - the database is busy (another process reads or writes it): keep buffering and try again; one
@@ -49,6 +55,11 @@ from ngb.sweeps.run_state import DeviceRun
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# How often a held flush looks whether the local worker's timed loops are over.
+_GAP_POLL_S = 0.25
+# Phases in which a worker's loops are timed or settling (``ngb.core.timing``).
+TIMED_PHASES = frozenset({"warmup", "measure"})
 
 # A string spec value that is only text is never rejected; numbers may not fit their column.
 _TEXT_AXES = ("model", "compiler", "optimisation", "device")
@@ -113,11 +124,13 @@ class RunWriter:
         flush_interval: float = 1.0,
         offset_every: float = 5.0,
         local_flush_interval: float = 10.0,
+        max_defer_s: float = 60.0,
     ) -> None:
         self.store = store
         self.flush_interval = flush_interval
         self.local_flush_interval = max(local_flush_interval, flush_interval)
         self.offset_every = offset_every
+        self.max_defer_s = max_defer_s
         self.broken: str | None = None  # why the store cannot be written (flushing stopped)
         self.waiting = False  # the store was busy at the last try
         self._device_of = device_of
@@ -169,12 +182,32 @@ class RunWriter:
                 return self.local_flush_interval
         return self.flush_interval
 
+    def local_timing(self) -> bool:
+        """A device of an active run is this machine and one of its workers is timing."""
+        for run_id, name in self._pending:
+            dev = self._device_of(run_id, name)
+            if dev is None or not (dev.device.is_local and dev.timing):
+                continue
+            if dev.state not in FINAL_STATES:
+                return True
+        return False
+
     async def _loop(self) -> None:
         while self.broken is None:
+            woken = False
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self.interval())
+                woken = True
+            if not woken:
+                await self._wait_for_gap()
             self._wakeup.clear()
             await self.flush_quietly()
+
+    async def _wait_for_gap(self) -> None:
+        """Hold a timed flush while a local worker times (see the module docstring)."""
+        give_up = time.monotonic() + self.max_defer_s
+        while self.local_timing() and not self._wakeup.is_set() and time.monotonic() < give_up:
+            await asyncio.sleep(_GAP_POLL_S)
 
     async def flush_quietly(self) -> bool:
         """Flush; a busy or unwritable store is reported as events, not raised. True if done."""
@@ -360,6 +393,10 @@ def record_agent_event(dev: DeviceRun, pending: PendingWrites, event: dict[str, 
         dev.current = ""
     elif kind == ev.TRIAL_STARTED:
         dev.current = str(event.get("label") or event.get("key") or "")
+    if kind == ev.PHASE:
+        dev.timing = event.get("phase") in TIMED_PHASES
+    elif kind in (ev.TRIAL_DONE, ev.TRIAL_FAILED, ev.TRIAL_STARTED, ev.RUN_DONE):
+        dev.timing = False
     elif kind == ev.CPU:
         pending.cpu.append(event)
     elif kind == ev.TUNING and event.get("key"):

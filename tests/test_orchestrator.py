@@ -789,3 +789,49 @@ def test_writes_are_spaced_out_while_this_machine_measures(tmp_path):
     assert writer.interval() == 10.0
     local.state = FINISHED  # done measuring: back to the usual period
     assert writer.interval() == 1.0
+
+
+async def test_a_timed_flush_waits_while_a_local_worker_times(tmp_path):
+    """No DuckDB write beside a local worker's warm-up or timed loops: a timed flush waits for
+    the phase to end; a wake (a state change) does not wait."""
+    import asyncio
+
+    from ngb.core import events as ev
+    from ngb.sweeps.run_state import DeviceRun
+    from ngb.sweeps.run_writer import RunWriter, record_agent_event
+
+    local = DeviceRun("r1", Device(name="here", host="localhost", transport="local"), {"a"})
+    local.state = "running"
+    store = Store(tmp_path / "w.duckdb")
+    store.create_run("r1", "p", "", ["here"], 1)
+    writer = RunWriter(store, device_of=lambda run, name: local, publish=lambda e: None,
+                       on_unwritable=lambda m: None, flush_interval=0.05,
+                       local_flush_interval=0.05, max_defer_s=30)  # fmt: skip
+    flushes: list[bool] = []
+    real_flush = writer.flush_quietly
+
+    async def counting() -> bool:
+        flushes.append(local.timing)
+        return await real_flush()
+
+    writer.flush_quietly = counting  # type: ignore[method-assign]
+    pending = writer.pending_for(local)
+    record_agent_event(local, pending, {"type": ev.PHASE, "key": "a", "phase": "warmup"})
+    assert local.timing and writer.local_timing()
+    writer.ensure_running()
+    await asyncio.sleep(0.5)  # ten flush periods: all held
+    assert flushes == []
+    record_agent_event(local, pending, {"type": ev.PHASE, "key": "a", "phase": "measure"})
+    await asyncio.sleep(0.2)
+    assert flushes == [] and local.timing
+    writer.wake()  # a state change is written at once, timing or not
+    await asyncio.sleep(0.2)
+    assert flushes[:1] == [True]
+    flushes.clear()
+    record_agent_event(local, pending, {"type": ev.PHASE, "key": "a", "phase": "build"})
+    await asyncio.sleep(0.3)  # the gap: the held flushes go through
+    assert flushes and not any(flushes)
+    record_agent_event(local, pending, {"type": ev.PHASE, "key": "a", "phase": "measure"})
+    record_agent_event(local, pending, {"type": ev.TRIAL_DONE, "key": "a"})
+    assert not local.timing
+    await writer.close()
