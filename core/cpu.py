@@ -142,6 +142,15 @@ class CpuSampler:
             own_s=own.user + own.system if own is not None else 0.0,
         )
 
+    def window_own_percent(self) -> float | None:
+        """The sampling process's own CPU over the window, 100 per busy core: ngb's trial
+        process while a worker measures, which should idle (kept apart from others)."""
+        a, b = self._window_start, self._window_end
+        if self._me is None or a is None or b is None or b.total_s - a.total_s <= 0:
+            return None
+        wall_s = (b.total_s - a.total_s) / self.ncpu
+        return max(0.0, 100.0 * (b.own_s - a.own_s) / wall_s)
+
     def window_others_percent(self) -> float | None:
         """Others' share of the machine (0..100) over the whole window, from the counters."""
         a, b = self._window_start, self._window_end
@@ -226,6 +235,7 @@ class CpuSampler:
             # over the window from counters (see the module docstring); ticks only for the max
             "others_percent_mean": window,
             "others_percent_max": max(others) if others else None,
+            "harness_percent": self.window_own_percent(),
             "steal_percent_mean": sum(self.steal) / len(self.steal) if self.steal else None,
             "mem_percent_max": self.mem_percent_max,
         }

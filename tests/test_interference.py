@@ -273,3 +273,4 @@ def test_others_are_judged_over_the_window_not_from_skewed_ticks(
         interference.disturbance(threshold=0.15, before=0.0, during=extras["others_percent_mean"])
         is None
     )
+    assert extras["harness_percent"] == 0.0  # the sampling (trial) process idled
