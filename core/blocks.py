@@ -30,9 +30,12 @@ torch is imported inside the factory functions only (``ngb.core`` stays importab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 BLOCK_KINDS = ("conv", "mha")
 CONV_SPATIAL = 56
@@ -81,7 +84,7 @@ def block_input_shape(kind: str, width: int, batch: int = 1, size: int | None = 
     return (batch, size or MHA_SEQ_LEN, width)
 
 
-def _classes() -> tuple[type, type]:
+def _classes() -> tuple[type[nn.Module], type[nn.Module]]:
     """Define the block classes on first use, so torch is imported lazily.
 
     They are published as ``ngb.core.blocks.ConvBlock`` / ``MhaBlock`` (module ``__getattr__``) with
@@ -144,10 +147,10 @@ def _classes() -> tuple[type, type]:
     return _CLASSES
 
 
-_CLASSES: tuple[type, type] | None = None
+_CLASSES: tuple[type[nn.Module], type[nn.Module]] | None = None
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[nn.Module]:
     if name == "ConvBlock":
         return _classes()[0]
     if name == "MhaBlock":
@@ -155,7 +158,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_block_stack(kind: str, width: int, depth: int = 1) -> Any:
+def build_block_stack(kind: str, width: int, depth: int = 1) -> nn.Sequential:
     """``depth`` blocks of ``kind`` in an ``nn.Sequential``; weights come from the global RNG."""
     check_block(kind, width, depth)
     from torch import nn

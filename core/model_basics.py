@@ -9,10 +9,14 @@ re-exports every name, so callers keep importing them from there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.blocks import BLOCK_KINDS
 from ngb.core.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from ngb.core.model_types import Example
+    from torch import nn
 
 # Fixed seeds: weights and example inputs are the same on every machine and every run.
 WEIGHT_SEED = 0
@@ -35,7 +39,7 @@ def resolve_model(name: str) -> str:
     raise UnknownNameError("model", name, [*BLOCK_KINDS, *timm.list_models()])
 
 
-def count_macs(model: Any, example: Any) -> int:
+def count_macs(model: nn.Module, example: Example) -> int:
     """MACs of one forward pass (FLOPs / 2) as PyTorch's FlopCounterMode counts them.
 
     Grad mode is left on: in eval + no_grad, ``nn.MultiheadAttention`` takes a fused fast path the
@@ -50,6 +54,6 @@ def count_macs(model: Any, example: Any) -> int:
     return int(counter.get_total_flops()) // 2
 
 
-def count_torch_params(model: Any) -> int:
+def count_torch_params(model: nn.Module) -> int:
     """Parameters of a torch module (``ngb.core.models.count_params`` also takes ONNX models)."""
     return int(sum(p.numel() for p in model.parameters()))

@@ -19,9 +19,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
 from ngb.core.capture import Captured, captured_stderr
 from ngb.core.errors import ConfigError, NgbError, one_line
@@ -43,14 +44,16 @@ from ngb.core.model_sources import (
 
 if TYPE_CHECKING:
     import torch
+    from ngb.core.model_types import Array, Example, Model
+    from torch import nn
 
 
-class NamedInputs(tuple):
+class NamedInputs(tuple["torch.Tensor", ...]):
     """Positional model inputs that also carry their names."""
 
     names: tuple[str, ...]
 
-    def __new__(cls, tensors: Sequence[object], names: Sequence[str]) -> NamedInputs:
+    def __new__(cls, tensors: Sequence[torch.Tensor], names: Sequence[str]) -> NamedInputs:
         obj = super().__new__(cls, tensors)
         obj.names = tuple(names)
         return obj
@@ -58,12 +61,12 @@ class NamedInputs(tuple):
     def __reduce__(
         self,
     ) -> tuple[
-        type[NamedInputs], tuple[tuple[object, ...], tuple[str, ...]]
+        type[NamedInputs], tuple[tuple[torch.Tensor, ...], tuple[str, ...]]
     ]:  # pickling (a trial may hand its example to a child)
         return (NamedInputs, (tuple(self), self.names))
 
 
-def map_inputs(example: Any, fn: Any) -> Any:
+def map_inputs(example: Example, fn: Callable[[torch.Tensor], torch.Tensor]) -> Example:
     """``fn`` applied to every input tensor, keeping ``NamedInputs`` names (a bare tensor stays
     bare), e.g. to move inputs or cast the floating ones."""
     if isinstance(example, NamedInputs):
@@ -86,7 +89,7 @@ class OnnxModel:
     def __repr__(self) -> str:
         return f"OnnxModel({self.onnx_path.name})"
 
-    def reference(self, example: Sequence[Any]) -> Any:
+    def reference(self, example: Sequence[torch.Tensor]) -> Array:
         """First output from ONNX Runtime's CPU provider, graph optimisations off."""
         import onnxruntime as ort
 
@@ -105,10 +108,10 @@ class _ProgramModule:
     """Holder of the ``nn.Module`` wrapper class for a loaded ``torch.export`` program (defined
     on first use so torch stays a lazy import)."""
 
-    cls: Any = None
+    cls: type[nn.Module] | None = None
 
     @classmethod
-    def wrap(cls, inner: Any) -> Any:
+    def wrap(cls, inner: nn.Module) -> nn.Module:
         if cls.cls is None:
             from torch import nn
 
@@ -116,11 +119,11 @@ class _ProgramModule:
                 """An exported program's module. It is already in inference form and refuses
                 ``eval()``/``train()``, which every compiler calls; here they only set the flag."""
 
-                def __init__(self, program_module: Any) -> None:
+                def __init__(self, program_module: nn.Module) -> None:
                     super().__init__()
                     self.program = program_module
 
-                def forward(self, *args: Any) -> Any:
+                def forward(self, *args: torch.Tensor) -> object:
                     return self.program(*args)
 
                 def train(self, mode: bool = True) -> ExportedProgramModule:
@@ -135,7 +138,7 @@ def is_onnx(model: object) -> bool:
     return isinstance(model, OnnxModel)
 
 
-def count_params(model: Any) -> int:
+def count_params(model: Model) -> int:
     """Parameters of a torch module; for an ONNX model, the elements of its initializers."""
     if isinstance(model, OnnxModel):
         from ngb.core import onnx_graph
@@ -185,7 +188,7 @@ def _timm_inputs(ref: str, kwargs: dict[str, object]) -> tuple[InputSpec, ...]:
     return (InputSpec("input", (BATCH, chans, height, width)),)
 
 
-def _program_inputs(program: Any, where: str) -> tuple[InputSpec, ...]:
+def _program_inputs(program: torch.export.ExportedProgram, where: str) -> tuple[InputSpec, ...]:
     """User inputs of an exported program from its placeholders' fake tensors."""
     user = set(program.graph_signature.user_inputs)
     found = []
@@ -216,12 +219,19 @@ def _program_inputs(program: Any, where: str) -> tuple[InputSpec, ...]:
 
 def build(
     name: str, source: ModelSource, cache_dir: Path | None, device: str = "cpu"
-) -> tuple[Any, tuple[InputSpec, ...]]:
+) -> tuple[Model, tuple[InputSpec, ...]]:
     """The model (eval mode, random weights from ``WEIGHT_SEED``) and the inputs it takes."""
-    import torch
-
     if source.kind == "onnx":
         return OnnxModel(locate(source.artifacts[0], cache_dir), source.inputs), source.inputs
+    return _build_torch(name, source, cache_dir, device)
+
+
+def _build_torch(
+    name: str, source: ModelSource, cache_dir: Path | None, device: str
+) -> tuple[nn.Module, tuple[InputSpec, ...]]:
+    """``build`` for the kinds that give a torch module (timm, pt2, python)."""
+    import torch
+
     with torch.device(device), torch.random.fork_rng(devices=[]):
         torch.manual_seed(WEIGHT_SEED)
         if source.kind == "timm":
@@ -250,7 +260,7 @@ def build(
     return model.eval(), inputs
 
 
-def _build_timm(source: ModelSource) -> Any:
+def _build_timm(source: ModelSource) -> nn.Module:
     import timm
 
     if not timm.is_model(source.ref):
@@ -263,7 +273,7 @@ def _build_timm(source: ModelSource) -> Any:
         ) from None
 
 
-def _call_factory(source: ModelSource, cache_dir: Path | None) -> Any:
+def _call_factory(source: ModelSource, cache_dir: Path | None) -> nn.Module:
     factory = import_factory(source, cache_dir)
     try:
         model = factory(**source.kwargs)
@@ -276,7 +286,7 @@ def _call_factory(source: ModelSource, cache_dir: Path | None) -> Any:
     return model
 
 
-def import_factory(source: ModelSource, cache_dir: Path | None) -> Any:
+def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[..., object]:
     """The factory callable; its code artifact (if any) is put on ``sys.path`` first."""
     target, _, attr = source.ref.rpartition(":")
     try:
@@ -313,7 +323,7 @@ def _forget_other_copies(top: str, where: Path) -> None:
             del sys.modules[name]
 
 
-def _import_file(folder: Path, rel: str, digest: str) -> Any:
+def _import_file(folder: Path, rel: str, digest: str) -> ModuleType:
     path = folder / rel
     if not path.is_file():
         raise NgbError(f"python file {rel} not found in {folder}")
@@ -334,24 +344,24 @@ def _import_file(folder: Path, rel: str, digest: str) -> Any:
 
 
 def create(
-    name: str, source: ModelSource, batch: int, device: Any, cache_dir: Path | None
-) -> tuple[Any, NamedInputs]:
+    name: str, source: ModelSource, batch: int, device: torch.device | str, cache_dir: Path | None
+) -> tuple[Model, NamedInputs]:
     """Model and example batch for a trial (ONNX examples stay on the CPU; runtimes copy them)."""
     model, inputs = build(name, source, cache_dir)
     ModelSource(source.kind, source.ref, source.kwargs, inputs).check_batch(batch, name)
-    if is_onnx(model):
+    if isinstance(model, OnnxModel):
         return model, make_example(inputs, batch)
     return model.to(device), make_example(inputs, batch, device)
 
 
-def reference_output(model: Any, example: Any, name: str = "model") -> Any:
+def reference_output(model: Model, example: Example, name: str = "model") -> Array:
     """The output every compiler is compared with (first output, numpy)."""
     import torch
     from ngb.core.compilers.base import to_numpy
 
     args = tuple(example) if isinstance(example, tuple | list) else (example,)
     try:
-        if is_onnx(model):
+        if isinstance(model, OnnxModel):
             return to_numpy(model.reference(args))
         with torch.inference_mode():
             return to_numpy(model(*args))
@@ -360,7 +370,15 @@ def reference_output(model: Any, example: Any, name: str = "model") -> Any:
         raise NgbError(f"model {name!r} rejected its inputs ({shapes}): {one_line(exc)}") from None
 
 
-def info(name: str, source: ModelSource, cache_dir: Path | None) -> dict[str, Any]:
+class ModelFacts(TypedDict):
+    """What ``info`` finds: parameters, batch-1 MACs and the inputs the model takes."""
+
+    params: int
+    macs: int
+    inputs: tuple[InputSpec, ...]
+
+
+def info(name: str, source: ModelSource, cache_dir: Path | None) -> ModelFacts:
     """Params, batch-1 MACs and the inputs of a user's model (built on ``meta`` when possible)."""
     if source.kind == "onnx":
         from ngb.core import onnx_graph
@@ -372,8 +390,8 @@ def info(name: str, source: ModelSource, cache_dir: Path | None) -> dict[str, An
             "inputs": source.inputs,
         }
 
-    def measure(device: str) -> dict[str, Any]:
-        model, inputs = build(name, source, cache_dir, device)
+    def measure(device: str) -> ModelFacts:
+        model, inputs = _build_torch(name, source, cache_dir, device)
         example = make_example(inputs, 1, device)
         return {
             "params": count_torch_params(model),

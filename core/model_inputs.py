@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ngb.core.errors import ConfigError
 
@@ -65,14 +64,14 @@ class InputSpec:
     def concrete(self, batch: int) -> tuple[int, ...]:
         return tuple(batch if d == BATCH else int(d) for d in self.shape)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.range is not None:
             out["range"] = list(self.range)
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> InputSpec:
+    def from_dict(cls, data: object) -> InputSpec:
         if not isinstance(data, Mapping):
             raise ConfigError(f"an input is a table with name, shape, dtype, range; got {data!r}")
         unknown = sorted(set(data) - {"name", "shape", "dtype", "range"})

@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core import onnx_graph
 from ngb.core.errors import ConfigError, NgbError, UnsupportedTrial
@@ -44,6 +44,10 @@ from ngb.core.model_inputs import DEFAULT_INT_RANGE as DEFAULT_INT_RANGE  # re-e
 from ngb.core.model_inputs import DTYPES as DTYPES  # re-exported
 from ngb.core.model_inputs import parse_input as parse_input  # re-exported
 from ngb.core.safe_files import check_readable, shorten
+
+if TYPE_CHECKING:
+    from ngb.core.compilers.base import Compiler, CompilerConfig
+    from ngb.core.types import TrialSpec
 
 KINDS = ("timm", "python", "onnx", "pt2")
 ARTIFACTS_SUBDIR = "artifacts"
@@ -99,7 +103,7 @@ class Artifact:
     local: str
     role: str = "model"  # model (the .onnx/.pt2 file) | package (parent on sys.path) | folder
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "sha256": self.sha256, "local": self.local, "role": self.role}
 
     @classmethod
@@ -183,8 +187,8 @@ class ModelSource:
                 f"an input dimension marked {BATCH!r} (a dynamic first dimension in the file)"
             )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "ref": self.ref}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"kind": self.kind, "ref": self.ref}
         if self.kwargs:
             out["kwargs"] = dict(self.kwargs)
         if self.inputs:
@@ -196,6 +200,8 @@ class ModelSource:
         return out
 
     @classmethod
+    # Any: a source read back as JSON (a trial's spec, the store); the fields are checked here
+    # and in __post_init__
     def from_dict(cls, data: Mapping[str, Any]) -> ModelSource:
         family = data.get("family")
         return cls(
@@ -208,7 +214,7 @@ class ModelSource:
         )
 
 
-def source_of(spec: Any) -> ModelSource | None:
+def source_of(spec: TrialSpec) -> ModelSource | None:
     """The ``ModelSource`` of a ``TrialSpec`` (None for plain timm names and blocks)."""
     raw = getattr(spec, "source", None)
     return ModelSource.from_dict(raw) if raw else None
@@ -217,7 +223,7 @@ def source_of(spec: Any) -> ModelSource | None:
 def parse_source(
     text: str,
     *,
-    kwargs: Mapping[str, Any] | None = None,
+    kwargs: Mapping[str, object] | None = None,
     inputs: Sequence[InputSpec] = (),
     code: str | None = None,
     base_dir: Path | str | None = None,
@@ -260,7 +266,11 @@ def _existing(base: Path, text: str, what: str) -> Path:
 
 
 def _python_source(
-    text: str, kwargs: dict[str, Any], inputs: tuple[InputSpec, ...], code: str | None, base: Path
+    text: str,
+    kwargs: Mapping[str, object],
+    inputs: tuple[InputSpec, ...],
+    code: str | None,
+    base: Path,
 ) -> ModelSource:
     target, _, factory = text.rpartition(":")
     if not factory.isidentifier():
@@ -293,7 +303,9 @@ def _python_source(
     return ModelSource("python", text, kwargs, inputs, artifacts)
 
 
-def check_compiler_takes(source: ModelSource | None, compiler: Any, spec: Any) -> None:
+def check_compiler_takes(
+    source: ModelSource | None, compiler: Compiler[CompilerConfig], spec: TrialSpec
+) -> None:
     """Refuse a pair that cannot work (``UnsupportedTrial``, recorded as ``unsupported``)."""
     if source is None or not getattr(compiler, "needs_model", True):
         return

@@ -25,10 +25,10 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ngb.core import model_build
 from ngb.core.blocks import (
@@ -43,6 +43,11 @@ from ngb.core.model_basics import EXAMPLE_SEED, WEIGHT_SEED, count_macs, resolve
 from ngb.core.model_build import count_params
 from ngb.core.model_sources import ModelSource, source_of
 from ngb.core.types import TrialSpec
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Array, Example, Model
+    from torch import nn
 
 # The paper's Table IV: three sizes per family, smallest first.
 PAPER_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -92,12 +97,14 @@ class ModelInfo:
             return self.name
         return f"{self.name}{self.width}x{self.depth}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "input_shape": list(self.input_shape)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
-        return cls(**{**data, "input_shape": tuple(data["input_shape"])})
+    def from_dict(cls, data: Mapping[str, object]) -> ModelInfo:
+        # Any: a row read back from the JSON cache file; a malformed one is caught by _read_cache
+        values: dict[str, Any] = dict(data)
+        return cls(**{**values, "input_shape": tuple(values["input_shape"])})
 
 
 @dataclass(frozen=True)
@@ -132,23 +139,25 @@ def _timm_input_size(name: str, override: int | None) -> tuple[tuple[int, int, i
     return (channels, override, override), fixed and (override, override) != (height, width)
 
 
-def _build_timm(name: str, input_size: int | None) -> tuple[Any, tuple[int, int, int]]:
+def _build_timm(name: str, input_size: int | None) -> tuple[nn.Module, tuple[int, int, int]]:
     import timm
 
     chw, needs_img_size = _timm_input_size(name, input_size)
-    kwargs: dict[str, Any] = {"img_size": input_size} if needs_img_size else {}
     try:
-        model = timm.create_model(name, pretrained=False, **kwargs)
+        if needs_img_size:
+            model = timm.create_model(name, pretrained=False, img_size=input_size)
+        else:
+            model = timm.create_model(name, pretrained=False)
     except (TypeError, ValueError, AssertionError, RuntimeError) as exc:
         detail = first_line(exc)
-        what = f"img_size={input_size}" if kwargs else "default settings"
+        what = f"img_size={input_size}" if needs_img_size else "default settings"
         raise ConfigError(f"cannot build timm model {name!r} with {what}: {detail}") from None
     return model, chw
 
 
 def _build(
     name: str, width: int | None, depth: int, input_size: int | None
-) -> tuple[Any, tuple[int, ...]]:
+) -> tuple[nn.Module, tuple[int, ...]]:
     """The module (random weights from the current RNG) and its batch-1 input shape."""
     if name in BLOCK_KINDS:
         check_block(name, width, depth)
@@ -158,7 +167,7 @@ def _build(
     return model, (1, *chw)
 
 
-def _torch_device(device: str) -> Any:
+def _torch_device(device: str) -> torch.device:
     import torch
 
     try:
@@ -170,7 +179,7 @@ def _torch_device(device: str) -> Any:
     return dev
 
 
-def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[Any, Any]:
+def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[Model, Example]:
     """Build ``spec``'s model in eval mode on ``spec.device`` and a deterministic example batch.
 
     Weights come from ``WEIGHT_SEED`` (the global RNG is restored afterwards) and the example from a
@@ -196,7 +205,7 @@ def create_model(spec: TrialSpec, cache_dir: Path | str | None = None) -> tuple[
     return model, example.to(device)
 
 
-def reference_output(model: Any, example: Any, name: str = "model") -> Any:
+def reference_output(model: Model, example: Example, name: str = "model") -> Array:
     """The eager output (numpy) every compiler's output is compared with; several inputs are
     passed positionally; an ONNX model's reference comes from ONNX Runtime (unoptimised)."""
     return model_build.reference_output(model, example, name)

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, one_line
 from ngb.core.model_inputs import BATCH, DEFAULT_INT_RANGE, DTYPES, InputSpec
 
+if TYPE_CHECKING:
+    import onnx
+
 _MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
-def load(path: Path | str) -> Any:
+def load(path: Path | str) -> onnx.ModelProto:
     """The ONNX model (weights included), checked; a corrupt file is one ``ConfigError`` line."""
     import onnx
 
@@ -48,7 +51,7 @@ def _dtype(elem_type: int) -> str:
         return f"onnx type {elem_type}"
 
 
-def graph_inputs(model: Any) -> list[tuple[str, list[int | str | None], str]]:
+def graph_inputs(model: onnx.ModelProto) -> list[tuple[str, list[int | str | None], str]]:
     """(name, dims, dtype) per real input; a dim is an int, a symbol name, or None if unknown."""
     weights = {init.name for init in model.graph.initializer}
     found = []
@@ -124,11 +127,11 @@ def _from_graph(where: str, name: str, dims: list[int | str | None], dtype: str)
     return InputSpec(name, tuple(shape), dtype, rng)
 
 
-def count_params(model: Any) -> int:
+def count_params(model: onnx.ModelProto) -> int:
     return sum(math.prod(init.dims) for init in model.graph.initializer)
 
 
-def count_macs(model: Any, inputs: tuple[InputSpec, ...], batch: int = 1) -> int:
+def count_macs(model: onnx.ModelProto, inputs: tuple[InputSpec, ...], batch: int = 1) -> int:
     """MACs of one forward pass at ``batch`` (see the module docstring for what counts)."""
     import onnx
 
@@ -152,7 +155,7 @@ def count_macs(model: Any, inputs: tuple[InputSpec, ...], batch: int = 1) -> int
     return sum(_node_macs(node, shapes) for node in inferred.graph.node if node.op_type in _MAC_OPS)
 
 
-def _node_macs(node: Any, shapes: dict[str, list[int]]) -> int:
+def _node_macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> int:
     a = shapes.get(node.input[0])
     b = shapes.get(node.input[1]) if len(node.input) > 1 else None
     out = shapes.get(node.output[0])

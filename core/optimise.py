@@ -50,9 +50,17 @@ import re
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError, UnsupportedOptimisation, one_line
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Example
+    from torch import nn
+
+#: what an optimisation reports (``TrialResult.extra["optimisation"]``): names, counts, ratios
+Facts = dict[str, str | float | None]
 
 NONE = "none"
 KINDS = ("none", "fp16", "int8", "prune-l1", "prune-ch")
@@ -73,7 +81,7 @@ class Optimisation:
     ratio: float | None = None
 
 
-def parse(name: Any) -> Optimisation:
+def parse(name: object) -> Optimisation:
     """Parse an optimisation name; anything else is a ``ConfigError`` listing the valid forms."""
     if not isinstance(name, str):
         raise ConfigError(f"optimisation must be a string; valid: {VALID_FORMS}")
@@ -110,13 +118,17 @@ def check_supported(name: str, compiler: str, device: str = "cpu") -> None:
         raise UnsupportedOptimisation(f"int8 is unsupported with {compiler}: {reason}")
 
 
-def apply(model: Any, example: Any, name: str) -> tuple[Any, Any]:
+def apply(
+    model: nn.Module | None, example: Example | None, name: str
+) -> tuple[nn.Module | None, Example | None]:
     """The hook ``ngb.core.measure`` calls: the transformed model and example."""
     model, example, _ = apply_with_facts(model, example, name)
     return model, example
 
 
-def apply_with_facts(model: Any, example: Any, name: str) -> tuple[Any, Any, dict[str, Any]]:
+def apply_with_facts(
+    model: nn.Module | None, example: Example | None, name: str
+) -> tuple[nn.Module | None, Example | None, Facts]:
     """Transform ``model`` (in place where the transform allows) and report what changed.
 
     ``model`` may be None (compilers that need no model, e.g. ``noop``): the name is validated
@@ -125,26 +137,28 @@ def apply_with_facts(model: Any, example: Any, name: str) -> tuple[Any, Any, dic
     opt = parse(name)
     if opt.kind == NONE:
         return model, example, {"name": NONE, "kind": NONE}
-    if model is None:
+    if model is None or example is None:
         return model, example, {"name": opt.name, "kind": opt.kind, "applied": False}
     start = time.perf_counter()
     before = _size(model)
     if opt.kind == "fp16":
         model, example = _to_fp16(model, example)
-        facts: dict[str, Any] = {"dtype": "float16", "size_unit": "bytes"}
+        facts: Facts = {"dtype": "float16"}
+        size_unit = "bytes"
     elif opt.kind == "int8":
         model, facts = _quantise_int8(model, example)
-        facts["size_unit"] = "bytes"
+        size_unit = "bytes"
     elif opt.kind == "prune-l1":
         assert opt.ratio is not None
         facts = _prune_unstructured(model, opt.ratio)
-        facts["size_unit"] = "nonzero parameters"
+        size_unit = "nonzero parameters"
     else:
         assert opt.ratio is not None
         facts = _prune_channels(model, example, opt.ratio)
-        facts["size_unit"] = "parameters"
+        size_unit = "parameters"
+    facts["size_unit"] = size_unit
     after = _size(model)
-    key = {"bytes": "bytes", "parameters": "params"}.get(facts["size_unit"], "nonzero")
+    key = {"bytes": "bytes", "parameters": "params"}.get(size_unit, "nonzero")
     ratio = before[key] / after[key] if after[key] else math.inf
     facts.update(
         name=opt.name,
@@ -174,7 +188,7 @@ def percent_of_expected(achieved: float, expected: float) -> float:
 # ---------------------------------------------------------------- sizes
 
 
-def _tensors(value: Any) -> list[Any]:
+def _tensors(value: object) -> list[torch.Tensor]:
     """Tensors inside a state-dict value (quantised Linear keeps a (weight, bias) tuple)."""
     import torch
 
@@ -185,7 +199,7 @@ def _tensors(value: Any) -> list[Any]:
     return []
 
 
-def _size(model: Any) -> dict[str, int]:
+def _size(model: nn.Module) -> dict[str, int]:
     """Parameters, non-zero parameters and bytes of a model's state (weights and buffers)."""
     import torch
 
@@ -211,7 +225,7 @@ def _size(model: Any) -> dict[str, int]:
 # ---------------------------------------------------------------- transforms
 
 
-def _to_fp16(model: Any, example: Any) -> tuple[Any, Any]:
+def _to_fp16(model: nn.Module, example: Example) -> tuple[nn.Module, Example]:
     from ngb.core.model_build import map_inputs
 
     model = model.half()
@@ -220,7 +234,7 @@ def _to_fp16(model: Any, example: Any) -> tuple[Any, Any]:
     return model, example
 
 
-def _args(example: Any) -> tuple[Any, ...]:
+def _args(example: Example) -> tuple[torch.Tensor, ...]:
     """Positional inputs as a plain tuple (one tensor, or a user model's ``NamedInputs``)."""
     return tuple(example) if isinstance(example, tuple | list) else (example,)
 
@@ -235,7 +249,7 @@ def _quant_engine() -> str:
     raise UnsupportedOptimisation(f"int8: torch has no quantised engine here ({engines})")
 
 
-def _quantise_int8(model: Any, example: Any) -> tuple[Any, dict[str, Any]]:
+def _quantise_int8(model: nn.Module, example: Example) -> tuple[nn.Module, Facts]:
     with warnings.catch_warnings():
         # torch.ao.quantization warns that it is deprecated (torchao's pt2e flow replaces it);
         # it is still the route that ships with torch 2.15, so keep the agent's stderr readable.
@@ -244,7 +258,7 @@ def _quantise_int8(model: Any, example: Any) -> tuple[Any, dict[str, Any]]:
         return _quantise_fx(model, example)
 
 
-def _quantise_fx(model: Any, example: Any) -> tuple[Any, dict[str, Any]]:
+def _quantise_fx(model: nn.Module, example: Example) -> tuple[nn.Module, Facts]:
     import torch
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
@@ -284,10 +298,10 @@ def _quantise_fx(model: Any, example: Any) -> tuple[Any, dict[str, Any]]:
     }
 
 
-def _prunable_weights(model: Any) -> list[tuple[Any, str]]:
+def _prunable_weights(model: nn.Module) -> list[tuple[nn.Module, str]]:
     from torch import nn
 
-    found: list[tuple[Any, str]] = []
+    found: list[tuple[nn.Module, str]] = []
     for module in model.modules():
         if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.Linear):
             found.append((module, "weight"))
@@ -296,7 +310,7 @@ def _prunable_weights(model: Any) -> list[tuple[Any, str]]:
     return found
 
 
-def _prune_unstructured(model: Any, ratio: float) -> dict[str, Any]:
+def _prune_unstructured(model: nn.Module, ratio: float) -> Facts:
     from torch.nn.utils import prune
 
     targets = _prunable_weights(model)
@@ -314,7 +328,7 @@ def _prune_unstructured(model: Any, ratio: float) -> dict[str, Any]:
     }
 
 
-def _prune_channels(model: Any, example: Any, ratio: float) -> dict[str, Any]:
+def _prune_channels(model: nn.Module, example: Example, ratio: float) -> Facts:
     import torch_pruning as tp
 
     ignored = []

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    import torch
 
 #: torch dtype name -> ngb precision, for models cast by ``bf16``/``fp16``
 _DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
@@ -37,23 +40,43 @@ _DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
 _BACKENDS = ("cuda.matmul", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
 
 
-def _backend(torch: Any, path: str) -> Any:
-    obj = torch.backends
-    for part in path.split("."):
+class SavedFlags(TypedDict):
+    """torch's legacy precision switches as ``set_torch_flags`` found them."""
+
+    float32_matmul_precision: str
+    cuda_matmul_allow_tf32: bool
+    cudnn_allow_tf32: bool
+
+
+#: torch's precision settings as read back (``torch_flags``): modes and names are strings,
+#: switches booleans
+TorchFlags = dict[str, str | bool]
+
+
+def _fp32_mode(path: str = "") -> str:
+    """``torch.backends.<path>.fp32_precision`` (torch >= 2.9; no path: the global mode)."""
+    import torch
+
+    obj: object = torch.backends
+    for part in [*filter(None, path.split(".")), "fp32_precision"]:
         obj = getattr(obj, part)
-    return obj
+    return str(obj)
 
 
-def _new_api(torch: Any) -> bool:
+def _new_api() -> bool:
+    import torch
+
     return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
-def _effective(torch: Any) -> dict[str, str]:
+def _effective() -> dict[str, str]:
     """Each backend's fp32 mode as it applies ("none" resolved through the global default)."""
-    if _new_api(torch):
-        glob = str(torch.backends.fp32_precision)
+    import torch
+
+    if _new_api():
+        glob = _fp32_mode()
         glob = "ieee" if glob == "none" else glob
-        modes = {p: str(_backend(torch, p).fp32_precision) for p in _BACKENDS}
+        modes = {p: _fp32_mode(p) for p in _BACKENDS}
         return {p: glob if m == "none" else m for p, m in modes.items()}
     matmul = torch.get_float32_matmul_precision()  # torch < 2.9: the legacy switches
     cuda_mm = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
@@ -69,18 +92,19 @@ def _effective(torch: Any) -> dict[str, str]:
     }
 
 
-def torch_flags(dtype: Any = None) -> dict[str, Any]:
+def torch_flags(dtype: torch.dtype | None = None) -> TorchFlags:
     """torch's precision settings as they are now (plus the model dtype, if given)."""
     import torch
 
-    flags: dict[str, Any] = dict(_effective(torch))
+    flags: TorchFlags = dict(_effective())
     # The legacy views, where this torch can still answer (torch >= 2.9 refuses once the new
     # API has been used): what timm's benchmark and most user code set.
-    for name, read in (
+    reads: tuple[tuple[str, Callable[[], str | bool]], ...] = (
         ("float32_matmul_precision", torch.get_float32_matmul_precision),
         ("cuda_matmul_allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
         ("cudnn_allow_tf32", lambda: bool(torch.backends.cudnn.allow_tf32)),
-    ):
+    )
+    for name, read in reads:
         with contextlib.suppress(RuntimeError):
             flags[name] = read()
     flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
@@ -89,9 +113,9 @@ def torch_flags(dtype: Any = None) -> dict[str, Any]:
     return flags
 
 
-def resolve_torch(flags: dict[str, Any], device: str) -> str:
+def resolve_torch(flags: Mapping[str, object], device: str) -> str:
     """The precision torch runs at, given ``torch_flags`` and the device."""
-    dtype = flags.get("dtype", "float32")
+    dtype = str(flags.get("dtype", "float32"))
     if dtype in _DTYPE_PRECISION:
         return _DTYPE_PRECISION[dtype]
     if device == "cuda":
@@ -100,11 +124,11 @@ def resolve_torch(flags: dict[str, Any], device: str) -> str:
         if matmul and conv:
             return "tf32"
         return "tf32-conv" if conv else ("tf32-matmul" if matmul else "fp32")
-    lowered = {flags["mkldnn.matmul"], flags["mkldnn.conv"]} - {"ieee"}
+    lowered = {str(flags["mkldnn.matmul"]), str(flags["mkldnn.conv"])} - {"ieee"}
     return "fp32" if not lowered else "-".join(sorted(lowered)) + "-cpu"
 
 
-def set_torch_flags(precision: str) -> dict[str, Any]:
+def set_torch_flags(precision: str) -> SavedFlags:
     """Apply ``fp32`` (strict) or ``tf32`` to torch's process-wide switches; return what to restore.
 
     strict fp32 = ``set_float32_matmul_precision("highest")`` with TF32 off for cuBLAS and cuDNN;
@@ -115,19 +139,21 @@ def set_torch_flags(precision: str) -> dict[str, Any]:
     """
     import torch
 
-    saved = {
+    saved: SavedFlags = {
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
     }
     if precision == "fp32":
-        _set_legacy(torch, "highest", False)
+        _set_legacy("highest", False)
     elif precision == "tf32":
-        _set_legacy(torch, "high", True)
+        _set_legacy("high", True)
     return saved
 
 
-def _set_legacy(torch: Any, matmul_precision: str, tf32: bool) -> None:
+def _set_legacy(matmul_precision: str, tf32: bool) -> None:
+    import torch
+
     with warnings.catch_warnings():  # some torch releases announce the switches' deprecation
         warnings.simplefilter("ignore")
         torch.set_float32_matmul_precision(matmul_precision)
@@ -135,7 +161,7 @@ def _set_legacy(torch: Any, matmul_precision: str, tf32: bool) -> None:
         torch.backends.cudnn.allow_tf32 = tf32
 
 
-def restore_torch_flags(saved: dict[str, Any]) -> None:
+def restore_torch_flags(saved: SavedFlags) -> None:
     """Put back what ``set_torch_flags`` returned."""
     import torch
 
@@ -156,7 +182,7 @@ def strict_fp32() -> Iterator[None]:
         restore_torch_flags(before)
 
 
-def torch_dtype(precision: str) -> Any:
+def torch_dtype(precision: str) -> torch.dtype | None:
     """The dtype a ``bf16``/``fp16`` trial casts to, else None (fp32 weights)."""
     import torch
 

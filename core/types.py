@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from ngb.core.errors import ConfigError
 
@@ -131,7 +131,7 @@ class MeasureSettings:
             )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> MeasureSettings:
+    def from_dict(cls, data: Mapping[str, object] | None) -> MeasureSettings:
         return _from_mapping(cls, data or {}, "measure setting")
 
 
@@ -190,15 +190,17 @@ class TrialSpec:
         opt = "" if self.optimisation == "none" else f"/{self.optimisation}"
         return f"{self.model_label}/{self.compiler}{opt}/b{self.batch}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
+    def from_dict(cls, data: Mapping[str, object]) -> TrialSpec:
         data = dict(data)
-        measure = MeasureSettings.from_dict(data.pop("measure", None))
-        spec = _from_mapping(cls, data, "trial field", extra={"measure": measure})
-        return spec
+        measure = data.pop("measure", None)
+        if measure is not None and not isinstance(measure, Mapping):
+            raise ConfigError(f"bad trial field: measure must be a table, got {measure!r}")
+        settings = MeasureSettings.from_dict(measure)
+        return _from_mapping(cls, data, "trial field", extra={"measure": settings})
 
     @property
     def key(self) -> str:
@@ -208,9 +210,11 @@ class TrialSpec:
             data.pop("source", None)  # keys of trials without a source stay what they were
         # Settings added later are left out at their default, so specs written before they existed
         # keep their keys (a resumed run must not redo what it already measured).
+        measure = asdict(self.measure)
         for name, default in _KEY_OMITS_AT_DEFAULT.items():
-            if data["measure"].get(name) == default:
-                del data["measure"][name]
+            if measure.get(name) == default:
+                del measure[name]
+        data["measure"] = measure
         canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
@@ -219,20 +223,30 @@ class TrialSpec:
 
 
 #: MeasureSettings fields that joined after keys were first stored, and their defaults
-_KEY_OMITS_AT_DEFAULT: dict[str, Any] = {
+_KEY_OMITS_AT_DEFAULT: dict[str, object] = {
     "precision": "default",
     "allocator": "retain",
     "energy_idle_s": 0.5,
 }
 
 
-def _from_mapping(cls: type, data: Mapping[str, Any], what: str, extra: dict | None = None) -> Any:
+_Record = TypeVar("_Record", MeasureSettings, TrialSpec)
+
+
+def _from_mapping(
+    cls: type[_Record],
+    data: Mapping[str, object],
+    what: str,
+    extra: Mapping[str, object] | None = None,
+) -> _Record:
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown {what} {unknown[0]!r}; valid: {', '.join(sorted(names))}")
+    # Any: values read from TOML/JSON; each field is checked by the class's __post_init__
+    values: dict[str, Any] = {**data, **(extra or {})}
     try:
-        return cls(**{**dict(data), **(extra or {})})
+        return cls(**values)
     except TypeError as exc:  # e.g. a list where a number belongs
         raise ConfigError(f"bad {what}: {exc}") from None
 
@@ -315,29 +329,42 @@ class TrialResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
-        data = dict(data)
-        for name in ("throughput", "latency_ms"):
-            if isinstance(data.get(name), Mapping):
-                # NaN travels as JSON null; bring it back so arithmetic on stats stays numeric.
-                values: dict[str, Any] = {
-                    k: math.nan if v is None else v for k, v in data[name].items()
-                }
-                data[name] = Stats(**values)
+    def from_dict(cls, data: Mapping[str, object]) -> TrialResult:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # Any: a record read back as JSON (the agent's stream, the checkpoint, the store)
+        values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        for name in ("throughput", "latency_ms"):
+            stats = values.get(name)
+            if isinstance(stats, Mapping):
+                # NaN travels as JSON null; bring it back so arithmetic on stats stays numeric.
+                filled: dict[str, Any] = {k: math.nan if v is None else v for k, v in stats.items()}
+                values[name] = Stats(**filled)
+        return cls(**values)
 
     @classmethod
-    def failed(cls, spec: TrialSpec, error: str, kind: str = "error", **extra: Any) -> TrialResult:
+    def failed(
+        cls,
+        spec: TrialSpec,
+        error: str,
+        kind: str = "error",
+        *,
+        host: str = "",
+        started_at: float = 0.0,
+        finished_at: float = 0.0,
+        versions: Mapping[str, str] | None = None,
+    ) -> TrialResult:
         return cls(
             key=spec.key,
             spec=spec.to_dict(),
             status="failed",
             error=error,
             error_kind=kind,
-            **extra,
+            host=host,
+            started_at=started_at,
+            finished_at=finished_at,
+            versions=dict(versions or {}),
         )

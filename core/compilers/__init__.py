@@ -13,7 +13,6 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from collections.abc import Mapping
-from typing import Any
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -66,7 +65,7 @@ def list_compilers(pattern: str = "*", *, include_internal: bool = False) -> lis
     ]
 
 
-def compiler_class(name: str) -> type[Compiler[Any]]:
+def compiler_class(name: str) -> type[Compiler[CompilerConfig]]:
     try:
         target = _REGISTRY[name]
     except KeyError:
@@ -75,12 +74,14 @@ def compiler_class(name: str) -> type[Compiler[Any]]:
     return getattr(importlib.import_module(module), cls)
 
 
-def get_compiler(name: str, options: Mapping[str, Any] | None = None) -> Compiler[Any]:
+def get_compiler(
+    name: str, options: Mapping[str, object] | None = None
+) -> Compiler[CompilerConfig]:
     """A configured compiler instance; bad options raise ``ConfigError`` with the valid ones."""
     return compiler_class(name)(options)
 
 
-def _classes() -> list[type[Compiler[Any]]]:
+def _classes() -> list[type[Compiler[CompilerConfig]]]:
     """Every registered class whose module is importable (cheap: no compiler library loads)."""
     found = []
     for name in _REGISTRY:

@@ -16,11 +16,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 from ngb.core.dist_version import dist_version
 from ngb.core.errors import ConfigError, UnsupportedTrial
 from ngb.core.types import PRECISIONS
+
+if TYPE_CHECKING:
+    from ngb.core.model_types import Array, Example, Model
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,9 @@ class CompilerConfig:
     """Base for per-compiler flags. Subclasses add fields and validate in ``__post_init__``."""
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None) -> CompilerConfig:
-        options = dict(options or {})
+    def from_options(cls, given: Mapping[str, object] | None) -> CompilerConfig:
+        # Any: option values from TOML or the command line; each config's __post_init__ checks them
+        options: dict[str, Any] = dict(given or {})
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - names)
         if unknown:
@@ -40,11 +44,11 @@ class CompilerConfig:
         except TypeError as exc:
             raise ConfigError(f"bad option for {cls.__name__}: {exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+def choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     """Validation helper: ``value`` must be one of ``allowed`` (actionable error otherwise)."""
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
@@ -99,7 +103,7 @@ class Compiled(ABC):
         self.precision_flags = {}
 
     @abstractmethod
-    def run(self) -> Any:
+    def run(self) -> object:
         """One synchronous inference on the bound batch; returns the output (tensor or array)."""
 
     def timed_loop(self, min_iters: int, min_duration_s: float) -> LoopResult:
@@ -115,7 +119,7 @@ class Compiled(ABC):
         self.extra["requests_in_flight"] = 1
         return timed_calls(self.run, min_iters, min_duration_s)
 
-    def output_numpy(self) -> Any:
+    def output_numpy(self) -> Array:
         """Run once and return the (first) output as a numpy array, for correctness checks."""
         return to_numpy(self.run())
 
@@ -143,7 +147,7 @@ def timed_calls(run: Callable[[], object], min_iters: int, min_duration_s: float
     return LoopResult(iters=len(lat), elapsed_s=(now - start) / 1e9, latencies_ns=lat)
 
 
-def to_numpy(out: Any) -> Any:
+def to_numpy(out: object) -> Array:
     import numpy as np
 
     if isinstance(out, list | tuple):
@@ -157,7 +161,8 @@ def to_numpy(out: Any) -> Any:
     return np.asarray(out)
 
 
-ConfigT = TypeVar("ConfigT", bound=CompilerConfig)
+#: covariant: a ``Compiler[XConfig]`` is a ``Compiler[CompilerConfig]`` (the registry's type)
+ConfigT = TypeVar("ConfigT", bound=CompilerConfig, covariant=True)
 
 
 class Compiler(ABC, Generic[ConfigT]):
@@ -197,7 +202,7 @@ class Compiler(ABC, Generic[ConfigT]):
 
     config: ConfigT
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         for base in cls.__dict__.get("__orig_bases__", ()):
             origin = get_origin(base)
@@ -209,7 +214,7 @@ class Compiler(ABC, Generic[ConfigT]):
     #: model forms it takes: "torch" (an nn.Module) and/or "onnx" (a user's ONNX file)
     sources: ClassVar[tuple[str, ...]] = ("torch",)
 
-    def __init__(self, config: CompilerConfig | Mapping[str, Any] | None = None) -> None:
+    def __init__(self, config: CompilerConfig | Mapping[str, object] | None = None) -> None:
         if isinstance(config, CompilerConfig):
             if not isinstance(config, self.Config):
                 raise ConfigError(
@@ -247,7 +252,7 @@ class Compiler(ABC, Generic[ConfigT]):
             )
 
     @abstractmethod
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         """Compile ``model`` for the ``example`` batch; time sub-phases with ``ctx.phase``.
 
         Honour ``ctx.precision`` and report what ran in ``Compiled.precision``.

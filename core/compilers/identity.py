@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -22,14 +22,19 @@ from ngb.core.compilers.base import (
     LoopResult,
     timed_calls,
 )
-from ngb.core.errors import CompilerUnavailable, ConfigError
+from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 from ngb.core.precision import (
+    SavedFlags,
     resolve_torch,
     restore_torch_flags,
     set_torch_flags,
     torch_dtype,
     torch_flags,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Example, Model
 
 #: what the torch backends can run: strict fp32 or TF32 are flags (TF32 exists on NVIDIA GPUs only),
 #: bf16/fp16 cast the model; fp16 convolutions on the CPU are slow or missing in torch, so GPU only
@@ -39,13 +44,13 @@ TORCH_PRECISIONS = {
 }
 
 
-def check_bool(name: str, value: Any) -> None:
+def check_bool(name: str, value: object) -> None:
     """Reject truthy look-alikes ("false" is a non-empty string, hence truthy)."""
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be true or false; got {value!r}")
 
 
-def torch_device(device: str) -> Any:
+def torch_device(device: str) -> torch.device:
     """The torch device for a ``CompileContext.device``; unavailable CUDA is a clear error."""
     import torch
 
@@ -67,16 +72,26 @@ def apply_threads(ctx: CompileContext) -> int:
     return torch.get_num_threads()
 
 
+def torch_module(model: Model) -> torch.nn.Module:
+    """The torch module a torch backend compiles (an ONNX file is refused before the build, by
+    ``model_sources.check_compiler_takes``; this says so again should one get this far)."""
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise UnsupportedTrial(f"a torch backend needs a torch module, not {model!r}")
+    return model
+
+
 def prepare(
-    model: Any, example: Any, ctx: CompileContext, *, channels_last: bool = False
-) -> tuple[Any, tuple[Any, ...]]:
+    model: Model, example: Example, ctx: CompileContext, *, channels_last: bool = False
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """Eval-mode model and example inputs on the target device (optionally channels-last),
     cast to bf16/fp16 when the trial asks for it (floating inputs only)."""
     import torch
     from ngb.core.compilers.onnx_export import example_tuple
 
     device = torch_device(ctx.device)
-    model = model.eval().to(device)
+    model = torch_module(model).eval().to(device)
     inputs = tuple(t.to(device) for t in example_tuple(example))
     dtype = torch_dtype(ctx.precision)
     if dtype is not None:
@@ -95,7 +110,7 @@ TORCH_VERSIONS = {"torch": ("torch",)}
 
 
 @contextlib.contextmanager
-def torch_precision(ctx: CompileContext) -> Iterator[dict[str, Any]]:
+def torch_precision(ctx: CompileContext) -> Iterator[SavedFlags]:
     """Set torch's process-wide flags for ``ctx.precision`` (strict fp32 or TF32) for a compile.
 
     Yields the previous flags, which the ``TorchCompiled`` takes over and puts back on ``close``;
@@ -114,10 +129,10 @@ class TorchCompiled(Compiled):
 
     def __init__(
         self,
-        fn: Callable[..., Any],
-        inputs: tuple[Any, ...],
+        fn: Callable[..., object],
+        inputs: tuple[torch.Tensor, ...],
         device: str,
-        restore: dict[str, Any] | None = None,
+        restore: SavedFlags | None = None,
     ) -> None:
         super().__init__()
         import torch
@@ -131,7 +146,7 @@ class TorchCompiled(Compiled):
         self._sync = torch.cuda.synchronize if device == "cuda" else None
         self._inference_mode = torch.inference_mode
 
-    def run(self) -> Any:
+    def run(self) -> object:
         with self._inference_mode():
             out = self._fn(*self._inputs)
         if self._sync is not None:
@@ -181,7 +196,7 @@ class IdentityCompiler(Compiler[IdentityConfig]):
     precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with ctx.phase("compile"), torch_precision(ctx) as before:
             threads = apply_threads(ctx)
             model, inputs = prepare(model, example, ctx, channels_last=self.config.channels_last)

@@ -10,7 +10,7 @@ recompile limit when a process compiles many models.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -29,6 +29,10 @@ from ngb.core.compilers.identity import (
     torch_precision,
 )
 from ngb.core.errors import NgbError
+
+if TYPE_CHECKING:
+    from ngb.core.model_types import Example, Model
+    from ngb.core.precision import SavedFlags
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -55,12 +59,12 @@ class InductorCompiler(Compiler[InductorConfig]):
     #: torch._dynamo.exc.Unsupported: dynamo cannot trace a construct
     unsupported_errors = ("Unsupported",)
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
             return self._build(model, example, ctx, before)
 
     def _build(
-        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+        self, model: Model, example: Example, ctx: CompileContext, restore: SavedFlags
     ) -> Compiled:
         import torch
         import torch._dynamo

@@ -11,16 +11,21 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError, one_line
+from ngb.core.model_build import OnnxModel
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Example, Model
 
 DEFAULT_OPSET = 17
 #: torch.onnx's "this op has no ONNX rule" errors: unsupported, for every ONNX-consuming backend
 EXPORT_UNSUPPORTED_ERRORS = ("UnsupportedOperatorError", "OnnxExporterError")
 
 
-def example_tuple(example: Any) -> tuple[Any, ...]:
+def example_tuple(example: Example) -> tuple[torch.Tensor, ...]:
     """The example batch as a tuple of positional inputs (a bare tensor is the common case)."""
     if isinstance(example, tuple):
         return example
@@ -29,7 +34,7 @@ def example_tuple(example: Any) -> tuple[Any, ...]:
     return (example,)
 
 
-def input_names(example: Any) -> list[str]:
+def input_names(example: Example) -> list[str]:
     """Stable input names: ``input`` for one tensor, ``input0``, ``input1``... for several;
     a user's model declares its own (``ngb.core.model_build.NamedInputs``)."""
     names = getattr(example, "names", None)
@@ -40,8 +45,8 @@ def input_names(example: Any) -> list[str]:
 
 
 def export_onnx(
-    model: Any,
-    example: Any,
+    model: Model,
+    example: Example,
     path: str | Path,
     *,
     opset: int = DEFAULT_OPSET,
@@ -54,9 +59,8 @@ def export_onnx(
     """
     import torch
 
-    source_path = getattr(model, "onnx_path", None)
-    if source_path is not None:  # a user's ONNX file: every runtime reads it as given
-        return Path(source_path)
+    if isinstance(model, OnnxModel):  # a user's ONNX file: every runtime reads it as given
+        return model.onnx_path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = example_tuple(example)

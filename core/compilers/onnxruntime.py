@@ -17,7 +17,7 @@ intra-op threads, not concurrent requests, fill the cores.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -30,6 +30,11 @@ from ngb.core.compilers.base import (
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Array, Example, Model
+    from onnxruntime import InferenceSession, IOBinding
+
 OPT_LEVELS = ("all", "extended", "basic", "disable")
 EXECUTION_MODES = ("sequential", "parallel")
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
@@ -40,7 +45,7 @@ _EP_NAMES = {
 }
 
 
-def _check_threads(name: str, value: Any) -> None:
+def _check_threads(name: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -128,17 +133,19 @@ def resolve_precision(providers: list[str], options: dict[str, dict[str, str]]) 
 
 
 class _OrtCompiled(Compiled):
-    def __init__(self, session: Any, binding: Any, keep_alive: list[Any]) -> None:
+    def __init__(
+        self, session: InferenceSession, binding: IOBinding, keep_alive: list[object]
+    ) -> None:
         super().__init__()
         self._session = session
         self._binding = binding
         self._keep_alive = keep_alive  # the bound input buffers must outlive the binding
 
-    def run(self) -> Any:
+    def run(self) -> object:
         self._session.run_with_iobinding(self._binding)
         return self._binding.get_outputs()[0]
 
-    def output_numpy(self) -> Any:
+    def output_numpy(self) -> Array:
         self._session.run_with_iobinding(self._binding)
         return self._binding.copy_outputs_to_cpu()[0]
 
@@ -158,7 +165,7 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
     version_packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
     sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort
         from ngb.core.compilers.onnx_export import example_tuple, export_onnx, input_names
 
@@ -193,7 +200,7 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 provider_options=provider_options(providers, ctx.precision),
             )
             binding, keep_alive = self._bind(
-                ort, session, example_tuple(example), input_names(example), ctx.device
+                session, example_tuple(example), input_names(example), ctx.device
             )
         compiled = _OrtCompiled(session, binding, keep_alive)
         ran = session.get_providers()
@@ -219,10 +226,12 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
 
     @staticmethod
     def _bind(
-        ort: Any, session: Any, tensors: tuple[Any, ...], names: list[str], device: str
-    ) -> tuple[Any, list[Any]]:
+        session: InferenceSession, tensors: tuple[torch.Tensor, ...], names: list[str], device: str
+    ) -> tuple[IOBinding, list[object]]:
+        import onnxruntime as ort
+
         binding = session.io_binding()
-        keep_alive: list[Any] = []
+        keep_alive: list[object] = []
         for name, tensor in zip(names, tensors, strict=True):
             array = tensor.detach().cpu().contiguous().numpy()
             if device == "cuda":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -43,12 +43,16 @@ from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 from ngb.core.precision import from_openvino, openvino_hint
 
+if TYPE_CHECKING:
+    from ngb.core.model_types import Array, Example, Model
+    from openvino import AsyncInferQueue, CompiledModel, InferRequest
+
 HINTS = ("THROUGHPUT", "LATENCY")
 DEVICES = ("CPU", "GPU", "AUTO")
 PRECISIONS = ("f32", "bf16", "f16")
 
 
-def _check_positive_int(name: str, value: Any) -> None:
+def _check_positive_int(name: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -73,7 +77,9 @@ class OpenVinoConfig(CompilerConfig):
 
 
 class _OvCompiled(Compiled):
-    def __init__(self, compiled_model: Any, arrays: list[Any], hint: str, nireq: int) -> None:
+    def __init__(
+        self, compiled_model: CompiledModel, arrays: list[Array], hint: str, nireq: int
+    ) -> None:
         super().__init__()
         import openvino as ov
 
@@ -84,8 +90,8 @@ class _OvCompiled(Compiled):
         self._nireq = nireq
         self._request = compiled_model.create_infer_request()
         self._bind(self._request)
-        self._queue: Any = None
-        self._requests: list[Any] = []
+        self._queue: AsyncInferQueue | None = None
+        self._requests: list[InferRequest] = []
         # perf_counter_ns when each queue request was last started; None = idle, not yet counted
         self._started: list[int | None] = []
         # Where the last window closed, and the gap within which the next one continues from it
@@ -93,21 +99,21 @@ class _OvCompiled(Compiled):
         self._closed: int | None = None
         self._tile_ns = 0
 
-    def _bind(self, request: Any) -> None:
+    def _bind(self, request: InferRequest) -> None:
         for i, tensor in enumerate(self._inputs):
             request.set_input_tensor(i, tensor)
 
-    def run(self) -> Any:
+    def run(self) -> object:
         """One synchronous request. The array returned is the request's output buffer."""
         self._request.infer()
         return self._request.get_output_tensor(0).data
 
-    def output_numpy(self) -> Any:
+    def output_numpy(self) -> Array:
         import numpy as np
 
         return np.array(self.run(), copy=True)
 
-    def _infer_queue(self) -> Any:
+    def _infer_queue(self) -> AsyncInferQueue:
         """Build the queue once, bind every request, and run each once (first-run costs)."""
         if self._queue is None:
             import openvino as ov
@@ -208,7 +214,7 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     version_packages = {"openvino": ("openvino",)}
     sources = ("torch", "onnx")  # a user's ONNX file is read as is
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import openvino as ov
         from ngb.core.compilers.onnx_export import example_tuple, export_onnx
 
@@ -225,7 +231,7 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
             path = export_onnx(model, example, ctx.workdir / "model.onnx")
         asked = _precision_hint(ctx.precision, cfg.inference_precision)
         with ctx.phase("compile"):
-            properties: dict[str, Any] = {"PERFORMANCE_HINT": cfg.hint}
+            properties: dict[str, str | int] = {"PERFORMANCE_HINT": cfg.hint}
             if cfg.streams:
                 properties["NUM_STREAMS"] = cfg.streams
             if asked:
@@ -245,7 +251,7 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
                 f"OpenVINO {cfg.device} compiled {ran} when {asked} was asked "
                 "(no such kernels on this device)"
             )
-        compiled.precision = from_openvino(ran) if ran else None
+        compiled.precision = from_openvino(str(ran)) if ran else None
         compiled.precision_flags = {"INFERENCE_PRECISION_HINT": ran, "asked": asked}
         compiled.extra.update(
             hint=cfg.hint,
@@ -277,9 +283,9 @@ def _precision_hint(precision: str, option: str | None) -> str | None:
     return hint or option
 
 
-def _properties(compiled_model: Any) -> dict[str, Any]:
+def _properties(compiled_model: CompiledModel) -> dict[str, int | float | str]:
     """What OpenVINO actually chose (streams, threads, precision), for the record."""
-    facts: dict[str, Any] = {}
+    facts: dict[str, int | float | str] = {}
     for key, prop in (
         ("num_streams", "NUM_STREAMS"),
         ("inference_num_threads", "INFERENCE_NUM_THREADS"),

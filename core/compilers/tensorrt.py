@@ -25,7 +25,7 @@ import ctypes.util
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -36,6 +36,12 @@ from ngb.core.compilers.base import (
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError, UnsupportedTrial
+from ngb.core.model_build import OnnxModel, map_inputs
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Array, Example, Model
+    from tensorrt import ICudaEngine, IExecutionContext
 
 PRECISIONS = ("fp32", "fp16", "int8")
 NO_GPU_REASON = "no NVIDIA GPU/CUDA driver found (no /dev/nvidia0, nvidia-smi or libcuda)"
@@ -101,7 +107,12 @@ class TensorRtConfig(CompilerConfig):
 
 class _TrtCompiled(Compiled):
     def __init__(
-        self, engine: Any, context: Any, tensors: dict[str, Any], outputs: list[str], stream: Any
+        self,
+        engine: ICudaEngine,
+        context: IExecutionContext,
+        tensors: dict[str, torch.Tensor],
+        outputs: list[str],
+        stream: torch.cuda.Stream,
     ) -> None:
         super().__init__()
         self._engine = engine
@@ -110,13 +121,13 @@ class _TrtCompiled(Compiled):
         self._outputs = outputs
         self._stream = stream
 
-    def run(self) -> Any:
+    def run(self) -> torch.Tensor:
         if not self._context.execute_async_v3(self._stream.cuda_stream):
             raise NgbError("TensorRT execute_async_v3 failed")
         self._stream.synchronize()
         return self._tensors[self._outputs[0]]
 
-    def output_numpy(self) -> Any:
+    def output_numpy(self) -> Array:
         return self.run().detach().float().cpu().numpy()
 
     def close(self) -> None:
@@ -144,7 +155,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             return False, NO_GPU_REASON
         return super().available()
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         cfg = self.config
         if ctx.device != "cuda":  # checked first: no point importing TensorRT for a cpu trial
             raise ConfigError(f"tensorrt runs on device cuda only; got device {ctx.device!r}")
@@ -169,14 +180,12 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
         half_export = wanted == "fp16" and not has_flags
         with ctx.phase("export"):
             export_model, export_example = model, example
-            if half_export and getattr(model, "onnx_path", None) is not None:
-                raise UnsupportedTrial(
-                    f"TensorRT {trt.__version__} makes fp16 engines from a half-precision export; "
-                    "a user's ONNX file is used as given (export it in fp16 yourself)"
-                )
             if half_export:  # a copy: the caller's model stays fp32 for the reference output
-                from ngb.core.model_build import map_inputs
-
+                if isinstance(model, OnnxModel):
+                    raise UnsupportedTrial(
+                        f"TensorRT {trt.__version__} makes fp16 engines from a half-precision "
+                        "export; a user's ONNX file is used as given (export it in fp16 yourself)"
+                    )
                 export_model = copy.deepcopy(model).to("cuda").half()
                 export_example = map_inputs(  # names kept; integer inputs (token ids) stay ints
                     example,
@@ -207,7 +216,7 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
             runtime = trt.Runtime(logger)
             engine = runtime.deserialize_cuda_engine(serialized)
             context = engine.create_execution_context()
-            tensors, outputs = self._bind(trt, torch, engine, context, export_example)
+            tensors, outputs = self._bind(engine, context, export_example)
         compiled = _TrtCompiled(engine, context, tensors, outputs, torch.cuda.Stream())
         compiled._runtime = runtime  # type: ignore[attr-defined]  # keep alive with the engine
         tf32_hardware = torch.cuda.get_device_capability()[0] >= 8
@@ -225,14 +234,16 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
 
     @staticmethod
     def _bind(
-        trt: Any, torch: Any, engine: Any, context: Any, example: Any
-    ) -> tuple[dict[str, Any], list[str]]:
+        engine: ICudaEngine, context: IExecutionContext, example: Example
+    ) -> tuple[dict[str, torch.Tensor], list[str]]:
         """Allocate one CUDA tensor per I/O tensor and bind its address once."""
         import numpy as np
+        import tensorrt as trt
+        import torch
         from ngb.core.compilers.onnx_export import example_tuple, input_names
 
         given = dict(zip(input_names(example), example_tuple(example), strict=True))
-        tensors: dict[str, Any] = {}
+        tensors: dict[str, torch.Tensor] = {}
         outputs: list[str] = []
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)

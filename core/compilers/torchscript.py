@@ -9,7 +9,7 @@ those land in the harness's first-call and warm-up phases, not in steady state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -27,6 +27,11 @@ from ngb.core.compilers.identity import (
     torch_precision,
 )
 from ngb.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from ngb.core.model_types import Example, Model
+    from ngb.core.precision import SavedFlags
 
 
 @dataclass(frozen=True)
@@ -51,23 +56,21 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
     precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with torch_precision(ctx) as before:  # flags must be set before tracing/codegen
             return self._build(model, example, ctx, before)
 
     def _build(
-        self, model: Any, example: Any, ctx: CompileContext, restore: dict[str, Any]
+        self, model: Model, example: Example, ctx: CompileContext, restore: SavedFlags
     ) -> Compiled:
         import warnings
-
-        import torch
 
         threads = apply_threads(ctx)
         model, inputs = prepare(model, example, ctx)
         # torch >= 2.10 marks the torch.jit API deprecated; the paper benchmarks it regardless.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
-            module = self._script(torch, model, inputs, ctx)
+            module = self._script(model, inputs, ctx)
         compiled = TorchCompiled(module, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads,
@@ -76,7 +79,11 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
         )
         return compiled
 
-    def _script(self, torch: Any, model: Any, inputs: tuple[Any, ...], ctx: CompileContext) -> Any:
+    def _script(
+        self, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], ctx: CompileContext
+    ) -> torch.jit.ScriptModule:
+        import torch
+
         with ctx.phase("export"), torch.no_grad():
             module = torch.jit.trace(model, inputs, check_trace=False)
         with ctx.phase("compile"), torch.no_grad():

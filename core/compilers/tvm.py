@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Required, TypedDict, TypeVar
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -24,6 +25,13 @@ from ngb.core.compilers.base import (
     to_numpy,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+from ngb.core.model_build import OnnxModel
+
+if TYPE_CHECKING:
+    from ngb.core.model_types import Array, Example, Model
+    from tvm.ir import IRModule
+    from tvm.relax import VMExecutable
+    from tvm.target import Target
 
 TARGET_KINDS = ("llvm", "cuda")
 OPT_LEVELS = (0, 1, 2, 3, 4)
@@ -33,7 +41,7 @@ TVM_VERSIONS = {"tvm": ("apache-tvm", "tvm"), "tvm_ffi": ("apache-tvm-ffi",)}
 TVM_INT8_REASON = "TVM imports through torch.export, which has no rule for torch's quantized:: ops"
 
 
-def check_int(name: str, value: Any, *, minimum: int, optional: bool = False) -> None:
+def check_int(name: str, value: object, *, minimum: int, optional: bool = False) -> None:
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -78,7 +86,15 @@ def tvm_version() -> str:
     return str(tvm.__version__)
 
 
-def target_spec(config: TvmConfig, ctx: CompileContext) -> dict[str, Any]:
+#: the target dict ``tvm.target.Target`` takes (``kind`` plus the attributes ngb sets)
+TargetSpec = TypedDict(
+    "TargetSpec",
+    {"kind": Required[str], "arch": str, "num-cores": int, "mcpu": str, "mattr": list[str]},
+    total=False,
+)
+
+
+def target_spec(config: TvmConfig, ctx: CompileContext) -> TargetSpec:
     """The target dict for ``tvm.target.Target`` (TVM 0.27 refuses the old string form)."""
     kind = config.target or ("cuda" if ctx.device == "cuda" else "llvm")
     if ctx.device not in ("cpu", "cuda"):
@@ -86,7 +102,7 @@ def target_spec(config: TvmConfig, ctx: CompileContext) -> dict[str, Any]:
     if (kind == "cuda") != (ctx.device == "cuda"):
         raise ConfigError(f"tvm target {kind!r} does not match device {ctx.device!r}")
     if kind == "cuda":
-        spec: dict[str, Any] = {"kind": "cuda"}
+        spec: TargetSpec = {"kind": "cuda"}
         if config.mcpu:
             spec["arch"] = config.mcpu
         return spec
@@ -98,7 +114,7 @@ def target_spec(config: TvmConfig, ctx: CompileContext) -> dict[str, Any]:
     return spec
 
 
-def make_target(spec: dict[str, Any]) -> Any:
+def make_target(spec: TargetSpec) -> Target:
     import tvm
 
     try:
@@ -107,7 +123,7 @@ def make_target(spec: dict[str, Any]) -> Any:
         raise ConfigError(f"tvm: bad target {spec}: {last_line(exc)}") from exc
 
 
-def apply_threads(spec: dict[str, Any], ctx: CompileContext) -> int:
+def apply_threads(spec: TargetSpec, ctx: CompileContext) -> int:
     """Size TVM's runtime thread pool; return the count in effect.
 
     TVM reads ``TVM_NUM_THREADS`` when its pool first starts, and MetaSchedule's runner workers
@@ -126,7 +142,7 @@ def apply_threads(spec: dict[str, Any], ctx: CompileContext) -> int:
     return int(tvm_ffi.get_global_func("runtime.NumThreads")())
 
 
-def import_model(model: Any, example: Any, ctx: CompileContext) -> tuple[Any, int]:
+def import_model(model: Model, example: Example, ctx: CompileContext) -> tuple[IRModule, int]:
     """torch.export -> Relax IRModule in inference form, and its weight-free structural hash."""
     import torch
     import tvm
@@ -136,7 +152,7 @@ def import_model(model: Any, example: Any, ctx: CompileContext) -> tuple[Any, in
 
     if ctx.device == "cuda" and not torch.cuda.is_available():
         raise CompilerUnavailable("device 'cuda' asked for, but torch sees no CUDA GPU")
-    if getattr(model, "onnx_path", None) is not None:
+    if isinstance(model, OnnxModel):
         with ctx.phase("export"):
             mod = _import_onnx(model.onnx_path, example)
             mod = tvm.transform.Sequential(
@@ -161,7 +177,7 @@ def import_model(model: Any, example: Any, ctx: CompileContext) -> tuple[Any, in
     return mod, int(digest)
 
 
-def _import_onnx(path: Any, example: Any) -> Any:
+def _import_onnx(path: Path, example: Example) -> IRModule:
     """A user's ONNX file -> Relax, shapes and dtypes bound to the example batch."""
     import onnx
     from ngb.core.compilers.onnx_export import input_names
@@ -179,7 +195,7 @@ def _import_onnx(path: Any, example: Any) -> Any:
         raise NgbError(f"tvm: cannot import the ONNX model: {last_line(exc)}") from exc
 
 
-def _example_numpy(example: Any) -> list[Any]:
+def _example_numpy(example: Example) -> list[Array]:
     import numpy as np
 
     args = example if isinstance(example, list | tuple) else (example,)
@@ -189,7 +205,7 @@ def _example_numpy(example: Any) -> list[Any]:
 class TvmCompiled(Compiled):
     """A Relax VM bound to its input tensors, created once on the target device."""
 
-    def __init__(self, executable: Any, example: Any, device_kind: str) -> None:
+    def __init__(self, executable: VMExecutable, example: Example, device_kind: str) -> None:
         super().__init__()
         import tvm
         from tvm import relax
@@ -205,17 +221,18 @@ class TvmCompiled(Compiled):
         self.precision = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype, "fp32")
         self.precision_flags = {"dtype": dtype}
 
-    def run(self) -> Any:
+    def run(self) -> object:
         out = self._main(*self._inputs)
         if self._sync:  # GPU kernels are asynchronous; a timed call must include them
             self._dev.sync()
         return out
 
-    def output_numpy(self) -> Any:
+    def output_numpy(self) -> Array:
         out = self.run()
         # a multi-output model returns a TVM Array, which to_numpy does not know
-        if not hasattr(out, "numpy") and hasattr(out, "__getitem__"):
-            out = out[0]
+        first = getattr(out, "__getitem__", None)
+        if not hasattr(out, "numpy") and first is not None:
+            out = first(0)
         return to_numpy(out)
 
     def close(self) -> None:
@@ -243,7 +260,7 @@ class TvmCompiler(TvmBase[TvmConfig]):
     name = "tvm"
     description = "Apache TVM Relax, untuned (legalised operators as they come)"
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import tvm
 
         spec = target_spec(self.config, ctx)

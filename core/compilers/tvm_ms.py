@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import CompileContext, Compiled, choice, module_available
 from ngb.core.compilers.identity import check_bool
@@ -27,6 +27,7 @@ from ngb.core.compilers.tvm import (
     tvm_version,
 )
 from ngb.core.compilers.tvm_tuning import (
+    TuningMeta,
     TuningProgress,
     TuningStore,
     build_candidate,
@@ -37,6 +38,13 @@ from ngb.core.compilers.tvm_tuning import (
     quiet_meta_schedule_console,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+
+if TYPE_CHECKING:
+    from ngb.core.compilers.tvm import TargetSpec
+    from ngb.core.model_types import Example, Model
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from tvm.target import Target
 
 #: apache-tvm-ffi releases known to crash MetaSchedule (segfault in ToJSONGraph)
 BAD_TVM_FFI_FOR_TUNING = ("0.1.15.post2",)
@@ -97,7 +105,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             return False, f"apache-tvm-ffi {ffi} crashes MetaSchedule; install 0.1.14.post1"
         return True, ""
 
-    def compile(self, model: Any, example: Any, ctx: CompileContext) -> Compiled:
+    def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import tvm
         from tvm import relax
 
@@ -120,7 +128,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             with target:
                 fused = relax.pipeline.zero_pipeline()(mod)
             database = store.open()
-            meta = store.meta() if cfg.reuse_database else {}
+            meta: TuningMeta = store.meta() if cfg.reuse_database else {}
             before, remaining = plan_tuning(meta, cfg.max_trials_global)
             progress = self._tune(fused, target, database, store, ctx, before, remaining)
 
@@ -149,7 +157,13 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         return compiled
 
     def _store_dir(
-        self, model: Any, example: Any, spec: dict, target: Any, digest: int, ctx: CompileContext
+        self,
+        model: Model,
+        example: Example,
+        spec: TargetSpec,
+        target: Target,
+        digest: int,
+        ctx: CompileContext,
     ) -> Path:
         """Database folder named for people (model, batch, target), unique by the digest."""
         cfg = self.config
@@ -168,9 +182,9 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
 
     def _tune(
         self,
-        fused: Any,
-        target: Any,
-        database: Any,
+        fused: IRModule,
+        target: Target,
+        database: JSONDatabase,
         store: TuningStore,
         ctx: CompileContext,
         before: int,
@@ -184,7 +198,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         if not extracted:
             raise NgbError("tvm-ms: the model has no operator MetaSchedule can tune")
         names = [t.task_name for t in extracted]
-        facts = {"target": str(target), "tvm": tvm_version(), "tasks": names}
+        facts: TuningMeta = {"target": str(target), "tvm": tvm_version(), "tasks": names}
         if remaining == 0:
             ctx.emit(
                 "tuning",
@@ -217,13 +231,14 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         )
 
         def checkpoint(complete: bool) -> None:
-            store.write_meta(
+            meta: TuningMeta = {
                 **facts,
-                trials=before + progress.trials_done,
-                budget=cfg.max_trials_global,
-                complete=complete,
-                early_stopped=progress.stopped_early,
-            )
+                "trials": before + progress.trials_done,
+                "budget": cfg.max_trials_global,
+                "complete": complete,
+                "early_stopped": progress.stopped_early,
+            }
+            store.write_meta(**meta)
 
         callbacks = [
             *ms.MeasureCallback.create("default"),

@@ -37,13 +37,58 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from ngb.core.compilers.tvm import last_line
 from ngb.core.errors import NgbError
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    from tvm.runtime import Module
+    from tvm.s_tir.meta_schedule.builder import BuilderResult
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
+    from tvm.target import Target
+
+
+class TaskEvent(TypedDict):
+    """One task in a ``tuning`` event."""
+
+    name: str
+    trials: int
+    best_ms: float | None
+
+
+class TuningEvent(TypedDict):
+    """The fields of a ``tuning`` progress event."""
+
+    trials_done: int
+    budget: int
+    best_ms: float
+    trials_before: int
+    elapsed_s: float
+    tasks: list[TaskEvent]
+
+
+class TuningMeta(TypedDict, total=False):
+    """``meta.json`` beside a tuning database (written by ``TuningStore.write_meta``)."""
+
+    target: str
+    tvm: str
+    tasks: list[str]
+    trials: int  # in the database, all runs together
+    budget: int
+    complete: bool
+    early_stopped: bool
+    updated: float  # time.time() of the last write
+
 
 # --------------------------------------------------------------------------------------------
 # Tuning progress and early stop (plain Python: testable without TVM)
@@ -135,7 +180,7 @@ class TuningProgress:
             slope = 0.0
         return task.weight * (alpha * slope + (1 - alpha) * best / len(hist))
 
-    def event(self) -> dict[str, Any]:
+    def event(self) -> TuningEvent:
         return {
             "trials_done": self.trials_done,
             "budget": self.budget,
@@ -169,7 +214,7 @@ class TuningStore:
         self.record_path = directory / "database_tuning_record.json"
         self.meta_path = directory / "meta.json"
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> TuningMeta:
         """The stored facts, or ``{}`` when absent, unreadable or the records are gone."""
         if not self.record_path.is_file() or self.record_path.stat().st_size == 0:
             return {}
@@ -177,16 +222,17 @@ class TuningStore:
             data = json.loads(self.meta_path.read_text())
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        # written by write_meta alone, so a dict found there has its shape
+        return cast(TuningMeta, data) if isinstance(data, dict) else {}
 
-    def write_meta(self, **facts: Any) -> None:
+    def write_meta(self, **facts: Unpack[TuningMeta]) -> None:
         """Atomic replace, so a kill mid-write leaves the previous meta intact."""
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.meta_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({**facts, "updated": time.time()}, indent=1, sort_keys=True))
         os.replace(tmp, self.meta_path)
 
-    def open(self) -> Any:
+    def open(self) -> JSONDatabase:
         from tvm.s_tir import meta_schedule as ms
 
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +248,7 @@ class TuningStore:
             ) from exc
 
 
-def plan_tuning(meta: Mapping[str, Any], budget: int) -> tuple[int, int]:
+def plan_tuning(meta: TuningMeta, budget: int) -> tuple[int, int]:
     """(trials already in the database, trials still to run) for a requested ``budget``.
 
     A finished search is reused as is when it ran at least ``budget`` trials or stopped early
@@ -214,7 +260,7 @@ def plan_tuning(meta: Mapping[str, Any], budget: int) -> tuple[int, int]:
     return before, max(budget - before, 0)
 
 
-def build_candidate(mod: Any, target: Any, params: Any) -> Any:
+def build_candidate(mod: IRModule, target: Target, params: object) -> Module:
     """MetaSchedule builder function, run in its worker processes (module level: picklable).
 
     MetaSchedule's default builder imports ``tvm.s_tir.tensor_intrin`` first, which registers
@@ -253,9 +299,9 @@ def import_tensor_intrinsics() -> None:
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
     original = inspect.getmodule
-    memo: dict[tuple[str, str | None], Any] = {}
+    memo: dict[tuple[str, str | None], ModuleType | None] = {}
 
-    def getmodule(obj: Any, _filename: str | None = None) -> Any:
+    def getmodule(obj: object, _filename: str | None = None) -> ModuleType | None:
         code = getattr(obj, "f_code", None) if inspect.isframe(obj) else None
         if code is None:
             return original(obj, _filename)
@@ -272,7 +318,7 @@ def import_tensor_intrinsics() -> None:
 
 
 @contextlib.contextmanager
-def quiet_meta_schedule_console() -> Any:
+def quiet_meta_schedule_console() -> Iterator[None]:
     """Keep MetaSchedule's console log off stdout (the agent's event stream) and terse.
 
     MetaSchedule (re)configures its loggers when tuning contexts are created, adding a console
@@ -290,7 +336,7 @@ def quiet_meta_schedule_console() -> Any:
             handler.setLevel(logging.WARNING)
 
 
-def _run_seconds(result: Any) -> float | None:
+def _run_seconds(result: RunnerResult) -> float | None:
     """Median of a MetaSchedule runner result's repeats, ``None`` for a failed candidate."""
     if result.error_msg is not None or not result.run_secs:
         return None
@@ -298,7 +344,9 @@ def _run_seconds(result: Any) -> float | None:
     return statistics.median(secs)
 
 
-def progress_callback(progress: TuningProgress, checkpoint: Callable[[bool], None]) -> Any:
+def progress_callback(
+    progress: TuningProgress, checkpoint: Callable[[bool], None]
+) -> MeasureCallback:
     """A MetaSchedule measure callback that feeds ``progress`` after every measured batch."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -307,11 +355,11 @@ def progress_callback(progress: TuningProgress, checkpoint: Callable[[bool], Non
     class ProgressCallback(PyMeasureCallback):
         def apply(
             self,
-            task_scheduler: Any,
+            task_scheduler: TaskScheduler,
             task_id: int,
-            measure_candidates: Any,
-            builder_results: Any,
-            runner_results: Any,
+            measure_candidates: list[MeasureCandidate],
+            builder_results: list[BuilderResult],
+            runner_results: list[RunnerResult],
         ) -> None:
             latencies: list[float | None] = []
             error = None
@@ -327,7 +375,7 @@ def progress_callback(progress: TuningProgress, checkpoint: Callable[[bool], Non
     return ProgressCallback()
 
 
-def early_stop_scheduler(progress: TuningProgress) -> Any:
+def early_stop_scheduler(progress: TuningProgress) -> TaskScheduler:
     """A MetaSchedule task scheduler that can stop the whole search early (see module doc)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
