@@ -56,25 +56,30 @@ class RunDeviceRow(TypedDict, total=False):
 
 
 class TrialRow(TypedDict, total=False):
-    """One row of ``trials`` (the axes, the status and the throughput statistics)."""
+    """One row of ``trials`` as ``Store.trials`` gives it (the columns the console reads; SQL NULL
+    is None) and, on the Results screen, its per-repetition throughputs (``samples``). The same
+    rows go to ``ngb.sweeps.derived``, which reads its own columns of them."""
 
     run_id: str
     device: str
     key: str
     model: str
-    family: str
+    family: str | None
     compiler: str
     batch: int
-    depth: int
-    width: int
-    optimisation: str
+    depth: int | None  # None: a model without a depth axis (timm models)
+    width: int | None
+    optimisation: str | None
     status: str
-    error: str
-    repetitions: int
-    throughput_mean: float
-    throughput_std: float
-    throughput_cov: float
-    unstable: bool
+    error: str | None
+    repetitions: int | None
+    throughput_mean: float | None  # None for a failed trial
+    throughput_std: float | None
+    throughput_cov: float | None
+    unstable: bool | None
+    verdict: str | None  # VALID | INVALID; None for failed trials and older rows
+    disturbed: bool | None
+    samples: list[float]
 
 
 class ProbeRow(TypedDict, total=False):

@@ -26,6 +26,7 @@ from ngb.tui.widgets.probe_details import (
     stored_probe,
 )
 from ngb.tui.widgets.table_fill import fill_table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -97,7 +98,9 @@ class DevicesScreen(ConsoleScreen):
         yield Input(
             placeholder="filter devices (name, host, group)", id="devices-filter", classes="filter"
         )
-        table: DataTable[str] = DataTable(id="devices-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Text] = DataTable(
+            id="devices-table", cursor_type="row", zebra_stripes=True
+        )
         table.add_columns(*COLUMNS)
         yield table
         yield Label("", id="devices-error")

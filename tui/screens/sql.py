@@ -158,7 +158,10 @@ class SqlScreen(ConsoleScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.history = [q for q in self.settings.get("sql_history", []) if isinstance(q, str)]
+        history = self.settings.get("sql_history")  # a list of queries, unless hand-edited
+        self.history = (
+            [q for q in history if isinstance(q, str)] if isinstance(history, list) else []
+        )
         self._show_history()
         limit = self.settings.get("sql_timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(limit, int) and limit >= 0:
