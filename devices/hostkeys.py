@@ -19,7 +19,7 @@ import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ngb.core.safe_files import check_readable, read_text
 from ngb.devices.inventory import Device, atomic_write_text
@@ -92,7 +92,7 @@ def effective_address(
     import asyncssh
 
     config = [str(p) for p in ssh_config] if ssh_config is not None else default_ssh_config()
-    kwargs: dict[str, Any] = {"config": config, "client_keys": None}
+    kwargs: dict[str, object] = {"config": config, "client_keys": None}
     if device.port != DEFAULT_PORT:
         kwargs["port"] = device.port
     try:

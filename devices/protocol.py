@@ -35,7 +35,6 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ngb.core.errors import ConfigError
 from ngb.core.events import decode
@@ -507,9 +506,9 @@ class EventLogReader:
         self.offset = offset
         self._pending = 0  # bytes of an undecodable line not yet known to be complete
 
-    # Any: an event decoded from the device's JSON log (``ngb.core.events.decode``); its fields
-    # depend on its "type", and each handler reads the ones of its type
-    def feed(self, line: str) -> dict[str, Any] | None:
+    def feed(self, line: str) -> dict[str, object] | None:
+        """The next event (a JSON object, ``ngb.core.events.decode``), or None for a line that
+        is not one (yet)."""
         self.offset += self._pending
         self._pending = 0
         size = len(line.encode("utf-8")) + 1  # the newline the transport stripped
