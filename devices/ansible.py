@@ -12,7 +12,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ngb.core.errors import ConfigError, first_line
 from ngb.core.safe_files import read_text
@@ -39,9 +38,9 @@ MAX_RANGE_HOSTS = 1024
 class _AnsibleTree:
     """Groups with their hosts, vars and children, as both Ansible formats describe them."""
 
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> its own vars
+    hosts: dict[str, dict[str, object]] = field(default_factory=dict)  # host -> its own vars
     group_hosts: dict[str, list[str]] = field(default_factory=dict)
-    group_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group_vars: dict[str, dict[str, object]] = field(default_factory=dict)
     children: dict[str, list[str]] = field(default_factory=dict)
     where: str = ""  # "FILE: " for messages
 
@@ -50,7 +49,7 @@ class _AnsibleTree:
         self.group_vars.setdefault(name, {})
         self.children.setdefault(name, [])
 
-    def add_host(self, group: str, host: str, hostvars: Mapping[str, Any]) -> None:
+    def add_host(self, group: str, host: str, hostvars: Mapping[str, object]) -> None:
         self.group(group)
         for name in _expand_range(host, self.where):
             self.hosts.setdefault(name, {}).update(hostvars)
@@ -88,7 +87,7 @@ def _expand(pattern: str) -> list[str]:
     return out
 
 
-def _name(value: Any, what: str, where: str) -> str:
+def _name(value: object, what: str, where: str) -> str:
     """YAML reads unquoted yes/no/on/off, null and numbers as other types: a name must be text."""
     if not isinstance(value, str):
         raise ConfigError(
@@ -98,7 +97,7 @@ def _name(value: Any, what: str, where: str) -> str:
     return value
 
 
-def _mapping(body: Mapping[str, Any], key: str, group: str, where: str) -> Mapping[str, Any]:
+def _mapping(body: Mapping[str, object], key: str, group: str, where: str) -> Mapping[str, object]:
     value = body.get(key)
     if value is None:
         return {}
@@ -124,7 +123,7 @@ def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
         raise ConfigError(f"{where}expected a YAML mapping of groups (e.g. 'all:')")
     tree = _AnsibleTree(where=where)
 
-    def walk(name: str, body: Any) -> None:
+    def walk(name: str, body: object) -> None:
         tree.group(name)
         if body is None:
             return
@@ -135,9 +134,11 @@ def _parse_ansible_yaml(text: str, where: str) -> _AnsibleTree:
                 raise ConfigError(f"{where}group {name!r}: unknown key {key!r}")
         for host, hostvars in _mapping(body, "hosts", name, where).items():
             host = _name(host, "host", where)
-            if hostvars is not None and not isinstance(hostvars, Mapping):
+            if hostvars is None:
+                hostvars = {}
+            elif not isinstance(hostvars, Mapping):
                 raise ConfigError(f"{where}host {host!r}: vars must be a mapping")
-            tree.add_host(name, host, hostvars or {})
+            tree.add_host(name, host, hostvars)
         tree.group_vars[name].update(_mapping(body, "vars", name, where))
         for child, child_body in _mapping(body, "children", name, where).items():
             child = _name(child, "group", where)
@@ -201,24 +202,33 @@ def _parse_ansible_ini(text: str, where: str) -> _AnsibleTree:
     return tree
 
 
+def _port(value: object, host: str, where: str) -> int:
+    """An Ansible port: a number, or text of one (INI values are text)."""
+    try:
+        # the types int() reads; YAML may give others (a date, a list, null): a bad port too
+        if isinstance(value, str | bytes | int | float):
+            return int(value)
+    except (ValueError, OverflowError):  # OverflowError: YAML's .inf
+        pass
+    raise ConfigError(f"{where}host {host!r}: bad port {value!r} (must be 1-65535)")
+
+
 def _device_from_ansible(
-    name: str, merged: Mapping[str, Any], groups: list[str], where: str
+    name: str, merged: Mapping[str, object], groups: list[str], where: str
 ) -> Device:
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}  # ngb field -> the first Ansible variable that sets it
     for var, key in ANSIBLE_VARS.items():
         if var in merged and key not in values:
             values[key] = merged[var]
+    dev = Device(name=name, host=str(values.get("host", name)), groups=groups)
     if "port" in values:
-        try:
-            values["port"] = int(values["port"])
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{where}host {name!r}: bad port {values['port']!r} (must be 1-65535)"
-            ) from None
-    for key in ("host", "user", "python", "identity_file"):
-        if key in values:
-            values[key] = str(values[key])
-    dev = Device(name=name, host=values.pop("host", name), groups=groups, **values)
+        dev.port = _port(values["port"], name, where)
+    if "user" in values:
+        dev.user = str(values["user"])
+    if "python" in values:
+        dev.python = str(values["python"])
+    if "identity_file" in values:
+        dev.identity_file = str(values["identity_file"])
     check_device(dev, where)
     return dev
 
@@ -269,7 +279,7 @@ def import_ansible(path: Path | str) -> list[Device]:
         all_groups: set[str] = set()
         for g in direct:
             all_groups |= ancestors(g)
-        merged: dict[str, Any] = dict(tree.group_vars.get("all", {}))
+        merged: dict[str, object] = dict(tree.group_vars.get("all", {}))
         for g in sorted(all_groups - {"all"}, key=lambda g: (depth(g), g)):
             merged.update(tree.group_vars.get(g, {}))
         merged.update(hostvars)

@@ -32,7 +32,6 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ngb.core.errors import NgbError
 from ngb.devices import protocol
@@ -68,7 +67,7 @@ class Shipment:
     bytes_sent: int = 0
 
 
-def artifacts_in(trials: Iterable[Mapping[str, Any]]) -> list[ShipItem]:
+def artifacts_in(trials: Iterable[Mapping[str, object]]) -> list[ShipItem]:
     """The artifacts the trial dicts name, once each, in first-seen order.
 
     Keyed by (hash, name): equal bytes under two names (two models sharing one file under

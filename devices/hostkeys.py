@@ -19,7 +19,7 @@ import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ngb.core.safe_files import check_readable, read_text
 from ngb.devices.inventory import Device, atomic_write_text
@@ -92,7 +92,7 @@ def effective_address(
     import asyncssh
 
     config = [str(p) for p in ssh_config] if ssh_config is not None else default_ssh_config()
-    kwargs: dict[str, Any] = {"config": config, "client_keys": None}
+    kwargs: dict[str, object] = {"config": config, "client_keys": None}
     if device.port != DEFAULT_PORT:
         kwargs["port"] = device.port
     try:
@@ -118,7 +118,7 @@ def key_status(
 async def fetch_host_key(
     device: Device,
     *,
-    tunnel: Any = None,
+    tunnel: asyncssh.SSHClientConnection | None = None,
     connect_timeout: float = 10.0,
     ssh_config: Sequence[str] | None = None,
 ) -> tuple[str, str, asyncssh.SSHKey]:
@@ -130,15 +130,15 @@ async def fetch_host_key(
 
     import asyncssh
 
-    kwargs: dict[str, Any] = {"config": list(ssh_config or default_ssh_config())}
-    if device.port != DEFAULT_PORT:
-        kwargs["port"] = device.port
-    if tunnel is not None:
-        kwargs["tunnel"] = tunnel
+    # () is asyncssh's "not given" (its default): port 22 and no tunnel leave ~/.ssh/config's say
+    asked = asyncssh.get_server_host_key(
+        device.host,
+        device.port if device.port != DEFAULT_PORT else (),
+        tunnel=tunnel if tunnel is not None else (),
+        config=list(ssh_config or default_ssh_config()),
+    )
     try:
-        key = await asyncio.wait_for(
-            asyncssh.get_server_host_key(device.host, **kwargs), timeout=connect_timeout
-        )
+        key = await asyncio.wait_for(asked, timeout=connect_timeout)
     except Exception as exc:  # noqa: BLE001 - mapped to one line for the operator
         raise map_connect_error(device, exc, connect_timeout) from None
     if key is None:

@@ -26,8 +26,8 @@ import difflib
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
 TRANSPORTS = ("ssh", "local")
 LOCALHOST = "localhost"
 ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
+
+#: a device or group field's value as TOML and JSON write it (``Device.to_dict``/``to_table``)
+FieldValue = str | int | float | list[str] | None
 
 HEADER = (
     "# ngb device inventory. Edit by hand or with `ngb devices add/edit/remove/import`;\n"
@@ -75,14 +78,14 @@ class Device:
     def is_local(self) -> bool:
         return self.transport == "local"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, FieldValue]:
         """All fields, JSON/TOML friendly (for ``--json`` output and the store)."""
         return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
 
-    def to_table(self) -> dict[str, Any]:
+    def to_table(self) -> dict[str, FieldValue]:
         """The TOML table for this device: only fields that differ from the defaults."""
         default = Device(name=self.name, host="")
-        table: dict[str, Any] = {"host": self.host}
+        table: dict[str, FieldValue] = {"host": self.host}
         for f in fields(self):
             if f.name in ("name", "host"):
                 continue
@@ -92,7 +95,7 @@ class Device:
         return table
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: FieldValue) -> FieldValue:
     return list(value) if isinstance(value, list) else value
 
 
@@ -127,8 +130,8 @@ class Group:
     notes: str = ""
     price_per_hour: float | None = None  # for members without a price of their own
 
-    def to_table(self) -> dict[str, Any]:
-        table: dict[str, Any] = {}
+    def to_table(self) -> dict[str, FieldValue]:
+        table: dict[str, FieldValue] = {}
         if self.price_per_hour is not None:
             table["price_per_hour"] = self.price_per_hour
         if self.members:
@@ -163,7 +166,7 @@ class Inventory:
     def __contains__(self, name: object) -> bool:
         return name in self.devices
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Device]:
         return iter(self.devices.values())
 
     def __len__(self) -> int:
@@ -323,8 +326,8 @@ class Inventory:
 
         check_prices(self, where)
 
-    def _tables(self) -> dict[str, dict[str, Any]]:
-        doc: dict[str, Any] = {}
+    def _tables(self) -> dict[str, dict[str, dict[str, FieldValue]]]:
+        doc: dict[str, dict[str, dict[str, FieldValue]]] = {}
         if self.groups:
             doc["groups"] = {g.name: g.to_table() for g in self.groups.values()}
         doc["devices"] = {
@@ -366,14 +369,17 @@ class Inventory:
         return target
 
 
-def _sync_tables(container: Any, wanted: Mapping[str, Mapping[str, Any]]) -> None:
-    """Make a tomlkit table of tables hold ``wanted``, touching only what differs."""
+def _sync_tables(
+    container: MutableMapping[str, object], wanted: Mapping[str, Mapping[str, FieldValue]]
+) -> None:
+    """Make a tomlkit table of tables (a ``MutableMapping`` of tomlkit items) hold ``wanted``,
+    touching only what differs."""
     import tomlkit
 
     for name in [n for n in container if n not in wanted]:
         del container[name]
     for name, table in wanted.items():
-        current: Any = container.get(name)
+        current = container.get(name)
         if isinstance(_plain(current), list) and dict(table) == {"members": _plain(current)}:
             continue  # the shorthand groups.NAME = [...] already says this
         if not isinstance(current, MutableMapping):
@@ -389,7 +395,7 @@ def _sync_tables(container: Any, wanted: Mapping[str, Mapping[str, Any]]) -> Non
                 current[key] = value
 
 
-def _plain(item: Any) -> Any:
+def _plain(item: object) -> object:
     """A tomlkit item as plain Python (lists and tables compare with ours)."""
     return item.unwrap() if hasattr(item, "unwrap") else item
 
@@ -452,7 +458,7 @@ def check_device(dev: Device, where: str) -> None:
             _refuse_control(value, f"{dwhere}{key}")
 
 
-def check_price(value: Any, where: str) -> None:
+def check_price(value: object, where: str) -> None:
     """A price per hour is a finite number >= 0 (or absent)."""
     if value is None:
         return
@@ -468,6 +474,8 @@ def _refuse_control(value: str | None, where: str) -> None:
         raise ConfigError(f"{where}: control character {bad!r} in {value!r}")
 
 
+# Any: a TOML table read from disk (or form/CLI values): Device(**table) takes it unchecked and
+# check_device then checks every field's type and value
 def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -> Device:
     """Build a Device from one TOML table, refusing unknown keys (typos) with a suggestion."""
     if not isinstance(table, Mapping):
@@ -487,7 +495,7 @@ def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -
     return dev
 
 
-def inventory_from_dict(doc: Mapping[str, Any], *, path: Path | None = None) -> Inventory:
+def inventory_from_dict(doc: Mapping[str, object], *, path: Path | None = None) -> Inventory:
     where = f"{path}: " if path else ""
     for key in doc:
         if key not in ("devices", "groups"):
@@ -553,12 +561,19 @@ def atomic_write_text(target: Path, text: str) -> None:
     write_atomic(target, text, make_parent=True)
 
 
-def with_changes(device: Device, **changes: Any) -> Device:
-    """A copy of ``device`` with some fields changed (None values are ignored)."""
-    return replace(device, **{k: v for k, v in changes.items() if v is not None})
+def with_changes(device: Device, **changes: object) -> Device:
+    """A copy of ``device`` with some fields changed (None values are ignored), checked like a
+    table of the inventory file (unknown keys and bad values raise ``ConfigError``)."""
+    table = device.to_dict()
+    del table["name"]
+    return device_from_table(
+        device.name, {**table, **{k: v for k, v in changes.items() if v is not None}}
+    )
 
 
-def merge_devices(inv: Inventory, devices: Sequence[Device], *, replace_existing: bool) -> dict:
+def merge_devices(
+    inv: Inventory, devices: Sequence[Device], *, replace_existing: bool
+) -> dict[str, list[str]]:
     """Add imported devices; returns {"added": [...], "replaced": [...], "unchanged": [...]}.
 
     A name that exists with different settings is an error unless ``replace_existing``.

@@ -14,12 +14,58 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ngb.core.compilers import compiler_class, list_compilers
 from ngb.core.versions import library_versions
 
 _TEGRA_RELEASE = Path("/etc/nv_tegra_release")
+
+
+class GpuInfo(TypedDict, total=False):
+    """One GPU as nvidia-smi reports it (memory and compute capability where it says them)."""
+
+    name: str
+    driver: str
+    memory_mb: float
+    compute_capability: str
+
+
+class JetsonInfo(TypedDict):
+    l4t_release: str  # the first line of /etc/nv_tegra_release ("" when unreadable)
+    tegrastats: bool
+
+
+class CompilerAvailability(TypedDict):
+    available: bool
+    reason: str
+
+
+class CpuFreq(TypedDict):
+    current_mhz: float
+    min_mhz: float
+    max_mhz: float
+
+
+class Probe(TypedDict):
+    """What ``agent probe`` prints (one JSON object); the store keeps it whole."""
+
+    hostname: str
+    arch: str
+    cpu_model: str
+    cores_logical: int | None
+    cores_physical: int | None
+    cpu_freq: CpuFreq | None
+    ram_mb: float
+    gpus: list[GpuInfo]
+    jetson: JetsonInfo | None
+    os: str
+    kernel: str
+    python: str
+    versions: dict[str, str]
+    cuda: str | None
+    cudnn: str | None
+    compilers: dict[str, CompilerAvailability]
 
 
 def cpu_model() -> str:
@@ -49,7 +95,7 @@ def os_name() -> str:
     return platform.platform()
 
 
-def nvidia_gpus() -> list[dict[str, Any]]:
+def nvidia_gpus() -> list[GpuInfo]:
     """GPUs as nvidia-smi reports them; empty where there is no nvidia-smi or it fails."""
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -71,7 +117,7 @@ def nvidia_gpus() -> list[dict[str, Any]]:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 3:
             continue
-        gpu: dict[str, Any] = {"name": parts[0], "driver": parts[2]}
+        gpu: GpuInfo = {"name": parts[0], "driver": parts[2]}
         with contextlib.suppress(ValueError):  # "[N/A]" on some boards
             gpu["memory_mb"] = float(parts[1])
         if len(parts) > 3:
@@ -80,7 +126,7 @@ def nvidia_gpus() -> list[dict[str, Any]]:
     return gpus
 
 
-def jetson_info() -> dict[str, Any] | None:
+def jetson_info() -> JetsonInfo | None:
     """L4T release line and tegrastats presence on NVIDIA Jetson boards; None elsewhere."""
     if not _TEGRA_RELEASE.exists():
         return None
@@ -91,9 +137,9 @@ def jetson_info() -> dict[str, Any] | None:
     return {"l4t_release": release, "tegrastats": shutil.which("tegrastats") is not None}
 
 
-def compilers_here() -> dict[str, dict[str, Any]]:
+def compilers_here() -> dict[str, CompilerAvailability]:
     """``{name: {available, reason}}`` for every registered compiler (internal ones excluded)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CompilerAvailability] = {}
     for name in list_compilers():
         try:
             ok, reason = compiler_class(name).available()
@@ -105,10 +151,10 @@ def compilers_here() -> dict[str, dict[str, Any]]:
     return out
 
 
-def probe() -> dict[str, Any]:
+def probe() -> Probe:
     import psutil
 
-    freq = None
+    freq: CpuFreq | None = None
     try:
         f = psutil.cpu_freq()
         if f is not None:

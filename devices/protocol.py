@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ngb.core.errors import ConfigError
 from ngb.core.events import decode
@@ -418,12 +417,16 @@ done
 )
 
 
-def check_artifact(sha256: Any, name: Any) -> None:
+def check_artifact(sha256: object, name: object) -> None:
     """Artifact hashes and names become path parts on the device: keep them plain."""
     if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
         raise ConfigError(f"bad artifact hash {sha256!r}: expected 64 lowercase hex digits")
-    plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-    if not plain or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
         raise ConfigError(f"bad artifact name {name!r}: a plain file or folder name")
 
 
@@ -474,13 +477,13 @@ def artifacts_install_argv(
     return ["sh", "-c", _ARTIFACTS_INSTALL_SCRIPT, "ngb-artifacts-install", workdir, python, *args]
 
 
-def trials_jsonl(trial_dicts: Iterable[dict[str, Any]]) -> str:
+def trials_jsonl(trial_dicts: Iterable[Mapping[str, object]]) -> str:
     return "".join(json.dumps(t, sort_keys=True) + "\n" for t in trial_dicts)
 
 
-def parse_checkpoint(text: str) -> dict[str, dict[str, Any]]:
+def parse_checkpoint(text: str) -> dict[str, dict[str, object]]:
     """Checkpoint lines by trial key; a torn line (kill -9 mid-write) is ignored."""
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, object]] = {}
     for line in text.splitlines():
         try:
             obj = json.loads(line)
@@ -503,7 +506,9 @@ class EventLogReader:
         self.offset = offset
         self._pending = 0  # bytes of an undecodable line not yet known to be complete
 
-    def feed(self, line: str) -> dict[str, Any] | None:
+    def feed(self, line: str) -> dict[str, object] | None:
+        """The next event (a JSON object, ``ngb.core.events.decode``), or None for a line that
+        is not one (yet)."""
         self.offset += self._pending
         self._pending = 0
         size = len(line.encode("utf-8")) + 1  # the newline the transport stripped
@@ -519,9 +524,9 @@ class EventLogReader:
         self._pending = 0
 
 
-def parse_jsonl(text: str) -> list[dict[str, Any]]:
+def parse_jsonl(text: str) -> list[dict[str, object]]:
     """JSON objects of a JSON-lines text; torn or foreign lines are skipped."""
-    out = []
+    out: list[dict[str, object]] = []
     for line in text.splitlines():
         try:
             obj = json.loads(line)

@@ -24,13 +24,16 @@ import shlex
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ngb.devices.device_checks import first_problem
 from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
+
+if TYPE_CHECKING:  # asyncssh is imported lazily (the console paints before it loads)
+    import asyncssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_KEEPALIVE = 15.0
@@ -56,6 +59,20 @@ def handshake_semaphore() -> asyncio.Semaphore:
     if sem is None:
         sem = _semaphores[loop] = asyncio.Semaphore(_handshake_limit)
     return sem
+
+
+class _ConnectOptions(TypedDict, total=False):
+    """The keywords of ``asyncssh.connect`` that ngb sets (besides host and client factory)."""
+
+    known_hosts: asyncssh.SSHKnownHosts
+    config: list[str]
+    connect_timeout: float
+    keepalive_interval: float
+    keepalive_count_max: int
+    port: int
+    username: str
+    client_keys: list[str]
+    tunnel: asyncssh.SSHClientConnection
 
 
 def parse_jump(spec: str) -> Device:
@@ -95,7 +112,7 @@ class SshTransport(Transport):
         self.ssh_config = None if ssh_config is None else [str(p) for p in ssh_config]
         self.last_exit_status: int | None = None  # of the last stream()
         self.last_stderr = ""  # of the last stream(), at most 64 KiB
-        self._conn: Any = None
+        self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: SshTransport | None = None
 
     # -- connection ----------------------------------------------------------------------------
@@ -105,12 +122,12 @@ class SshTransport(Transport):
             return known_hosts_files()
         return [p for p in self.known_hosts if Path(p).is_file()]
 
-    def _connect_options(self) -> dict[str, Any]:
+    def _connect_options(self) -> _ConnectOptions:
         import asyncssh
 
         dev = self.device
         files = self._known_hosts_files()
-        opts: dict[str, Any] = {
+        opts: _ConnectOptions = {
             # an empty table (not None) keeps verification on when no file exists yet
             "known_hosts": asyncssh.read_known_hosts(files) if files else asyncssh.SSHKnownHosts(),
             "config": self.ssh_config if self.ssh_config is not None else default_ssh_config(),
@@ -154,12 +171,14 @@ class SshTransport(Transport):
             return
         import asyncssh
 
-        offered: list[Any] = []
+        offered: list[asyncssh.SSHKey] = []
 
         class _RecordOfferedKey(asyncssh.SSHClient):
             """Called only for a key known_hosts does not trust: remember it, then refuse."""
 
-            def validate_host_public_key(self, host, addr, port, key):  # noqa: ANN001
+            def validate_host_public_key(
+                self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+            ) -> bool:
                 offered.append(key)
                 return False
 
@@ -170,7 +189,7 @@ class SshTransport(Transport):
         try:
             async with handshake_semaphore():
                 opts = self._connect_options()
-                if self._jump is not None:
+                if self._jump is not None and self._jump.connection is not None:
                     opts["tunnel"] = self._jump.connection
                 self._conn = await asyncio.wait_for(
                     asyncssh.connect(dev.host, client_factory=_RecordOfferedKey, **opts),
@@ -185,7 +204,7 @@ class SshTransport(Transport):
                 raise
             raise map_connect_error(dev, exc, self.connect_timeout) from None
 
-    def _host_key_error(self, offered: list[Any], exc: Exception) -> HostKeyError:
+    def _host_key_error(self, offered: list[asyncssh.SSHKey], exc: Exception) -> HostKeyError:
         dev = self.device
         if not offered:
             reason = getattr(exc, "reason", exc)
@@ -205,7 +224,7 @@ class SshTransport(Transport):
             )
         return HostKeyError(msg, host=dev.host, fingerprint=fp, changed=changed)
 
-    def _require(self) -> Any:
+    def _require(self) -> asyncssh.SSHClientConnection:
         if self._conn is None:
             raise TransportError(f"{self.name}: not connected")
         return self._conn
@@ -231,7 +250,7 @@ class SshTransport(Transport):
         await self._close_jump()
 
     @property
-    def connection(self) -> Any:
+    def connection(self) -> asyncssh.SSHClientConnection | None:
         """The underlying ``asyncssh.SSHClientConnection`` (None until connected)."""
         return self._conn
 
@@ -325,16 +344,32 @@ class SshTransport(Transport):
             raise self._lost(exc) from None
 
 
-def _text(value: Any) -> str:
+def _text(value: str | bytes | None) -> str:
     if value is None:
         return ""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def make_transport(device: Device, **kwargs: Any) -> Transport:
-    """The right transport for a device: LocalTransport for ``local``, SshTransport otherwise."""
+def make_transport(
+    device: Device,
+    *,
+    known_hosts: Sequence[str | Path] | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    keepalive_interval: float = DEFAULT_KEEPALIVE,
+    inventory: Inventory | None = None,
+    ssh_config: Sequence[str | Path] | None = None,
+) -> Transport:
+    """The right transport for a device: LocalTransport for ``local``, SshTransport (with these
+    settings) otherwise."""
     if device.is_local:
         from ngb.devices.local import LocalTransport
 
         return LocalTransport(device)
-    return SshTransport(device, **kwargs)
+    return SshTransport(
+        device,
+        known_hosts=known_hosts,
+        connect_timeout=connect_timeout,
+        keepalive_interval=keepalive_interval,
+        inventory=inventory,
+        ssh_config=ssh_config,
+    )

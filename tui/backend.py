@@ -14,12 +14,14 @@ field the store does not have is a type error, not a blank cell.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 if TYPE_CHECKING:  # the real classes, imported lazily at run time
+    import asyncssh
     from ngb.devices.inventory import Device, Inventory
     from ngb.devices.transport import Transport
     from ngb.sweeps.orchestrator import Orchestrator
@@ -36,9 +38,9 @@ class RunRow(TypedDict, total=False):
     devices: list[str] | str  # device names (JSON text in older stores)
     n_trials: int
     status: str
-    created_at: Any
-    updated_at: Any
-    finished_at: Any
+    created_at: datetime | None
+    updated_at: datetime | None
+    finished_at: datetime | None
 
 
 class RunDeviceRow(TypedDict, total=False):
@@ -54,32 +56,37 @@ class RunDeviceRow(TypedDict, total=False):
 
 
 class TrialRow(TypedDict, total=False):
-    """One row of ``trials`` (the axes, the status and the throughput statistics)."""
+    """One row of ``trials`` as ``Store.trials`` gives it (the columns the console reads; SQL NULL
+    is None) and, on the Results screen, its per-repetition throughputs (``samples``). The same
+    rows go to ``ngb.sweeps.derived``, which reads its own columns of them."""
 
     run_id: str
     device: str
     key: str
     model: str
-    family: str
+    family: str | None
     compiler: str
     batch: int
-    depth: int
-    width: int
-    optimisation: str
+    depth: int | None  # None: a model without a depth axis (timm models)
+    width: int | None
+    optimisation: str | None
     status: str
-    error: str
-    repetitions: int
-    throughput_mean: float
-    throughput_std: float
-    throughput_cov: float
-    unstable: bool
+    error: str | None
+    repetitions: int | None
+    throughput_mean: float | None  # None for a failed trial
+    throughput_std: float | None
+    throughput_cov: float | None
+    unstable: bool | None
+    verdict: str | None  # VALID | INVALID; None for failed trials and older rows
+    disturbed: bool | None
+    samples: list[float]
 
 
 class ProbeRow(TypedDict, total=False):
     """The newest stored probe of a device (hardware and software, the README's Tables I/II)."""
 
     device: str
-    probed_at: Any
+    probed_at: datetime
 
 
 @dataclass(frozen=True)
@@ -88,14 +95,39 @@ class HostKeyOffer:
 
     key_type: str
     fingerprint: str
-    key: Any  # asyncssh's SSHKey, handed back to ``trust_sync`` unchanged
+    key: asyncssh.SSHKey  # handed back to ``trust_sync`` unchanged
     status: str
+
+
+#: one row of a query's answer: DuckDB values of whatever SQL types the query selects (shown
+#: as text, numbers right-aligned), so ``object``
+SqlRow = tuple[object, ...]
 
 
 @dataclass(frozen=True)
 class QueryResult:
     columns: list[str]
-    rows: list[tuple[Any, ...]]
+    rows: list[SqlRow]
+
+
+class OrchestratorOptions(TypedDict, total=False):
+    """Keywords of ``Orchestrator(...)`` a backend passes on (tests: a transport factory,
+    shorter timeouts)."""
+
+    max_handshakes: int
+    connect_timeout: float
+    keepalive: float
+    backoff: tuple[float, float]
+    reconnect_window: float
+    connect_attempts: int
+    max_restarts: int
+    flush_interval: float
+    local_flush_interval: float
+    offset_every: float
+    queue_size: int
+    transport_factory: Callable[[Device], Transport] | None
+    watchdog: float
+    seed: int | None
 
 
 @dataclass(frozen=True)
@@ -116,14 +148,14 @@ class Backend:
         db_path: str | Path | None = None,
         inventory_path: str | Path | None = None,
         *,
-        orchestrator_options: dict[str, Any] | None = None,
+        orchestrator_options: OrchestratorOptions | None = None,
         isolate: str | None = None,
     ) -> None:
         self.db_path = Path(db_path).expanduser() if db_path else None
         self.inventory_path = Path(inventory_path).expanduser() if inventory_path else None
         # Extra Orchestrator(...) keywords (tests: transport_factory, shorter timeouts) and the
         # agent's isolation mode (None = the agent's default: one child process per trial).
-        self.orchestrator_options = dict(orchestrator_options or {})
+        self.orchestrator_options = OrchestratorOptions(**(orchestrator_options or {}))
         self.isolate = isolate
         self._orchestrator: Orchestrator | None = None
         self._store: Store | None = None
@@ -150,7 +182,7 @@ class Backend:
 
         return [f.name for f in fields(Device)]
 
-    def make_device(self, values: dict[str, Any]) -> Device:
+    def make_device(self, values: Mapping[str, object]) -> Device:
         """Build and validate a Device from form values; raises NgbError one-liners."""
         from ngb.devices.inventory import device_from_table
 
@@ -181,7 +213,8 @@ class Backend:
 
         return SshTransport(device, inventory=self.load_inventory_sync())
 
-    async def probe(self, device: Device) -> dict[str, Any]:
+    async def probe(self, device: Device) -> dict[str, object]:
+        # the agent's JSON object (``ngb.devices.probe.Probe`` from a current agent)
         """Connect, deploy the agent and return its probe (raises TransportError/NgbError)."""
         from ngb.devices.agent_remote import probe_device
 
@@ -207,7 +240,7 @@ class Backend:
         found = known_hosts_files()
         return None if found is None else [str(f) for f in found]
 
-    def trust_sync(self, device: Device, key: Any) -> None:
+    def trust_sync(self, device: Device, key: asyncssh.SSHKey) -> None:
         from ngb.devices.hostkeys import trust
 
         trust(device, key)
@@ -249,10 +282,8 @@ class Backend:
     def trials_sync(self, run_id: str | None = None, device: str | None = None) -> list[TrialRow]:
         if not self.database_exists():
             return []
-        kwargs: dict[str, Any] = {}
-        if device:
-            kwargs["device"] = device
-        return cast("list[TrialRow]", list(self.store().trials(run_id=run_id, **kwargs)))
+        rows = self.store().trials(run_id=run_id, device=device or None)
+        return cast("list[TrialRow]", list(rows))
 
     def advice_sync(self, run_id: str, device: str | None = None) -> dict[str, str]:
         """Variant (the Results screen's model choice) -> ``ngb advise``'s answer for the run
@@ -297,11 +328,11 @@ class Backend:
             for r in rows
         }
 
-    def probes_sync(self) -> dict[str, dict[str, Any]]:
+    def probes_sync(self) -> dict[str, dict[str, object]]:
         """The newest stored probe of each device (empty without a database)."""
         if not self.database_exists():
             return {}
-        newest: dict[str, dict[str, Any]] = {}
+        newest: dict[str, dict[str, object]] = {}
         for row in self.store().probes():
             newest[str(row.get("device"))] = dict(row)  # ordered by probed_at: the last wins
         return newest

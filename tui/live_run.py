@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ngb.sweeps.run_events import RunEvent
 
 #: CPU samples kept per device for the sparkline (about a minute at one sample per second)
 CPU_HISTORY = 60
@@ -40,7 +44,8 @@ class TuningState:
     trials_done: int = 0
     budget: int = 0
     best_ms: float | None = None
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    # the agent's per-task JSON objects ({name, trials, best_ms}), shown as they come
+    tasks: list[Mapping[str, object]] = field(default_factory=list)
 
 
 @dataclass
@@ -121,8 +126,18 @@ class LogLine:
         return f"{stamp} {self.device:>12}  {self.text}"
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _count(value: object, default: int = 0) -> int:
+    """A count from an agent event (a JSON number; text from older agents): ``default`` when
+    missing, null or 0; anything else that is not a number is an error, as ``int()`` says."""
+    if not value:
+        return default
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a count: {value!r}")
 
 
 class RunModel:
@@ -171,7 +186,7 @@ class RunModel:
         starts = [s.started_at for s in self.devices_of(run_id)]
         return ((now or time.time()) - min(starts)) if starts else 0.0
 
-    def apply(self, ev: Any) -> tuple[str, str] | None:
+    def apply(self, ev: RunEvent) -> tuple[str, str] | None:
         """Fold one RunEvent; returns the (run_id, device) whose display changed, if any."""
         self.events_seen += 1
         run_id, device = ev.run_id, ev.device or ""
@@ -209,26 +224,22 @@ class RunModel:
         return None
 
     @staticmethod
-    def _apply_counts(state: DeviceState, ev: Any) -> None:
+    def _apply_counts(state: DeviceState, ev: RunEvent) -> None:
         """The orchestrator's own counts (when it sends them) win over our tally."""
-        total, done, failed = (
-            getattr(ev, "total", None),
-            getattr(ev, "done", None),
-            getattr(ev, "failed", None),
-        )
-        if total:
-            state.total = int(total)
-        if done is not None:
-            state.done = int(done)
-        if failed is not None:
-            state.failed = int(failed)
+        if ev.total:
+            state.total = ev.total
+        if ev.done is not None:
+            state.done = ev.done
+        if ev.failed is not None:
+            state.failed = ev.failed
 
-    def _apply_agent(self, s: DeviceState, e: dict[str, Any], ts: float) -> None:
+    def _apply_agent(self, s: DeviceState, e: Mapping[str, object], ts: float) -> None:
+        """One agent event (``ngb.core.events``; JSON, so each field is checked as it is read)."""
         kind = e.get("type")
         if kind == "cpu":
             self._apply_sample(s, e)
         elif kind == "progress":
-            s.rep, s.reps = int(e.get("rep") or 0), int(e.get("reps") or 0)
+            s.rep, s.reps = _count(e.get("rep")), _count(e.get("reps"))
             s.ci_relative = _num(e.get("ci_relative"))
             s.ci_target = _num(e.get("ci_target")) or s.ci_target
         elif kind == "phase":
@@ -240,12 +251,15 @@ class RunModel:
                 s.reset_meters()
                 s.ci_relative = ci
         elif kind == "tuning":
+            tasks = e.get("tasks")
             s.tuning = TuningState(
                 key=str(e.get("key") or ""),
-                trials_done=int(e.get("trials_done") or 0),
-                budget=int(e.get("budget") or 0),
-                best_ms=e.get("best_ms"),
-                tasks=list(e.get("tasks") or []),
+                trials_done=_count(e.get("trials_done")),
+                budget=_count(e.get("budget")),
+                best_ms=_num(e.get("best_ms")),
+                tasks=[t for t in tasks if isinstance(t, Mapping)]
+                if isinstance(tasks, list)
+                else [],
             )
         elif kind == "trial_started":
             s.trial_started_at, s.trial_seen_at = _num(e.get("ts")), ts
@@ -253,7 +267,7 @@ class RunModel:
             s.current = str(e.get("label") or e.get("key") or "")
             s.phase, s.rep, s.reps = "", 0, 0
             if e.get("total"):
-                s.total = max(s.total, int(e["total"]))
+                s.total = max(s.total, _count(e["total"]))
         elif kind == "trial_done":
             self._timed(s, e)
             s.done += 1
@@ -271,8 +285,8 @@ class RunModel:
                 LogLine(ts, s.device, f"FAILED {label} ({kind_}): {e.get('error')}", "error")
             )
         elif kind == "run_started":
-            s.total = int(e.get("total") or s.total)
-            s.skipped = int(e.get("skipped") or 0)
+            s.total = _count(e.get("total"), s.total)
+            s.skipped = _count(e.get("skipped"))
             s.done = max(s.done, s.skipped)
             s.started_at = ts
         elif kind == "run_done":
@@ -295,7 +309,7 @@ class RunModel:
             )
 
     @staticmethod
-    def _timed(s: DeviceState, e: dict[str, Any]) -> None:
+    def _timed(s: DeviceState, e: Mapping[str, object]) -> None:
         """Record the ended trial's duration (only when its start was seen)."""
         end = _num(e.get("ts"))
         start = s.trial_started_at if s.trial_key == str(e.get("key") or "") else None
@@ -304,7 +318,7 @@ class RunModel:
         s.trial_started_at = None
 
     @staticmethod
-    def _apply_sample(s: DeviceState, e: dict[str, Any]) -> None:
+    def _apply_sample(s: DeviceState, e: Mapping[str, object]) -> None:
         """A ``cpu`` event: system and own CPU, per core, memory, and GPU where reported."""
         pct = _num(e.get("percent"))
         if pct is not None:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
 from ngb.sweeps import derived
 from ngb.sweeps.derived import Derived
+from ngb.tui.backend import TrialRow
 
-Row = Mapping[str, Any]
+V = TypeVar("V")
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Chart:
     title: str
     xlabel: str = ""
     ylabel: str = ""
-    xticks: list[Any] = field(default_factory=list)  # the x values (batches or depths), in order
+    xticks: list[int] = field(default_factory=list)  # the x values (batches or depths), in order
     series: dict[str, list[float | None]] = field(default_factory=dict)  # name -> y per xtick
     errors: dict[str, list[float | None]] = field(default_factory=dict)  # 95 % half-widths
     reference: float | None = None  # a horizontal line (speed-up and BSR: 1 = as fast as eager)
@@ -52,27 +53,26 @@ class Selection:
     log_y: bool = False
 
 
-def throughput(row: Row) -> float | None:
-    for key in ("throughput_mean", "throughput"):
-        value = row.get(key)
-        if isinstance(value, int | float) and value == value and value > 0:
-            return float(value)
+def throughput(row: TrialRow) -> float | None:
+    value = row.get("throughput_mean")
+    if isinstance(value, int | float) and value == value and value > 0:
+        return float(value)
     return None
 
 
-def family_of(row: Row) -> str:
+def family_of(row: TrialRow) -> str:
     if row.get("model") in BLOCK_MODELS:
         return str(row["model"])
     return str(row.get("family") or row.get("model") or "?")
 
 
-def variant_of(row: Row) -> str:
+def variant_of(row: TrialRow) -> str:
     if row.get("model") in BLOCK_MODELS:
         return f"{row['model']} w{row.get('width')}"
     return str(row.get("model"))
 
 
-def ok_rows(rows: Iterable[Row]) -> list[Row]:
+def ok_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
     return [
         r
         for r in rows
@@ -82,11 +82,11 @@ def ok_rows(rows: Iterable[Row]) -> list[Row]:
     ]
 
 
-def families(rows: Sequence[Row]) -> list[str]:
+def families(rows: Sequence[TrialRow]) -> list[str]:
     return sorted({family_of(r) for r in rows})
 
 
-def variants(rows: Sequence[Row], family: str) -> list[str]:
+def variants(rows: Sequence[TrialRow], family: str) -> list[str]:
     found = {
         variant_of(r): (r.get("width") or 0, str(r.get("model")))
         for r in rows
@@ -95,44 +95,46 @@ def variants(rows: Sequence[Row], family: str) -> list[str]:
     return sorted(found, key=lambda v: (found[v][1], found[v][0]))
 
 
-def compilers(rows: Sequence[Row]) -> list[str]:
+def compilers(rows: Sequence[TrialRow]) -> list[str]:
     names = {str(r.get("compiler")) for r in rows}
     return sorted(names, key=lambda c: (c != BASELINE, c))
 
 
-def _depth(row: Row) -> int:
+def _depth(row: TrialRow) -> int:
     return int(row.get("depth") or 1)
 
 
-def shallowest(rows: Sequence[Row], variant: str) -> int:
+def shallowest(rows: Sequence[TrialRow], variant: str) -> int:
     return min((_depth(r) for r in rows if variant_of(r) == variant), default=1)
 
 
 def rows_by_batch(
-    rows: Sequence[Row], variant: str, depth: int | None = None
-) -> dict[str, dict[int, Row]]:
+    rows: Sequence[TrialRow], variant: str, depth: int | None = None
+) -> dict[str, dict[int, TrialRow]]:
     """{compiler: {batch: row}} for one variant at one depth (the shallowest by default)."""
     depth = depth if depth is not None else shallowest(rows, variant)
-    out: dict[str, dict[int, Row]] = {}
+    out: dict[str, dict[int, TrialRow]] = {}
     for r in rows:
         if variant_of(r) == variant and _depth(r) == depth:
             out.setdefault(str(r["compiler"]), {})[int(r["batch"])] = r
     return out
 
 
-def rows_by_depth(rows: Sequence[Row], variant: str, batch: int) -> dict[str, dict[int, Row]]:
-    out: dict[str, dict[int, Row]] = {}
+def rows_by_depth(
+    rows: Sequence[TrialRow], variant: str, batch: int
+) -> dict[str, dict[int, TrialRow]]:
+    out: dict[str, dict[int, TrialRow]] = {}
     for r in rows:
         if variant_of(r) == variant and int(r["batch"]) == batch:
             out.setdefault(str(r["compiler"]), {})[_depth(r)] = r
     return out
 
 
-def _keep(per: Mapping[str, Any], chosen: Sequence[str]) -> dict[str, Any]:
+def _keep(per: Mapping[str, V], chosen: Sequence[str]) -> dict[str, V]:
     return {c: per[c] for c in per if not chosen or c in chosen}
 
 
-def _xticks(per: Mapping[str, Mapping[int, Any]]) -> list[int]:
+def _xticks(per: Mapping[str, Mapping[int, object]]) -> list[int]:
     return sorted({x for series in per.values() for x in series})
 
 
@@ -155,7 +157,7 @@ def _fixed(sel: Selection, depth: int | None = None, batch: int | None = None) -
     return ", ".join(p for p in parts if p)
 
 
-def throughput_chart(rows: Sequence[Row], sel: Selection) -> Chart:
+def throughput_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
     per = _keep(rows_by_batch(rows, sel.variant, depth), sel.compilers)
     chart = Chart(f"Throughput vs batch ({_fixed(sel, depth)})", "batch", "samples/s ±95% CI")
@@ -168,7 +170,7 @@ def throughput_chart(rows: Sequence[Row], sel: Selection) -> Chart:
 
 
 def speedups(
-    per: Mapping[str, Mapping[int, Row]], base: Mapping[int, Row]
+    per: Mapping[str, Mapping[int, TrialRow]], base: Mapping[int, TrialRow]
 ) -> dict[str, dict[int, Derived]]:
     """Speed-up over the baseline at every batch both have (no batch 1 needed)."""
     return {
@@ -177,7 +179,7 @@ def speedups(
     }
 
 
-def speedup_chart(rows: Sequence[Row], sel: Selection) -> Chart:
+def speedup_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
     every = rows_by_batch(rows, sel.variant, depth)
     base = every.get(BASELINE)
@@ -193,7 +195,9 @@ def speedup_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     return chart
 
 
-def batch_points(per: Mapping[str, Mapping[int, Row]]) -> dict[str, dict[int, derived.BatchPoint]]:
+def batch_points(
+    per: Mapping[str, Mapping[int, TrialRow]],
+) -> dict[str, dict[int, derived.BatchPoint]]:
     """{compiler: {batch: every batch-scaling number}} (``ngb.sweeps.derived.batch_points``)."""
     out: dict[str, dict[int, derived.BatchPoint]] = {}
     for point in derived.batch_points(per, BASELINE):
@@ -201,7 +205,7 @@ def batch_points(per: Mapping[str, Mapping[int, Row]]) -> dict[str, dict[int, de
     return out
 
 
-def bsr_chart(rows: Sequence[Row], sel: Selection) -> Chart:
+def bsr_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
     per = rows_by_batch(rows, sel.variant, depth)
     base = per.get(BASELINE)
@@ -230,14 +234,14 @@ def bsr_chart(rows: Sequence[Row], sel: Selection) -> Chart:
     return chart
 
 
-def heat_compiler(rows: Sequence[Row], sel: Selection) -> str:
+def heat_compiler(rows: Sequence[TrialRow], sel: Selection) -> str:
     if sel.heat_compiler:
         return sel.heat_compiler
     chosen = [c for c in sel.compilers if c != BASELINE] or sel.compilers
     return (chosen or [c for c in compilers(rows) if c != BASELINE] or [BASELINE])[0]
 
 
-def ase_heatmap(rows: Sequence[Row], sel: Selection) -> Chart:
+def ase_heatmap(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     """ASE of one compiler, rows = widths (blocks) or models (timm family), columns = batches;
     each cell carries its interval (``Chart.cells``: the text the cell prints)."""
     compiler = heat_compiler(rows, sel)
@@ -272,7 +276,7 @@ def ase_heatmap(rows: Sequence[Row], sel: Selection) -> Chart:
     return chart
 
 
-def depth_chart(rows: Sequence[Row], sel: Selection) -> Chart:
+def depth_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     """Speed-up vs depth per compiler at the largest batch, with slope and retention."""
     mine = [r for r in rows if variant_of(r) == sel.variant]
     chart = Chart(f"Speed-up vs depth ({sel.variant})", "depth", "x identity ±95%")
@@ -315,7 +319,7 @@ class ChartKind:
     """One chart tab of the Results screen: its tab title and how to build it from trial rows."""
 
     title: str
-    build: Callable[[Sequence[Row], Selection], Chart]
+    build: Callable[[Sequence[TrialRow], Selection], Chart]
     heatmap: bool = False  # drawn as a grid of values with a colour scale, not as a plot
 
 
@@ -349,7 +353,7 @@ def _text(value: Derived | None) -> str:
     return value.text(" ±") if value is not None and math.isfinite(value.value) else "--"
 
 
-def metrics_table(rows: Sequence[Row], sel: Selection) -> list[tuple[str, ...]]:
+def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, ...]]:
     """The same numbers as the charts and ``ngb report bsr``, each with its interval and
     verdict, one row per (variant, depth, compiler, batch): "n.s." marks a value whose printed
     interval includes 1, "≠prec" a ratio between results of different precisions."""

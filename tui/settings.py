@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 FILE_NAME = "tui.json"
 HISTORY_KEEP = 200  # SQL queries remembered
@@ -25,7 +25,8 @@ def settings_file(path: Path | None = None) -> Path:
     return get_paths().config / FILE_NAME
 
 
-def load_settings(path: Path | None = None) -> dict[str, Any]:
+def load_settings(path: Path | None = None) -> dict[str, object]:
+    """The remembered values (JSON from a file anyone may have edited: callers check each one)."""
     try:
         data = json.loads(settings_file(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -33,7 +34,7 @@ def load_settings(path: Path | None = None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def save_settings(settings: dict[str, Any], path: Path | None = None) -> None:
+def save_settings(settings: Mapping[str, object], path: Path | None = None) -> None:
     """Write ``settings``; a failure (read-only home) is ignored: the console goes on."""
     target = settings_file(path)
     try:
@@ -53,10 +54,11 @@ class Settings:
         self.path = path
         self.data = load_settings(path)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         return self.data.get(key, default)
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: object) -> None:
+        """Remember ``value`` (JSON-serialisable: text, numbers, lists of them)."""
         if self.data.get(key) != value:
             self.data[key] = value
             save_settings(self.data, self.path)

@@ -7,7 +7,8 @@ what is valid. Errors show inline (one line) and the form stays open with the in
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.screens.confirm import ConfirmScreen
@@ -18,6 +19,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
+
+if TYPE_CHECKING:  # the inventory is loaded lazily, through the backend
+    from ngb.devices.inventory import Device
 
 # (field, label, placeholder)
 TEXT_FIELDS = (
@@ -36,9 +40,9 @@ LIST_FIELDS = ("groups", "tags")
 FORM_CHROME = 12  # rows around the fields: border, padding, title, error line, buttons
 
 
-def form_values(raw: dict[str, str], transport: str) -> dict[str, Any]:
+def form_values(raw: Mapping[str, str], transport: str) -> dict[str, str | int | list[str]]:
     """Form strings -> an inventory table (empty fields fall back to the inventory defaults)."""
-    values: dict[str, Any] = {"transport": transport}
+    values: dict[str, str | int | list[str]] = {"transport": transport}
     for key, text in raw.items():
         text = text.strip()
         if not text:
@@ -55,12 +59,14 @@ def form_values(raw: dict[str, str], transport: str) -> dict[str, Any]:
     return values
 
 
-class DeviceFormScreen(ModalScreen[Any]):
+class DeviceFormScreen(ModalScreen["Device | None"]):
     """Dismisses with the validated Device, or None when cancelled."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, make_device: Any, device: Any | None = None) -> None:
+    def __init__(
+        self, make_device: Callable[[Mapping[str, object]], Device], device: Device | None = None
+    ) -> None:
         super().__init__()
         self.make_device = make_device  # Backend.make_device: values -> Device (validates)
         self.device = device

@@ -8,7 +8,8 @@ modal (fingerprint shown, explicit yes) instead of failing silently.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.devices.transport import HostKeyError, TransportError
@@ -18,32 +19,39 @@ from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
 from ngb.tui.screens.host_key import HostKeyScreen
 from ngb.tui.widgets.probe_details import (
+    ProbeData,
     details_text,
     probe_row,
     shorten,
     stored_probe,
 )
 from ngb.tui.widgets.table_fill import fill_table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
+if TYPE_CHECKING:  # the inventory is loaded lazily, through the backend
+    from ngb.devices.inventory import Device
+
 COLUMNS = ("name", "transport", "address", "groups", "status", "compilers")
 STATUS_WIDTH = 40  # a long probe error is cut here; the details pane below shows all of it
 
 
-def address_of(device: Any) -> str:
-    if getattr(device, "transport", "ssh") == "local":
+def address_of(device: Device) -> str:
+    if device.transport == "local":
         return "this machine"
     user = f"{device.user}@" if device.user else ""
     port = f":{device.port}" if device.port and device.port != 22 else ""
     return f"{user}{device.host}{port}"
 
 
-def compilers_of(probe: dict[str, Any]) -> list[str]:
-    """Available compiler names from a probe, whichever shape the agent reports."""
+def compilers_of(probe: ProbeData) -> list[str]:
+    """Available compiler names from a probe, whichever shape the agent reports: ``{name:
+    {available, reason}}``, ``{name: bool or [ok, reason]}``, or a list of names or
+    ``{name, available}`` objects (anything else in the list is skipped)."""
     comps = probe.get("compilers") or probe.get("available_compilers") or {}
     if isinstance(comps, dict):
         out = []
@@ -54,10 +62,12 @@ def compilers_of(probe: dict[str, Any]) -> list[str]:
             if ok:
                 out.append(name)
         return out
+    if not isinstance(comps, list | tuple):
+        return []
     return [
         c if isinstance(c, str) else str(c.get("name"))
         for c in comps
-        if isinstance(c, str) or c.get("available", True)
+        if isinstance(c, str) or (isinstance(c, Mapping) and c.get("available", True))
     ]
 
 
@@ -78,17 +88,19 @@ class DevicesScreen(ConsoleScreen):
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="devices")
-        self.devices: list[Any] = []
+        self.devices: list[Device] = []
         self.status: dict[str, str] = {}
         self.compilers: dict[str, list[str]] = {}
-        self.probes: dict[str, dict[str, Any]] = {}  # newest stored probe per device
+        self.probes: dict[str, ProbeData] = {}  # newest stored probe per device
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Input(
             placeholder="filter devices (name, host, group)", id="devices-filter", classes="filter"
         )
-        table: DataTable[str] = DataTable(id="devices-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Text] = DataTable(
+            id="devices-table", cursor_type="row", zebra_stripes=True
+        )
         table.add_columns(*COLUMNS)
         yield table
         yield Label("", id="devices-error")
@@ -117,7 +129,10 @@ class DevicesScreen(ConsoleScreen):
         self.app.call_from_thread(self._show_devices, devices, error, probes)
 
     def _show_devices(
-        self, devices: list[Any], error: str = "", probes: dict[str, dict[str, Any]] | None = None
+        self,
+        devices: list[Device],
+        error: str = "",
+        probes: Mapping[str, ProbeData] | None = None,
     ) -> None:
         self.devices = devices
         for name, row in (probes or {}).items():
@@ -161,7 +176,7 @@ class DevicesScreen(ConsoleScreen):
         status = self.status.get(dev.name, "")
         pane.update(details_text(dev.name, self.probes.get(dev.name), status))
 
-    def selected(self) -> Any | None:
+    def selected(self) -> Device | None:
         table = self.query_one("#devices-table", DataTable)
         if not table.row_count:
             return None
@@ -208,12 +223,12 @@ class DevicesScreen(ConsoleScreen):
             DeviceFormScreen(backend.make_device, dev), lambda new: self._saved(new, dev.name)
         )
 
-    def _saved(self, device: Any, replace: str | None) -> None:
+    def _saved(self, device: Device | None, replace: str | None) -> None:
         if device is not None:
             self.save_device(device, replace)
 
     @work(thread=True, group="save", exit_on_error=False)
-    def save_device(self, device: Any, replace: str | None) -> None:
+    def save_device(self, device: Device, replace: str | None) -> None:
         try:
             self.backend.save_device_sync(device, replace)
         except NgbError as exc:
@@ -265,7 +280,7 @@ class DevicesScreen(ConsoleScreen):
             self.probe(dev)
 
     @work(group="probe", exit_on_error=False)
-    async def probe(self, device: Any) -> None:
+    async def probe(self, device: Device) -> None:
         backend = self.backend
         self._set_status(device.name, "probing...")
         try:
@@ -282,7 +297,7 @@ class DevicesScreen(ConsoleScreen):
         self._set_status(device.name, "ok")
         await asyncio.to_thread(self._record_probe, device.name, probe)
 
-    def _record_probe(self, name: str, probe: dict[str, Any]) -> None:
+    def _record_probe(self, name: str, probe: ProbeData) -> None:
         try:
             self.backend.store().record_probe(name, probe)
         except NgbError as exc:  # the store is optional for a probe: say so, lose nothing
@@ -298,7 +313,7 @@ class DevicesScreen(ConsoleScreen):
         self.fetch_key(dev)
 
     @work(group="trust", exclusive=True, exit_on_error=False)
-    async def fetch_key(self, device: Any) -> None:
+    async def fetch_key(self, device: Device) -> None:
         backend = self.backend
         try:
             offer = await backend.fetch_host_key(device)

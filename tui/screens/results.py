@@ -8,13 +8,13 @@ is drawn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui import narrow_table
 from ngb.tui import results_data as rd
-from ngb.tui.backend import Backend
+from ngb.tui.backend import Backend, RunRow, TrialRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.data_grid import DataGrid
@@ -26,6 +26,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import (
     Footer,
     Header,
@@ -41,7 +42,7 @@ POLL_S = 5.0
 ALL = "(all)"
 
 
-def trials_note(run_id: str, rows: list[dict[str, Any]], failed: int) -> str:
+def trials_note(run_id: str, rows: Sequence[TrialRow], failed: int) -> str:
     """``20 trials: 18 ok, 2 failed, 16 unstable`` -- the warnings a mean alone would hide."""
     ok = len(rows) - failed
     unstable = sum(1 for r in rows if r.get("status") == "ok" and r.get("unstable"))
@@ -76,15 +77,15 @@ class ResultsScreen(ConsoleScreen):
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="results")
-        self.runs: list[dict[str, Any]] = []
-        self.rows: list[Mapping[str, Any]] = []
-        self._poll_timer: Any = None
+        self.runs: list[RunRow] = []
+        self.rows: list[TrialRow] = []
+        self._poll_timer: Timer | None = None
         self._want_run: str | None = None
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
-        self._stamp: tuple[Any, ...] = ()  # what the last poll answered (unchanged: no redraw)
+        self._stamp: tuple[object, ...] = ()  # what the last poll answered (unchanged: no redraw)
         self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
-        self._advice_signature: tuple[Any, ...] | None = None
+        self._advice_signature: tuple[str, str | None, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -178,14 +179,13 @@ class ResultsScreen(ConsoleScreen):
         self.query_one("#results-note", Label).update(f"[yellow]{message}[/]")
         self._rearm()
 
-    def _show_runs(self, runs: list[dict[str, Any]]) -> None:
+    def _show_runs(self, runs: list[RunRow]) -> None:
         self.runs = runs
         select = self.query_one("#results-run", Select)
         ids = [str(r.get("run_id")) for r in runs]
         labels = [
             (
-                f"{r.get('run_id')}  {r.get('sweep_name', r.get('sweep', ''))}  "
-                f"{r.get('status', '')}",
+                f"{r.get('run_id')}  {r.get('sweep_name', '')}  {r.get('status', '')}",
                 str(r.get("run_id")),
             )
             for r in runs
@@ -251,7 +251,7 @@ class ResultsScreen(ConsoleScreen):
             return
         # Each row carries its per-repetition throughputs: the spread and "n.s." are computed
         # from them (the same test as `ngb report`).
-        rows: list[dict[str, Any]] = [
+        rows: list[TrialRow] = [
             {**t, "samples": samples.get((run_id, str(t.get("device")), str(t.get("key"))), [])}
             for t in trials
         ]
@@ -262,7 +262,7 @@ class ResultsScreen(ConsoleScreen):
     def _set_advice(self, advice: dict[str, str]) -> None:
         self.advice = advice
 
-    def _show_trials(self, run_id: str, devices: list[str], rows: list[dict[str, Any]]) -> None:
+    def _show_trials(self, run_id: str, devices: list[str], rows: list[TrialRow]) -> None:
         self._rearm()
         if run_id != self.run_id:
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
@@ -31,6 +31,10 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.widgets import Button, Footer, Header, Input, Label, Select
+
+if TYPE_CHECKING:  # loaded lazily, through the backend
+    from ngb.devices.inventory import Device
+    from ngb.sweeps.run_events import RunEvent
 
 REFRESH_HZ = 4
 #: the panels of a running device redraw at least this often (their ETA counts down)
@@ -120,7 +124,7 @@ class RunScreen(ConsoleScreen):
             return
         self.app.call_from_thread(self._show_choices, presets, devices)
 
-    def _show_choices(self, presets: list[str], devices: list[Any]) -> None:
+    def _show_choices(self, presets: list[str], devices: list[Device]) -> None:
         select = self.query_one("#sweep-select", Select)
         select.set_options([(p, p) for p in presets])
         if select.is_blank() and DEFAULT_SWEEP in presets:
@@ -276,7 +280,7 @@ class RunScreen(ConsoleScreen):
         self._dirty.update(k for k in self.model.devices if k[0] == run_id)
 
     # -- events ----------------------------------------------------------------------------------
-    def handle_run_event(self, ev: Any) -> None:
+    def handle_run_event(self, ev: RunEvent) -> None:
         """Fold one orchestrator RunEvent (cheap; the redraw happens in ``flush``)."""
         changed = self.model.apply(ev)
         if changed is not None:

@@ -11,7 +11,7 @@ screen follows it from then on), ``c`` cancels after a yes/no.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
@@ -19,6 +19,7 @@ from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.run import RunScreen
 from ngb.tui.widgets.table_fill import fill_table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -75,7 +76,7 @@ class RunsScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Label("", id="runs-note")
-        table: DataTable[str] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Text] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
         yield Footer(compact=True, show_command_palette=False)
@@ -195,6 +196,6 @@ class RunsScreen(ConsoleScreen):
             ConfirmScreen(f"Cancel run {run_id} on all its devices?", yes="Cancel run"), answered
         )
 
-    def rows_shown(self) -> list[tuple[Any, ...]]:
+    def rows_shown(self) -> list[tuple[str, ...]]:
         table = self.query_one("#runs-table", DataTable)
         return [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]

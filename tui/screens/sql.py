@@ -12,12 +12,13 @@ is one line under the editor and the text stays as typed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
-from ngb.tui.backend import Backend
+from ngb.tui.backend import Backend, SqlRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.settings import HISTORY_KEEP
 
@@ -70,7 +71,7 @@ DEFAULT_TIMEOUT_S = 60  # a query's time limit unless the operator sets another 
 RUNNING = "running… (Escape/ctrl+c cancels)"
 
 
-def cell(value: Any, digits: int = 3) -> str:
+def cell(value: object, digits: int = 3) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, float | Decimal):
@@ -78,15 +79,13 @@ def cell(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
-def column_digits(rows: list[tuple[Any, ...]], index: int) -> int:
+def column_digits(rows: Sequence[SqlRow], index: int) -> int:
     """One precision per column: enough decimals for its smallest non-zero magnitude (max 6)."""
-    values = [
-        abs(float(r[index])) for r in rows if isinstance(r[index], float | Decimal) and r[index]
-    ]
+    values = [abs(float(v)) for r in rows if isinstance(v := r[index], float | Decimal) and v]
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return 3
@@ -123,7 +122,7 @@ class SqlScreen(ConsoleScreen):
         self.history: list[str] = []
         self.last_query = ""
         self.last_columns: list[str] = []
-        self.last_rows: list[tuple[Any, ...]] = []
+        self.last_rows: list[SqlRow] = []
         self.job: QueryJob | None = None  # the query in flight
 
     def compose(self) -> ComposeResult:
@@ -159,7 +158,10 @@ class SqlScreen(ConsoleScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.history = [q for q in self.settings.get("sql_history", []) if isinstance(q, str)]
+        history = self.settings.get("sql_history")  # a list of queries, unless hand-edited
+        self.history = (
+            [q for q in history if isinstance(q, str)] if isinstance(history, list) else []
+        )
         self._show_history()
         limit = self.settings.get("sql_timeout_s", DEFAULT_TIMEOUT_S)
         if isinstance(limit, int) and limit >= 0:
@@ -258,7 +260,7 @@ class SqlScreen(ConsoleScreen):
         else:
             self._show_error(message)
 
-    def _query_done(self, job: QueryJob, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    def _query_done(self, job: QueryJob, columns: list[str], rows: list[SqlRow]) -> None:
         if self._finished(job):
             self._show_result(job.sql, columns, rows)
 
@@ -274,7 +276,7 @@ class SqlScreen(ConsoleScreen):
         self._clear_grid()
         self._status(Text(friendly_error(message), style="red"))
 
-    def _show_result(self, sql: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    def _show_result(self, sql: str, columns: list[str], rows: list[SqlRow]) -> None:
         self.last_query, self.last_columns, self.last_rows = sql, columns, rows
         shown = rows[:MAX_ROWS]
         digits = [column_digits(shown, i) for i in range(len(columns))]

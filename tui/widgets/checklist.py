@@ -7,8 +7,6 @@ devices a run starts on must not depend on that.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.segment import Segment
 from textual.strip import Strip
 from textual.widgets import SelectionList
@@ -17,7 +15,7 @@ from textual.widgets.option_list import OptionDoesNotExist
 TICK = "✔"
 
 
-class Checklist(SelectionList[Any]):
+class Checklist(SelectionList[str]):
     DEFAULT_CSS = """
     Checklist > .selection-list--button-selected,
     Checklist > .selection-list--button-selected-highlighted { text-style: bold; }

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ngb.tui.widgets.table_fill import fill_table
+from rich.text import Text
 from textual import on
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
@@ -40,16 +41,22 @@ def sort_key(cell: str) -> tuple[int, float, str]:
     return (1 if cell.strip() not in ("", "--", "NULL") else 2, 0.0, cell.casefold())
 
 
-class DataGrid(DataTable[Any]):
+class DataGrid(DataTable[Text]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("o", "sort_column", "Sort by column"),
         Binding("y", "copy_cell", "Copy cell"),
         Binding("Y", "copy_row", "Copy row", key_display="Y"),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("zebra_stripes", True)
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        zebra_stripes: bool = True,
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - Textual's name for it
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(zebra_stripes=zebra_stripes, name=name, id=id, classes=classes)
         self.sort_by: int | None = None
         self.sort_reverse = False
         self._columns: list[str] = []
@@ -60,7 +67,7 @@ class DataGrid(DataTable[Any]):
     def fill(
         self,
         columns: Sequence[str],
-        rows: Iterable[Sequence[Any]],
+        rows: Iterable[Sequence[object]],
         keys: Iterable[str | None] | None = None,
         numeric: Collection[int] | None = None,
     ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ngb.tui.live_run import DeviceState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
@@ -119,8 +119,15 @@ class DevicePanel(Widget):
     #: wall clock for the ETA; snapshot tests freeze it
     clock: ClassVar[Callable[[], float]] = time.time
 
-    def __init__(self, state: DeviceState, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        state: DeviceState,
+        *,
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - Textual's name for it
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self.state = state
         self.show_cores = False  # per-core bars, toggled from the Run screen
 

@@ -9,17 +9,21 @@ survive a console restart. A fresh probe is turned into the same row shape by ``
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 from rich.table import Table
 from rich.text import Text
+
+#: a probe (the agent's JSON object) or a stored ``probes`` row: JSON and DuckDB values, each read
+#: with ``.get`` and checked before use (older agents and stores have other keys)
+ProbeData = Mapping[str, object]
 
 
 def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> object:
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -28,13 +32,13 @@ def _json(value: Any) -> Any:
     return value
 
 
-def stored_probe(row: dict[str, Any]) -> dict[str, Any]:
+def stored_probe(row: ProbeData) -> dict[str, object]:
     """The agent's whole probe answer from a stored row (empty if it was not kept)."""
     probe = _json(row.get("probe"))
     return probe if isinstance(probe, dict) else {}
 
 
-def probe_row(probe: dict[str, Any]) -> dict[str, Any]:
+def probe_row(probe: ProbeData) -> dict[str, object]:
     """A fresh probe in the stored row's shape (so the details look the same either way)."""
     ram_mb = probe.get("ram_mb")
     return {
@@ -50,7 +54,7 @@ def probe_row(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def details_text(name: str, row: dict[str, Any] | None, status: str) -> Table | Text:
+def details_text(name: str, row: ProbeData | None, status: str) -> Table | Text:
     if not row:
         note = f" ({status})" if status and status != "-" else ""
         return Text(f"{name}: not probed yet{note}; press p to probe it.", style="italic")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
@@ -57,9 +57,24 @@ class SqlEditor(TextArea):
             super().__init__()
             self.candidates = candidates
 
-    def __init__(self, text: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        text: str = "",
+        *,
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - Textual's name for it
+        classes: str | None = None,
+    ) -> None:
         language = "sql" if self._sql_available() else None
-        super().__init__(text, language=language, show_line_numbers=True, soft_wrap=False, **kwargs)
+        super().__init__(
+            text,
+            language=language,
+            show_line_numbers=True,
+            soft_wrap=False,
+            name=name,
+            id=id,
+            classes=classes,
+        )
         self.names: list[str] = []  # tables and columns of the database, set by the SQL screen
         self.typed = False
 

@@ -14,7 +14,6 @@ shown as typed, never parsed as markup.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
 
 from rich.console import JustifyMethod
 from rich.text import Text
@@ -23,16 +22,16 @@ from textual.widgets import DataTable
 MAX_COLUMN_WIDTH = 80  # a long SQL text or error message should not push every other column away
 
 
-def as_text(value: Any, justify: JustifyMethod | None = None) -> Text:
+def as_text(value: object, justify: JustifyMethod | None = None) -> Text:
     if isinstance(value, Text):
         return value
     return Text(str(value), justify=justify) if justify else Text(str(value))
 
 
 def fill_table(
-    table: DataTable,
+    table: DataTable[Text],
     columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
+    rows: Iterable[Sequence[object]],
     keys: Iterable[str | None] | None = None,
     right: Collection[int] = (),
 ) -> None:

@@ -3,7 +3,7 @@ and a small per-task table (task, trials, best ms), drawn inside the device's pa
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 MAX_TASKS = 4  # the panel stays small; the store keeps the full per-task history
 
@@ -14,8 +14,10 @@ def tuning_summary(trials_done: int, budget: int, best_ms: float | None) -> str:
 
 
 def tuning_lines(
-    trials_done: int, budget: int, best_ms: float | None, tasks: list[dict[str, Any]]
+    trials_done: int, budget: int, best_ms: float | None, tasks: Sequence[Mapping[str, object]]
 ) -> list[str]:
+    """The summary line and up to ``MAX_TASKS`` tasks (the agent's JSON objects, each field
+    checked or printed as it is)."""
     lines = [tuning_summary(trials_done, budget, best_ms)]
     if tasks:
         lines.append(f"  {'task':32s} {'trials':>7s} {'best ms':>9s}")
