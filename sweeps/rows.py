@@ -1,0 +1,54 @@
+"""The shapes of values that cross the sweeps layer's edges, typed without ``Any`` (issue 22).
+
+- ``Row``: one row read from the store. A DuckDB value is whatever its column holds (str, int,
+  float, bool, datetime, None, and the JSON columns decoded to dicts and lists), so a reader
+  narrows the columns it uses (``number``, ``text``, ``mapping`` below, or ``isinstance``)
+  instead of trusting them.
+- ``Event``: one JSON object read from the wire (an agent's event, a checkpoint line, a probe
+  answer) or from a user's file; read like a ``Row``.
+- ``JsonValue``: what ``json.dumps`` writes without help, for values built here and written out.
+
+The helpers only narrow: they never convert text to numbers, so a wrong column stays visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TypeAlias
+
+JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
+Row: TypeAlias = dict[str, object]
+Event: TypeAlias = Mapping[str, object]
+
+_EMPTY: Mapping[str, object] = {}
+
+
+def number(value: object) -> float | None:
+    """A finite int or float as float (bool and NaN/inf are not numbers here), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def integer(value: object) -> int | None:
+    """An int (not a bool), or a float with no fractional part, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def text(value: object) -> str | None:
+    """A non-empty str, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def mapping(value: object) -> Mapping[str, object]:
+    """A JSON object (a mapping with str keys) as such, anything else as an empty mapping."""
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return value
+    return _EMPTY
