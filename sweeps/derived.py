@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from ngb.core import intervals
 from ngb.core.intervals import Estimate, Mean
 from ngb.sweeps.numbers import format_with_interval, printed_interval
+from ngb.sweeps.rows import mapping, number
 
-Row = Mapping[str, Any]
+Row = Mapping[str, object]  # a store row (``rows.Row``) or one a caller built
 
 NS = "n.s."
 UNKNOWN = "n<2"
@@ -40,16 +41,11 @@ BASELINE_FLAG = "baseline"
 PRECISION_MARK = "≠prec"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+_number = number
 
 
-def _measure(row: Row) -> Mapping[str, Any]:
-    extra = row.get("extra")
-    measure = extra.get("measure") if isinstance(extra, Mapping) else None
-    return measure if isinstance(measure, Mapping) else {}
+def _measure(row: Row) -> Mapping[str, object]:
+    return mapping(mapping(row.get("extra")).get("measure"))
 
 
 def degrees_of_freedom(row: Row) -> float:
@@ -58,8 +54,9 @@ def degrees_of_freedom(row: Row) -> float:
     if stored is not None:
         return stored
     n = _number(row.get("repetitions"))
-    if n is None and row.get("samples") is not None:
-        n = float(len(row["samples"]))
+    samples = row.get("samples")
+    if n is None and isinstance(samples, Sized):
+        n = float(len(samples))
     return max((n or 0.0) - 1, 0.0)
 
 
@@ -70,7 +67,9 @@ def half_width(row: Row, df: float) -> float | None:
     if stored is not None:
         return stored
     std, n = _number(row.get("throughput_std")), _number(row.get("repetitions"))
-    samples = [float(v) for v in row.get("samples") or () if _number(v) is not None]
+    listed = row.get("samples")
+    values = listed if isinstance(listed, Iterable) and not isinstance(listed, str) else ()
+    samples = [v for v in map(_number, values) if v is not None]
     if std is None and len(samples) >= 2:
         std, n = statistics.stdev(samples), float(len(samples))
     if std is None or n is None or n < 2 or df < 1:
@@ -206,14 +205,17 @@ def mean_of_means(rows: Sequence[Row]) -> Derived:
 # ---- the batch-scaling table (RTR, ASE, BSR, speed-up per compiler and batch) ---------------
 
 
+R = TypeVar("R", bound=Row)  # the caller's row type, handed back as ``BatchPoint.row``
+
+
 @dataclass(frozen=True)
-class BatchPoint:
+class BatchPoint(Generic[R]):
     """One compiler at one batch of one model: every batch-scaling number of the ``bsr`` table,
     the console's Results table and Figs. 6/8/9/11."""
 
     compiler: str
     batch: int
-    row: Row
+    row: R
     throughput: Derived
     rtr: Derived | None  # None without a batch-1 result of this compiler
     ase: Derived | None
@@ -221,7 +223,7 @@ class BatchPoint:
     speedup: Derived | None  # None without the baseline at this batch
 
 
-def batch_points(per_compiler: Mapping[str, Mapping[int, Row]], baseline: str) -> list[BatchPoint]:
+def batch_points(per_compiler: Mapping[str, Mapping[int, R]], baseline: str) -> list[BatchPoint[R]]:
     """``{compiler: {batch: row}}`` of one model -> every batch point, compilers in given order."""
     base = per_compiler.get(baseline, {})
     out = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import TypeAlias, TypedDict
 
 JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
 Row: TypeAlias = dict[str, object]
@@ -52,3 +52,50 @@ def mapping(value: object) -> Mapping[str, object]:
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return value
     return _EMPTY
+
+
+class TrialRow(TypedDict, total=False):
+    """A ``trials`` row as the reports read it (``ReportData.trials``): the point's columns, the
+    trial's statistics, ``extra`` decoded and the report's ``label``. Columns are NULL where a
+    trial did not record them (older schemas, failed steps)."""
+
+    run_id: str
+    device: str
+    key: str
+    label: str
+    model: str
+    family: str | None
+    compiler: str
+    batch: int
+    depth: int | None
+    width: int | None
+    optimisation: str | None
+    target: str | None
+    input_size: int | None
+    status: str | None
+    export_s: float | None
+    compile_s: float | None
+    tune_s: float | None
+    first_call_s: float | None
+    throughput_mean: float | None
+    throughput_std: float | None
+    repetitions: int | None
+    cpu_percent_mean: float | None
+    extra: dict[str, object]
+    throughput_ci_half: float | None
+    verdict: str | None
+    verdict_reason: str | None
+    disturbed: bool | None
+    precision: str | None
+    latency_p99_ms: float | None
+    max_abs_err: float | None
+    peak_rss_mb: float | None
+    gpu_mem_mb: float | None
+    energy_j_per_sample: float | None
+    energy_j_per_sample_ci_half: float | None
+    energy_above_idle_j_per_sample: float | None
+    samples_per_j: float | None
+    power_w_mean: float | None
+    idle_power_w: float | None
+    energy_source: str | None
+    energy_note: str | None
