@@ -26,7 +26,7 @@ from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import derived
 from ngb.sweeps.figures_spec import ErrorBar, FigureTrial
 from ngb.sweeps.report_data import ReportData, finite
-from ngb.sweeps.rows import Row, TrialRow, integer, mapping, number, text
+from ngb.sweeps.rows import StoreRow, TrialRow, integer, mapping, number, text
 
 if TYPE_CHECKING:
     from ngb.sweeps.store import Store
@@ -61,12 +61,12 @@ class FigureData(ReportData):
         self.family = family
         self.precision = precision
         self._rows: list[FigureTrial] | None = None
-        self._details: dict[tuple[str, str, str], Row] | None = None
+        self._details: dict[tuple[str, str, str], StoreRow] | None = None
         self.has_precision = False
         if family is not None or precision is not None:
             self.trials()  # validate the filters now: one clear error before any drawing
 
-    def _full_rows(self) -> dict[tuple[str, str, str], Row]:
+    def _full_rows(self) -> dict[tuple[str, str, str], StoreRow]:
         if self._details is None:
             rows = self.store.trials(run_id=self.run_id, device=self.device, status="ok")
             self._details = {(str(r["run_id"]), str(r["device"]), str(r["key"])): r for r in rows}
@@ -102,7 +102,7 @@ class FigureData(ReportData):
         self._rows = enriched
         return enriched
 
-    def _enrich(self, trial: TrialRow, full: Row) -> FigureTrial:
+    def _enrich(self, trial: TrialRow, full: StoreRow) -> FigureTrial:
         samples = self.samples(trial)
         unstable, disturbed = full.get("unstable"), full.get("disturbed")
         out: FigureTrial = {

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
-from ngb.sweeps.rows import Row, TrialRow
+from ngb.sweeps.rows import StoreRow, TrialRow
 
 if TYPE_CHECKING:
     from ngb.devices.pricing import Price
@@ -90,7 +90,7 @@ class Cell:
 
 @dataclass
 class Table:
-    """One table of a report. Row values are str/int/float/None or ``Cell``."""
+    """One table of a report. StoreRow values are str/int/float/None or ``Cell``."""
 
     title: str
     columns: list[str]
@@ -323,7 +323,7 @@ class ReportData:
             }
         return self._samples.get((trial["run_id"], trial["device"], trial["key"]), [])
 
-    def probes(self) -> list[Row]:
+    def probes(self) -> list[StoreRow]:
         """The newest probe of each device (honours ``--device``)."""
         where, params = ("WHERE device = ?", [self.device]) if self.device else ("", [])
         columns, rows = self.store.query(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ngb.core.types import TrialResult
-from ngb.sweeps.rows import Event, Row
+from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store_errors import DatabaseBusy, RowRejected, StoreUnwritable
 
 __all__ = ["DatabaseBusy", "IngestBatch", "ResultStore", "RowRejected", "StoreUnwritable"]
@@ -86,9 +86,9 @@ class ResultStore(Protocol):
         """Write it in one transaction; returns the number of new trials stored."""
         ...
 
-    def runs(self) -> list[Row]: ...
+    def runs(self) -> list[StoreRow]: ...
 
-    def run_devices(self, run_id: str | None = None) -> list[Row]: ...
+    def run_devices(self, run_id: str | None = None) -> list[StoreRow]: ...
 
     def trials(
         self,
@@ -100,4 +100,4 @@ class ResultStore(Protocol):
         compiler: str | None = None,
         key: str | None = None,
         limit: int | None = None,
-    ) -> list[Row]: ...
+    ) -> list[StoreRow]: ...

@@ -1,11 +1,11 @@
 """The shapes of values that cross the sweeps layer's edges, typed without ``Any`` (issue 22).
 
-- ``Row``: one row read from the store. A DuckDB value is whatever its column holds (str, int,
+- ``StoreRow``: one row read from the store. A DuckDB value is whatever its column holds (str, int,
   float, bool, datetime, None, and the JSON columns decoded to dicts and lists), so a reader
   narrows the columns it uses (``number``, ``text``, ``mapping`` below, or ``isinstance``)
   instead of trusting them.
 - ``Event``: one JSON object read from the wire (an agent's event, a checkpoint line, a probe
-  answer) or from a user's file; read like a ``Row``.
+  answer) or from a user's file; read like a ``StoreRow``.
 - ``JsonValue``: what ``json.dumps`` writes without help, for values built here and written out.
 
 The helpers only narrow: they never convert text to numbers, so a wrong column stays visible.
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TypeAlias, TypedDict
 
 JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
-Row: TypeAlias = dict[str, object]
+StoreRow: TypeAlias = dict[str, object]
 Event: TypeAlias = Mapping[str, object]
 
 _EMPTY: Mapping[str, object] = {}

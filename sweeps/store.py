@@ -26,7 +26,7 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
-from ngb.sweeps.rows import Event, Row
+from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store_connect import (
     check_intact,
     connection,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-# Rows come back as ``rows.Row`` (dict[str, object]): a DuckDB value is whatever the column
+# Rows come back as ``rows.StoreRow`` (dict[str, object]): a DuckDB value is whatever the column
 # holds (str, float, datetime, list ...), so callers narrow the columns they read.
 
 __all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
@@ -74,7 +74,7 @@ _JSON_COLUMNS = {
 }
 
 
-def _decode_row(columns: Sequence[str], row: Sequence[object]) -> Row:
+def _decode_row(columns: Sequence[str], row: Sequence[object]) -> StoreRow:
     out = {}
     for name, value in zip(columns, row, strict=True):
         if name in _JSON_COLUMNS and isinstance(value, str):
@@ -414,22 +414,22 @@ class Store:
 
     # ------------------------------------------------------------ readers
 
-    def _rows(self, sql: str, params: Sequence[object] | None = None) -> list[Row]:
+    def _rows(self, sql: str, params: Sequence[object] | None = None) -> list[StoreRow]:
         with self._reader() as conn:
             cur = conn.execute(sql, list(params or []))
             columns = [d[0] for d in cur.description]
             return [_decode_row(columns, row) for row in cur.fetchall()]
 
-    def runs(self) -> list[Row]:
+    def runs(self) -> list[StoreRow]:
         return self._rows("SELECT * FROM runs ORDER BY created_at DESC, run_id")
 
-    def run(self, run_id: str) -> Row:
+    def run(self, run_id: str) -> StoreRow:
         rows = self._rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
         if not rows:
             raise UnknownNameError("run", run_id, [str(r["run_id"]) for r in self.runs()])
         return rows[0]
 
-    def run_devices(self, run_id: str | None = None) -> list[Row]:
+    def run_devices(self, run_id: str | None = None) -> list[StoreRow]:
         """The per-device rows of a run (of every run when ``run_id`` is None)."""
         where, params = _filters(run_id=run_id)
         return self._rows(f"SELECT * FROM run_devices{where} ORDER BY run_id, device", params)  # noqa: S608
@@ -444,7 +444,7 @@ class Store:
         compiler: str | None = None,
         key: str | None = None,
         limit: int | None = None,
-    ) -> list[Row]:
+    ) -> list[StoreRow]:
         """Stored trials filtered by the given columns, oldest first."""
         where, params = _filters(
             run_id=run_id, device=device, status=status, model=model, compiler=compiler, key=key
@@ -464,7 +464,7 @@ class Store:
 
     def measurements(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[Row]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM measurements{where} ORDER BY device, key, rep",  # noqa: S608
@@ -473,7 +473,7 @@ class Store:
 
     def cpu_samples(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[Row]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM cpu_samples{where} ORDER BY device, key, ts, t_s",  # noqa: S608
@@ -482,21 +482,21 @@ class Store:
 
     def tuning_progress(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[Row]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM tuning_progress{where} ORDER BY device, key, ts",  # noqa: S608
             params,
         )
 
-    def errors(self, run_id: str | None = None, device: str | None = None) -> list[Row]:
+    def errors(self, run_id: str | None = None, device: str | None = None) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device)
         return self._rows(f"SELECT * FROM errors{where} ORDER BY ts", params)  # noqa: S608
 
-    def devices(self) -> list[Row]:
+    def devices(self) -> list[StoreRow]:
         return self._rows("SELECT * FROM devices ORDER BY name")
 
-    def probes(self, device: str | None = None) -> list[Row]:
+    def probes(self, device: str | None = None) -> list[StoreRow]:
         where, params = _filters(device=device)
         return self._rows(f"SELECT * FROM probes{where} ORDER BY probed_at", params)  # noqa: S608
 
