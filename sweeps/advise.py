@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from ngb.core.errors import ConfigError
 from ngb.core.types import PRECISIONS
@@ -34,6 +33,7 @@ from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.report_data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report_deploy import cost_cell, energy_cell
 from ngb.sweeps.report_paper import throughput_cell
+from ngb.sweeps.rows import TrialRow
 
 OBJECTIVES = ("throughput", "energy", "cost")
 
@@ -58,7 +58,7 @@ class Constraints:
 
 @dataclass
 class Candidate:
-    row: dict[str, Any]
+    row: TrialRow
     throughput: Cell
     cost: Cell
     energy: Cell  # mJ per sample
@@ -68,7 +68,7 @@ class Candidate:
     @property
     def label(self) -> str:
         r = self.row
-        opt = "" if (r["optimisation"] or "none") == "none" else f" {r['optimisation']}"
+        opt = "" if (r.get("optimisation") or "none") == "none" else f" {r.get('optimisation')}"
         ran = precision_of(r)
         precision = "" if ran == "?" else f" {ran}"  # "?": stored before precision was recorded
         return f"{r['compiler']}{precision} b{r['batch']}{opt}"
@@ -89,14 +89,14 @@ class Advice:
     settle: str | None = None
 
 
-def _memory(row: dict[str, Any]) -> float | None:
+def _memory(row: TrialRow) -> float | None:
     value = row.get("gpu_mem_mb") if row.get("target") == "cuda" else row.get("peak_rss_mb")
     return _number(value)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number as a float, else None (unrecorded, NaN)."""
-    return float(value) if value is not None and finite(value) else None
+    return float(value) if finite(value) else None
 
 
 def _check(c: Candidate, limits: Constraints, baseline: str) -> None:

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from ngb.core import intervals
 from ngb.core.intervals import Estimate, Mean
 from ngb.sweeps.numbers import format_with_interval, printed_interval
+from ngb.sweeps.rows import mapping, number
 
-Row = Mapping[str, Any]
+ResultRow = Mapping[str, object]  # a store row (``rows.StoreRow``) or one a caller built
 
 NS = "n.s."
 UNKNOWN = "n<2"
@@ -40,37 +41,35 @@ BASELINE_FLAG = "baseline"
 PRECISION_MARK = "≠prec"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+_number = number
 
 
-def _measure(row: Row) -> Mapping[str, Any]:
-    extra = row.get("extra")
-    measure = extra.get("measure") if isinstance(extra, Mapping) else None
-    return measure if isinstance(measure, Mapping) else {}
+def _measure(row: ResultRow) -> Mapping[str, object]:
+    return mapping(mapping(row.get("extra")).get("measure"))
 
 
-def degrees_of_freedom(row: Row) -> float:
+def degrees_of_freedom(row: ResultRow) -> float:
     """The stored interval's df (k - 1 processes, n - 1 for one), else n - 1 of the repetitions."""
     stored = _number(_measure(row).get("df"))
     if stored is not None:
         return stored
     n = _number(row.get("repetitions"))
-    if n is None and row.get("samples") is not None:
-        n = float(len(row["samples"]))
+    samples = row.get("samples")
+    if n is None and isinstance(samples, Sized):
+        n = float(len(samples))
     return max((n or 0.0) - 1, 0.0)
 
 
-def half_width(row: Row, df: float) -> float | None:
+def half_width(row: ResultRow, df: float) -> float | None:
     """The stored 95 % half-width; for rows stored without one, t * std / sqrt(n) from the
     stored std (or, where a caller attached them as ``samples``, the per-repetition values)."""
     stored = _number(row.get("throughput_ci_half"))
     if stored is not None:
         return stored
     std, n = _number(row.get("throughput_std")), _number(row.get("repetitions"))
-    samples = [float(v) for v in row.get("samples") or () if _number(v) is not None]
+    listed = row.get("samples")
+    values = listed if isinstance(listed, Iterable) and not isinstance(listed, str) else ()
+    samples = [v for v in map(_number, values) if v is not None]
     if std is None and len(samples) >= 2:
         std, n = statistics.stdev(samples), float(len(samples))
     if std is None or n is None or n < 2 or df < 1:
@@ -78,7 +77,7 @@ def half_width(row: Row, df: float) -> float | None:
     return intervals.t_quantile(df) * std / math.sqrt(n)
 
 
-def mean_of(row: Row) -> Mean:
+def mean_of(row: ResultRow) -> Mean:
     """One stored result as a ``Mean`` (identified by run, device and key)."""
     value = _number(row.get("throughput_mean"))
     df = degrees_of_freedom(row)
@@ -88,7 +87,7 @@ def mean_of(row: Row) -> Mean:
     return Mean(value if value is not None else math.nan, half_width(row, df), df, key, level=level)
 
 
-def result_flags(row: Row) -> tuple[str, ...]:
+def result_flags(row: ResultRow) -> tuple[str, ...]:
     """The trial's own warnings: its verdict when not VALID, unstable, disturbed."""
     out = []
     verdict = row.get("verdict")
@@ -101,12 +100,12 @@ def result_flags(row: Row) -> tuple[str, ...]:
     return tuple(out)
 
 
-def precision_of(row: Row) -> str | None:
+def precision_of(row: ResultRow) -> str | None:
     value = row.get("precision")
     return str(value) if value else None
 
 
-def precision_differs(a: Row, b: Row) -> bool:
+def precision_differs(a: ResultRow, b: ResultRow) -> bool:
     """Both precisions recorded and different (an unrecorded one differs from nothing)."""
     pa, pb = precision_of(a), precision_of(b)
     return pa is not None and pb is not None and pa != pb
@@ -158,29 +157,29 @@ def judge(estimate: Estimate, null: float | None, extra: Sequence[str] = ()) -> 
     return Derived(estimate, tuple(flags), null)
 
 
-def throughput(row: Row) -> Derived:
+def throughput(row: ResultRow) -> Derived:
     """A result's own mean throughput with its stored interval."""
     return judge(intervals.symmetric(mean_of(row)), None)
 
 
-def speedup(row: Row, base: Row) -> Derived:
+def speedup(row: ResultRow, base: ResultRow) -> Derived:
     """T_row / T_base; exactly 1 ("baseline") when they are the same result."""
     marks = (PRECISION_MARK,) if precision_differs(row, base) else ()
     estimate = intervals.speedup(mean_of(row), mean_of(base))
     return judge(estimate, 1.0, (BASELINE_FLAG,) if estimate.exact else marks)
 
 
-def rtr(row_b: Row, row_1: Row) -> Derived:
+def rtr(row_b: ResultRow, row_1: ResultRow) -> Derived:
     """T(b) / T(1) of one compiler (exactly 1 at batch 1)."""
     return judge(intervals.rtr(mean_of(row_b), mean_of(row_1)), None)
 
 
-def ase(row_b: Row, row_1: Row, batch: int) -> Derived:
+def ase(row_b: ResultRow, row_1: ResultRow, batch: int) -> Derived:
     """T(b) / (b T(1)); 1 = perfect scaling (no null: efficiency is a scale, not a test)."""
     return judge(intervals.ase(mean_of(row_b), mean_of(row_1), batch), None)
 
 
-def bsr(c_b: Row, c_1: Row, i_b: Row, i_1: Row) -> Derived:
+def bsr(c_b: ResultRow, c_1: ResultRow, i_b: ResultRow, i_1: ResultRow) -> Derived:
     """ASE_c(b) / ASE_baseline(b); 1 = scales as the baseline."""
     estimate = intervals.bsr(mean_of(c_b), mean_of(c_1), mean_of(i_b), mean_of(i_1))
     # exact by definition (batch 1, the baseline itself): no precision effect to point out
@@ -189,7 +188,7 @@ def bsr(c_b: Row, c_1: Row, i_b: Row, i_1: Row) -> Derived:
 
 
 def depth_trend(
-    depths: Sequence[int], compiler: Sequence[Row], identity: Sequence[Row]
+    depths: Sequence[int], compiler: Sequence[ResultRow], identity: Sequence[ResultRow]
 ) -> tuple[Derived, Derived | None]:
     """Slope of speed-up over depth (null 0) and retention (null 1; None without depth 1)."""
     slope, kept = intervals.depth_trend(
@@ -198,7 +197,7 @@ def depth_trend(
     return judge(slope, 0.0), (judge(kept, 1.0) if kept is not None else None)
 
 
-def mean_of_means(rows: Sequence[Row]) -> Derived:
+def mean_of_means(rows: Sequence[ResultRow]) -> Derived:
     """A Table VI cell: the mean of several results' means with its measurement interval."""
     return judge(intervals.mean_of_means([mean_of(r) for r in rows]), None)
 
@@ -206,14 +205,17 @@ def mean_of_means(rows: Sequence[Row]) -> Derived:
 # ---- the batch-scaling table (RTR, ASE, BSR, speed-up per compiler and batch) ---------------
 
 
+R = TypeVar("R", bound=ResultRow)  # the caller's row type, handed back as ``BatchPoint.row``
+
+
 @dataclass(frozen=True)
-class BatchPoint:
+class BatchPoint(Generic[R]):
     """One compiler at one batch of one model: every batch-scaling number of the ``bsr`` table,
     the console's Results table and Figs. 6/8/9/11."""
 
     compiler: str
     batch: int
-    row: Row
+    row: R
     throughput: Derived
     rtr: Derived | None  # None without a batch-1 result of this compiler
     ase: Derived | None
@@ -221,7 +223,7 @@ class BatchPoint:
     speedup: Derived | None  # None without the baseline at this batch
 
 
-def batch_points(per_compiler: Mapping[str, Mapping[int, Row]], baseline: str) -> list[BatchPoint]:
+def batch_points(per_compiler: Mapping[str, Mapping[int, R]], baseline: str) -> list[BatchPoint[R]]:
     """``{compiler: {batch: row}}`` of one model -> every batch point, compilers in given order."""
     base = per_compiler.get(baseline, {})
     out = []

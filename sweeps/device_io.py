@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from ngb.core import events as ev
 from ngb.core.errors import NgbError
@@ -153,7 +152,7 @@ async def read_pid(dev: DeviceRun) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, Any]]:
+async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, object]]:
     assert dev.paths is not None
     text = await fetch_text(dev, dev.paths.checkpoint)
     return remote.parse_checkpoint(text or "")
@@ -203,7 +202,7 @@ async def remote_workdir(transport: Transport, workdir: str) -> str:
 
 async def follow_events(
     dev: DeviceRun,
-    on_event: Callable[[DeviceRun, dict[str, Any]], None],
+    on_event: Callable[[DeviceRun, dict[str, object]], None],
     *,
     watchdog: float,
     timeout: float,

@@ -18,13 +18,18 @@ Each trial gets:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import derived
-from ngb.sweeps.figures_spec import ErrorBar
+from ngb.sweeps.figures_spec import ErrorBar, FigureTrial
 from ngb.sweeps.report_data import ReportData, finite
+from ngb.sweeps.rows import StoreRow, TrialRow, integer, mapping, number, text
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store import Store
 
 # Column names a store may use for a stored interval / verdict / precision (newest schema first).
 CI_COLUMNS = ("throughput_ci_half", "throughput_ci_half_width", "ci_half_width")
@@ -34,7 +39,7 @@ LEVEL = 0.95
 BLOCK_KINDS = ("conv", "mha")  # synthetic blocks: family "block", filterable by kind too
 
 
-def _first(row: dict[str, Any], names: tuple[str, ...]) -> Any:
+def _first(row: Mapping[str, object], names: tuple[str, ...]) -> object:
     for name in names:
         if row.get(name) is not None:
             return row[name]
@@ -46,7 +51,7 @@ class FigureData(ReportData):
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         run_id: str | None = None,
         device: str | None = None,
         family: str | None = None,
@@ -55,21 +60,21 @@ class FigureData(ReportData):
         super().__init__(store, run_id=run_id, device=device)
         self.family = family
         self.precision = precision
-        self._rows: list[dict[str, Any]] | None = None
-        self._details: dict[tuple[str, str, str], dict[str, Any]] | None = None
+        self._rows: list[FigureTrial] | None = None
+        self._details: dict[tuple[str, str, str], StoreRow] | None = None
         self.has_precision = False
         if family is not None or precision is not None:
             self.trials()  # validate the filters now: one clear error before any drawing
 
-    def _full_rows(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+    def _full_rows(self) -> dict[tuple[str, str, str], StoreRow]:
         if self._details is None:
             rows = self.store.trials(run_id=self.run_id, device=self.device, status="ok")
-            self._details = {(r["run_id"], r["device"], r["key"]): r for r in rows}
+            self._details = {(str(r["run_id"]), str(r["device"]), str(r["key"])): r for r in rows}
             # a column, not a value: the store's schema records precision or it does not
             self.has_precision = bool(rows) and any(n in rows[0] for n in PRECISION_COLUMNS)
         return self._details
 
-    def trials(self) -> list[dict[str, Any]]:
+    def trials(self) -> list[FigureTrial]:
         if self._rows is not None:
             return self._rows
         base = super().trials()
@@ -97,19 +102,20 @@ class FigureData(ReportData):
         self._rows = enriched
         return enriched
 
-    def _enrich(self, trial: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
-        out = dict(trial)
+    def _enrich(self, trial: TrialRow, full: StoreRow) -> FigureTrial:
         samples = self.samples(trial)
-        out["n_reps"] = len(samples) or full.get("repetitions")
-        out["precision"] = _first(full, PRECISION_COLUMNS)
-        out["verdict"] = _first(full, VERDICT_COLUMNS)
-        out["unstable"] = full.get("unstable")
-        out["disturbed"] = full.get("disturbed")
-        out["workers"] = full.get("workers")
-        measure = full.get("measure")
-        out["measure"] = measure if isinstance(measure, dict) else {}
-        versions = full.get("versions")
-        out["ngb_version"] = versions.get("ngb") if isinstance(versions, dict) else None
+        unstable, disturbed = full.get("unstable"), full.get("disturbed")
+        out: FigureTrial = {
+            **trial,
+            "n_reps": len(samples) or integer(full.get("repetitions")),
+            "precision": text(_first(full, PRECISION_COLUMNS)),
+            "verdict": text(_first(full, VERDICT_COLUMNS)),
+            "unstable": unstable if isinstance(unstable, bool) else None,
+            "disturbed": disturbed if isinstance(disturbed, bool) else None,
+            "workers": integer(full.get("workers")),
+            "measure": mapping(full.get("measure")),
+            "ngb_version": text(mapping(full.get("versions")).get("ngb")),
+        }
         stored = _first(full, CI_COLUMNS)
         own = derived.mean_of({**full, **out})  # the interval every surface uses
         if finite(stored):
@@ -154,7 +160,7 @@ def _span(values: list[int]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def _rule(m: dict[str, Any], workers: Any = None) -> str:
+def _rule(m: Mapping[str, object], workers: object = None) -> str:
     """One trial's stopping rule in words, from its stored ``MeasureSettings`` (and the worker
     processes it really used, where the store records that, over the setting)."""
     calls, seconds = m.get("min_iters", "?"), m.get("min_duration_s", "?")
@@ -164,8 +170,8 @@ def _rule(m: dict[str, Any], workers: Any = None) -> str:
         f", over {workers} worker processes" if isinstance(workers, int) and workers > 1 else ""
     )
     if "repetitions" in m and m["repetitions"] is None:  # adaptive: stop on confidence
-        level = float(m.get("confidence") or LEVEL)
-        target = float(m.get("ci_target") or 0.0)
+        level = number(m.get("confidence")) or LEVEL
+        target = number(m.get("ci_target")) or 0.0
         return (
             f"stop when the {level:.0%} CI is within ±{target:.0%} of the mean, "
             f"{m.get('min_repetitions', '?')}-{m.get('max_repetitions', '?')} repetitions, "
@@ -174,21 +180,21 @@ def _rule(m: dict[str, Any], workers: Any = None) -> str:
     return f"fixed count, {each}{spread}"
 
 
-def stopping_rule(trials: list[dict[str, Any]]) -> str:
+def stopping_rule(trials: Sequence[FigureTrial]) -> str:
     """How many repetitions the points had and the rule(s) that ended them."""
-    reps = [int(t["n_reps"]) for t in trials if isinstance(t.get("n_reps"), int)]
-    rules = sorted({_rule(t["measure"], t.get("workers")) for t in trials if t.get("measure")})
+    reps = [n for n in (t.get("n_reps") for t in trials) if isinstance(n, int)]
+    rules = sorted({_rule(m, t.get("workers")) for t in trials if (m := t.get("measure"))})
     rule_text = "; ".join(rules) or "settings not recorded"
     return f"Repetitions: {_span(reps)} per point ({rule_text})"
 
 
-def caption_facts(data: FigureData, trials: list[dict[str, Any]], heat: bool = False) -> str:
+def caption_facts(data: FigureData, trials: Sequence[FigureTrial], heat: bool = False) -> str:
     """One paragraph: device(s), precision, repetitions/stopping rule, intervals, ngb version.
     ``heat``: the figure is heatmaps, whose cells print their interval (no error bars)."""
     devices = sorted({str(t["device"]) for t in trials}) or ([data.device] if data.device else [])
     precisions = sorted({str(t["precision"]) for t in trials if t.get("precision")})
-    requested = sorted({str(t["measure"].get("precision")) for t in trials
-                        if (t.get("measure") or {}).get("precision")})  # fmt: skip
+    requested = sorted({str(t.get("measure", {}).get("precision")) for t in trials
+                        if t.get("measure", {}).get("precision")})  # fmt: skip
     if precisions:
         precision = ", ".join(precisions)
     elif requested and requested != ["default"]:
@@ -199,7 +205,7 @@ def caption_facts(data: FigureData, trials: list[dict[str, Any]], heat: bool = F
     if sources == {"energy"}:  # fig13: the bars are the energy's, not the throughput's
         bars = f"Error bars: {LEVEL:.0%} interval of the energy per sample over worker processes"
     elif sources == {"stored"}:
-        levels = {float((t.get("measure") or {}).get("confidence") or LEVEL) for t in trials}
+        levels = {number(t.get("measure", {}).get("confidence")) or LEVEL for t in trials}
         level = f"{levels.pop():.0%}" if len(levels) == 1 else "stored-level"
         bars = f"Error bars: stored {level} CI of the mean"
     elif "t-interval" in sources or "stored" in sources:

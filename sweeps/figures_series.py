@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from ngb.sweeps import derived, report_dlas, report_paper
 from ngb.sweeps.figures_data import FigureData, derived_bar
@@ -28,60 +27,62 @@ from ngb.sweeps.figures_spec import (
     BarSeries,
     ErrorBar,
     FigureSpec,
+    FigureTrial,
     HeatPanel,
     Line,
     LinePanel,
     Panel,
 )
-from ngb.sweeps.report_data import Cell, finite, group
+from ngb.sweeps.report_data import Cell, finite, group_by, known, mean_throughput, positive
 from ngb.sweeps.report_paper import compiler_order
+from ngb.sweeps.rows import integer, number
 
 BLOCKS = ("conv", "mha")
 MAX_REVERSAL_PANELS = 12
 
 
-def _usable(data: FigureData) -> list[dict[str, Any]]:
+#: ``(device, label, target)``: one model's panel
+ModelKey = tuple[str, str, str | None]
+
+
+def _usable(data: FigureData) -> list[FigureTrial]:
     """Plain trials with a positive throughput (what every figure starts from)."""
-    return [
-        t
-        for t in report_paper.plain(data.trials())
-        if finite(t.get("throughput_mean")) and t["throughput_mean"] > 0
-    ]
+    return [t for t in report_paper.plain(data.trials()) if positive(t.get("throughput_mean"))]
 
 
-def _invalid(trial: dict[str, Any]) -> bool:
+def _invalid(trial: FigureTrial) -> bool:
     return str(trial.get("verdict") or "").upper().startswith("INVALID")
 
 
-def _weak(value: derived.Derived, *trials: dict[str, Any]) -> bool:
+def _weak(value: derived.Derived, *trials: FigureTrial) -> bool:
     """Hollow: not significant (or no interval), or a trial behind it is INVALID."""
     return bool({derived.NS, derived.UNKNOWN} & set(value.flags)) or any(map(_invalid, trials))
 
 
-def _sym(trial: dict[str, Any] | None) -> ErrorBar:
+def _sym(trial: FigureTrial | None) -> ErrorBar:
     """A throughput's own symmetric interval as an error bar."""
     half = trial.get("ci_half") if trial else None
     return (half, half) if finite(half) else None
 
 
-def _scope_title(base: str, rows: list[dict[str, Any]], device: str, target: str) -> str:
+def _scope_title(base: str, rows: Sequence[FigureTrial], device: str, target: str | None) -> str:
     """Add the device / target to a panel title only when the figure has several of them."""
     extra = []
     if len({r["device"] for r in rows}) > 1:
         extra.append(device)
-    if len({r["target"] for r in rows}) > 1:
+    if len({r.get("target") for r in rows}) > 1:
         extra.append(str(target))
     return base + (f" [{', '.join(extra)}]" if extra else "")
 
 
-def _by_model(rows: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...], list[dict[str, Any]]]]:
+def _by_model(rows: Sequence[FigureTrial]) -> list[tuple[ModelKey, list[FigureTrial]]]:
     """Rows per (device, label, target), ordered by family then label."""
-    keyed = group(rows, "device", "label", "target")
+    keyed = group_by(rows, lambda r: (r["device"], r["label"], r.get("target")))
     order = sorted(keyed, key=lambda k: (str(keyed[k][0].get("family")), k[0], k[1], str(k[2])))
     return [(k, keyed[k]) for k in order]
 
 
-def _compilers(rows: Iterable[dict[str, Any]]) -> list[str]:
+def _compilers(rows: Iterable[FigureTrial]) -> list[str]:
     return sorted({r["compiler"] for r in rows}, key=compiler_order)
 
 
@@ -104,7 +105,7 @@ def throughput(data: FigureData) -> FigureSpec:
                 Line(
                     compiler,
                     [r["batch"] for r in mine],
-                    [r["throughput_mean"] for r in mine],
+                    [mean_throughput(r) for r in mine],
                     [_sym(r) for r in mine],
                     [_invalid(r) for r in mine],
                     compiler,
@@ -118,7 +119,7 @@ def throughput(data: FigureData) -> FigureSpec:
 def energy(data: FigureData) -> FigureSpec:
     """Energy per sample (mJ, measured on the device, ± its interval over processes) vs batch."""
     rows = [
-        {**r, "ci_source": "energy"}  # the caption then names the energy's interval
+        _with_source(r, "energy")  # the caption then names the energy's interval
         for r in _usable(data)
         if finite(r.get("energy_j_per_sample"))
     ]
@@ -142,7 +143,7 @@ def energy(data: FigureData) -> FigureSpec:
                 Line(
                     compiler,
                     [r["batch"] for r in mine],
-                    [r["energy_j_per_sample"] * 1000 for r in mine],
+                    [known(r.get("energy_j_per_sample")) * 1000 for r in mine],
                     [(h * 1000, h * 1000) if h is not None else None for h in halves],
                     [_invalid(r) for r in mine],
                     compiler,
@@ -153,12 +154,20 @@ def energy(data: FigureData) -> FigureSpec:
     return spec
 
 
-def _finite_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and finite(value) else None
+def _with_source(trial: FigureTrial, source: str) -> FigureTrial:
+    out: FigureTrial = {**trial, "ci_source": source}
+    return out
+
+
+def _finite_or_none(value: object) -> float | None:
+    return float(value) if finite(value) else None
 
 
 def _speedup_line(
-    data: FigureData, compiler: str, mine: dict[Any, dict], base: dict[Any, dict]
+    data: FigureData,
+    compiler: str,
+    mine: Mapping[int, FigureTrial],
+    base: Mapping[int, FigureTrial],
 ) -> Line | None:
     xs = sorted(set(mine) & set(base))
     if not xs:
@@ -174,7 +183,7 @@ def _speedup_line(
         errs.append(derived_bar(speed))
         weak.append(_weak(speed, c, i))
         mismatch.append(derived.PRECISION_MARK in speed.flags)
-    return Line(compiler, list(xs), ys, errs, weak, compiler, mismatch)
+    return Line(compiler, [float(x) for x in xs], ys, errs, weak, compiler, mismatch)
 
 
 def speedup_batch(data: FigureData) -> FigureSpec:
@@ -220,17 +229,24 @@ def speedup_depth(data: FigureData) -> FigureSpec:
         "points: not significant (95 % interval includes 1).",
         trials=rows,
     )
-    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
+    keyed = group_by(
+        rows,
+        lambda r: (
+            r["device"], r["model"], r.get("width") or 0, r["batch"], r.get("target"),
+            r.get("input_size"),
+        ),
+    )  # fmt: skip
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch, target, _ = key
         cell = keyed[key]
-        base = {r["depth"]: r for r in cell if r["compiler"] == data.baseline}
+        # a block trial without a depth ran at depth 1 (as its label says)
+        base = {r.get("depth") or 1: r for r in cell if r["compiler"] == data.baseline}
         if len(base) < 2:
             continue
         lines = []
         for compiler in _compilers(cell):
             if compiler != data.baseline:
-                mine = {r["depth"]: r for r in cell if r["compiler"] == compiler}
+                mine = {r.get("depth") or 1: r for r in cell if r["compiler"] == compiler}
                 line = _speedup_line(data, compiler, mine, base)
                 if line is not None and len(line.xs) >= 2:
                     lines.append(line)
@@ -262,12 +278,12 @@ def _family_metric(data: FigureData, which: str) -> FigureSpec:
         )
     spec = FigureSpec(name, title, text, trials=rows)
     spec.description += " Error bars propagate each model's intervals (not the spread of models)."
-    keyed = group(rows, "device", "family", "target")
+    keyed = group_by(rows, lambda r: (r["device"], r.get("family"), r.get("target")))
     for key in sorted(keyed, key=lambda k: (str(k[1]), k[0], str(k[2]))):
         device, family, target = key
         # {compiler: {batch: [(value, error bar, weak)]}} over the family's models
         acc: dict[str, dict[int, list[tuple[float, ErrorBar, bool]]]] = {}
-        for (label,), per_model in group(keyed[key], "label").items():
+        for label, per_model in group_by(keyed[key], lambda r: r["label"]).items():
             per_c = {
                 c: {r["batch"]: r for r in per_model if r["compiler"] == c}
                 for c in _compilers(per_model)
@@ -342,32 +358,31 @@ def bsr_family(data: FigureData) -> FigureSpec:
 
 
 def _heat_panels(
-    rows: list[list[Any]], batches: list[str], centre: float | None, label: str
+    rows: Sequence[Sequence[object]], batches: list[str], centre: float | None, label: str
 ) -> list[Panel]:
     """rows: report rows (device, compiler, model, one cell per batch); each heatmap cell shows
     the report's own text for it (value ± interval and its verdict)."""
     from ngb.sweeps.report_render import fmt_cell
 
     panels: list[Panel] = []
-    for (device, compiler), mine in group(
-        [{"device": r[0], "compiler": r[1], "row": r} for r in rows], "device", "compiler"
-    ).items():
-        models = [m["row"][2] for m in mine]
-        values = [[_number(m["row"][3 + i]) for i in range(len(batches))] for m in mine]
+    for (device, compiler), mine in group_by(rows, lambda r: (str(r[0]), str(r[1]))).items():
+        models = [str(m[2]) for m in mine]
+        numbers = [[_number(m[3 + i]) for i in range(len(batches))] for m in mine]
         texts = [
-            [fmt_cell(m["row"][3 + i]) if finite(v) else None for i, v in enumerate(vs)]
-            for m, vs in zip(mine, values, strict=True)
+            [fmt_cell(m[3 + i]) if v is not None else None for i, v in enumerate(vs)]
+            for m, vs in zip(mine, numbers, strict=True)
         ]
-        values = [[v if finite(v) else None for v in vs] for vs in values]
+        values = [list(vs) for vs in numbers]
         several = len({r[0] for r in rows}) > 1
         title = f"{compiler}" + (f" [{device}]" if several else "")
         panels.append(HeatPanel(title, models, batches, values, label, centre, texts))
     return panels
 
 
-def _number(value: Any) -> Any:
-    """A report cell's number (reports give ``Cell(value ± interval)`` for derived metrics)."""
-    return value.value if isinstance(value, Cell) else value
+def _number(value: object) -> float | None:
+    """A report cell's finite number (reports give ``Cell(value ± interval)`` for derived
+    metrics), else None."""
+    return number(value.value if isinstance(value, Cell) else value)
 
 
 def ase_heatmap(data: FigureData) -> FigureSpec:
@@ -392,11 +407,11 @@ def block_bsr(data: FigureData) -> FigureSpec:
     named = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
     blocks = {t["label"] for t in _usable(data) if t["model"] in BLOCKS}
     rows = [r for r in named if r["model"] in blocks and r["compiler"] != data.baseline]
-    batches = sorted({r["batch"] for r in rows})
-    grid: dict[tuple[str, str, str], dict[int, Any]] = {}
+    batches = sorted({b for r in rows if (b := integer(r["batch"])) is not None})
+    grid: dict[tuple[str, str, str], dict[int | None, object]] = {}
     for r in rows:
-        device, label, compiler, batch = r["device"], r["model"], r["compiler"], r["batch"]
-        grid.setdefault((device, compiler, label), {})[batch] = r["bsr"]
+        device, label, compiler = str(r["device"]), str(r["model"]), str(r["compiler"])
+        grid.setdefault((device, compiler, label), {})[integer(r["batch"])] = r["bsr"]
     # the report lists rows by device and label (widths numerically); keep that order per compiler
     order = sorted(grid, key=lambda k: (k[0], compiler_order(k[1])))
     table_rows = [[d, c, m, *(grid[(d, c, m)].get(b) for b in batches)] for d, c, m in order]
@@ -417,18 +432,18 @@ def block_bsr(data: FigureData) -> FigureSpec:
 # ---------------------------------------------------------------- Fig. 12: CPU
 
 
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    values = [v for v in values if finite(v)]
-    if not values:
+def _mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    kept = [v for v in values if finite(v)]
+    if not kept:
         return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+    return statistics.fmean(kept), (statistics.stdev(kept) if len(kept) > 1 else None)
 
 
 #: Fig. 12's reduction axis spans at least this many percentage points each side of 0
 CPU_MIN_SPAN = 5.0
 
 
-def _mean_interval(values: list[float]) -> tuple[float | None, float | None]:
+def _mean_interval(values: Sequence[float | None]) -> tuple[float | None, float | None]:
     """Mean and its 95 % Student-t half-width (None with fewer than 2 values)."""
     from ngb.core.intervals import t_quantile
 
@@ -453,7 +468,7 @@ def cpu_usage(data: FigureData) -> FigureSpec:
         trials=rows,
     )
     several = len({r["device"] for r in rows}) > 1
-    keyed = group(rows, "device", "family")
+    keyed = group_by(rows, lambda r: (r["device"], r.get("family")))
     groups = sorted(keyed, key=lambda k: (str(k[1]), k[0]))
     names = [f"{f}@{d}" if several else str(f) for d, f in groups]
     compilers = _compilers(rows)
@@ -463,19 +478,19 @@ def cpu_usage(data: FigureData) -> FigureSpec:
         for key in groups:
             cell = keyed[key]
             mean, std = _mean_std(
-                [r["cpu_percent_mean"] for r in cell if r["compiler"] == compiler]
+                [r.get("cpu_percent_mean") for r in cell if r["compiler"] == compiler]
             )
             u_vals.append(mean)
             u_errs.append(std)
             base = {
-                (r["label"], r["batch"], r["target"]): r["cpu_percent_mean"]
+                (r["label"], r["batch"], r.get("target")): known(r.get("cpu_percent_mean"))
                 for r in cell
                 if r["compiler"] == data.baseline
             }
-            diffs = [
-                base[(r["label"], r["batch"], r["target"])] - r["cpu_percent_mean"]
+            diffs: list[float | None] = [
+                base[(r["label"], r["batch"], r.get("target"))] - known(r.get("cpu_percent_mean"))
                 for r in cell
-                if r["compiler"] == compiler and (r["label"], r["batch"], r["target"]) in base
+                if r["compiler"] == compiler and (r["label"], r["batch"], r.get("target")) in base
             ]
             mean, half = _mean_interval(diffs)
             s_vals.append(mean)
@@ -505,7 +520,9 @@ def cpu_usage(data: FigureData) -> FigureSpec:
 
 def reversals(data: FigureData) -> FigureSpec:
     report = report_dlas.reversals(data)
-    lookup = {(t["device"], t["label"], t["compiler"], t["batch"]): t for t in _usable(data)}
+    lookup: dict[tuple[object, ...], FigureTrial] = {
+        (t["device"], t["label"], t["compiler"], t["batch"]): t for t in _usable(data)
+    }
     spec = FigureSpec(
         "fig01-reversals",
         "Fig. 1: ranking reversals between models",
@@ -514,9 +531,9 @@ def reversals(data: FigureData) -> FigureSpec:
         "interval of either order's ratio includes 1).",
     )
 
-    def strength(row: list[Any]) -> tuple[bool, float]:
-        _, _, _, _, _, ia, ib, ca, cb, flip = row
-        return (flip != "significant", -(math.log(ia / ib) + math.log(cb / ca)))
+    def strength(row: Sequence[object]) -> tuple[bool, float]:
+        ia, ib, ca, cb = (known(v) for v in row[5:9])
+        return (row[9] != "significant", -(math.log(ia / ib) + math.log(cb / ca)))
 
     rows = sorted(report.tables[0].rows, key=strength)
     if len(rows) > MAX_REVERSAL_PANELS:
@@ -524,7 +541,7 @@ def reversals(data: FigureData) -> FigureSpec:
             f"{len(rows) - MAX_REVERSAL_PANELS} more pairs in `ngb report reversals` (the "
             f"{MAX_REVERSAL_PANELS} strongest are drawn)"
         )
-    used: list[dict[str, Any]] = []
+    used: list[FigureTrial] = []
     for device, batch, compiler, a, b, ia, ib, ca, cb, flip in rows[:MAX_REVERSAL_PANELS]:
         lines = []
         for model, ident, comp in ((a, ia, ca), (b, ib, cb)):
@@ -534,11 +551,12 @@ def reversals(data: FigureData) -> FigureSpec:
             ]
             used += [t for t in trials if t is not None]
             errs = [_sym(t) for t in trials]
-            lines.append(Line(model, [0, 1], [ident, comp], errs, [flip != "significant"] * 2))
+            ys = [known(ident), known(comp)]
+            lines.append(Line(str(model), [0, 1], ys, errs, [flip != "significant"] * 2))
         several = len({r[0] for r in rows}) > 1
         title = f"b{batch}: {compiler}, {flip}" + (f" [{device}]" if several else "")
         spec.panels.append(
-            LinePanel(title, lines, "", "samples/s", xticklabels=[data.baseline, compiler])
+            LinePanel(title, lines, "", "samples/s", xticklabels=[data.baseline, str(compiler)])
         )
     spec.trials = used
     if not rows:

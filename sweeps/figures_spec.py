@@ -7,9 +7,24 @@ numbers without drawing and lets the TUI or HTML report reuse either half.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ngb.sweeps.rows import TrialRow
+
 ErrorBar = tuple[float, float] | None  # (below, above) the value
+
+
+class FigureTrial(TrialRow, total=False):
+    """A report trial with what the figures add to it (``figures_data.FigureData``)."""
+
+    n_reps: int | None
+    unstable: bool | None
+    workers: int | None
+    measure: Mapping[str, object]
+    ngb_version: str | None
+    ci_half: float | None
+    ci_source: str
 
 
 @dataclass
@@ -85,4 +100,4 @@ class FigureSpec:
     description: str
     panels: list[Panel] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    trials: list[dict] = field(default_factory=list)
+    trials: list[FigureTrial] = field(default_factory=list)

@@ -13,12 +13,21 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
+from ngb.sweeps.rows import StoreRow, TrialRow
+
+if TYPE_CHECKING:
+    from ngb.devices.pricing import Price
+    from ngb.sweeps.store import Store
+
+R = TypeVar("R", bound=Mapping[str, object])
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 # What identifies one measured point across runs (the "newest wins" partition).
 POINT_COLUMNS = (
@@ -81,7 +90,7 @@ class Cell:
 
 @dataclass
 class Table:
-    """One table of a report. Row values are str/int/float/None or ``Cell``."""
+    """One table of a report. StoreRow values are str/int/float/None or ``Cell``."""
 
     title: str
     columns: list[str]
@@ -101,7 +110,7 @@ class Report:
 PRECISION_MARK = "≠prec"
 
 
-def precision_of(row: Mapping[str, Any]) -> str:
+def precision_of(row: Mapping[str, object]) -> str:
     """The precision a trial ran at, as recorded ("?" for results stored before it was)."""
     return str(row.get("precision") or "?")
 
@@ -117,7 +126,7 @@ class PrecisionMarks:
         self.pairs: set[tuple[str, str, str, str]] = set()  # (compiler, its precision, base, its)
 
     def mark(
-        self, cell: Cell | None, row: Mapping[str, Any], base: Mapping[str, Any]
+        self, cell: Cell | None, row: Mapping[str, object], base: Mapping[str, object]
     ) -> Cell | None:
         """``cell`` (a ratio of ``row`` over ``base``), with ``PRECISION_MARK`` in its note when
         the two ran at different precisions. An unrecorded precision (results stored before it
@@ -142,7 +151,7 @@ class PrecisionMarks:
         )
 
 
-def model_label(row: dict[str, Any]) -> str:
+def model_label(row: Mapping[str, object]) -> str:
     """``resnet18`` or, for blocks, ``conv64x3`` (kind, width, depth) as in ``TrialSpec.label``;
     an input-size override is appended (``resnet18@160``) so differently sized runs stay apart."""
     if row.get("width") is not None and row.get("model") in ("conv", "mha"):
@@ -157,15 +166,30 @@ def finite(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+def known(value: object) -> float:
+    """A finite number as float, anything else NaN (for rows already filtered by ``finite``)."""
+    return float(value) if finite(value) else math.nan
+
+
+def mean_throughput(row: Mapping[str, object]) -> float:
+    """The row's mean throughput (NaN where it has none)."""
+    return known(row.get("throughput_mean"))
+
+
+def positive(value: object) -> TypeGuard[float]:
+    """A real number above 0 (a throughput a ratio can divide by)."""
+    return finite(value) and value > 0
+
+
 class ReportData:
     """Trials (newest per point) and their repetition samples for one report request."""
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         run_id: str | None = None,
         device: str | None = None,
-        prices: dict[str, Any] | None = None,  # device -> Price; None: from the inventory
+        prices: dict[str, Price] | None = None,  # device -> Price; None: from the inventory
     ):
         self.store = store
         self.run_id = run_id
@@ -179,10 +203,10 @@ class ReportData:
             known = [r[0] for r in rows]
             if device not in known:
                 raise UnknownNameError("device", device, known)
-        self._trials: list[dict[str, Any]] | None = None
+        self._trials: list[TrialRow] | None = None
         self._samples: dict[tuple[str, str, str], list[float]] | None = None
         self._baseline: str | None = None
-        self._prices: dict[str, Any] | None = prices
+        self._prices: dict[str, Price] | None = prices
         self.baseline_note = ""  # set when the runs in scope name different baselines
 
     @property
@@ -212,7 +236,7 @@ class ReportData:
         return f"{self.baseline} (allocator: {' / '.join(found)})"
 
     @property
-    def prices(self) -> dict[str, Any]:
+    def prices(self) -> dict[str, Price]:
         """Device -> ``ngb.devices.pricing.Price`` from the inventory (priced devices only)."""
         if self._prices is None:
             from ngb.devices.inventory import load_inventory
@@ -244,7 +268,7 @@ class ReportData:
             )
         return DEFAULT_BASELINE
 
-    def _where(self, alias: str = "") -> tuple[str, list[Any]]:
+    def _where(self, alias: str = "") -> tuple[str, list[str]]:
         prefix = f"{alias}." if alias else ""
         clauses, params = [f"{prefix}status = 'ok'"], []
         if self.run_id is not None:
@@ -255,7 +279,7 @@ class ReportData:
             params.append(self.device)
         return " AND ".join(clauses), params
 
-    def _latest_sql(self) -> tuple[str, list[Any]]:
+    def _latest_sql(self) -> tuple[str, list[str]]:
         where, params = self._where()
         partition = ", ".join(POINT_COLUMNS)
         columns = ", ".join((*POINT_COLUMNS, *_TRIAL_COLUMNS))
@@ -266,7 +290,7 @@ class ReportData:
         )
         return sql, params
 
-    def trials(self) -> list[dict[str, Any]]:
+    def trials(self) -> Sequence[TrialRow]:
         """Successful trials, newest per point, as dicts (``extra`` decoded)."""
         if self._trials is None:
             sql, params = self._latest_sql()
@@ -277,11 +301,12 @@ class ReportData:
                 extra = item.get("extra")
                 item["extra"] = json.loads(extra) if isinstance(extra, str) and extra else {}
                 item["label"] = model_label(item)
-                out.append(item)
+                # the columns selected above, typed as the schema declares them
+                out.append(cast(TrialRow, item))
             self._trials = out
         return self._trials
 
-    def samples(self, trial: dict[str, Any]) -> list[float]:
+    def samples(self, trial: TrialRow) -> list[float]:
         """Per-repetition throughputs of one trial (empty when none were stored)."""
         if self._samples is None:
             sql, params = self._latest_sql()
@@ -298,7 +323,7 @@ class ReportData:
             }
         return self._samples.get((trial["run_id"], trial["device"], trial["key"]), [])
 
-    def probes(self) -> list[dict[str, Any]]:
+    def probes(self) -> list[StoreRow]:
         """The newest probe of each device (honours ``--device``)."""
         where, params = ("WHERE device = ?", [self.device]) if self.device else ("", [])
         columns, rows = self.store.query(
@@ -318,15 +343,21 @@ class ReportData:
         return out
 
 
-def group(rows: Sequence[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], list[dict]]:
-    """Rows grouped by the given columns, groups in first-seen order."""
-    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+def group(rows: Iterable[R], *keys: str) -> dict[tuple[object, ...], list[R]]:
+    """Rows grouped by the given columns, groups in first-seen order (``group_by`` keeps the
+    key's types where a caller reads them back)."""
+    return group_by(rows, lambda row: tuple(row[k] for k in keys))
+
+
+def group_by(rows: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """Rows grouped by ``key(row)`` (a tuple of columns, typically), groups in first-seen order."""
+    out: dict[K, list[T]] = {}
     for row in rows:
-        out.setdefault(tuple(row[k] for k in keys), []).append(row)
+        out.setdefault(key(row), []).append(row)
     return out
 
 
-def _allocator_name(extra: dict[str, Any]) -> str:
+def _allocator_name(extra: Mapping[str, object]) -> str:
     """``system`` / ``retain`` / ``unrecorded`` from what a trial recorded (``extra["allocator"]``:
     "system", "glibc retain (M_MMAP_MAX=0, ...)", "system (mallopt unavailable)")."""
     text = str(extra.get("allocator") or "")

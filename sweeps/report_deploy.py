@@ -20,20 +20,36 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ngb.sweeps import derived
 from ngb.sweeps.numbers import printed_interval
-from ngb.sweeps.report_data import Cell, Report, ReportData, Table, finite, group, precision_of
+from ngb.sweeps.report_data import (
+    Cell,
+    Report,
+    ReportData,
+    Table,
+    finite,
+    group_by,
+    mean_throughput,
+    precision_of,
+)
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, compiler_order, throughput_cell
 from ngb.sweeps.report_paper import cell as derived_cell
+from ngb.sweeps.rows import TrialRow
 
 #: the upper end of a break-even interval whose speed-up interval reaches 1: never pays back
 _NEVER = 1e30
-_SAME_POINT = ("device", "model", "width", "depth", "batch", "target", "input_size", "optimisation")
 
 
-def cost_cell(data: ReportData, row: dict[str, Any]) -> Cell:
+def _same_point(r: TrialRow) -> tuple[str, str, object, object, int, object, object, object]:
+    """The point a compiler's break-even is computed at: everything but the compiler."""
+    return (
+        r["device"], r["model"], r.get("width"), r.get("depth"), r["batch"], r.get("target"),
+        r.get("input_size"), r.get("optimisation"),
+    )  # fmt: skip
+
+
+def cost_cell(data: ReportData, row: TrialRow) -> Cell:
     """Cost per million inferences ± the half-width carried over from the throughput's interval."""
     from ngb.devices.pricing import cost_per_million
 
@@ -47,7 +63,7 @@ def cost_cell(data: ReportData, row: dict[str, Any]) -> Cell:
     return Cell(est.value, est.half_width, "" if tput.std is not None else "n<2")
 
 
-def energy_cell(row: dict[str, Any], scale: float = 1000.0) -> Cell:
+def energy_cell(row: TrialRow, scale: float = 1000.0) -> Cell:
     """Energy per sample in mJ ± its interval over processes (None without a meter)."""
     value = _scaled(row.get("energy_j_per_sample"), scale)
     if value is None:
@@ -55,8 +71,8 @@ def energy_cell(row: dict[str, Any], scale: float = 1000.0) -> Cell:
     return Cell(value, _scaled(row.get("energy_j_per_sample_ci_half"), scale))
 
 
-def _scaled(value: Any, scale: float = 1.0) -> float | None:
-    return float(value) * scale if value is not None and finite(value) else None
+def _scaled(value: object, scale: float = 1.0) -> float | None:
+    return float(value) * scale if finite(value) else None
 
 
 def energy(data: ReportData) -> Report:
@@ -69,7 +85,7 @@ def energy(data: ReportData) -> Report:
     )  # fmt: skip
     for r in rows:
         table.rows.append(
-            [r["device"], r["label"], r["compiler"], r["batch"], r["optimisation"] or "none",
+            [r["device"], r["label"], r["compiler"], r["batch"], r.get("optimisation") or "none",
              precision_of(r), throughput_cell(data, r), cost_cell(data, r), energy_cell(r),
              _scaled(r.get("energy_above_idle_j_per_sample"), 1000.0),
              _scaled(r.get("samples_per_j")), _scaled(r.get("power_w_mean")),
@@ -83,8 +99,8 @@ def energy(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("energy", "Energy and cost per inference", [table])
-    by_device = group([r for r in rows if not finite(r.get("energy_j_per_sample"))], "device")
-    for (device,), missing in by_device.items():
+    without = [r for r in rows if not finite(r.get("energy_j_per_sample"))]
+    for device, missing in group_by(without, lambda r: r["device"]).items():
         reasons = sorted(
             {str(r.get("energy_note") or "no power meter: not recorded") for r in missing}
         )
@@ -100,7 +116,7 @@ def energy(data: ReportData) -> Report:
     return report
 
 
-def one_time_s(row: dict[str, Any]) -> float | None:
+def one_time_s(row: TrialRow) -> float | None:
     """Export + compile (tuning included) seconds; None when neither was recorded."""
     parts = [_scaled(row.get("export_s")), _scaled(row.get("compile_s"))]
     known = [p for p in parts if p is not None]
@@ -110,26 +126,26 @@ def one_time_s(row: dict[str, Any]) -> float | None:
 class BreakEven:
     """N inferences (with its interval) for one compiler row against its baseline row."""
 
-    def __init__(self, data: ReportData, row: dict[str, Any], base: dict[str, Any]) -> None:
+    def __init__(self, data: ReportData, row: TrialRow, base: TrialRow) -> None:
         self.row, self.base = row, base
         self.extra_s: float | None = None
         self.value: float | None = None
         self.low = self.high = math.nan
         self.status = "-"  # never | at once | a number | - (unknown)
         once, base_once = one_time_s(row), one_time_s(base)
-        t_c, t_b = row["throughput_mean"], base["throughput_mean"]
+        t_c, t_b = mean_throughput(row), mean_throughput(base)
         if once is None or base_once is None or not (t_b > 0 and t_c > 0):
             return
-        self.extra_s = once - base_once
+        self.extra_s = extra_s = once - base_once
         speedup = derived.speedup(row, base)
         faster = t_c > t_b and (speedup.half is None or speedup.significant is True)
         if not faster:
             self.status = "never"
             return
-        if self.extra_s <= 0:
+        if extra_s <= 0:
             self.status, self.value = "at once", 0.0
             return
-        self.value = self.extra_s / (1 / t_b - 1 / t_c)
+        self.value = extra_s / (1 / t_b - 1 / t_c)
         self.status = "number"
         if speedup.half is None:
             return
@@ -139,7 +155,7 @@ class BreakEven:
         s_low, s_high = printed_interval(speedup.value, speedup.half)
 
         def pays_back_after(s: float) -> float:
-            return self.extra_s * t_b * s / (s - 1) if s > 1 else _NEVER  # type: ignore[operator]
+            return extra_s * t_b * s / (s - 1) if s > 1 else _NEVER
 
         self.low, self.high = pays_back_after(s_high), pays_back_after(s_low)
 
@@ -148,7 +164,7 @@ class BreakEven:
         """N at the compiler's throughput, in hours."""
         if self.value is None:
             return None
-        return self.value / self.row["throughput_mean"] / 3600
+        return self.value / mean_throughput(self.row) / 3600
 
     def text(self) -> str:
         if self.status != "number" or self.value is None:
@@ -171,7 +187,7 @@ def breakeven(data: ReportData) -> Report:
          "speed-up", "break-even (inferences)", "95 % interval", "at full load (h)"],
     )  # fmt: skip
     for _key, cell in sorted(
-        group(rows, *_SAME_POINT).items(),
+        group_by(rows, _same_point).items(),
         key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][4], str(kv[0][7])),
     ):
         base = next((r for r in cell if r["compiler"] == base_name), None)
@@ -184,8 +200,8 @@ def breakeven(data: ReportData) -> Report:
             speed = derived_cell(derived.speedup(r, base))
             hours = even.hours
             table.rows.append(
-                [r["device"], r["label"], r["compiler"], r["batch"], r["optimisation"] or "none",
-                 even.extra_s, speed,
+                [r["device"], r["label"], r["compiler"], r["batch"],
+                 r.get("optimisation") or "none", even.extra_s, speed,
                  even.text(), even.interval_text(), hours]
             )  # fmt: skip
     table.notes.append(

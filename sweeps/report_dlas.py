@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Any
 
 from ngb.core.optimise import percent_of_expected
 from ngb.sweeps import derived
@@ -28,18 +27,26 @@ from ngb.sweeps.report_data import (
     ReportData,
     Table,
     finite,
-    group,
+    group_by,
+    mean_throughput,
 )
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE, cell, compiler_order, verdict_text
+from ngb.sweeps.rows import TrialRow, mapping
 
-_SAME_POINT = ("device", "model", "width", "depth", "compiler", "batch", "target", "input_size")
+
+def _same_point(r: TrialRow) -> tuple[object, ...]:
+    """What an optimised trial is compared against: the same point without the optimisation."""
+    return (
+        r["device"], r["model"], r.get("width"), r.get("depth"), r["compiler"], r["batch"],
+        r.get("target"), r.get("input_size"),
+    )  # fmt: skip
 
 
-def _label(row: dict[str, Any]) -> str:
+def _label(row: TrialRow) -> str:
     return row["label"]
 
 
-def _kind(row: dict[str, Any]) -> str:
+def _kind(row: TrialRow) -> str:
     """What may be ranked against what: timm models together, blocks only with the same kind."""
     return row["model"] if row["model"] in ("conv", "mha") else "timm"
 
@@ -50,9 +57,7 @@ _NUMBER_FORMATS = ("fp16", "bf16", "int8")
 
 def dlas(data: ReportData) -> Report:
     rows = [r for r in data.trials() if finite(r.get("throughput_mean"))]
-    baseline = {
-        tuple(r[k] for k in _SAME_POINT): r for r in rows if (r["optimisation"] or "none") == "none"
-    }
+    baseline = {_same_point(r): r for r in rows if (r.get("optimisation") or "none") == "none"}
     table = Table(
         "DLAS: achieved vs expected speed-up per optimisation",
         ["device", "model", "compiler", "batch", "optimisation", "T none", "T opt", "achieved",
@@ -65,34 +70,33 @@ def dlas(data: ReportData) -> Report:
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("dlas", "DLAS optimisation axis", [table])
     marks = PrecisionMarks("none")
-    optimised = [r for r in rows if (r["optimisation"] or "none") != "none"]
+    optimised = [r for r in rows if (r.get("optimisation") or "none") != "none"]
     optimised.sort(
         key=lambda r: (r["device"], _label(r), compiler_order(r["compiler"]), r["batch"],
-                       r["optimisation"])
+                       r.get("optimisation") or "")
     )  # fmt: skip
     for r in optimised:
-        base = baseline.get(tuple(r[k] for k in _SAME_POINT))
-        if base is None or base["throughput_mean"] <= 0:
+        base = baseline.get(_same_point(r))
+        if base is None or mean_throughput(base) <= 0:
             report.notes.append(
                 f"{r['device']} {_label(r)} {r['compiler']} b{r['batch']} {r['optimisation']}: "
                 "no baseline without optimisation"
             )
             continue
-        achieved = r["throughput_mean"] / base["throughput_mean"]
-        facts = r["extra"].get("optimisation") if isinstance(r["extra"], dict) else None
-        expected = (facts or {}).get("expected_speedup")
+        achieved = mean_throughput(r) / mean_throughput(base)
+        expected = mapping(mapping(r.get("extra")).get("optimisation")).get("expected_speedup")
         percent = percent_of_expected(achieved, expected) if finite(expected) else None
         ratio = derived.speedup(r, base)
-        if r["optimisation"] in _NUMBER_FORMATS:  # there, a new precision is the point
+        if r.get("optimisation") in _NUMBER_FORMATS:  # there, a new precision is the point
             ratio = derived.Derived(
                 ratio.estimate, tuple(f for f in ratio.flags if f != derived.PRECISION_MARK), 1.0
             )
         achieved_cell = cell(ratio)
-        if r["optimisation"] not in _NUMBER_FORMATS:
+        if r.get("optimisation") not in _NUMBER_FORMATS:
             achieved_cell = marks.mark(achieved_cell, r, base)
         table.rows.append(
-            [r["device"], _label(r), r["compiler"], r["batch"], r["optimisation"],
-             base["throughput_mean"], r["throughput_mean"], achieved_cell,
+            [r["device"], _label(r), r["compiler"], r["batch"], r.get("optimisation"),
+             mean_throughput(base), mean_throughput(r), achieved_cell,
              expected if finite(expected) else None, percent, verdict_text(r)]
         )  # fmt: skip
     marks.add_note(table)
@@ -103,7 +107,7 @@ def reversals(data: ReportData) -> Report:
     rows = [
         r
         for r in data.trials()
-        if (r["optimisation"] or "none") == "none" and finite(r.get("throughput_mean"))
+        if (r.get("optimisation") or "none") == "none" and finite(r.get("throughput_mean"))
     ]
     table = Table(
         "Ranking reversals: model order under identity flips under a compiler",
@@ -117,10 +121,12 @@ def reversals(data: ReportData) -> Report:
         "compiler) excludes 1, else n.s."
     )
     for (device, _target, batch), at_batch in sorted(
-        group(rows, "device", "target", "batch").items(), key=lambda kv: (kv[0][0], kv[0][2])
+        group_by(rows, lambda r: (r["device"], r.get("target"), r["batch"])).items(),
+        key=lambda kv: (kv[0][0], kv[0][2]),
     ):
         by_compiler = {
-            c: {_label(r): r for r in rs} for (c,), rs in group(at_batch, "compiler").items()
+            c: {_label(r): r for r in rs}
+            for c, rs in group_by(at_batch, lambda r: r["compiler"]).items()
         }
         identity = by_compiler.get(base)
         if not identity:
@@ -135,19 +141,20 @@ def reversals(data: ReportData) -> Report:
                     continue
                 a, b = (
                     (x, y)
-                    if identity[x]["throughput_mean"] > identity[y]["throughput_mean"]
+                    if mean_throughput(identity[x]) > mean_throughput(identity[y])
                     else (y, x)
                 )
                 ia, ib, ca, cb = identity[a], identity[b], mine[a], mine[b]
-                if not (ia["throughput_mean"] > ib["throughput_mean"]
-                        and ca["throughput_mean"] < cb["throughput_mean"]):  # fmt: skip
+                if not (
+                    mean_throughput(ia) > mean_throughput(ib)
+                    and mean_throughput(ca) < mean_throughput(cb)
+                ):
                     continue
                 eager = derived.speedup(ia, ib)  # T_A / T_B
                 compiled = derived.speedup(cb, ca)  # T_B / T_A
                 flip = "significant" if eager.significant and compiled.significant else "n.s."
                 table.rows.append(
-                    [device, batch, compiler, a, b, ia["throughput_mean"], ib["throughput_mean"],
-                     ca["throughput_mean"], cb["throughput_mean"], flip]
+                    [device, batch, compiler, a, b, *map(mean_throughput, (ia, ib, ca, cb)), flip]
                 )  # fmt: skip
     report = Report("reversals", "Ranking-reversal finder", [table])
     if not table.rows:

@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TypeVar
 
 from ngb.sweeps import derived
 from ngb.sweeps.derived import Derived
@@ -45,9 +46,16 @@ from ngb.sweeps.report_data import (
     ReportData,
     Table,
     finite,
-    group,
+    group_by,
+    positive,
     precision_of,
 )
+from ngb.sweeps.rows import TrialRow, mapping
+
+R = TypeVar("R", bound=Mapping[str, object])
+#: ``(device, label, target, input_size)`` -> ``{compiler: {batch: trial row}}``
+BatchKey = tuple[str, str, str | None, int | None]
+PerCompiler = dict[str, dict[int, TrialRow]]
 
 FAMILY_BATCH_GROUPS: dict[str, tuple[int, int]] = {"2-4": (2, 4), "8-16": (8, 16)}
 BLOCK_FAMILY = "block"
@@ -62,20 +70,20 @@ def compiler_order(name: str) -> tuple[int, str]:
     return (names.index(name) if name in names else len(names), name)
 
 
-def plain(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def plain(rows: Sequence[R]) -> list[R]:
     """Trials without an optimisation applied."""
     return [r for r in rows if (r.get("optimisation") or "none") == "none"]
 
 
-def mean_std(values: Sequence[float]) -> Cell:
-    values = [v for v in values if finite(v)]
-    if not values:
+def mean_std(values: Sequence[float | None]) -> Cell:
+    known = [v for v in values if finite(v)]
+    if not known:
         return Cell(None)
-    std = statistics.stdev(values) if len(values) > 1 else None
-    return Cell(statistics.fmean(values), std)
+    std = statistics.stdev(known) if len(known) > 1 else None
+    return Cell(statistics.fmean(known), std)
 
 
-def significance_note(data: ReportData, a: dict[str, Any], b: dict[str, Any]) -> str:
+def significance_note(data: ReportData, a: Mapping[str, object], b: Mapping[str, object]) -> str:
     """ "" when T_a / T_b differs from 1 (its printed interval excludes 1, the tables' "n.s."
     test, ``ngb.sweeps.derived``), "n.s." when it does not, "n<2" when it cannot be known."""
     flags = derived.speedup(a, b).flags
@@ -94,7 +102,7 @@ def cell(value: Derived | None) -> Cell | None:
     return Cell(value.value, value.half, " ".join(value.flags))
 
 
-def throughput_cell(data: ReportData, row: dict[str, Any]) -> Cell | None:
+def throughput_cell(data: ReportData, row: Mapping[str, object]) -> Cell | None:
     """A trial's mean throughput ± its own stored interval."""
     return cell(derived.throughput(row))
 
@@ -119,12 +127,12 @@ def testbed(data: ReportData) -> Report:
         "Table II: software and compilers", ["device", *VERSION_LIBRARIES, "compilers"]
     )
     for p in probes:
-        probe = p.get("probe")
-        raw: dict[str, Any] = probe if isinstance(probe, dict) else {}
+        raw = mapping(p.get("probe"))
         cores = p.get("cpu_cores") or raw.get("cores_logical")
         ram = p.get("ram_gb")
-        if ram is None and finite(raw.get("ram_mb")):
-            ram = raw["ram_mb"] / 1024
+        ram_mb = raw.get("ram_mb")
+        if ram is None and finite(ram_mb):
+            ram = ram_mb / 1024
         gpus = p.get("gpu") if p.get("gpu") is not None else raw.get("gpus")
         if isinstance(gpus, list):  # the probe's list of GPUs (empty on CPU-only devices)
             gpus = ", ".join(str(g.get("name", g) if isinstance(g, dict) else g) for g in gpus)
@@ -133,9 +141,9 @@ def testbed(data: ReportData) -> Report:
             [p["device"], p.get("hostname"), p.get("cpu_model") or raw.get("cpu_model"), cores,
              ram, gpu or "-", p.get("os"), p.get("python")]
         )  # fmt: skip
-        versions: dict[str, Any] = p["versions"] if isinstance(p.get("versions"), dict) else {}
-        compilers: dict[str, Any] = p["compilers"] if isinstance(p.get("compilers"), dict) else {}
-        available = [n for n, info in compilers.items() if (info or {}).get("available")]
+        versions = mapping(p.get("versions"))
+        compilers = mapping(p.get("compilers"))
+        available = [n for n, info in compilers.items() if mapping(info).get("available")]
         software.rows.append(
             [p["device"], *(versions.get(lib, "-") for lib in VERSION_LIBRARIES),
              ", ".join(available) or "-"]
@@ -154,16 +162,18 @@ def compile_times(data: ReportData) -> Report:
     compilers = sorted({r["compiler"] for r in rows}, key=compiler_order)
     table = Table("Table III: compile time (s)", ["device", "model", "batch", *compilers])
     table.notes.append("export + compile seconds (MetaSchedule tuning included in compile)")
-    for (device, label, batch), cell_rows in group(rows, "device", "label", "batch").items():
+    cells = group_by(rows, lambda r: (r["device"], r["label"], r["batch"]))
+    for (device, label, batch), cell_rows in cells.items():
         by_compiler = {r["compiler"]: r for r in cell_rows}
-        values: list[Any] = []
+        values: list[float | None] = []
         for name in compilers:
             r = by_compiler.get(name)
-            if r is None or not finite(r.get("compile_s")):
+            compile_s = r.get("compile_s") if r is not None else None
+            if r is None or not finite(compile_s):
                 values.append(None)
                 continue
-            export = r["export_s"] if finite(r.get("export_s")) else 0.0
-            values.append(export + r["compile_s"])
+            export = r.get("export_s")
+            values.append((export if finite(export) else 0.0) + compile_s)
         table.rows.append([device, label, batch, *values])
     table.rows.sort(key=lambda row: (row[0], row[1], row[2]))
     return Report("compile-times", "Compile and tuning time (Table III)", [table])
@@ -184,7 +194,7 @@ def families(data: ReportData) -> Report:
         "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide; "
         "CI = the mean T ± its 95 % interval from the trials' own intervals"
     )
-    keyed = group(rows, "device", "family", "compiler")
+    keyed = group_by(rows, lambda r: (r["device"], r.get("family") or "", r["compiler"]))
     for device, family, compiler in sorted(keyed, key=lambda k: (k[0], k[1], compiler_order(k[2]))):
         cells = keyed[(device, family, compiler)]
         tput, cpu = [], []
@@ -208,34 +218,54 @@ def families(data: ReportData) -> Report:
 # ---------------------------------------------------------------- depth
 
 
+@dataclass(frozen=True)
+class _DepthSeries:
+    """One compiler's block series: its trials and the baseline's, by depth."""
+
+    device: str
+    block: str
+    width: int
+    batch: int
+    compiler: str
+    mine: dict[int, TrialRow]
+    identity: dict[int, TrialRow]
+
+
+def _by_depth(rows: Sequence[TrialRow]) -> dict[int, TrialRow]:
+    """Block trials by depth (a block trial without one ran at depth 1, as its label says)."""
+    return {r.get("depth") or 1: r for r in rows}
+
+
 def depth(data: ReportData) -> Report:
     rows = [
         r
         for r in plain(data.trials())
-        if r["model"] in ("conv", "mha")
-        and r.get("width")
-        and finite(r.get("throughput_mean"))
-        and r["throughput_mean"] > 0
+        if r["model"] in ("conv", "mha") and r.get("width") and positive(r.get("throughput_mean"))
     ]
     base = data.baseline
     skipped: list[str] = []
-    # (device, block, width, batch, compiler, its trials by depth, the baseline's by depth)
-    series: list[tuple[Any, ...]] = []
-    keyed = group(rows, "device", "model", "width", "batch", "target", "input_size")
+    series: list[_DepthSeries] = []
+    keyed = group_by(
+        rows,
+        lambda r: (
+            r["device"], r["model"], r.get("width") or 0, r["batch"], r.get("target"),
+            r.get("input_size"),
+        ),
+    )  # fmt: skip
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
-        by_compiler = group(keyed[key], "compiler")
-        identity = {r["depth"]: r for r in by_compiler.get((base,), [])}
+        by_compiler = group_by(keyed[key], lambda r: r["compiler"])
+        identity = _by_depth(by_compiler.get(base, []))
         if not identity:
             skipped.append(f"{device} {block}{width} b{batch}: no {base} baseline")
             continue
-        for (compiler,) in sorted(by_compiler, key=lambda k: compiler_order(k[0])):
+        for compiler in sorted(by_compiler, key=compiler_order):
             if compiler != base:
-                mine = {r["depth"]: r for r in by_compiler[(compiler,)]}
-                series.append((device, block, width, batch, compiler, mine, identity))
+                mine = _by_depth(by_compiler[compiler])
+                series.append(_DepthSeries(device, block, width, batch, compiler, mine, identity))
 
-    def shared(entry: tuple[Any, ...]) -> list[int]:
-        return sorted(set(entry[5]) & set(entry[6]))
+    def shared(entry: _DepthSeries) -> list[int]:
+        return sorted(set(entry.mine) & set(entry.identity))
 
     # A series measured at one depth says nothing about depth (its speed-up is in `bsr`): once
     # some series has two depths or more, the one-depth ones are left out, and counted.
@@ -260,9 +290,10 @@ def depth(data: ReportData) -> Report:
         )
     marks = PrecisionMarks(base)
     for entry in series:
-        device, block, width, batch, compiler, mine, identity = entry
+        device, block, width, batch = entry.device, entry.block, entry.width, entry.batch
+        compiler, mine, identity = entry.compiler, entry.mine, entry.identity
         both = shared(entry)
-        cells: list[Any] = []
+        cells: list[Cell | None] = []
         for d in depths:
             if d not in both:
                 cells.append(None)
@@ -286,20 +317,18 @@ def depth(data: ReportData) -> Report:
 # ---------------------------------------------------------------- batch scaling
 
 
-def _batch_groups(
-    data: ReportData,
-) -> dict[tuple[Any, ...], dict[str, dict[int, dict[str, Any]]]]:
+def _batch_groups(data: ReportData) -> dict[BatchKey, PerCompiler]:
     """``{(device, label, target, input_size): {compiler: {batch: trial row}}}``."""
-    out: dict[tuple[Any, ...], dict[str, dict[int, dict[str, Any]]]] = {}
+    out: dict[BatchKey, PerCompiler] = {}
     for r in plain(data.trials()):
-        if not finite(r.get("throughput_mean")) or r["throughput_mean"] <= 0:
+        if not positive(r.get("throughput_mean")):
             continue
-        key = (r["device"], r["label"], r["target"], r["input_size"])
+        key = (r["device"], r["label"], r.get("target"), r.get("input_size"))
         out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r
     return out
 
 
-def verdict_text(row: Mapping[str, Any]) -> str:
+def verdict_text(row: Mapping[str, object]) -> str:
     """VALID / INVALID (+ "disturbed"), "-" for results stored before verdicts existed."""
     verdict = row.get("verdict")
     if not verdict:
@@ -353,7 +382,7 @@ def ase(data: ReportData) -> Report:
     )
     table.notes.append("ASE = T(b) / (b · T(1)); 1.0 = perfect scaling")
     table.notes.append(UNCERTAINTY_NOTE)
-    rows = []
+    rows: list[tuple[str, str, str, list[Cell | None]]] = []
     for (device, label, _, _), per_compiler in groups.items():
         for compiler, trials in per_compiler.items():
             if 1 not in trials:
@@ -361,9 +390,9 @@ def ase(data: ReportData) -> Report:
             cells: list[Cell | None] = [
                 cell(derived.ase(trials[b], trials[1], b)) if b in trials else None for b in batches
             ]
-            rows.append([device, compiler, label, *cells])
+            rows.append((device, compiler, label, cells))
     rows.sort(key=lambda r: (r[0], compiler_order(r[1]), _label_key(r[2])))
-    table.rows = rows
+    table.rows = [[device, compiler, label, *cells] for device, compiler, label, cells in rows]
     return Report("ase", "Average scaling efficiency (ASE heatmap as a table)", [table])
 
 
@@ -377,6 +406,6 @@ def _label_key(label: str) -> tuple[str, int, int]:
     return (label, 0, 0)
 
 
-def _gkey(item: tuple[tuple[Any, ...], Any]) -> tuple[Any, ...]:
+def _gkey(item: tuple[BatchKey, PerCompiler]) -> tuple[str, tuple[str, int, int]]:
     device, label, _, _ = item[0]
     return (device, _label_key(label))

@@ -20,12 +20,13 @@ A write fails in one of three ways, and each is handled differently by the write
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ngb.core.types import TrialResult
+from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store_errors import DatabaseBusy, RowRejected, StoreUnwritable
 
 __all__ = ["DatabaseBusy", "IngestBatch", "ResultStore", "RowRejected", "StoreUnwritable"]
@@ -38,8 +39,8 @@ class IngestBatch:
     """Results, CPU samples, tuning progress and errors of any runs/devices, written together."""
 
     results: list[tuple[str, str, TrialResult]] = field(default_factory=list)
-    cpu: list[tuple[str, str, Mapping[str, Any]]] = field(default_factory=list)
-    tuning: list[tuple[str, str, str, Mapping[str, Any]]] = field(default_factory=list)
+    cpu: list[tuple[str, str, Event]] = field(default_factory=list)
+    tuning: list[tuple[str, str, str, Event]] = field(default_factory=list)
     errors: list[ErrorRow] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -48,10 +49,10 @@ class IngestBatch:
     def add_result(self, run_id: str, device: str, result: TrialResult) -> None:
         self.results.append((run_id, device, result))
 
-    def add_cpu_sample(self, run_id: str, device: str, event: Mapping[str, Any]) -> None:
+    def add_cpu_sample(self, run_id: str, device: str, event: Event) -> None:
         self.cpu.append((run_id, device, event))
 
-    def add_tuning(self, run_id: str, device: str, key: str, event: Mapping[str, Any]) -> None:
+    def add_tuning(self, run_id: str, device: str, key: str, event: Event) -> None:
         self.tuning.append((run_id, device, key, event))
 
     def add_error(
@@ -74,20 +75,20 @@ class ResultStore(Protocol):
         sweep_toml: str,
         devices: Sequence[str],
         n_trials: int,
-        meta: Mapping[str, Any] | None = None,
+        meta: Event | None = None,
     ) -> bool: ...
 
     def set_run_status(self, run_id: str, status: str) -> None: ...
 
-    def upsert_run_device(self, run_id: str, device: str, **fields: Any) -> None: ...
+    def upsert_run_device(self, run_id: str, device: str, **fields: object) -> None: ...
 
     def write_batch(self, batch: IngestBatch) -> int:
         """Write it in one transaction; returns the number of new trials stored."""
         ...
 
-    def runs(self) -> list[dict[str, Any]]: ...
+    def runs(self) -> list[StoreRow]: ...
 
-    def run_devices(self, run_id: str | None = None) -> list[dict[str, Any]]: ...
+    def run_devices(self, run_id: str | None = None) -> list[StoreRow]: ...
 
     def trials(
         self,
@@ -99,4 +100,4 @@ class ResultStore(Protocol):
         compiler: str | None = None,
         key: str | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[StoreRow]: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +62,7 @@ class RunEvent:
     device: str
     kind: str
     state: str = ""
-    event: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None  # Any: the agent's event as sent (JSON)
     message: str = ""
     done: int | None = None
     failed: int | None = None
@@ -138,7 +139,7 @@ class EventHub:
             sub.close()
 
 
-def event_line(event: dict[str, Any]) -> str:
+def event_line(event: Mapping[str, object]) -> str:
     """A one-line description of an agent event (RunEvent.message for kind "agent")."""
     kind = event.get("type")
     if kind == ev.TRIAL_STARTED:

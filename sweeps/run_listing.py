@@ -19,9 +19,9 @@ What to do with a listed run: ``Orchestrator.attach(run_id)`` follows it (also a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
 
 from ngb.core.errors import NgbError, first_line
 from ngb.devices.inventory import Device
@@ -30,9 +30,11 @@ from ngb.sweeps import device_claim
 from ngb.sweeps.device_claim import Holder
 from ngb.sweeps.device_links import DeviceLinks
 from ngb.sweeps.result_store import ResultStore
+from ngb.sweeps.rows import StoreRow, integer
 from ngb.sweeps.run_state import Run
 
-StoreCall = Callable[..., Awaitable[Any]]
+#: runs a blocking store read off the event loop (``RunWriter.store_call``)
+StoreCall = Callable[[Callable[[], list[StoreRow]]], Awaitable[list[StoreRow]]]
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class RunOverview:
     run_id: str
     sweep_name: str
     status: str  # running, finished, failed, cancelled, detached; "elsewhere" if not in store
-    created_at: Any = None  # datetime (UTC) from the store
+    created_at: datetime | None = None  # UTC, from the store
     followed: bool = False  # this process follows it live
     in_store: bool = True
     devices: tuple[DeviceOverview, ...] = ()
@@ -73,11 +75,11 @@ async def list_runs(
 ) -> list[RunOverview]:
     runs = await store_call(store.runs)
     rows = await store_call(store.run_devices)
-    per_run: dict[str, list[dict[str, Any]]] = {}
+    per_run: dict[str, list[StoreRow]] = {}
     for row in rows:
-        per_run.setdefault(row["run_id"], []).append(row)
+        per_run.setdefault(str(row["run_id"]), []).append(row)
     out = [
-        _from_store(info, per_run.get(info["run_id"], []), live.get(info["run_id"]))
+        _from_store(info, per_run.get(str(info["run_id"]), []), live.get(str(info["run_id"])))
         for info in runs
     ]
     for run_id, run in live.items():  # followed here but not (yet) readable from the store
@@ -103,16 +105,16 @@ async def holders(links: DeviceLinks, devices: list[Device]) -> dict[str, Holder
 
 
 def _from_store(
-    info: Mapping[str, Any], rows: list[dict[str, Any]], run: Run | None
+    info: Mapping[str, object], rows: Sequence[Mapping[str, object]], run: Run | None
 ) -> RunOverview:
     devices = {
-        r["device"]: DeviceOverview(
-            r["device"],
-            r.get("state") or "",
-            int(r.get("n_done") or 0),
-            int(r.get("n_failed") or 0),
-            r.get("n_trials"),
-            r.get("message") or "",
+        str(r["device"]): DeviceOverview(
+            str(r["device"]),
+            str(r.get("state") or ""),
+            integer(r.get("n_done")) or 0,
+            integer(r.get("n_failed")) or 0,
+            integer(r.get("n_trials")),
+            str(r.get("message") or ""),
         )  # fmt: skip
         for r in rows
     }
@@ -121,11 +123,12 @@ def _from_store(
         for name, d in run.devices.items():
             devices[name] = DeviceOverview(name, d.state, d.done, d.failed, len(d.keys) or None,
                                            d.error or d.current)  # fmt: skip
+    created = info.get("created_at")
     return RunOverview(
-        run_id=info["run_id"],
-        sweep_name=info.get("sweep_name") or "",
-        status=run.status if followed and run is not None else info.get("status") or "",
-        created_at=info.get("created_at"),
+        run_id=str(info["run_id"]),
+        sweep_name=str(info.get("sweep_name") or ""),
+        status=run.status if followed and run is not None else str(info.get("status") or ""),
+        created_at=created if isinstance(created, datetime) else None,
         followed=followed,
         devices=tuple(devices[n] for n in sorted(devices)),
     )

@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import Transport
+from ngb.sweeps.rows import integer
 from ngb.sweeps.run_events import CANCELLED, DETACHED, FINAL_STATES, FINISHED, LOST, PENDING
 
 
@@ -42,7 +43,9 @@ class DeviceRun:
     rejected: set[str] = field(default_factory=set)  # results the store could not take as sent
     restarts: int = 0
     restart_base: int = 0  # restarts before this follower attached (the budget is per follow)
-    run_done: dict[str, Any] | None = None
+    run_done: dict[str, Any] | None = (
+        None  # Any: the agent's run_done event (JSON), read by the orchestrator
+    )
     cancel_requested: bool = False
     cancel_sent: bool = False
     error: str | None = None
@@ -52,11 +55,11 @@ class DeviceRun:
     timing: bool = False
     transport: Transport | None = None
     task: asyncio.Task[None] | None = None
-    row_sig: tuple[Any, ...] | None = None  # what the stored run_devices row says (RunWriter)
+    row_sig: tuple[object, ...] | None = None  # what the stored run_devices row says (RunWriter)
     row_offset: int = 0
     row_at: float = 0.0
 
-    def signature(self) -> tuple[Any, ...]:
+    def signature(self) -> tuple[object, ...]:
         """The run_devices facts whose change is worth a write at once (the offset is not)."""
         return (self.state, self.done, self.failed, self.pid, self.started, self.restarts,
                 self.error, self.current, self.agent_path, self.paths)  # fmt: skip
@@ -73,7 +76,7 @@ class DeviceRun:
     def failed(self) -> int:
         return sum(1 for ok in self.results.values() if not ok)
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> dict[str, object]:
         """What ``attach`` needs to pick this device up again (stored in run_devices.extra)."""
         return {
             "run_dir": self.paths.run_dir if self.paths else None,
@@ -86,7 +89,7 @@ class DeviceRun:
 
     @classmethod
     def from_row(
-        cls, run_id: str, device: Device, row: dict[str, Any], *, state: bool = False
+        cls, run_id: str, device: Device, row: Mapping[str, object], *, state: bool = False
     ) -> DeviceRun:
         """What a ``run_devices`` row recorded (``attach`` continues from it); with ``state``,
         its recorded state too (else the device starts as pending)."""
@@ -95,12 +98,13 @@ class DeviceRun:
         if state and row.get("state"):
             dev.state = str(row["state"])
         dev.started = bool(extra.get("started"))
-        dev.offset = int(extra.get("offset") or 0)
-        dev.pid = extra.get("pid")
-        dev.agent_path = extra.get("agent_path")
-        dev.restarts = dev.restart_base = int(extra.get("restarts") or 0)
-        if row.get("workdir") and extra.get("run_dir"):
-            dev.paths = RunPaths(parent_workdir(extra["run_dir"]), run_id)
+        dev.offset = integer(extra.get("offset")) or 0
+        dev.pid = integer(extra.get("pid"))
+        agent_path, run_dir = extra.get("agent_path"), extra.get("run_dir")
+        dev.agent_path = agent_path if isinstance(agent_path, str) else None
+        dev.restarts = dev.restart_base = integer(extra.get("restarts")) or 0
+        if row.get("workdir") and run_dir and isinstance(run_dir, str):
+            dev.paths = RunPaths(parent_workdir(run_dir), run_id)
         return dev
 
 
@@ -116,7 +120,7 @@ class Run:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     watcher: asyncio.Task[None] | None = None
 
-    def device_states(self) -> dict[str, dict[str, Any]]:
+    def device_states(self) -> dict[str, dict[str, object]]:
         """Current state, counts, pid and trial in flight per device."""
         return {
             name: {
@@ -127,7 +131,7 @@ class Run:
             for name, d in self.devices.items()
         }  # fmt: skip
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """What ``Orchestrator.wait`` returns: the run's status and each device's outcome."""
         return {
             "run_id": self.run_id,
@@ -163,9 +167,9 @@ class Run:
 
 
 def resumed_run(
-    info: dict[str, Any],
-    rows: list[dict[str, Any]],
-    stored: list[dict[str, Any]],
+    info: Mapping[str, object],
+    rows: Sequence[Mapping[str, object]],
+    stored: Sequence[Mapping[str, object]],
     resolve: Callable[[list[str]], list[Device]],
     *,
     cancel: bool = False,
@@ -176,23 +180,26 @@ def resumed_run(
     device whose agent never started (the workstation stopped before the launch) gets its trial
     list again from the sweep stored with the run, so it can be started now.
     """
-    run_id = info["run_id"]
+    run_id = str(info["run_id"])
     meta = json_field(info.get("meta"))
+    isolate = meta.get("isolate")
     run = Run(
         run_id=run_id,
-        sweep_name=info.get("sweep_name") or "",
+        sweep_name=str(info.get("sweep_name") or ""),
         keep=bool(meta.get("keep")),
-        isolate=meta.get("isolate"),
+        isolate=isolate if isinstance(isolate, str) else None,
         devices={},
     )
     trials_text: str | None = None
     for row in rows:
-        name = row["device"]
+        name = str(row["device"])
         if row.get("state") in (FINISHED, CANCELLED):
             continue
         dev = DeviceRun.from_row(run_id, resolve([name])[0], row)
         dev.cancel_requested = cancel
-        dev.results = {t["key"]: t.get("status") == "ok" for t in stored if t["device"] == name}
+        dev.results = {
+            str(t["key"]): t.get("status") == "ok" for t in stored if t["device"] == name
+        }
         if not dev.started:
             trials_text = trials_text or _trials_text(info)
             dev.trials_text = trials_text
@@ -202,22 +209,24 @@ def resumed_run(
 
 
 def started_devices(
-    run_id: str, rows: list[dict[str, Any]], resolve: Callable[[list[str]], list[Device]]
+    run_id: str,
+    rows: Sequence[Mapping[str, object]],
+    resolve: Callable[[list[str]], list[Device]],
 ) -> list[DeviceRun]:
     """The unfinished devices of a stored run whose agent was started (run dir known)."""
     devs = [
-        DeviceRun.from_row(run_id, resolve([row["device"]])[0], row, state=True)
+        DeviceRun.from_row(run_id, resolve([str(row["device"])])[0], row, state=True)
         for row in rows
         if row.get("state") not in FINAL_STATES
     ]
     return [dev for dev in devs if dev.paths is not None]
 
 
-def _trials_text(info: dict[str, Any]) -> str:
+def _trials_text(info: Mapping[str, object]) -> str:
     from ngb.sweeps.spec import loads_sweep
 
     try:
-        sweep = loads_sweep(info.get("sweep_toml") or "", source=f"run {info['run_id']}")
+        sweep = loads_sweep(str(info.get("sweep_toml") or ""), source=f"run {info['run_id']}")
     except NgbError as exc:
         raise NgbError(f"run {info['run_id']}: its stored sweep no longer loads: {exc}") from None
     return remote.trials_jsonl(s.to_dict() for s in sweep.trials())
@@ -228,7 +237,7 @@ def new_run_id(sweep_name: str) -> str:
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def json_field(value: Any) -> dict[str, Any]:
+def json_field(value: object) -> dict[str, object]:
     """A JSON column as a dict (the store decodes most; tolerate text and junk)."""
     if isinstance(value, dict):
         return value

@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from ngb.core import events as ev
 from ngb.core.errors import first_line
@@ -50,11 +50,13 @@ from ngb.sweeps.result_store import (
     RowRejected,
     StoreUnwritable,
 )
+from ngb.sweeps.rows import Event
 from ngb.sweeps.run_events import FINAL_STATES, RunEvent
 from ngb.sweeps.run_state import DeviceRun
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # How often a held flush looks whether the local worker's timed loops are over.
 _GAP_POLL_S = 0.25
@@ -70,10 +72,10 @@ class PendingWrites:
     """What one device reported since the last flush (flushed together: the offset follows)."""
 
     results: dict[str, TrialResult] = field(default_factory=dict)
-    cpu: list[dict[str, Any]] = field(default_factory=list)
-    tuning: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    cpu: list[Event] = field(default_factory=list)
+    tuning: dict[str, list[Event]] = field(default_factory=dict)
     errors: list[tuple[str | None, str, str]] = field(default_factory=list)
-    fields: dict[str, Any] = field(default_factory=dict)  # extra run_devices columns
+    fields: dict[str, object] = field(default_factory=dict)  # extra run_devices columns
     dirty: bool = False  # run_devices row needs an update
 
     def has_data(self) -> bool:
@@ -107,7 +109,7 @@ class PendingWrites:
             batch.add_error(run_id, device, trial_key, kind, message)
 
 
-Flushed = tuple[DeviceRun, PendingWrites, dict[str, Any] | None]
+Flushed = tuple[DeviceRun, PendingWrites, dict[str, object] | None]
 Rejected = tuple[DeviceRun, str, str]  # device, trial key, why it could not be stored
 
 
@@ -156,7 +158,7 @@ class RunWriter:
         """Flush soon (a state change worth recording), without waiting for it."""
         self._wakeup.set()
 
-    async def store_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def store_call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Store calls block (DuckDB): run them in a thread, one at a time."""
         async with self._store_lock:
             return await asyncio.to_thread(fn, *args, **kwargs)
@@ -383,11 +385,12 @@ class RunWriter:
         )
 
 
-def record_agent_event(dev: DeviceRun, pending: PendingWrites, event: dict[str, Any]) -> None:
+def record_agent_event(dev: DeviceRun, pending: PendingWrites, event: Event) -> None:
     """What an agent event changes: the device's counts and trial in flight, and the buffer."""
     kind = event.get("type")
-    if kind in (ev.TRIAL_DONE, ev.TRIAL_FAILED) and isinstance(event.get("result"), dict):
-        result = TrialResult.from_dict(event["result"])
+    sent = event.get("result")
+    if kind in (ev.TRIAL_DONE, ev.TRIAL_FAILED) and isinstance(sent, dict):
+        result = TrialResult.from_dict(sent)
         dev.results[result.key] = result.ok and result.key not in dev.rejected
         pending.results[result.key] = result
         dev.current = ""
@@ -402,13 +405,13 @@ def record_agent_event(dev: DeviceRun, pending: PendingWrites, event: dict[str, 
     elif kind == ev.TUNING and event.get("key"):
         pending.tuning.setdefault(str(event["key"]), []).append(event)
     elif kind == ev.RUN_DONE:
-        dev.run_done = event
+        dev.run_done = dict(event)
 
 
-def device_row(dev: DeviceRun, pending: PendingWrites) -> dict[str, Any]:
+def device_row(dev: DeviceRun, pending: PendingWrites) -> dict[str, object]:
     """The run_devices columns (and ``extra`` facts) for a device as it is now."""
     fields = dict(pending.fields)
-    row: dict[str, Any] = {
+    row: dict[str, object] = {
         "state": dev.state, "n_done": dev.done, "n_failed": dev.failed,
         "message": dev.error or dev.current or "", **dev.extra(),
         "workdir": dev.paths.workdir if dev.paths else dev.device.workdir,

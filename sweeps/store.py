@@ -26,6 +26,7 @@ from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
+from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store_connect import (
     check_intact,
     connection,
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-# Rows come back as dict[str, Any]: a DuckDB value is whatever the column holds (str, float,
-# datetime, list ...), so callers read the columns they know; a true boundary, as JSON is.
+# Rows come back as ``rows.StoreRow`` (dict[str, object]): a DuckDB value is whatever the column
+# holds (str, float, datetime, list ...), so callers narrow the columns they read.
 
 __all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
 
@@ -73,7 +74,7 @@ _JSON_COLUMNS = {
 }
 
 
-def _decode_row(columns: Sequence[str], row: Sequence[object]) -> dict[str, Any]:
+def _decode_row(columns: Sequence[str], row: Sequence[object]) -> StoreRow:
     out = {}
     for name, value in zip(columns, row, strict=True):
         if name in _JSON_COLUMNS and isinstance(value, str):
@@ -308,7 +309,7 @@ class Store:
                 [*known.values(), run_id, device],
             )
 
-    def upsert_device(self, device: Mapping[str, Any]) -> None:
+    def upsert_device(self, device: Event) -> None:
         """Store an inventory entry (no secrets: key material and passwords are dropped)."""
         data = {k: v for k, v in dict(device).items() if not _SECRET_FIELD.search(k)}
         name = data.pop("name", None)
@@ -323,20 +324,20 @@ class Store:
                 [
                     name,
                     *values[:6],
-                    to_json(list(groups) if groups else []),
+                    to_json(list(groups) if isinstance(groups, Iterable) and groups else []),
                     values[6],
                     to_json(data),
                     now(),
                 ],
             )
 
-    def record_probe(self, device_name: str, probe: Mapping[str, Any]) -> None:
+    def record_probe(self, device_name: str, probe: Event) -> None:
         """Store one probe answer (the whole JSON, plus the facts the paper's tables need)."""
         probe = dict(probe)
 
-        def pick(*names: str) -> Any:
+        def pick(*names: str) -> object:
             for name in names:
-                node: Any = probe
+                node: object = probe
                 for part in name.split("."):
                     node = node.get(part) if isinstance(node, Mapping) else None
                 if node is not None:
@@ -382,7 +383,7 @@ class Store:
             return write_batch(conn, batch)
 
     def ingest_results(
-        self, run_id: str, device: str, results: Iterable[TrialResult | Mapping[str, Any]]
+        self, run_id: str, device: str, results: Iterable[TrialResult | Event]
     ) -> int:
         """Store finished trials with their repetitions and CPU samples; returns new trials."""
         batch = IngestBatch()
@@ -391,17 +392,13 @@ class Store:
             batch.add_result(run_id, device, result)
         return self.write_batch(batch)
 
-    def ingest_cpu_samples(
-        self, run_id: str, device: str, samples: Iterable[Mapping[str, Any]]
-    ) -> int:
+    def ingest_cpu_samples(self, run_id: str, device: str, samples: Iterable[Event]) -> int:
         """Store live CPU events (``{ts, key, percent, proc_percent}``) from the event stream."""
         batch = IngestBatch(cpu=[(run_id, device, event) for event in samples])
         self.write_batch(batch)
         return len(batch.cpu)
 
-    def ingest_tuning(
-        self, run_id: str, device: str, key: str, events: Iterable[Mapping[str, Any]]
-    ) -> int:
+    def ingest_tuning(self, run_id: str, device: str, key: str, events: Iterable[Event]) -> int:
         """Store TVM tuning progress events (``{ts, trials_done, budget, best_ms, tasks}``)."""
         batch = IngestBatch(tuning=[(run_id, device, key, event) for event in events])
         self.write_batch(batch)
@@ -417,22 +414,22 @@ class Store:
 
     # ------------------------------------------------------------ readers
 
-    def _rows(self, sql: str, params: Sequence[object] | None = None) -> list[dict[str, Any]]:
+    def _rows(self, sql: str, params: Sequence[object] | None = None) -> list[StoreRow]:
         with self._reader() as conn:
             cur = conn.execute(sql, list(params or []))
             columns = [d[0] for d in cur.description]
             return [_decode_row(columns, row) for row in cur.fetchall()]
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[StoreRow]:
         return self._rows("SELECT * FROM runs ORDER BY created_at DESC, run_id")
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> StoreRow:
         rows = self._rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
         if not rows:
-            raise UnknownNameError("run", run_id, [r["run_id"] for r in self.runs()])
+            raise UnknownNameError("run", run_id, [str(r["run_id"]) for r in self.runs()])
         return rows[0]
 
-    def run_devices(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def run_devices(self, run_id: str | None = None) -> list[StoreRow]:
         """The per-device rows of a run (of every run when ``run_id`` is None)."""
         where, params = _filters(run_id=run_id)
         return self._rows(f"SELECT * FROM run_devices{where} ORDER BY run_id, device", params)  # noqa: S608
@@ -447,7 +444,7 @@ class Store:
         compiler: str | None = None,
         key: str | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoreRow]:
         """Stored trials filtered by the given columns, oldest first."""
         where, params = _filters(
             run_id=run_id, device=device, status=status, model=model, compiler=compiler, key=key
@@ -467,7 +464,7 @@ class Store:
 
     def measurements(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM measurements{where} ORDER BY device, key, rep",  # noqa: S608
@@ -476,7 +473,7 @@ class Store:
 
     def cpu_samples(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM cpu_samples{where} ORDER BY device, key, ts, t_s",  # noqa: S608
@@ -485,21 +482,21 @@ class Store:
 
     def tuning_progress(
         self, run_id: str, device: str | None = None, key: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device, key=key)
         return self._rows(
             f"SELECT * FROM tuning_progress{where} ORDER BY device, key, ts",  # noqa: S608
             params,
         )
 
-    def errors(self, run_id: str | None = None, device: str | None = None) -> list[dict[str, Any]]:
+    def errors(self, run_id: str | None = None, device: str | None = None) -> list[StoreRow]:
         where, params = _filters(run_id=run_id, device=device)
         return self._rows(f"SELECT * FROM errors{where} ORDER BY ts", params)  # noqa: S608
 
-    def devices(self) -> list[dict[str, Any]]:
+    def devices(self) -> list[StoreRow]:
         return self._rows("SELECT * FROM devices ORDER BY name")
 
-    def probes(self, device: str | None = None) -> list[dict[str, Any]]:
+    def probes(self, device: str | None = None) -> list[StoreRow]:
         where, params = _filters(device=device)
         return self._rows(f"SELECT * FROM probes{where} ORDER BY probed_at", params)  # noqa: S608
 
@@ -512,6 +509,8 @@ class Store:
             ).fetchall()
         return [r[0] for r in rows]
 
+    # Any: the cells of arbitrary SQL (the console's and ``ngb query``'s), whose types only the
+    # caller's query knows
     def query(
         self,
         sql: str,

@@ -19,36 +19,50 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsInt
+from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
 from ngb.core.types import BLOCK_MODELS, TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import ErrorRow, IngestBatch
+from ngb.sweeps.rows import Event
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
+T = TypeVar("T")
+
 # ---------------------------------------------------------------- value helpers
 
 
-def num(value: SupportsFloat | str | None) -> float | None:
+def _float(value: object) -> float:
+    """``float(value)`` for what float() takes; anything else is a TypeError, as float() says."""
+    if isinstance(value, str | SupportsFloat):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def num(value: object) -> float | None:
     """NaN/inf (unknown statistics) become NULL rather than poisoning aggregates."""
     if value is None:
         return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    out = _float(value)
+    return out if math.isfinite(out) else None
 
 
-def as_int(value: SupportsInt | str | None) -> int | None:
-    return None if value is None else int(value)
+def as_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str | SupportsInt):
+        return int(value)
+    raise TypeError(f"not an integer: {value!r}")
 
 
-def _ts(seconds: SupportsFloat | str | None) -> int | None:
+def _ts(seconds: object) -> int | None:
     """Unix seconds -> microseconds for an Arrow timestamp; 0/None mean 'not known'."""
     if not seconds:
         return None
-    return int(float(seconds) * 1_000_000)
+    return int(_float(seconds) * 1_000_000)
 
 
 def to_json(value: object) -> str | None:
@@ -57,7 +71,7 @@ def to_json(value: object) -> str | None:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def model_family(model: str, source: Any = None) -> str:
+def model_family(model: str, source: object = None) -> str:
     """The family of a model: a user's model's own ``family`` key; the paper's family
     (``ngb.core.models.family_of``; ``block`` for conv and mha); a user's model's whole name (a
     name the user chose is not a timm name: ``mnv3s-onnx`` is not family "mnv"); else the timm
@@ -79,7 +93,7 @@ def model_family(model: str, source: Any = None) -> str:
     return match.group(0).lower() if match else model
 
 
-def _stats(result_stats: object) -> dict[str, Any]:
+def _stats(result_stats: object) -> dict[str, object]:
     if result_stats is None:
         return {}
     if isinstance(result_stats, Mapping):
@@ -99,7 +113,7 @@ def to_datetime(seconds: float) -> datetime:
 # ---------------------------------------------------------------- rows and appends
 
 
-def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[Any]]) -> Any:
+def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[object]]) -> pa.Table:
     """An Arrow table in the column order and types of a schema table."""
     import pyarrow as pa
 
@@ -131,7 +145,10 @@ def _append(conn: duckdb.DuckDBPyConnection, table: str, arrow_table: pa.Table) 
 
 
 def ingest_results(
-    conn: Any, run_id: str, device: str, results: Iterable[TrialResult | Mapping[str, Any]]
+    conn: duckdb.DuckDBPyConnection,
+    run_id: str,
+    device: str,
+    results: Iterable[TrialResult | Event],
 ) -> int:
     batch: dict[str, TrialResult] = {}
     for item in results:
@@ -150,7 +167,7 @@ def ingest_results(
     if not fresh:
         return 0
     now_us = _ts(time.time())
-    trial_cols: dict[str, list[Any]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
+    trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
     for r in fresh:
         for name, value in _trial_row(run_id, device, r, now_us).items():
             trial_cols[name].append(value)
@@ -183,9 +200,9 @@ def _per_trial_rows(
     device: str,
     results: Sequence[TrialResult],
     attr: str,
-    fields: Mapping[str, Any],
+    fields: Mapping[str, str | int],
     index_name: str | None = None,
-) -> Any:
+) -> pa.Table | None:
     """Arrow table of the per-trial rows in ``attr`` (repetitions or CPU samples).
 
     This is the bulk of an ingest (100 repetitions per trial in the paper's presets), so the
@@ -204,7 +221,7 @@ def _per_trial_rows(
     rows = [row for r in results for row in getattr(r, attr)]
     trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
     zeros = np.zeros(total, dtype=np.int32)
-    columns: dict[str, Any] = {
+    columns: dict[str, pa.Array] = {
         "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
         "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
         "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
@@ -236,7 +253,7 @@ def _per_trial_rows(
     return pa.table({name: columns[name] for name in names})
 
 
-def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> dict[str, Any]:
+def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> dict[str, object]:
     spec = dict(r.spec or {})
     model = str(spec.get("model", ""))
     thr = _stats(r.throughput)
@@ -322,9 +339,9 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
 
 
 def ingest_cpu_events(
-    conn: Any, run_id: str, device: str, events: Iterable[Mapping[str, Any]]
+    conn: duckdb.DuckDBPyConnection, run_id: str, device: str, events: Iterable[Event]
 ) -> int:
-    cols: dict[str, list[Any]] = {name: [] for name, _ in schema.CPU_SAMPLE_COLUMNS}
+    cols: dict[str, list[object]] = {name: [] for name, _ in schema.CPU_SAMPLE_COLUMNS}
     for e in events:
         cols["run_id"].append(run_id)
         cols["device"].append(device)
@@ -340,14 +357,14 @@ def ingest_cpu_events(
 
 
 def ingest_tuning(
-    conn: Any, run_id: str, device: str, key: str, events: Iterable[Mapping[str, Any]]
+    conn: duckdb.DuckDBPyConnection, run_id: str, device: str, key: str, events: Iterable[Event]
 ) -> int:
     rows = [
         [
             run_id,
             device,
             key,
-            to_datetime(e["ts"]) if e.get("ts") else now(),
+            to_datetime(_float(e["ts"])) if e.get("ts") else now(),
             as_int(e.get("trials_done")),
             as_int(e.get("budget")),
             num(e.get("best_ms")),
@@ -374,7 +391,7 @@ def write_batch(conn: duckdb.DuckDBPyConnection, batch: IngestBatch) -> int:
         new += ingest_results(conn, run_id, device, results)
     for (run_id, device), events in _group(batch.cpu).items():
         ingest_cpu_events(conn, run_id, device, events)
-    tuning: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    tuning: dict[tuple[str, str, str], list[Event]] = {}
     for run_id, device, key, event in batch.tuning:
         tuning.setdefault((run_id, device, key), []).append(event)
     for (run_id, device, key), events in tuning.items():
@@ -384,8 +401,8 @@ def write_batch(conn: duckdb.DuckDBPyConnection, batch: IngestBatch) -> int:
     return new
 
 
-def _group(items: Sequence[tuple[str, str, Any]]) -> dict[tuple[str, str], list[Any]]:
-    out: dict[tuple[str, str], list[Any]] = {}
+def _group(items: Sequence[tuple[str, str, T]]) -> dict[tuple[str, str], list[T]]:
+    out: dict[tuple[str, str], list[T]] = {}
     for run_id, device, item in items:
         out.setdefault((run_id, device), []).append(item)
     return out
