@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import multiprocessing
 import os
 import signal
 import sys
@@ -44,6 +43,7 @@ from ngb.core.stopping import Plan, t_quantile
 from ngb.core.telemetry import WorkerWatch
 from ngb.core.timing import Part
 from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.worker_start import worker_context
 
 WORKER_RESULT = "worker_result"
 # Event types a worker's output may pass on to the trial's listener.
@@ -108,7 +108,7 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
 
 def _context() -> Any:
     # fork: the preloaded libraries come along for free, and so does everything a test set up.
-    return multiprocessing.get_context("fork")
+    return worker_context()  # fork, or a fork server when other threads are alive
 
 
 def run_worker(
