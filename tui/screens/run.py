@@ -36,9 +36,11 @@ if TYPE_CHECKING:  # loaded lazily, through the backend
     from ngb.devices.inventory import Device
     from ngb.sweeps.run_events import RunEvent
 
-REFRESH_HZ = 4
+REFRESH_HZ = 2
 #: the panels of a running device redraw at least this often (their ETA counts down)
 CLOCK_S = 1.0
+#: new log lines reach the log tail at most this often (each append is a layout pass)
+LOG_S = 1.0
 #: a run that took at least this long rings the terminal bell when it ends
 BELL_AFTER_S = 60.0
 DEFAULT_SWEEP = "demo"
@@ -73,6 +75,7 @@ class RunScreen(ConsoleScreen):
         self._announced: set[str] = set()
         self.redraws = 0  # how many throttled redraws ran (benchmark and tests read it)
         self._clock_at = 0.0  # when the running panels last redrew for their ETA
+        self._log_at = 0.0  # when the log tail last took new lines
         self._status_text = ""  # what the status line shows (updated only on a change)
         self.show_cores = False
         self.refusal = ""  # why the last start was refused (e.g. the run holding a device)
@@ -333,7 +336,8 @@ class RunScreen(ConsoleScreen):
                 k for k, st in self.model.devices.items()
                 if k[0] == self.current_run and not st.finished
             )  # fmt: skip
-        if not self._dirty and self.model.log_total == self._log_seen:
+        log_due = self.model.log_total != self._log_seen and now - self._log_at >= LOG_S
+        if not self._dirty and not log_due:
             self._update_status()
             return
         self.redraws += 1
@@ -353,9 +357,10 @@ class RunScreen(ConsoleScreen):
             panel.show(state)
         if new_panels:
             container.mount_all(new_panels)
-        lines = self.model.log_since(self._log_seen)
-        self._log_seen = self.model.log_total
-        if lines:
+        if log_due:  # a Log that grows re-lays out the whole screen: once a second at most
+            self._log_at = now
+            lines = self.model.log_since(self._log_seen)
+            self._log_seen = self.model.log_total
             self.query_one(LogTail).append(line.render() for line in lines)
         self._update_status()
 
@@ -378,4 +383,6 @@ class RunScreen(ConsoleScreen):
             status.append(f"  | {self.refusal}", style="red")
         if status.markup != self._status_text:  # an unchanged line costs no repaint
             self._status_text = status.markup
-            self.query_one("#run-status", Label).update(status)
+            # layout=False: the line's box is fixed (one row, 1fr), and a layout pass repaints
+            # the whole screen (the largest cost of a redraw, measured with cProfile)
+            self.query_one("#run-status", Label).update(status, layout=False)
