@@ -23,9 +23,10 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from ngb.core import allocator, events, stopping
@@ -35,7 +36,7 @@ from ngb.core.compilers import (
     get_compiler,
     unsupported_error_names,
 )
-from ngb.core.compilers.base import to_numpy
+from ngb.core.compilers.base import Compiler, CompilerConfig, to_numpy
 from ngb.core.errors import (
     CompilerUnavailable,
     UnsupportedOptimisation,
@@ -45,9 +46,10 @@ from ngb.core.errors import (
 from ngb.core.timing import Part, merge, time_share
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
-from ngb.core.workers import Outcome, ShareJob, WorkerFailed, preload, run_worker
+from ngb.core.workers import Emit, Outcome, ShareJob, WorkerFailed, preload, run_worker
 
-Emit = Callable[[dict[str, Any]], None]
+if TYPE_CHECKING:
+    from ngb.core.model_types import Array, Example, Model
 
 # Exception type names that mean "this model/op cannot go through this compiler" rather than a bug:
 # NotImplementedError anywhere, plus what each compiler declares (Compiler.unsupported_errors).
@@ -126,7 +128,7 @@ def run_trial(
     return result
 
 
-def _refuse_early(spec: TrialSpec) -> Any:
+def _refuse_early(spec: TrialSpec) -> Compiler[CompilerConfig]:
     """What can be refused without a worker: an unknown, unavailable or unfit compiler."""
     compiler = get_compiler(spec.compiler, spec.compiler_options)
     ok, reason = compiler.available()
@@ -225,19 +227,21 @@ def run_share(
     return part
 
 
-def recorded_fields(result: TrialResult) -> dict[str, Any]:
+def recorded_fields(result: TrialResult) -> dict[str, object]:
     """What a worker sends back of its result: ``_RECORDED`` and ``extra``."""
     result.threads = thread_counts(result.spec.get("measure", {}).get("threads"))
     data = result.to_dict()
     return {name: data.get(name) for name in (*_RECORDED, "extra")}
 
 
-def copy_recorded(result: TrialResult, fields: dict[str, Any]) -> None:
+def copy_recorded(result: TrialResult, fields: Mapping[str, object]) -> None:
     """Worker 0's record becomes the trial's: its compile, its check, its facts."""
     for name in _RECORDED:
         if fields.get(name) is not None:
             setattr(result, name, fields[name])
-    result.extra.update(fields.get("extra") or {})
+    extra = fields.get("extra")
+    if isinstance(extra, dict):
+        result.extra.update(extra)
 
 
 # what each forked worker runs (``ngb.core.workers`` takes it from here, so it imports nothing
@@ -259,9 +263,9 @@ def _measure(
     # Before anything allocates: the model's weights and every call's buffers follow the setting.
     result.extra["allocator"] = allocator.apply(settings.allocator)
 
-    last_phase: list[str | None] = [None]
+    last_phase: list[object] = [None]
 
-    def ctx_emit(type_: str, **fields: Any) -> None:
+    def ctx_emit(type_: str, **fields: object) -> None:
         if type_ == events.PHASE:
             # The harness announces "compile" and a compiler may too: report a phase once.
             if fields.get("phase") == last_phase[0]:
@@ -296,9 +300,10 @@ def _measure(
         torch.set_num_threads(settings.threads)
     result.versions = {**library_versions(), **compiler.versions()}
 
+    # None where the compiler takes no torch model (noop, a user's ONNX file)
     model: Any = None
     example: Any = None
-    reference: np.ndarray | None = None
+    reference: Array | None = None
     _check_optimisation(spec)
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
@@ -378,7 +383,9 @@ def _time_compiled(
     return time_share(spec, compiled, share, sync, ctx_emit)
 
 
-def _build_model(spec: TrialSpec, result: TrialResult, cache_dir: Path | None) -> tuple[Any, Any]:
+def _build_model(
+    spec: TrialSpec, result: TrialResult, cache_dir: Path | None
+) -> tuple[Model, Example]:
     from ngb.core import models
 
     # cache_dir: where a device keeps users' model files (ngb.core.model_sources.artifact_dir)
@@ -394,8 +401,8 @@ def _build_model(spec: TrialSpec, result: TrialResult, cache_dir: Path | None) -
 
 
 def _apply_optimisation(
-    model: Any, example: Any, spec: TrialSpec, result: TrialResult
-) -> tuple[Any, Any]:
+    model: Model | None, example: Example | None, spec: TrialSpec, result: TrialResult
+) -> tuple[Model | None, Example | None]:
     """Apply ``spec.optimisation`` (ngb.core.optimise) and record its facts in the result.
 
     Known-bad optimisation/compiler pairs are refused first, so they fail as ``unsupported``
@@ -419,21 +426,21 @@ def _check_optimisation(spec: TrialSpec) -> None:
         optimise.check_supported(spec.optimisation, spec.compiler, spec.device)
 
 
-def _optimise_module() -> Any:
+def _optimise_module() -> ModuleType | None:
     """``ngb.core.optimise`` when this build has it, else None (a seam for tests, too)."""
     if importlib.util.find_spec("ngb.core.optimise") is None:
         return None
     return importlib.import_module("ngb.core.optimise")
 
 
-def _eager_output(model: Any, example: Any, name: str = "model") -> np.ndarray:
+def _eager_output(model: Model, example: Example, name: str = "model") -> Array:
     """Eager torch output (several inputs passed positionally); ONNX Runtime's for an ONNX file."""
     from ngb.core.models import reference_output
 
     return reference_output(model, example, name)
 
 
-def _max_abs_err(reference: np.ndarray, out: Any, result: TrialResult) -> float | None:
+def _max_abs_err(reference: Array, out: object, result: TrialResult) -> float | None:
     if out is None:
         return None
     got = np.asarray(to_numpy(out), dtype=np.float64)
@@ -451,11 +458,11 @@ def _synchronizer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def thread_counts(requested: int | None) -> dict[str, Any]:
+def thread_counts(requested: int | None) -> dict[str, int | str | None]:
     """Thread settings in force, as recorded with every result."""
     import psutil
 
-    counts: dict[str, Any] = {
+    counts: dict[str, int | str | None] = {
         "requested": requested,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cpu_count": os.cpu_count(),

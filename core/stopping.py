@@ -33,11 +33,14 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.autocorrelation import inflation, lag1, long_run_factor
+
+if TYPE_CHECKING:
+    from ngb.core.types import MeasureSettings
 
 VALID = "VALID"
 INVALID = "INVALID"
@@ -245,7 +248,7 @@ class Levels:
             f"({self.high_processes} process{'es' if self.high_processes > 1 else ''})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "low": round(self.low, 3),
             "low_processes": self.low_processes,
@@ -352,44 +355,32 @@ class Plan:
         """The trial's interval so far: earlier workers and this one's repetitions."""
         return process_interval([*self.prior, tuple(own)], self.confidence)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["prior"] = [list(g) for g in self.prior]
-        out["budget_s"] = None if math.isinf(self.budget_s) else self.budget_s
-        return out
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        data["prior"] = tuple(tuple(float(v) for v in g) for g in data.get("prior", ()))
-        if data.get("budget_s") is None:  # inf travels as JSON null
-            data["budget_s"] = math.inf
-        return cls(**data)
-
-
-def worker_count(settings: Any) -> int:
+def worker_count(settings: MeasureSettings) -> int:
     """Processes a fixed-count trial uses: ``workers``, never more than its repetitions."""
     if settings.repetitions is not None:
         return max(1, min(settings.workers, settings.repetitions))
     return settings.workers
 
 
-def plan(settings: Any, worker: int, prior: Sequence[Sequence[float]], spent_s: float) -> Plan:
+def plan(
+    settings: MeasureSettings, worker: int, prior: Sequence[Sequence[float]], spent_s: float
+) -> Plan:
     """The plan of worker ``worker`` given what earlier workers measured and spent."""
-    common = {
-        "worker": worker,
-        "target": settings.ci_target,
-        "confidence": settings.confidence,
-        "prior": tuple(tuple(g) for g in prior),
-    }
+    common = Plan(
+        worker=worker,
+        target=settings.ci_target,
+        confidence=settings.confidence,
+        prior=tuple(tuple(g) for g in prior),
+    )
     if settings.repetitions is not None:
         share = split(settings.repetitions, worker_count(settings))[worker]
-        return Plan(**common, reps=share, total_max=settings.repetitions)
+        return replace(common, reps=share, total_max=settings.repetitions)
     left = max(0.0, settings.max_measure_s - spent_s)
     # a worker may take what is left shared over the fewest workers still to come
     to_come = max(1, settings.workers - worker)
-    return Plan(
-        **common,
+    return replace(
+        common,
         adaptive=True,
         reps=settings.values_per_worker,
         budget_s=left / to_come,
@@ -397,14 +388,14 @@ def plan(settings: Any, worker: int, prior: Sequence[Sequence[float]], spent_s: 
     )
 
 
-def max_total(settings: Any) -> int:
+def max_total(settings: MeasureSettings) -> int:
     """The most repetitions an adaptive trial can take."""
     workers = max(settings.max_workers, settings.workers)
     return min(settings.max_repetitions, workers * settings.values_per_worker)
 
 
 def next_worker(
-    settings: Any, groups: Sequence[Sequence[float]], spent_s: float
+    settings: MeasureSettings, groups: Sequence[Sequence[float]], spent_s: float
 ) -> tuple[bool, str | None]:
     """After the workers that produced ``groups``: (start another?, why the trial stopped)."""
     k = len(groups)
@@ -438,7 +429,7 @@ class Verdict:
 
 def judge(
     groups: Sequence[Sequence[float]],
-    settings: Any,
+    settings: MeasureSettings,
     *,
     disturbed: str | None = None,
     stopped: str | None = None,
@@ -507,7 +498,7 @@ class Settled:
     throughputs: list[float] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "windows": self.windows,
             "seconds": round(self.seconds, 3),

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ngb.core import events, interference
 from ngb.core.cpu import CpuSampler, CpuTick
 from ngb.core.timing import CPU_EVENT_PERIOD_S, Part, cpu_event_fields
 from ngb.core.types import MeasureSettings
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[dict[str, object]], None]
 
 
 class WorkerWatch:

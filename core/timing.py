@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,17 +60,6 @@ class Part:
     @property
     def calls(self) -> int:
         return int(sum(r.get("iters", 0) for r in self.repetitions))
-
-    def to_dict(self) -> dict[str, Any]:
-        lat = self.latencies_ns
-        out = asdict(replace(self, latencies_ns=[]))
-        out["latencies_ns"] = lat
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Part:
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def time_share(
@@ -173,7 +162,7 @@ def _timed(
     part.latencies_ns = np.concatenate(latencies) if latencies else np.empty(0, np.int64)
 
 
-def cpu_event_fields(tick: CpuTick) -> dict[str, Any]:
+def cpu_event_fields(tick: CpuTick) -> dict[str, object]:
     """The ``cpu`` event's fields (documented in ``ngb.core.events``)."""
     return {
         "percent": tick.percent,

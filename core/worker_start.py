@@ -22,7 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkContext, ForkServerContext
 
 from ngb.core.errors import ConfigError
 
@@ -44,11 +44,11 @@ def start_method() -> str:
     return "fork" if threading.active_count() == 1 else "forkserver"
 
 
-def worker_context() -> BaseContext:
+def worker_context() -> ForkContext | ForkServerContext:
     """The multiprocessing context to start the next worker process with."""
-    method = start_method()
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        # read when the server starts (the first forkserver worker of this process), then kept
-        context.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
+    if start_method() == "fork":
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    # read when the server starts (the first forkserver worker of this process), then kept
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)
     return context

@@ -17,8 +17,8 @@ databases, Inductor's FX graph cache) and their compile times are kept under
 ``extra["workers"]``. Workers run one after another, never side by side.
 
 Protocol: a ``multiprocessing`` pipe. The worker sends ``ngb.core.events`` dicts (forwarded,
-tagged with ``worker``) and last a ``worker_result`` with its ``Part``, the result fields it
-recorded (``result``) or its ``error`` and ``error_kind``. A worker that dies without a result
+tagged with ``worker``) and last a ``WorkerReport``: its ``Part``, the result fields it recorded,
+or its ``error`` and ``error_kind``. A worker that dies without a result
 (a segfault, ``os._exit``, an OOM kill) is a failed worker with its exit status. Workers inherit
 the trial's process group, so the agent's timeout or cancel kills them with the trial.
 """
@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkContext, ForkServerContext
 from pathlib import Path
-from typing import Any
 
 from ngb.core import events
 from ngb.core.errors import NgbError, one_line
@@ -45,7 +45,6 @@ from ngb.core.timing import Part
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.worker_start import worker_context
 
-WORKER_RESULT = "worker_result"
 # Event types a worker's output may pass on to the trial's listener.
 _FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
 # How often the parent looks at the clock while waiting for a worker's next event.
@@ -60,11 +59,16 @@ PROGRESS_PERIOD_S = 1.0
 _PRELOAD = ("torch", "timm")
 
 
+#: an event as it crosses the pipe (``ngb.core.events``: JSON-like fields)
+Event = dict[str, object]
+Emit = Callable[[Event], None]
+
+
 class WorkerFailed(NgbError):
     """A worker process crashed or reported an error."""
 
     def __init__(
-        self, message: str, kind: str = "error", result: dict[str, Any] | None = None
+        self, message: str, kind: str = "error", result: dict[str, object] | None = None
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -77,10 +81,20 @@ class ShareJob:
     needs nothing from it: time the share into the result, name a failure's kind, and pick the
     result fields worth sending back. Forked, not pickled: plain functions are fine."""
 
-    run: Callable[[TrialSpec, Plan, Callable[[dict[str, Any]], None], Path, Path | None,
-                   TrialResult], Part]  # fmt: skip
+    run: Callable[[TrialSpec, Plan, Emit, Path, Path | None, TrialResult], Part]
     classify: Callable[[BaseException], str]
-    recorded: Callable[[TrialResult], dict[str, Any]]
+    recorded: Callable[[TrialResult], dict[str, object]]
+
+
+@dataclass
+class WorkerReport:
+    """A worker's last message: its part, or why it failed; and the result fields it recorded
+    (a failed compile's time, worker 0's check and facts)."""
+
+    part: Part | None
+    recorded: dict[str, object] = field(default_factory=dict)
+    error: str | None = None
+    error_kind: str | None = None
 
 
 @dataclass
@@ -88,7 +102,7 @@ class Outcome:
     """What one worker sent back."""
 
     part: Part
-    result: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, object] = field(default_factory=dict)
 
 
 def preload(spec: TrialSpec, needs_torch: bool) -> None:
@@ -106,7 +120,7 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
             importlib.import_module(name)
 
 
-def _context() -> Any:
+def _context() -> ForkContext | ForkServerContext:
     # fork: the preloaded libraries come along for free, and so does everything a test set up.
     return worker_context()  # fork, or a fork server when other threads are alive
 
@@ -115,7 +129,7 @@ def run_worker(
     job: ShareJob,
     spec: TrialSpec,
     share: Plan,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Emit,
     workdir: Path,
     cache_dir: Path | None,
     *,
@@ -125,13 +139,13 @@ def run_worker(
     receiver, sender = _context().Pipe(duplex=False)
     proc = _context().Process(
         target=_worker_main,
-        args=(job, sender, spec.to_dict(), share.to_dict(), str(workdir), cache_dir),
+        args=(job, sender, spec, share, str(workdir), cache_dir),
         name=f"ngb-worker-{share.worker}",
     )
     proc.start()
     sender.close()
     watch: WorkerWatch | None = None
-    message: dict[str, Any] | None = None
+    message: WorkerReport | None = None
     last_progress = 0.0
     try:
         while message is None:
@@ -143,13 +157,15 @@ def run_worker(
                 event = receiver.recv()
             except EOFError:
                 break
-            kind = event.get("type")
-            if kind == WORKER_RESULT:
+            if isinstance(event, WorkerReport):
                 message = event
-            elif kind in _FORWARD:
+                continue
+            kind = event.get("type")
+            if kind in _FORWARD:
                 event.setdefault("worker", share.worker)
                 if kind == events.PROGRESS:
-                    last = event.get("rep", 0) - share.rep_offset >= share.reps
+                    rep = event.get("rep")
+                    last = isinstance(rep, int) and rep - share.rep_offset >= share.reps
                     now = time.monotonic()
                     if not last and now - last_progress < PROGRESS_PERIOD_S:
                         continue
@@ -181,16 +197,16 @@ def run_worker(
             f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
         )
         raise WorkerFailed(f"worker process {how} without a result", "crash")
-    if message.get("error"):
+    part = message.part
+    if message.error or part is None:
         raise WorkerFailed(
-            str(message["error"]), str(message.get("error_kind") or "error"), message.get("result")
+            message.error or "worker sent no part", message.error_kind or "error", message.recorded
         )
-    part = Part.from_dict(message["part"])
     if part.calls == 0 and not part.repetitions:
         raise WorkerFailed(f"worker {share.worker} timed no repetition")
     if watch is not None:
         watch.fill(part)
-    return Outcome(part, message.get("result") or {})
+    return Outcome(part, message.recorded)
 
 
 def _die_with_parent() -> None:
@@ -215,8 +231,8 @@ def _signal_name(num: int) -> str:
 
 
 def _worker_main(
-    job: ShareJob, conn: Connection, spec_data: dict[str, Any], plan_data: dict[str, Any],
-    workdir: str, cache_dir: Path | None,
+    job: ShareJob, conn: Connection, spec: TrialSpec, share: Plan, workdir: str,
+    cache_dir: Path | None,
 ) -> None:  # fmt: skip
     """The forked worker: time one share, send everything back, exit."""
     _die_with_parent()
@@ -226,23 +242,15 @@ def _worker_main(
         sys.stdout.flush()
         os.dup2(2, 1)
 
-    def send(event: dict[str, Any]) -> None:
+    def send(message: Event | WorkerReport) -> None:
         with contextlib.suppress(OSError, ValueError):
-            conn.send(event)  # pickled: NaN and numpy arrays travel as they are
+            conn.send(message)  # pickled: NaN and numpy arrays travel as they are
 
-    spec = TrialSpec.from_dict(spec_data)
-    share = Plan.from_dict(plan_data)
     result = TrialResult(key=spec.key, spec=spec.to_dict())
     try:
         part = job.run(spec, share, send, Path(workdir), cache_dir, result)
-        message = events.make_event(WORKER_RESULT, part=part.to_dict(), result=job.recorded(result))
+        report = WorkerReport(part, job.recorded(result))
     except Exception as exc:  # run_share's failures: one line and a kind, like a trial's
-        message = events.make_event(
-            WORKER_RESULT,
-            part=None,
-            error=one_line(exc),
-            error_kind=job.classify(exc),
-            result=job.recorded(result),
-        )
-    send(message)
+        report = WorkerReport(None, job.recorded(result), one_line(exc), job.classify(exc))
+    send(report)
     conn.close()
