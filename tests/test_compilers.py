@@ -551,3 +551,54 @@ def test_torch_timed_loop_enters_inference_mode_once_per_loop() -> None:
     assert compiled.extra["requests_in_flight"] == 1
     assert not torch.is_inference_mode_enabled()  # left again after the loop
     assert float(compiled.run()[0]) == 2.0 and len(entered) == 2  # one call: entered for it
+
+
+def test_gpu_loop_queues_calls_and_synchronizes_once_per_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the timed loop runs as a user's loop does: calls queued (at most GPU_QUEUE
+    ahead), one synchronize at the window's end, latencies from CUDA events between calls.
+    A fake torch.cuda stands in for the GPU (no GPU in CI); a real one is checked by
+    `ngb bench parity --device cuda`."""
+    import time
+
+    import torch
+    from ngb.core.compilers import identity
+
+    class FakeEvent:
+        waited = 0
+
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.at: int | None = None
+
+        def record(self) -> None:
+            self.at = time.perf_counter_ns()
+
+        def synchronize(self) -> None:
+            FakeEvent.waited += 1
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            assert self.at is not None and end.at is not None
+            return (end.at - self.at) / 1e6
+
+    synced: list[int] = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    calls: list[bool] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        calls.append(torch.is_inference_mode_enabled())
+        time.sleep(0.001)
+        return x + 1
+
+    compiled = identity.TorchCompiled(model, (torch.ones(2),), "cuda")
+    loop = compiled.timed_loop(min_iters=10, min_duration_s=0.0)
+    assert loop.iters == len(calls) == len(loop.latencies_ns) >= 10 and all(calls)
+    assert len(synced) == 1  # one synchronize for the window, not one per call
+    assert FakeEvent.waited == loop.iters - identity.GPU_QUEUE
+    assert all(ns >= 900_000 for ns in loop.latencies_ns)  # each call slept 1 ms
+    assert sum(loop.latencies_ns) <= loop.elapsed_s * 1e9
+    assert compiled.extra["gpu_loop"] == identity.GPU_LOOP
+    compiled.run()  # one call on its own still waits for the GPU
+    assert len(synced) == 2
