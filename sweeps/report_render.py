@@ -91,11 +91,15 @@ def _csv_value(value: object) -> object:
     return "" if value is None else value
 
 
+def _cells(table: Table, column: int) -> list[Cell]:
+    """The ``Cell`` values of one column (a column may also hold plain values)."""
+    return [value for row in table.rows if isinstance(value := row[column], Cell)]
+
+
 def _csv_table(table: Table, writer: CsvWriter) -> None:
-    has_std = [any(isinstance(r[i], Cell) and r[i].std is not None for r in table.rows)
-               for i in range(len(table.columns))]  # fmt: skip
-    has_note = [any(isinstance(r[i], Cell) and r[i].note for r in table.rows)
-                for i in range(len(table.columns))]  # fmt: skip
+    columns = range(len(table.columns))
+    has_std = [any(c.std is not None for c in _cells(table, i)) for i in columns]
+    has_note = [any(c.note for c in _cells(table, i)) for i in columns]
     header: list[str] = []
     for i, name in enumerate(table.columns):
         header.append(name)
