@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.safe_files import write_atomic
@@ -27,6 +27,9 @@ from ngb.sweeps import figures_series as series
 from ngb.sweeps.figures_data import FigureData, caption_facts
 from ngb.sweeps.figures_plot import FORMATS
 from ngb.sweeps.figures_spec import FigureSpec, HeatPanel
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store import Store
 
 # name -> (builder, one-line description); the paper's figure order.
 FIGURES: dict[str, tuple[Callable[[FigureData], FigureSpec], str]] = {
@@ -133,7 +136,7 @@ TUI_TABS = {
 
 def save_figure(
     name: str,
-    store: Any,
+    store: Store,
     out_dir: str | Path,
     *,
     run_id: str | None = None,

@@ -18,18 +18,31 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ngb.core.errors import NgbError
 from ngb.core.safe_files import write_atomic
 from ngb.sweeps.figures_spec import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
 from ngb.sweeps.report_paper import compiler_order
 
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+
 FORMATS = ("png", "svg", "pdf")
 PANEL_W, PANEL_H = 3.4, 2.7  # inches per panel
 PNG_DPI = 150
 MARKERS = "osD^vP*Xh<>"
-SAVE_OPTIONS: dict[str, dict[str, Any]] = {
+
+
+class _SaveOptions(TypedDict, total=False):
+    dpi: int
+    metadata: dict[str, str | None]  # None: leave the key out (no dates: reproducible files)
+
+
+SAVE_OPTIONS: dict[str, _SaveOptions] = {
     "png": {"dpi": PNG_DPI, "metadata": {"Software": None}},
     "svg": {"metadata": {"Date": None}},
     "pdf": {"metadata": {"CreationDate": None}},
@@ -61,7 +74,7 @@ def require_matplotlib() -> None:
         )
 
 
-def draw(spec: FigureSpec) -> Any:
+def draw(spec: FigureSpec) -> Figure:
     """The matplotlib ``Figure`` of a spec with at least one panel."""
     require_matplotlib()
     from matplotlib.figure import Figure
@@ -75,7 +88,7 @@ def draw(spec: FigureSpec) -> Any:
         figsize=(PANEL_W * cols * scale, PANEL_H * rows * scale + 0.9), layout="constrained"
     )
     axes = fig.subplots(rows, cols, squeeze=False)
-    handles: dict[str, Any] = {}
+    handles: dict[str, Artist] = {}
     # one colour scale for every heatmap of a figure, so panels compare at a glance
     shared = [float(v) for p in spec.panels if isinstance(p, HeatPanel) for row in p.values
               for v in row if v is not None and math.isfinite(v)]  # fmt: skip
@@ -124,7 +137,7 @@ def draw(spec: FigureSpec) -> Any:
     return fig
 
 
-def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
+def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
     for i, line in enumerate(panel.lines):
         colour = _colour(line.colour_key, i)
         marker = MARKERS[(compiler_order(line.colour_key)[0] if line.colour_key else i) % 11]
@@ -217,7 +230,7 @@ def _lines(ax: Any, panel: LinePanel, handles: dict[str, Any]) -> None:
     ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
 
 
-def _heat(fig: Any, ax: Any, panel: HeatPanel, shared: list[float]) -> None:
+def _heat(fig: Figure, ax: Axes, panel: HeatPanel, shared: list[float]) -> None:
     import numpy as np
     from matplotlib import ticker
     from matplotlib.colors import LogNorm, Normalize
@@ -229,7 +242,7 @@ def _heat(fig: Any, ax: Any, panel: HeatPanel, shared: list[float]) -> None:
         spread = panel.centre * 1.1
         if finite.size:
             spread = max(spread, float(finite.max()), panel.centre**2 / float(finite.min()))
-        norm: Any = LogNorm(panel.centre**2 / spread, spread)
+        norm: Normalize = LogNorm(panel.centre**2 / spread, spread)
         cmap = "RdBu_r"
     else:
         norm = Normalize(0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
@@ -262,7 +275,7 @@ def _heat(fig: Any, ax: Any, panel: HeatPanel, shared: list[float]) -> None:
     bar.ax.tick_params(labelsize=7)
 
 
-def _bars(ax: Any, panel: BarPanel, handles: dict[str, Any]) -> None:
+def _bars(ax: Axes, panel: BarPanel, handles: dict[str, Artist]) -> None:
     n = max(len(panel.series), 1)
     width = 0.8 / n
     for i, series in enumerate(panel.series):
@@ -285,7 +298,8 @@ def _bars(ax: Any, panel: BarPanel, handles: dict[str, Any]) -> None:
                 patch.set_facecolor("white")
                 patch.set_edgecolor(colour)
                 patch.set_hatch("///")
-        handles.setdefault(series.label, drawn)
+        if drawn.patches:  # the legend draws a bar series as its first bar (matplotlib's
+            handles.setdefault(series.label, drawn.patches[0])  # BarContainer handler does too)
     if panel.reference is not None:
         ax.axhline(panel.reference, color="0.5", linewidth=0.8)
         if panel.min_span is not None:
@@ -314,7 +328,7 @@ def _stable_ids(svg: str) -> str:
     return pattern.sub(lambda m: mapping[m.group(0)], svg)
 
 
-def svg_text(fig: Any) -> str:
+def svg_text(fig: Figure) -> str:
     """The figure as an SVG document (reproducible ids; for files and the HTML report)."""
     import matplotlib as mpl
 
@@ -324,14 +338,14 @@ def svg_text(fig: Any) -> str:
     return _stable_ids(buffer.getvalue())
 
 
-def _saver(fig: Any, fmt: str) -> Callable[[Path], None]:
+def _saver(fig: Figure, fmt: str) -> Callable[[Path], None]:
     def write(tmp: Path) -> None:
         fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt])
 
     return write
 
 
-def save(fig: Any, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+def save(fig: Figure, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     """Write ``base.<fmt>`` for each format; returns the paths written."""
     written = []
     for fmt in formats:

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
+from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
@@ -94,7 +94,7 @@ class Table:
 
     title: str
     columns: list[str]
-    rows: list[list[Any]] = field(default_factory=list)
+    rows: list[list[object]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 

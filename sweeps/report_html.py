@@ -16,7 +16,6 @@ import base64
 import datetime as dt
 import html
 from collections.abc import Sequence
-from typing import Any
 
 from ngb.sweeps.figures_data import FigureData, ngb_version
 from ngb.sweeps.report_data import Cell, Report, Table
@@ -43,7 +42,7 @@ dt { font-weight: 600; } dd { margin: 0; }
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Protocol
 
 from ngb.sweeps.numbers import round_with_interval
 from ngb.sweeps.report_data import Cell, Report, Table
@@ -78,17 +79,27 @@ def _markdown(report: Report) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _csv_value(value: Any) -> Any:
+class CsvWriter(Protocol):
+    """What ``csv.writer`` returns, as far as it is used here."""
+
+    def writerow(self, row: Iterable[object], /) -> object: ...
+
+
+def _csv_value(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return ""
     return "" if value is None else value
 
 
-def _csv_table(table: Table, writer: Any) -> None:
-    has_std = [any(isinstance(r[i], Cell) and r[i].std is not None for r in table.rows)
-               for i in range(len(table.columns))]  # fmt: skip
-    has_note = [any(isinstance(r[i], Cell) and r[i].note for r in table.rows)
-                for i in range(len(table.columns))]  # fmt: skip
+def _cells(table: Table, column: int) -> list[Cell]:
+    """The ``Cell`` values of one column (a column may also hold plain values)."""
+    return [value for row in table.rows if isinstance(value := row[column], Cell)]
+
+
+def _csv_table(table: Table, writer: CsvWriter) -> None:
+    columns = range(len(table.columns))
+    has_std = [any(c.std is not None for c in _cells(table, i)) for i in columns]
+    has_note = [any(c.note for c in _cells(table, i)) for i in columns]
     header: list[str] = []
     for i, name in enumerate(table.columns):
         header.append(name)
@@ -98,7 +109,7 @@ def _csv_table(table: Table, writer: Any) -> None:
             header.append(f"{name} note")
     writer.writerow(header)
     for row in table.rows:
-        out: list[Any] = []
+        out: list[object] = []
         for i, value in enumerate(row):
             cell = value if isinstance(value, Cell) else None
             if cell is not None and cell.value is not None and cell.std:

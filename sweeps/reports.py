@@ -15,12 +15,15 @@ repeated in each table's notes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.sweeps import report_deploy, report_dlas, report_paper
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table
 from ngb.sweeps.report_render import FORMATS, render
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store import Store
 
 __all__ = [
     "FORMATS",
@@ -53,7 +56,7 @@ def list_reports() -> list[tuple[str, str]]:
 
 
 def build_report(
-    name: str, store: Any = None, *, run_id: str | None = None, device: str | None = None
+    name: str, store: Store | None = None, *, run_id: str | None = None, device: str | None = None
 ) -> Report:
     """Build report ``name``; unknown report/run/device names raise a one-line NgbError."""
     if name not in REPORTS:

@@ -43,9 +43,8 @@ class DeviceRun:
     rejected: set[str] = field(default_factory=set)  # results the store could not take as sent
     restarts: int = 0
     restart_base: int = 0  # restarts before this follower attached (the budget is per follow)
-    run_done: dict[str, Any] | None = (
-        None  # Any: the agent's run_done event (JSON), read by the orchestrator
-    )
+    # Any: the agent's run_done event (JSON) as sent; the orchestrator reads its fields
+    run_done: dict[str, Any] | None = None
     cancel_requested: bool = False
     cancel_sent: bool = False
     error: str | None = None

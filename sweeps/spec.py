@@ -58,12 +58,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.core.safe_files import check_readable, read_text, shorten
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+from ngb.sweeps.rows import JsonValue
 from ngb.sweeps.spec_checks import (
     as_values,
     check_compiler,
@@ -117,13 +117,15 @@ class Matrix:
     depths: tuple[int, ...] = (1,)
     optimisations: tuple[str, ...] = ("none",)
     input_sizes: tuple[int | None, ...] = (None,)
-    measure: Mapping[str, Any] = field(default_factory=dict)  # overrides of the sweep's [measure]
-    compiler_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    measure: Mapping[str, JsonValue] = field(
+        default_factory=dict
+    )  # overrides of the sweep's [measure]
+    compiler_options: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
     device: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """TOML-ready: defaults left out so a written file looks like a hand-written one."""
-        out: dict[str, Any] = {}
+        out: dict[str, JsonValue] = {}
         for name in _AXES:
             value = getattr(self, name)
             if value != getattr(Matrix, name, None) and None not in value:
@@ -147,13 +149,13 @@ class Sweep:
     matrices: tuple[Matrix, ...]
     description: str = ""
     device: str = "cpu"
-    measure: Mapping[str, Any] = field(default_factory=dict)
-    compiler_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    measure: Mapping[str, JsonValue] = field(default_factory=dict)
+    compiler_options: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
     source: str = "<string>"  # file path or "preset:NAME", for messages
     baseline: str = DEFAULT_BASELINE  # compiler that speed-up, BSR and depth are relative to
     # [[models]]: name -> ModelSource JSON, and the tables as to_toml writes them back
-    model_sources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    model_tables: tuple[Mapping[str, Any], ...] = ()
+    model_sources: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
+    model_tables: tuple[Mapping[str, JsonValue], ...] = ()
 
     @property
     def measure_settings(self) -> MeasureSettings:
@@ -210,8 +212,8 @@ class Sweep:
             except NgbError as exc:
                 raise ConfigError(f"{self.source}: models: {exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
+    def to_dict(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {"name": self.name}
         if self.description:
             out["description"] = self.description
         out["device"] = self.device
@@ -239,17 +241,13 @@ class Sweep:
             if not isinstance(v, Mapping | list)
         ]
         if "measure" in data:
-            lines += ["", "[measure]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data["measure"].items()]
-        for compiler, options in data.get("compiler_options", {}).items():
-            lines += ["", f"[compiler_options.{_toml_key(compiler)}]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in options.items()]
-        for table in data.get("models", []):
-            lines += ["", "[[models]]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
-        for matrix in data["matrix"]:
-            lines += ["", "[[matrix]]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in matrix.items()]
+            lines += ["", "[measure]", *_toml_pairs(data["measure"])]
+        for compiler, options in _toml_items(data.get("compiler_options")):
+            lines += ["", f"[compiler_options.{_toml_key(compiler)}]", *_toml_pairs(options)]
+        for header, key in (("[[models]]", "models"), ("[[matrix]]", "matrix")):
+            tables = data.get(key)
+            for table in tables if isinstance(tables, list) else []:
+                lines += ["", header, *_toml_pairs(table)]
         return "\n".join(lines) + "\n"
 
 
@@ -257,7 +255,17 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_items(table: JsonValue) -> list[tuple[str, JsonValue]]:
+    """A table's entries (none for anything that is not a table)."""
+    return list(table.items()) if isinstance(table, dict) else []
+
+
+def _toml_pairs(table: JsonValue) -> list[str]:
+    """A table's ``key = value`` lines."""
+    return [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in _toml_items(table)]
+
+
+def _toml_value(value: object) -> str:
     """One TOML value; JSON's string escapes and number forms are valid TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -295,7 +303,7 @@ def loads_sweep(
 
 
 def parse_sweep(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     *,
     source: str = "<dict>",
     default_name: str = "sweep",
@@ -348,10 +356,10 @@ def parse_sweep(
 
 
 def _parse_matrix(
-    raw: Any,
+    raw: object,
     where: str,
-    sweep_measure: Mapping[str, Any],
-    model_sources: Mapping[str, Mapping[str, Any]] | None = None,
+    sweep_measure: Mapping[str, object],
+    model_sources: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Matrix:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where} must be a table")
@@ -361,21 +369,25 @@ def _parse_matrix(
     for key in _REQUIRED_AXES:
         if key not in raw:
             raise ConfigError(f"{where}: missing {key!r} (required: {', '.join(_REQUIRED_AXES)})")
-    axes = {
-        name: as_values(raw[name], _AXES[name][1], f"{where}.{name}")
-        for name in _AXES
-        if name in raw
-    }
-    for compiler in axes["compilers"]:
+    texts: dict[str, tuple[str, ...]] = {}
+    numbers: dict[str, tuple[int, ...]] = {}
+    for name, (_, typ) in _AXES.items():  # in order: the first bad axis is the one reported
+        if name in raw:
+            if typ is int:
+                numbers[name] = as_values(raw[name], int, f"{where}.{name}")
+            else:
+                texts[name] = as_values(raw[name], str, f"{where}.{name}")
+    axes: dict[str, tuple[object, ...]] = {**texts, **numbers}
+    for compiler in texts["compilers"]:
         check_compiler(compiler, f"{where}.compilers")
-    for name in axes.get("optimisations", ()):
+    for name in texts.get("optimisations", ()):
         check_optimisation(name, f"{where}.optimisations")
     own = model_sources or {}
     from ngb.sweeps.spec_models import check_matrix_models
 
-    check_matrix_models(axes["models"], own, axes, where)
-    blocks = [m for m in axes["models"] if m in BLOCK_MODELS]
-    timm_models = [m for m in axes["models"] if m not in BLOCK_MODELS and m not in own]
+    check_matrix_models(texts["models"], own, axes, numbers.get("batches", ()), where)
+    blocks = [m for m in texts["models"] if m in BLOCK_MODELS]
+    timm_models = [m for m in texts["models"] if m not in BLOCK_MODELS and m not in own]
     if blocks and "widths" not in axes:
         raise ConfigError(f"{where}: block model {blocks[0]!r} needs widths = [...]")
     if timm_models and "widths" in axes:
@@ -383,7 +395,7 @@ def _parse_matrix(
             f"{where}: widths apply to blocks only, not to timm model "
             f"{timm_models[0]!r}; put blocks in their own [[matrix]]"
         )
-    if timm_models and axes.get("depths", (1,)) != (1,):
+    if timm_models and numbers.get("depths", (1,)) != (1,):
         raise ConfigError(
             f"{where}: depths apply to blocks only, not to timm model "
             f"{timm_models[0]!r}; put blocks in their own [[matrix]]"
@@ -395,7 +407,18 @@ def _parse_matrix(
         raise ConfigError(f"{where}.measure: {exc}") from None
     options = parse_compiler_options(raw.get("compiler_options", {}), f"{where}.compiler_options")
     device = parse_device(raw["device"], f"{where}.device") if "device" in raw else None
-    return Matrix(measure=measure, compiler_options=options, device=device, **axes)
+    return Matrix(
+        models=texts["models"],
+        compilers=texts["compilers"],
+        batches=numbers["batches"],
+        widths=numbers.get("widths", Matrix.widths),
+        depths=numbers.get("depths", Matrix.depths),
+        optimisations=texts.get("optimisations", Matrix.optimisations),
+        input_sizes=numbers.get("input_sizes", Matrix.input_sizes),
+        measure=measure,
+        compiler_options=options,
+        device=device,
+    )
 
 
 # ---------------------------------------------------------------- loading files and presets

@@ -15,10 +15,11 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from ngb.core.errors import ConfigError
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+from ngb.sweeps.rows import JsonValue
 
 TARGETS = ("cpu", "cuda")
 # Sizes travel as int32 on devices and in the results store (Arrow, DuckDB INTEGER columns): a
@@ -71,7 +72,10 @@ def check_timm_names(names: Iterable[str]) -> None:
             resolve_model(name)  # e.g. a pretrained tag; unknown names raise with close matches
 
 
-def check_sweep_name(name: Any, source: str, *, named: bool = True) -> str:
+V = TypeVar("V", int, str)  # the TOML value types a matrix axis takes
+
+
+def check_sweep_name(name: object, source: str, *, named: bool = True) -> str:
     """The sweep's name, if it can name a run: ASCII letters, digits, '.', '_', '-' (64 at most),
     starting with a letter or digit."""
     if isinstance(name, str) and NAME_RE.match(name):
@@ -103,13 +107,13 @@ def check_trial(spec: TrialSpec, where: str = "trial") -> TrialSpec:
     return spec
 
 
-def parse_device(value: Any, where: str) -> str:
-    if value not in TARGETS:
+def parse_device(value: object, where: str) -> str:
+    if not isinstance(value, str) or value not in TARGETS:
         raise ConfigError(f"{where} must be one of {', '.join(TARGETS)}; got {value!r}")
     return value
 
 
-def parse_measure_table(value: Any, where: str) -> dict[str, Any]:
+def parse_measure_table(value: object, where: str) -> dict[str, JsonValue]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be a table")
     valid = [f.name for f in fields(MeasureSettings)]
@@ -125,12 +129,12 @@ def parse_measure_table(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def parse_measure(value: Mapping[str, Any], where: str) -> MeasureSettings:
+def parse_measure(value: Mapping[str, object], where: str) -> MeasureSettings:
     """Measure settings from a table (a sweep's or the command line's), strictly typed."""
     return MeasureSettings.from_dict(parse_measure_table(value, where))
 
 
-def _check_setting_type(key: str, value: Any, annotation: Any, where: str) -> None:
+def _check_setting_type(key: str, value: object, annotation: object, where: str) -> None:
     """Refuse a value of the wrong type rather than let Python coerce it later.
 
     ``verify = "no"`` is a true string, ``repetitions = 2.5`` a float that a loop count cannot
@@ -143,11 +147,14 @@ def _check_setting_type(key: str, value: Any, annotation: Any, where: str) -> No
     if bool in allowed:
         ok, kind = isinstance(value, bool), "true or false"
     elif int in allowed:
-        ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
-        ok = ok and abs(value) <= INT_MAX
+        whole = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_MAX
+        ok, kind = whole, "a whole number"
     elif float in allowed:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        ok, kind = ok and math.isfinite(value), "a finite number"
+        real = isinstance(value, int | float) and not isinstance(value, bool)
+        ok, kind = (
+            real and isinstance(value, int | float) and math.isfinite(value),
+            "a finite number",
+        )
     elif str in allowed:
         ok, kind = isinstance(value, str), "a string"
     else:
@@ -156,7 +163,7 @@ def _check_setting_type(key: str, value: Any, annotation: Any, where: str) -> No
         raise ConfigError(f"{where}: {key} must be {kind}, got {value!r}")
 
 
-def _is_union(annotation: Any) -> bool:
+def _is_union(annotation: object) -> bool:
     return typing.get_origin(annotation) in (typing.Union, types.UnionType)
 
 
@@ -166,7 +173,7 @@ def _known_compilers() -> list[str]:
     return list_compilers(include_internal=True)
 
 
-def check_compiler(name: Any, where: str) -> str:
+def check_compiler(name: object, where: str) -> str:
     known = _known_compilers()
     if not isinstance(name, str) or name not in known:
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
@@ -185,10 +192,10 @@ def check_optimisation(name: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def parse_compiler_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
+def parse_compiler_options(value: object, where: str) -> dict[str, dict[str, JsonValue]]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be a table of tables, e.g. [compiler_options.openvino]")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, JsonValue]] = {}
     for compiler, options in value.items():
         check_compiler(compiler, where)
         if not isinstance(options, Mapping):
@@ -198,7 +205,7 @@ def parse_compiler_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _check_options(compiler: str, options: Mapping[str, Any], where: str) -> None:
+def _check_options(compiler: str, options: Mapping[str, object], where: str) -> None:
     """Validate options against the compiler's Config when its module can be imported.
 
     Compiler modules import their heavy library lazily, so this stays cheap; a module that cannot
@@ -216,10 +223,12 @@ def _check_options(compiler: str, options: Mapping[str, Any], where: str) -> Non
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
+def as_values(value: object, typ: type[V], where: str) -> tuple[V, ...]:
+    """One TOML value or a list of them, each of type ``typ`` (positive, non-empty)."""
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ConfigError(f"{where} is empty; give at least one value")
+    checked: list[V] = []
     for v in values:
         # bool is an int in Python; `batches = [true]` is a mistake, not a batch of 1.
         if not isinstance(v, typ) or isinstance(v, bool):
@@ -230,4 +239,5 @@ def as_values(value: Any, typ: type, where: str) -> tuple[Any, ...]:
             raise ConfigError(f"{where}: values must be at most {INT_MAX}, got {v}")
         if isinstance(v, str) and not v.strip():
             raise ConfigError(f"{where}: values must be non-empty strings")
-    return tuple(dict.fromkeys(values))  # drop repeats, keep order
+        checked.append(v)
+    return tuple(dict.fromkeys(checked))  # drop repeats, keep order

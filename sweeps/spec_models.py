@@ -27,22 +27,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.model_sources import InputSpec, ModelSource, parse_source
 from ngb.core.types import BLOCK_MODELS
+from ngb.sweeps.rows import JsonValue
 
 MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code", "family")
 
 
 def parse_models(
-    raw: Any, where: str, base_dir: Path | None
-) -> tuple[dict[str, dict[str, Any]], tuple[dict[str, Any], ...]]:
+    raw: object, where: str, base_dir: Path | None
+) -> tuple[dict[str, dict[str, JsonValue]], tuple[dict[str, JsonValue], ...]]:
     """``[[models]]`` -> (name -> ``ModelSource`` JSON, the tables as written back)."""
     if not isinstance(raw, list):
         raise ConfigError(f"{where} must be one or more [[models]] tables")
-    sources: dict[str, dict[str, Any]] = {}
+    sources: dict[str, dict[str, JsonValue]] = {}
     tables = []
     for i, entry in enumerate(raw):
         here = f"{where}[{i}]"
@@ -66,7 +66,9 @@ def parse_models(
     return sources, tuple(tables)
 
 
-def _parse_entry(entry: Mapping[str, Any], name: str, here: str, base: Path | None) -> ModelSource:
+def _parse_entry(
+    entry: Mapping[str, object], name: str, here: str, base: Path | None
+) -> ModelSource:
     kwargs = entry.get("kwargs", {})
     if not isinstance(kwargs, Mapping):
         raise ConfigError(f"{here}: kwargs must be a table, e.g. kwargs = {{ num_classes = 10 }}")
@@ -76,11 +78,12 @@ def _parse_entry(entry: Mapping[str, Any], name: str, here: str, base: Path | No
     code = entry.get("code")
     if code is not None and not isinstance(code, str):
         raise ConfigError(f"{here}: code must be a folder path")
+    ref = entry.get("source", name)
+    if not isinstance(ref, str):  # parse_source's own words, for the same line either way
+        raise ConfigError(f"{here}: model source must be a non-empty string, got {ref!r}")
     try:
         inputs = tuple(InputSpec.from_dict(i) for i in raw_inputs)
-        source = parse_source(
-            entry.get("source", name), kwargs=kwargs, inputs=inputs, code=code, base_dir=base
-        )
+        source = parse_source(ref, kwargs=kwargs, inputs=inputs, code=code, base_dir=base)
     except NgbError as exc:
         raise ConfigError(f"{here}: {exc}") from None
     if source.kind == "python" and not source.inputs:
@@ -95,9 +98,9 @@ def _parse_entry(entry: Mapping[str, Any], name: str, here: str, base: Path | No
     return source
 
 
-def _table(name: str, source: ModelSource, entry: Mapping[str, Any]) -> dict[str, Any]:
+def _table(name: str, source: ModelSource, entry: Mapping[str, object]) -> dict[str, JsonValue]:
     """The entry as ``to_toml`` writes it: absolute paths, the inputs in force."""
-    table: dict[str, Any] = {"name": name}
+    table: dict[str, JsonValue] = {"name": name}
     artifact = source.artifacts[0] if source.artifacts else None
     if source.kind in ("onnx", "pt2") and artifact is not None:
         table["source"] = artifact.local
@@ -122,8 +125,9 @@ def _table(name: str, source: ModelSource, entry: Mapping[str, Any]) -> dict[str
 
 def check_matrix_models(
     models: tuple[str, ...],
-    sources: Mapping[str, Mapping[str, Any]],
-    axes: Mapping[str, Any],
+    sources: Mapping[str, Mapping[str, object]],
+    axes: Mapping[str, tuple[object, ...]],
+    batches: tuple[int, ...],
     where: str,
 ) -> None:
     """Axes that do not apply to a user's model, and batches a static-shape file cannot take."""
@@ -136,14 +140,14 @@ def check_matrix_models(
                 hint = " (set img_size in its kwargs)" if axis == "input_sizes" else ""
                 raise ConfigError(f"{where}: {axis} do not apply to model {name!r}{hint}")
         source = ModelSource.from_dict(raw)
-        for batch in axes.get("batches", ()):
+        for batch in batches:
             try:
                 source.check_batch(batch, name)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from None
 
 
-def check_sources(sources: Mapping[str, Mapping[str, Any]], where: str) -> None:
+def check_sources(sources: Mapping[str, Mapping[str, object]], where: str) -> None:
     """The slower checks: timm names exist, python factories import (runs the user's imports)."""
     from ngb.core.model_build import import_factory
     from ngb.core.models import resolve_model

@@ -23,11 +23,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError, first_line
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store_query import is_lock_error
+
+if TYPE_CHECKING:
+    import duckdb
 
 _process_locks: dict[str, threading.RLock] = {}
 _process_locks_guard = threading.Lock()
@@ -51,7 +54,7 @@ def check_is_file(path: Path) -> None:
         raise NgbError(f"results database {path} is not a regular file")
 
 
-def check_intact(conn: Any, path: Path) -> None:
+def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Refuse a truncated file: DuckDB may answer from the blocks that are left, silently.
 
     Every block in use lies inside the file (DuckDB trims only free blocks off its end), so a
@@ -61,6 +64,8 @@ def check_intact(conn: Any, path: Path) -> None:
     if Path(f"{path}.wal").exists():
         return
     row = conn.execute("PRAGMA database_size").fetchone()
+    if row is None:  # DuckDB always answers this pragma; nothing to compare without it
+        return
     block_size, used_blocks = int(row[2] or 0), int(row[4] or 0)
     expected = block_size * used_blocks
     size = path.stat().st_size
@@ -71,7 +76,9 @@ def check_intact(conn: Any, path: Path) -> None:
         )
 
 
-def open_connection(path: Path, *, write: bool, external_access: bool, timeout: float) -> Any:
+def open_connection(
+    path: Path, *, write: bool, external_access: bool, timeout: float
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection, retried while another process holds the file (up to ``timeout``)."""
     import duckdb
 
@@ -83,7 +90,9 @@ def open_connection(path: Path, *, write: bool, external_access: bool, timeout: 
             raise StoreUnwritable(
                 f"cannot write results database {path}: {first_line(exc)}"
             ) from None
-    config: dict[str, Any] = {} if external_access else {"enable_external_access": False}
+    config: dict[str, str | bool | int | float | list[str]] = (
+        {} if external_access else {"enable_external_access": False}
+    )
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -103,7 +112,7 @@ def open_connection(path: Path, *, write: bool, external_access: bool, timeout: 
 @contextmanager
 def connection(
     path: Path, *, write: bool, timeout: float, external_access: bool = True
-) -> Iterator[Any]:
+) -> Iterator[duckdb.DuckDBPyConnection]:
     with lock_for(path):
         conn = open_connection(path, write=write, external_access=external_access, timeout=timeout)
         try:

@@ -8,31 +8,42 @@ in one transaction, so two processes racing to upgrade the same file cannot both
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError
 from ngb.sweeps import schema
 from ngb.sweeps.store_ingest import now
 
+if TYPE_CHECKING:
+    import duckdb
 
-def read_version(conn: Any) -> int:
-    has_table = conn.execute(
+
+def _number(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
+    """The one integer a count or max query answers (0 for no row or NULL)."""
+    row = conn.execute(sql).fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+def read_version(conn: duckdb.DuckDBPyConnection) -> int:
+    has_table = _number(
+        conn,
         "SELECT count(*) FROM information_schema.tables "
-        "WHERE table_schema = 'main' AND table_name = 'schema_version'"
-    ).fetchone()[0]
+        "WHERE table_schema = 'main' AND table_name = 'schema_version'",
+    )
     if not has_table:
         return 0
-    return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0])
+    return _number(conn, "SELECT coalesce(max(version), 0) FROM schema_version")
 
 
-def migrate(conn: Any, path: Path) -> None:
+def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Apply every missing migration step in one transaction (another process may race us)."""
     conn.execute("BEGIN TRANSACTION")
     try:
-        other = conn.execute(
+        other = _number(
+            conn,
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND table_name NOT IN ('schema_version')"
-        ).fetchone()[0]
+            "AND table_name NOT IN ('schema_version')",
+        )
         version = read_version(conn)
         if version == 0 and other:
             raise NgbError(f"{path} is a DuckDB file but not an ngb results database")

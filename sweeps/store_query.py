@@ -8,7 +8,7 @@ never be the destination, and an existing file is replaced only when the caller 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError, first_line
 from ngb.core.safe_files import (
@@ -18,6 +18,9 @@ from ngb.core.safe_files import (
     shorten,
     write_atomic,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy
 
 EXPORT_FORMATS = ("parquet", "csv")
@@ -64,7 +67,7 @@ def _own_files() -> dict[str, Path]:
     return get_paths().own_files()
 
 
-def write_export(table: Any, dest: Path, fmt: str, database: Path, *, overwrite: bool) -> None:
+def write_export(table: pa.Table, dest: Path, fmt: str, database: Path, *, overwrite: bool) -> None:
     """Write an Arrow table to ``dest`` atomically (beside it, fsync, rename; a full disk is an
     error), checking the destination again right before the rename."""
 

@@ -31,7 +31,11 @@ from ngb.sweeps.store_connect import lock_for, read_errors, write_errors
 from ngb.sweeps.store_query import sql_error
 
 if TYPE_CHECKING:
+    import duckdb
     from ngb.sweeps.store import Store
+
+#: (column names, rows) of one query, as DuckDB gives them
+SqlAnswer = tuple[list[str], list[tuple[object, ...]]]
 
 #: DuckDB threads for a console's query (the benchmark may be running on this machine)
 QUERY_THREADS = 1
@@ -58,7 +62,7 @@ class QueryJob:
         self.sql = sql
         self.allow_write = allow_write
         self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
-        self._conn: Any = None
+        self._conn: duckdb.DuckDBPyConnection | None = None
         self._guard = threading.Lock()
         self._why = ""  # "cancelled" or "timeout" once stopped
         self.done = threading.Event()
@@ -78,6 +82,7 @@ class QueryJob:
         return bool(self._why)
 
     # -- running (a worker thread) -------------------------------------------------------------
+    # Any: the cells of the caller's own SQL, whose types only that query knows
     def run(self) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run the query; raises NgbError (``QueryCancelled`` when stopped) with one line."""
         timer = None
@@ -114,10 +119,13 @@ class QueryJob:
                 raise NgbError(f"cannot read results database {path}: {exc.strerror}") from None
         return copy
 
-    def _run_on(self, copy: Path | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _run_on(self, copy: Path | None) -> SqlAnswer:
         import duckdb
 
-        config: dict[str, Any] = {"enable_external_access": False, "threads": QUERY_THREADS}
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "enable_external_access": False,
+            "threads": QUERY_THREADS,
+        }
         with read_errors(self.store.path):
             if copy is None:
                 from ngb.sweeps.store import _empty_database
@@ -132,13 +140,13 @@ class QueryJob:
         finally:
             conn.close()
 
-    def _run_on_store(self) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _run_on_store(self) -> SqlAnswer:
         with write_errors(self.store.path):
             self.store._ensure_schema()  # noqa: SLF001 - what Store.query does before a write
         with self.store._connection(write=True) as conn:  # noqa: SLF001 - holds the lock
             return self._execute(conn)
 
-    def _execute(self, conn: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _execute(self, conn: duckdb.DuckDBPyConnection) -> SqlAnswer:
         import duckdb
 
         with self._guard:

@@ -13,26 +13,26 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from ngb.core.autocorrelation import long_run_factor
 from ngb.core.stopping import repetitions_for_cov
+from ngb.sweeps.rows import integer, mapping, number
 
 WIDE = "wider than the target"
 DISTURBED = "disturbed"
 
 
-def _settings(row: Mapping[str, Any]) -> dict[str, Any]:
+def _settings(row: Mapping[str, object]) -> dict[str, object]:
     measure = row.get("measure")
     if isinstance(measure, str):
         try:
             measure = json.loads(measure)
         except ValueError:
             return {}
-    return dict(measure) if isinstance(measure, Mapping) else {}
+    return dict(mapping(measure))
 
 
-def summary_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
+def summary_line(rows: Iterable[Mapping[str, object]]) -> str | None:
     """One line on the verdicts of a run's measured trials (rows of the ``trials`` table);
     None when no trial has a verdict (nothing measured, or results from before verdicts)."""
     judged = [r for r in rows if r.get("status") == "ok" and r.get("verdict")]
@@ -58,7 +58,7 @@ def summary_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
     return text + _advice(wide, len(judged))
 
 
-def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
+def _advice(wide: list[Mapping[str, object]], total: int) -> str:
     """When most trials were too wide: the processes (or, for results measured before intervals
     were built over processes, the repetitions) their typical spread needs."""
     if len(wide) * 2 < total:
@@ -67,8 +67,8 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     if process_covs:
         cov = statistics.median(process_covs)
         settings = _settings(wide[0])
-        target = float(settings.get("ci_target") or 0.02)
-        needed = repetitions_for_cov(cov, target, float(settings.get("confidence") or 0.95))
+        target = number(settings.get("ci_target")) or 0.02
+        needed = repetitions_for_cov(cov, target, number(settings.get("confidence")) or 0.95)
         most = settings.get("max_workers")
         limit = f" (at most {most})" if most and settings.get("repetitions") is None else ""
         return (
@@ -77,21 +77,21 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
             "(`ngb bench noise` measures its noise floor), raise max_workers/max_measure_s, "
             "or widen ci_target"
         )
-    covs = [float(r["throughput_cov"]) for r in wide if r.get("throughput_cov") is not None]
+    covs = [cov for r in wide if (cov := number(r.get("throughput_cov"))) is not None]
     if not covs:
         return ""
     cov = statistics.median(covs)
     settings = _settings(wide[0])
-    target = float(settings.get("ci_target") or 0.02)
+    target = number(settings.get("ci_target")) or 0.02
     # Correlated repetitions are worth less each (ngb.core.autocorrelation): as if the spread were
     # wider.
     rhos = [rho for r in wide if (rho := _serial_rho(r)) is not None]
     rho = statistics.median(rhos) if rhos else 0.0
     spread = cov * math.sqrt(long_run_factor(rho))
-    needed = repetitions_for_cov(spread, target, float(settings.get("confidence") or 0.95))
+    needed = repetitions_for_cov(spread, target, number(settings.get("confidence")) or 0.95)
     serial = f", serially correlated (median lag-1 {rho:.2f})" if rho >= 0.05 else ""
     allowed = settings.get("max_repetitions")
-    repetitions = [int(r["repetitions"]) for r in wide if r.get("repetitions")]
+    repetitions = [n for r in wide if (n := integer(r.get("repetitions")))]
     ran = f"; they ran a median of {statistics.median(repetitions):g}" if repetitions else ""
     limit = f" (at most {allowed})" if allowed and settings.get("repetitions") is None else ""
     return (
@@ -101,30 +101,28 @@ def _advice(wide: list[Mapping[str, Any]], total: int) -> str:
     )
 
 
-def _extra(row: Mapping[str, Any]) -> Mapping[str, Any]:
+def _extra(row: Mapping[str, object]) -> Mapping[str, object]:
     extra = row.get("extra")
     if isinstance(extra, str):
         try:
             extra = json.loads(extra)
         except ValueError:
             return {}
-    return extra if isinstance(extra, Mapping) else {}
+    return mapping(extra)
 
 
-def _process_cov(row: Mapping[str, Any]) -> float | None:
+def _process_cov(row: Mapping[str, object]) -> float | None:
     """CoV of a trial's worker-process means (None with fewer than two processes)."""
     workers = _extra(row).get("workers")
     if not isinstance(workers, list):
         return None
-    means = [float(w["mean"]) for w in workers if isinstance(w, Mapping)
-             and isinstance(w.get("mean"), int | float) and math.isfinite(w["mean"])]  # fmt: skip
+    means = [m for w in workers if (m := number(mapping(w).get("mean"))) is not None]
     if len(means) < 2 or statistics.fmean(means) <= 0:
         return None
     return statistics.stdev(means) / statistics.fmean(means)
 
 
-def _serial_rho(row: Mapping[str, Any]) -> float | None:
+def _serial_rho(row: Mapping[str, object]) -> float | None:
     """The lag-1 autocorrelation the trial's interval was widened for (None before it was kept)."""
-    measure = _extra(row).get("measure")
-    rho = measure.get("serial_rho") if isinstance(measure, Mapping) else None
+    rho = mapping(_extra(row).get("measure")).get("serial_rho")
     return float(rho) if isinstance(rho, int | float) else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import IO, Any
+from typing import IO
 
 import click
 from ngb.core.errors import NgbError, one_line
@@ -85,14 +85,14 @@ class LazyGroup(click.Group):
         info_name: str | None,
         args: list[str],
         parent: click.Context | None = None,
-        **extra: Any,
+        **extra: object,
     ) -> click.Context:
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:  # e.g. `ngb --bogus`
             raise _usage_line(exc) from None
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
@@ -116,7 +116,7 @@ class OneLineError(click.ClickException):
     def __init__(self, message: str) -> None:
         super().__init__(short_words(safe_text(" ".join(message.split()))))
 
-    def show(self, file: IO[Any] | None = None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", file=file or sys.stderr)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import NgbError, first_line
@@ -28,6 +29,11 @@ from ngb.devices.inventory import (
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import TransportError
 from ngb.sweeps.cli import safe_text
+from ngb.sweeps.rows import StoreRow, mapping
+
+if TYPE_CHECKING:
+    import asyncssh
+    from ngb.sweeps.store import Store
 
 
 def _render(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -47,7 +53,7 @@ def _address(dev: Device) -> str:
     return f"{user}{dev.host}{port}"
 
 
-def _store() -> Any | None:
+def _store() -> Store | None:
     """The results store, or None when it is not importable here (or has no file yet)."""
     try:
         from ngb.sweeps.store import Store
@@ -56,7 +62,7 @@ def _store() -> Any | None:
     return Store()
 
 
-def _last_probes() -> dict[str, dict[str, Any]]:
+def _last_probes() -> dict[str, StoreRow]:
     if not get_paths().database.exists():
         return {}
     store = _store()
@@ -66,7 +72,7 @@ def _last_probes() -> dict[str, dict[str, Any]]:
         rows = store.probes()
     except Exception:  # noqa: BLE001 - a busy or foreign file must not break `devices list`
         return {}
-    return {row["device"]: row for row in rows}  # ordered by time: the last one wins
+    return {str(row["device"]): row for row in rows}  # ordered by time: the last one wins
 
 
 @click.command("paths")
@@ -287,7 +293,7 @@ def import_(file: Path, dry_run: bool, replace: bool) -> None:
 # -- trust --------------------------------------------------------------------------------------
 
 
-async def _fetch(inv: Inventory, dev: Device) -> tuple[str, str, Any]:
+async def _fetch(inv: Inventory, dev: Device) -> tuple[str, str, asyncssh.SSHKey]:
     from ngb.devices.hostkeys import fetch_host_key
     from ngb.devices.ssh import SshTransport
 
@@ -342,7 +348,7 @@ def trust(name: str, yes: bool, hashed: bool) -> None:
 # -- probe --------------------------------------------------------------------------------------
 
 
-async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, Any]:
+async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, object]:
     from ngb.devices.agent_remote import probe_device
     from ngb.devices.ssh import make_transport
 
@@ -356,8 +362,8 @@ async def _probe_one(inv: Inventory, dev: Device, timeout: float) -> dict[str, A
 
 async def _probe_all(
     inv: Inventory, devs: list[Device], timeout: float
-) -> list[tuple[Device, dict | None, str | None]]:
-    async def one(dev: Device) -> tuple[Device, dict | None, str | None]:
+) -> list[tuple[Device, dict[str, object] | None, str | None]]:
+    async def one(dev: Device) -> tuple[Device, dict[str, object] | None, str | None]:
         try:
             return dev, await _probe_one(inv, dev, timeout), None
         except (TransportError, NgbError) as exc:
@@ -368,9 +374,9 @@ async def _probe_all(
     return list(await asyncio.gather(*(one(d) for d in devs)))
 
 
-def _summary(facts: dict[str, Any]) -> str:
-    compilers = facts.get("compilers") or {}
-    ok = sorted(n for n, c in compilers.items() if isinstance(c, dict) and c.get("available"))
+def _summary(facts: Mapping[str, object]) -> str:
+    compilers = mapping(facts.get("compilers"))
+    ok = sorted(n for n, c in compilers.items() if mapping(c).get("available"))
     ram = facts.get("ram_mb")
     ram_text = f"{ram / 1024:.1f} GiB" if isinstance(ram, int | float) else "? GiB"
     return (
@@ -390,7 +396,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
     results = asyncio.run(_probe_all(inv, devs, timeout))
     store = _store()
     failed = 0
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for dev, facts, error in results:
         if error is not None:
             failed += 1
@@ -420,7 +426,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
 # -- tune ---------------------------------------------------------------------------------------
 
 
-async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) -> dict[str, Any]:
+async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) -> dict[str, object]:
     from ngb.devices.agent_remote import tune_device
     from ngb.devices.ssh import make_transport
 
@@ -432,9 +438,14 @@ async def _tune_one(inv: Inventory, dev: Device, action: str, timeout: float) ->
         await transport.close()
 
 
-def _show_tune(name: str, answer: dict[str, Any]) -> None:
-    state = answer.get("state") or {}
-    gpus = state.get("gpus") or []
+def _items(value: object) -> list[Mapping[str, object]]:
+    """A JSON list of objects (anything else: none)."""
+    return [mapping(v) for v in value] if isinstance(value, list) else []
+
+
+def _show_tune(name: str, answer: Mapping[str, object]) -> None:
+    state = mapping(answer.get("state"))
+    gpus = _items(state.get("gpus"))
     gpu_text = "; ".join(f"gpu {g.get('index')}: {g.get('sm_clock_mhz')}/"
                          f"{g.get('sm_clock_max_mhz')} MHz" for g in gpus)  # fmt: skip
     click.echo(safe_text(
@@ -442,9 +453,10 @@ def _show_tune(name: str, answer: dict[str, Any]) -> None:
         + (f", {gpu_text}" if gpu_text else "")
         + (f", nvpmodel {state['nvpmodel']}" if state.get("nvpmodel") else "")
     ))  # fmt: skip
-    for change in answer.get("plan") or []:
-        how = " ".join(change.get("argv") or []) or ", ".join(
-            f"{path} <- {value}" for path, value in (change.get("files") or {}).items()
+    for change in _items(answer.get("plan")):
+        argv = change.get("argv")
+        how = " ".join(map(str, argv) if isinstance(argv, list) else ()) or ", ".join(
+            f"{path} <- {value}" for path, value in mapping(change.get("files")).items()
         )
         click.echo(safe_text(
             f"  {change['what']}: {change.get('now')} -> {change['wanted']} "
@@ -492,7 +504,8 @@ def tune(name: str, do_apply: bool, do_undo: bool, yes: bool, timeout: float) ->
         answer = asyncio.run(_tune_one(inv, dev, action, timeout))
     except (TransportError, OSError) as exc:
         raise NgbError(first_line(exc)) from None
-    for error in answer.get("errors") or []:
+    errors = answer.get("errors")
+    for error in errors if isinstance(errors, list) else []:
         click.echo(safe_text(f"error: {dev.name}: {error}"), err=True)
     _show_tune(dev.name, answer)
     if answer.get("errors"):

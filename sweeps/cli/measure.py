@@ -13,14 +13,18 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import ConfigError
 from ngb.sweeps.cli import safe_text, short_words
+from ngb.sweeps.rows import JsonValue
+
+if TYPE_CHECKING:
+    from ngb.core.types import TrialResult, TrialSpec
 
 
-def parse_option(text: str) -> tuple[str, Any]:
+def parse_option(text: str) -> tuple[str, JsonValue]:
     """``key=value`` -> (key, value); the value is read as JSON when it parses (``3``, ``true``,
     ``0.5``, ``[1,2]``), else kept as a string (``hint=throughput``)."""
     key, sep, raw = text.partition("=")
@@ -221,7 +225,7 @@ def measure(
     # leaves exactly its one `error:` line in a log or a pipe.
     interactive = not as_json and sys.stderr.isatty()
 
-    def show_progress(event: dict[str, Any]) -> None:
+    def show_progress(event: Mapping[str, object]) -> None:
         if not interactive:
             return
         if event["type"] == events.PHASE:
@@ -262,7 +266,7 @@ def _model_source(
     inputs: tuple[str, ...],
     code: str | None,
     sweep_file: str | None,
-) -> dict[str, Any] | None:
+) -> dict[str, JsonValue] | None:
     """``TrialSpec.source`` for MODEL; None keeps a plain timm name or block as it always was."""
     from ngb.core.model_sources import parse_input, parse_source
     from ngb.core.types import BLOCK_MODELS
@@ -295,7 +299,7 @@ def _model_source(
     return parsed.to_dict()
 
 
-def _reference_name(spec: Any) -> str:
+def _reference_name(spec: TrialSpec) -> str:
     """What the output was checked against (``core/model_build.reference_output``): eager
     PyTorch, except for an ONNX file, whose reference is ONNX Runtime with optimisations off."""
     source = getattr(spec, "source", None)
@@ -304,7 +308,7 @@ def _reference_name(spec: Any) -> str:
     return "eager"
 
 
-def _print_summary(spec: Any, result: Any) -> None:
+def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
     from ngb.sweeps.numbers import format_with_interval
     from rich.console import Console
     from rich.table import Table
@@ -364,7 +368,7 @@ def _print_summary(spec: Any, result: Any) -> None:
         console.print(f"[bold]{name}:[/] {value}", highlight=False)
 
 
-def _energy_line(result: Any) -> str:
+def _energy_line(result: TrialResult) -> str:
     from ngb.core.energy import summary
 
     return summary(result)

@@ -8,13 +8,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 from ngb.core.errors import NgbError, one_line
 
+if TYPE_CHECKING:
+    from ngb.sweeps.spec import Sweep
 
-def _rows(sweep: Any) -> list[dict[str, Any]]:
+
+class ModelRow(TypedDict, total=False):
+    """One model of a sweep as listed (``error`` instead of the counts when it cannot be built)."""
+
+    model: str
+    source: str | None
+    takes: str
+    inputs: str
+    params: int
+    macs: int
+    error: str
+
+
+def _rows(sweep: Sweep) -> list[ModelRow]:
     from ngb.core import models as core_models
     from ngb.core.model_sources import ModelSource
     from ngb.core.types import BLOCK_MODELS
@@ -26,18 +41,18 @@ def _rows(sweep: Any) -> list[dict[str, Any]]:
                 seen.setdefault((name, width), None)
     rows = []
     for name, width in seen:
-        row: dict[str, Any] = {"model": name if width is None else f"{name}{width}"}
+        row: ModelRow = {"model": name if width is None else f"{name}{width}"}
         raw = sweep.model_sources.get(name)
         try:
             if raw is not None:
                 source = ModelSource.from_dict(raw)
                 info = core_models.source_info(name, source)
-                row.update(source=info.source, takes=source.takes, inputs=info.inputs)
+                row.update({"source": info.source, "takes": source.takes, "inputs": info.inputs})
             else:
                 info = core_models.model_info(name, width=width)
-                row.update(source="block" if width else f"timm {name}", takes="torch")
+                row.update({"source": "block" if width else f"timm {name}", "takes": "torch"})
                 row["inputs"] = f"input float32[batch,{','.join(map(str, info.input_shape[1:]))}]"
-            row.update(params=info.params, macs=info.macs)
+            row.update({"params": info.params, "macs": info.macs})
         except NgbError as exc:
             row["error"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - user code fails in any way; one line per model
@@ -72,10 +87,16 @@ def list_sweep_models(
     table = []
     for r in rows:
         if "error" in r:
-            table.append([r["model"], r.get("source", ""), "-", "-", f"error: {r['error']}"])
+            table.append([r["model"], str(r.get("source") or ""), "-", "-", f"error: {r['error']}"])
             continue
         table.append(
-            [r["model"], r["source"], f"{r['params']:,}", f"{r['macs'] / 1e6:,.2f}", r["inputs"]]
+            [
+                r["model"],
+                str(r["source"]),
+                f"{r['params']:,}",
+                f"{r['macs'] / 1e6:,.2f}",
+                r["inputs"],
+            ]  # fmt: skip
         )
     lines = [f"Models of sweep {sweep.name!r} (baseline: {sweep.baseline})"]
     lines += render(

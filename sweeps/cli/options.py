@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
+F = TypeVar("F", bound=Callable[..., object])
 
-def results_db_options(fn: Any) -> Any:
+
+def results_db_options(fn: F) -> F:
     """``--db`` and ``--wait``: which results file, and how long to wait while another has it."""
     fn = click.option(
         "--wait",

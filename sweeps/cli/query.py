@@ -11,20 +11,24 @@ import csv
 import datetime as dt
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import NgbError
 from ngb.sweeps.cli.options import results_db_options
 
+if TYPE_CHECKING:
+    import duckdb
+    from ngb.sweeps.store import Store
 
-def open_store(db: str | None, wait: float) -> Any:
+
+def open_store(db: str | None, wait: float) -> Store:
     from ngb.sweeps.store import Store
 
     return Store(db, busy_timeout_s=wait)
 
 
-def _statements(sql: str) -> list[Any]:
+def _statements(sql: str) -> list[duckdb.Statement]:
     """The statements in ``sql``, split by DuckDB's own parser (no database needed).
 
     A syntax error gives an empty list: the query itself then reports it, with its position.
@@ -37,7 +41,7 @@ def _statements(sql: str) -> list[Any]:
         return []
 
 
-def one_statement(sql: str) -> Any | None:
+def one_statement(sql: str) -> duckdb.Statement | None:
     """Refuse several statements: only the last one's rows would be shown (or exported)."""
     statements = _statements(sql)
     if len(statements) > 1:
@@ -52,7 +56,7 @@ def one_statement(sql: str) -> Any | None:
 ROW_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "MULTI")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """JSON-friendly form of a DuckDB value (timestamps, decimals, blobs)."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()

@@ -14,19 +14,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import click
 from ngb.core.errors import NgbError
+from ngb.sweeps.rows import integer, mapping
 
 if TYPE_CHECKING:  # imported where used: `ngb --help` must not load rich, duckdb or asyncssh
     from ngb.devices.inventory import Inventory
     from ngb.sweeps.orchestrator import Orchestrator, Subscription
+    from ngb.sweeps.run_events import RunEvent
+    from ngb.sweeps.spec import Sweep
     from ngb.sweeps.store import Store
     from rich.console import Console
+    from rich.progress import TaskID
 
 _Command = TypeVar("_Command", bound=Callable[..., object])
+
+
+class StartArgs(TypedDict):
+    """``Orchestrator.start``'s arguments for ``ngb run``."""
+
+    sweep: Sweep
+    device_names: str | Iterable[str]
+    keep: bool
+    isolate: str | None
+
 
 FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
 
@@ -82,32 +96,35 @@ class _Progress:
             console=console,
             transient=False,
         )
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.current: dict[str, str] = {}  # device -> label of the trial in flight
         self.console = console
 
-    def _task(self, device: str) -> Any:
+    def _task(self, device: str) -> TaskID:
         if device not in self.tasks:
             self.tasks[device] = self.progress.add_task(
                 device, total=None, device=device, state="pending", current=""
             )
         return self.tasks[device]
 
-    def seed(self, states: dict[str, dict[str, Any]]) -> None:
+    def seed(self, states: Mapping[str, Mapping[str, object]]) -> None:
         for name, st in states.items():
             task = self._task(name)
             self.progress.update(
-                task, total=st["total"] or None, completed=st["done"], state=st["state"]
+                task,
+                total=integer(st["total"]) or None,
+                completed=integer(st["done"]),
+                state=st["state"],
             )
 
-    def handle(self, item: Any) -> None:
+    def handle(self, item: RunEvent) -> None:
         if item.kind == "store":  # waiting for the results database: normal, one quiet line
             self.console.print(f"[dim]{item.message}[/]")
             return
         if not item.device:
             return
         task = self._task(item.device)
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {}  # Any: rich's Progress.update takes its fields as **Any
         if item.total:
             fields["total"] = item.total
         if item.done is not None:
@@ -121,17 +138,18 @@ class _Progress:
             elif item.state in ("finished", "cancelled"):
                 fields["current"] = item.message
         elif item.kind == "agent":
-            etype = (item.event or {}).get("type")
+            event = item.event or {}
+            etype = event.get("type")
             if etype == "trial_started":
-                self.current[item.device] = str(item.event.get("label", ""))
+                self.current[item.device] = str(event.get("label", ""))
                 fields["current"] = self.current[item.device][:70]
             elif etype == "trial_failed":
-                label = self.current.get(item.device) or item.event.get("key", "")
+                label = self.current.get(item.device) or event.get("key", "")
                 self.console.print(
-                    f"[yellow]{item.device}[/]: trial {label} failed: {item.event.get('error')}"
+                    f"[yellow]{item.device}[/]: trial {label} failed: {event.get('error')}"
                 )
-            elif etype == "log" and item.event.get("msg") in ("paused", "resumed"):
-                fields["state"] = item.event["msg"]
+            elif etype == "log" and event.get("msg") in ("paused", "resumed"):
+                fields["state"] = event["msg"]
         self.progress.update(task, **fields)
 
 
@@ -173,16 +191,18 @@ async def _follow(orch: Orchestrator, run_id: str, sub: Subscription, console: C
     return final
 
 
-def _report(console: Console, summary: dict[str, Any], *, show_error: bool = True) -> None:
+def _report(console: Console, summary: Mapping[str, object], *, show_error: bool = True) -> None:
+    """The run's summary (``Orchestrator.wait`` / ``cancel``) as a table."""
     from rich.table import Table
 
     table = Table(title=f"run {summary['run_id']}: {summary['status']}")
     for col in ("device", "state", "done", "failed", "restarts", "error"):
         table.add_column(col)
-    for name, d in summary["devices"].items():
+    for name, facts in mapping(summary["devices"]).items():
+        d = mapping(facts)
         table.add_row(
-            name, d["state"], f"{d['done']}/{d['total']}", str(d["failed"]),
-            str(d["restarts"]), d["error"] or "",
+            name, str(d["state"]), f"{d['done']}/{d['total']}", str(d["failed"]),
+            str(d["restarts"]), str(d["error"] or ""),
         )  # fmt: skip
     console.print(table)
     if show_error and summary.get("error"):  # the run as a whole stopped
@@ -194,10 +214,10 @@ async def _drive(
     inventory: Inventory,
     console: Console,
     *,
-    start: dict[str, Any] | None = None,
+    start: StartArgs | None = None,
     attach: str | None = None,
     detach_after_start: bool = False,
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[str, Mapping[str, object] | None]:
     from ngb.sweeps.orchestrator import Orchestrator
 
     orch = Orchestrator(store, inventory)
@@ -235,7 +255,9 @@ async def _drive(
         await orch.close()
 
 
-async def _until_started(orch: Any, run_id: str, sub: Any) -> tuple[bool, list[str]]:
+async def _until_started(
+    orch: Orchestrator, run_id: str, sub: Subscription
+) -> tuple[bool, list[str]]:
     """Wait until every device's agent runs or its device gave up: (any runs, the refusals).
 
     A run no device took (busy with another run, unreachable) never started: the caller says so
@@ -257,7 +279,7 @@ async def _until_started(orch: Any, run_id: str, sub: Any) -> tuple[bool, list[s
     return started, failures or ([] if started else ["no device started the run"])
 
 
-def _forget_run(store: Any, run_id: str) -> None:
+def _forget_run(store: Store, run_id: str) -> None:
     """Remove every row of a run that never started (each table that has a ``run_id``)."""
     _, rows = store.query(
         "SELECT DISTINCT table_name FROM information_schema.columns c "
@@ -314,14 +336,16 @@ def run(
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
     console = _console()
-    start = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
+    start: StartArgs = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
     store = _store(db)
     state, summary = asyncio.run(
         _drive(store, inventory, console, start=start, detach_after_start=detach)
     )
     if state == "refused" and summary is not None:
-        _forget_run(store, summary["run_id"])
-        raise NgbError("run refused: " + "; ".join(summary["refusals"]))
+        _forget_run(store, str(summary["run_id"]))
+        refusals = summary.get("refusals")
+        lines = [str(line) for line in refusals] if isinstance(refusals, list) else []
+        raise NgbError("run refused: " + "; ".join(lines))
     _finish(console, state, summary, store)
 
 
@@ -337,18 +361,20 @@ def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
     _finish(console, state, summary, store)
 
 
-def _finish(console: Console, state: str, summary: dict[str, Any] | None, store: Store) -> None:
+def _finish(
+    console: Console, state: str, summary: Mapping[str, object] | None, store: Store
+) -> None:
     if summary is not None:
         _report(console, summary, show_error=False)
-        _verdicts(console, store, summary["run_id"])
+        _verdicts(console, store, str(summary["run_id"]))
     if state in ("failed", "cancelled"):
         error = (summary or {}).get("error")
         if error:  # the run as a whole stopped (e.g. the database cannot be written): one line
-            raise NgbError(error)
+            raise NgbError(str(error))
         raise SystemExit(1)
 
 
-def _verdicts(console: Any, store: Any, run_id: str) -> None:
+def _verdicts(console: Console, store: Store, run_id: str) -> None:
     """How many trials met their confidence target, and what to change when most did not."""
     from ngb.sweeps.verdicts import summary_line
 
@@ -434,7 +460,7 @@ def status(
     _table(cols, [[r[c] for c in cols] for r in records])
 
 
-def _table(cols: list[str], rows: list[list[Any]]) -> None:
+def _table(cols: list[str], rows: Sequence[Sequence[object]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -456,7 +482,7 @@ def cancel(run_id: str, db: str | None, inventory_path: str | None) -> None:
 
     store, inventory = _store(db), _inventory(inventory_path)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> Mapping[str, object]:
         orch = Orchestrator(store, inventory)
         try:
             return await orch.cancel(run_id)
