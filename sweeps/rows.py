@@ -99,3 +99,20 @@ class TrialRow(TypedDict, total=False):
     idle_power_w: float | None
     energy_source: str | None
     energy_note: str | None
+
+
+def json_value(value: object) -> JsonValue:
+    """``value`` checked to be plain JSON all the way down (a tuple becomes a list); a value
+    json.dumps could not write raises TypeError, naming its type."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return json_object(value)
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def json_object(value: Mapping[str, object]) -> dict[str, JsonValue]:
+    """A mapping checked to be a plain JSON object (see ``json_value``)."""
+    return {str(k): json_value(v) for k, v in value.items()}

@@ -31,7 +31,7 @@ from pathlib import Path
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.model_sources import InputSpec, ModelSource, parse_source
 from ngb.core.types import BLOCK_MODELS
-from ngb.sweeps.rows import JsonValue
+from ngb.sweeps.rows import JsonValue, json_object
 
 MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code", "family")
 
@@ -61,7 +61,7 @@ def parse_models(
         if name in sources:
             raise ConfigError(f"{here}: defined twice")
         source = _parse_entry(entry, name, here, base_dir)
-        sources[name] = source.to_dict()
+        sources[name] = json_object(source.to_dict())
         tables.append(_table(name, source, entry))
     return sources, tuple(tables)
 
@@ -117,7 +117,7 @@ def _table(name: str, source: ModelSource, entry: Mapping[str, object]) -> dict[
     if source.kwargs:
         table["kwargs"] = dict(source.kwargs)
     if "inputs" in entry or source.kind == "onnx":
-        table["inputs"] = [i.to_dict() for i in source.inputs]
+        table["inputs"] = [json_object(i.to_dict()) for i in source.inputs]
     if source.family:
         table["family"] = source.family
     return table

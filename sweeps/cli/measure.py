@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 from ngb.core.errors import ConfigError
 from ngb.sweeps.cli import safe_text, short_words
-from ngb.sweeps.rows import JsonValue
+from ngb.sweeps.rows import JsonValue, json_object
 
 if TYPE_CHECKING:
     from ngb.core.types import TrialResult, TrialSpec
@@ -296,7 +296,7 @@ def _model_source(
     )
     if parsed.kind == "python" and not parsed.inputs:
         raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
-    return parsed.to_dict()
+    return json_object(parsed.to_dict())
 
 
 def _reference_name(spec: TrialSpec) -> str:
