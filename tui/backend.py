@@ -214,8 +214,8 @@ class Backend:
         return SshTransport(device, inventory=self.load_inventory_sync())
 
     async def probe(self, device: Device) -> dict[str, object]:
-        # the agent's JSON object (``ngb.devices.probe.Probe`` from a current agent)
-        """Connect, deploy the agent and return its probe (raises TransportError/NgbError)."""
+        """Connect, deploy the agent and return its probe, the agent's JSON object
+        (``ngb.devices.probe.Probe`` from a current agent; raises TransportError/NgbError)."""
         from ngb.devices.agent_remote import probe_device
 
         transport = self.transport_for(device)
