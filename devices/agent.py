@@ -37,6 +37,7 @@ import uuid
 import zipimport
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 from ngb.core import events
@@ -82,10 +83,10 @@ class EventWriter:
             except (BrokenPipeError, OSError, ValueError):
                 self.broken = True
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: dict[str, object]) -> None:
         self.write_line(events.encode(event))
 
-    def __call__(self, type_: str, **fields: Any) -> None:
+    def __call__(self, type_: str, **fields: object) -> None:
         self.emit(events.make_event(type_, **fields))
 
 
@@ -105,9 +106,9 @@ def claim_stdout() -> IO[str]:
 # --------------------------------------------------------------------------- checkpoint
 
 
-def read_checkpoint(path: Path | str) -> dict[str, dict[str, Any]]:
+def read_checkpoint(path: Path | str) -> dict[str, dict[str, object]]:
     """Finished trials by key. Blank, torn (kill -9 mid-write) or foreign lines are ignored."""
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, dict[str, object]] = {}
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -126,7 +127,7 @@ def read_checkpoint(path: Path | str) -> dict[str, dict[str, Any]]:
     return done
 
 
-def append_checkpoint(path: Path | str, record: dict[str, Any]) -> None:
+def append_checkpoint(path: Path | str, record: dict[str, object]) -> None:
     """Append one record as a line, durably (flush + fsync) before returning.
 
     If the file ends in a torn line (no trailing newline), a newline is written first so the new
@@ -333,15 +334,19 @@ def load_trials(path: Path | str) -> list[TrialSpec]:
     return list(specs.values())
 
 
+#: what ``signal.signal`` takes and gives back
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
 class _CancelOnSignal:
     """SIGTERM/SIGINT set ``cancel``; during an in-process trial they also raise ``Cancelled``."""
 
     def __init__(self, cancel: threading.Event) -> None:
         self.cancel = cancel
         self.in_trial = False
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, _Handler] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.cancel.set()
         if self.in_trial:
             self.in_trial = False
@@ -369,7 +374,7 @@ def run_trials(
     cache_dir: Path | None = None,
     pause_file: Path | None = None,
     cancel: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Run what the checkpoint lacks; return the ``run_done`` fields."""
     specs = list(specs)
     run_id = run_id or uuid.uuid4().hex[:12]

@@ -32,7 +32,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
@@ -134,7 +133,7 @@ class Orchestrator:
     def active_runs(self) -> list[str]:
         return [rid for rid, run in self._runs.items() if not run.finished.is_set()]
 
-    def device_states(self, run_id: str) -> dict[str, dict[str, Any]]:
+    def device_states(self, run_id: str) -> dict[str, dict[str, object]]:
         """Current state, counts, pid and trial in flight per device of an active run."""
         return self._get_run(run_id).device_states()
 
@@ -212,7 +211,7 @@ class Orchestrator:
         self._launch(run, "attached")
         return run_id
 
-    async def cancel(self, run_id: str) -> dict[str, Any]:
+    async def cancel(self, run_id: str) -> dict[str, object]:
         """SIGTERM the agents of a run (live here, or found in the store) and record it."""
         run = self._runs.get(run_id)
         if run is None or run.finished.is_set():
@@ -232,7 +231,7 @@ class Orchestrator:
     async def resume(self, run_id: str) -> None:
         await self._on_each_device(run_id, lambda paths, _: remote.resume_argv(paths), "resumed")
 
-    async def wait(self, run_id: str) -> dict[str, Any]:
+    async def wait(self, run_id: str) -> dict[str, object]:
         """Wait until every device of the run is finished, failed, cancelled, lost or detached."""
         run = self._get_run(run_id)
         await run.finished.wait()
@@ -410,7 +409,7 @@ class Orchestrator:
         )
         self._mark_dirty(dev)
 
-    def _on_agent_event(self, dev: DeviceRun, event: dict[str, Any]) -> None:
+    def _on_agent_event(self, dev: DeviceRun, event: dict[str, object]) -> None:
         record_agent_event(dev, self._pending_for(dev), event)
         self._publish(
             RunEvent(dev.run_id, dev.name, "agent", dev.state, event=event,
@@ -527,7 +526,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ state, store, events
 
-    async def _set_state(self, dev: DeviceRun, state: str, message: str, **fields: Any) -> None:
+    async def _set_state(self, dev: DeviceRun, state: str, message: str, **fields: object) -> None:
         changed = dev.state != state
         dev.state = state
         if message and state in (FAILED, LOST):
