@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Any
+from collections.abc import Callable
 
 ALLOCATORS = ("retain", "system")
 
@@ -45,7 +45,7 @@ _RETAIN = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 256 <<
 _RETAIN_TEXT = "glibc retain (M_MMAP_MAX=0, M_TRIM_THRESHOLD=2^31-1, M_TOP_PAD=256 MiB)"
 
 
-def _mallopt() -> Any:
+def _mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None where the C library has none."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

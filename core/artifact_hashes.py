@@ -18,13 +18,12 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
 
 MISMATCH = "hash mismatch on the device"
 
 
 def verify_shipped(
-    source: Mapping[str, Any] | None,
+    source: Mapping[str, object] | None,
     cache_dir: Path | str | None,
     verdicts: MutableMapping[str, str] | None = None,
 ) -> str | None:
@@ -37,7 +36,11 @@ def verify_shipped(
     from ngb.core.model_sources import artifact_dir, sha256_of
 
     verdicts = {} if verdicts is None else verdicts
-    for art in source.get("artifacts") or ():
+    listed = source.get("artifacts") or ()
+    # a malformed list is left to the model loader, which refuses it in one line
+    for art in listed if isinstance(listed, list | tuple) else ():
+        if not isinstance(art, Mapping):
+            continue
         sha, name = str(art.get("sha256", "")), str(art.get("name", ""))
         if sha in verdicts:
             return verdicts[sha]

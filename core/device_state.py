@@ -21,9 +21,28 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 CPU = Path("/sys/devices/system/cpu")
+
+
+class GpuState(TypedDict):
+    """One NVIDIA GPU as nvidia-smi reports it (clock fields as printed, MHz)."""
+
+    index: int
+    sm_clock_mhz: str
+    sm_clock_max_mhz: str
+    persistence: str
+    throttle_reasons: str | None
+
+
+class DeviceState(TypedDict):
+    """What a device runs under (``read``; recorded as ``extra["device_state"]``)."""
+
+    governor: str | None
+    boost: str | None
+    gpus: list[GpuState] | None
+    nvpmodel: str | None
 
 
 @dataclass
@@ -38,7 +57,7 @@ class Change:
     argv: list[str] = field(default_factory=list)  # or a command to run
     undo_argv: list[str] = field(default_factory=list)  # its undo (files undo from the old values)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -78,11 +97,11 @@ def _boost(cpu: Path) -> tuple[Path, str] | None:
     return None
 
 
-def _gpus() -> list[dict[str, Any]]:
+def _gpus() -> list[GpuState]:
     """Per NVIDIA GPU: index, SM clock now and max, persistence mode (nvidia-smi's CSV)."""
     fields = "index,clocks.sm,clocks.max.sm,persistence_mode,clocks_event_reasons.active"
     text = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
-    gpus = []
+    gpus: list[GpuState] = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4 and parts[0].isdigit():
@@ -92,7 +111,7 @@ def _gpus() -> list[dict[str, Any]]:
     return gpus
 
 
-def read(cpu: Path = CPU) -> dict[str, Any]:
+def read(cpu: Path = CPU) -> DeviceState:
     """What the device runs under now (None where it does not say)."""
     governors = sorted(set(_governors(cpu).values()))
     boost = _boost(cpu)
@@ -146,7 +165,7 @@ def plan(cpu: Path = CPU) -> list[Change]:
 def apply(changes: list[Change], undo_file: Path) -> list[str]:
     """Make ``changes``; write what they replaced to ``undo_file``. Returns one line per change
     that failed (empty: all done)."""
-    undo: list[dict[str, Any]] = []
+    undo: list[dict[str, object]] = []
     errors = []
     for change in changes:
         old = {path: _read(Path(path)) for path in change.files}

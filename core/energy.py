@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ngb.core import energy_sources
 from ngb.core.energy_sources import EnergySource
@@ -35,6 +35,24 @@ from ngb.core.types import MeasureSettings, TrialResult
 
 NO_METER = "no power meter"
 TEGRA_RELEASE = Path("/etc/nv_tegra_release")
+
+
+class EnergyRep(TypedDict):
+    """The meter around one timed repetition."""
+
+    joules: float
+    seconds: float
+    samples: float
+
+
+class EnergyReading(TypedDict, total=False):
+    """What one worker measured (``Meter.reading``, sent to the parent as JSON): the source,
+    its note, idle watts and one record per repetition; without a meter only the note."""
+
+    source: str
+    note: str
+    idle_w: float | None
+    reps: list[EnergyRep]
 
 
 def find_source(device: str) -> tuple[EnergySource | None, str]:
@@ -75,7 +93,7 @@ class Meter:
         self.source, self.reason, self.idle_s = source, reason, idle_s
         self.clock, self.sleep = clock, sleep
         self.idle_w: float | None = None
-        self.reps: list[dict[str, float]] = []
+        self.reps: list[EnergyRep] = []
         self._start: tuple[float, float] | None = None
         if source is not None and hasattr(source, "begin_sampling"):
             source.begin_sampling()
@@ -103,7 +121,7 @@ class Meter:
         self._start = None
 
     @property
-    def reading(self) -> dict[str, Any]:
+    def reading(self) -> EnergyReading:
         """Plain JSON: what this worker measured, or why it measured nothing."""
         if self.source is None:
             return {"note": self.reason or NO_METER}
@@ -125,7 +143,7 @@ def measure_during(device: str, settings: MeasureSettings) -> Meter:
     return Meter(source, reason, idle_s=settings.energy_idle_s)
 
 
-def _worker_values(reading: dict[str, Any]) -> dict[str, float] | None:
+def _worker_values(reading: EnergyReading) -> dict[str, float] | None:
     reps = [r for r in reading.get("reps") or [] if r.get("samples", 0) > 0]
     if not reps:
         return None
@@ -140,9 +158,7 @@ def _worker_values(reading: dict[str, Any]) -> dict[str, float] | None:
     return out
 
 
-def apply(
-    result: TrialResult, readings: Sequence[dict[str, Any] | None], confidence: float
-) -> None:
+def apply(result: TrialResult, readings: Sequence[EnergyReading | None], confidence: float) -> None:
     """Fold the workers' readings (``Meter.reading``, None where a worker took none) into
     ``result``: energy per sample with its interval over processes, samples per joule, mean and
     idle watts, above-idle energy, the source and a note."""

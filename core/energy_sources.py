@@ -30,7 +30,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ngb.core.nvml_api import Nvml
 
 RAPL_ROOT = Path("/sys/class/powercap")
 HWMON_ROOT = Path("/sys/class/hwmon")
@@ -190,33 +193,37 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, index: int = 0, nvml: Any = None, period_s: float = POWER_PERIOD_S) -> None:
+    def __init__(
+        self, index: int = 0, nvml: Nvml | None = None, period_s: float = POWER_PERIOD_S
+    ) -> None:
         self.why_not = ""
         self.note = ""
-        self._nvml: Any = None
-        self._handle: Any = None
+        self._nvml: Nvml | None = None
+        self._handle: object = None
         self._start_mj = 0
         self._power: PowerIntegrator | None = None
         if nvml is None:
             try:
-                import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+                import pynvml
             except ImportError:
                 self.why_not = "NVML not installed (pip install nvidia-ml-py)"
                 return
+            nvml = pynvml
+        lib: Nvml = nvml
         try:
-            nvml.nvmlInit()
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            lib.nvmlInit()
+            self._handle = lib.nvmlDeviceGetHandleByIndex(index)
         except Exception as exc:  # noqa: BLE001 - NVMLError and friends: no driver, no GPU
             self.why_not = f"NVML not usable ({exc})"
             return
-        self._nvml = nvml
+        self._nvml = lib
         try:
-            self._start_mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+            self._start_mj = int(lib.nvmlDeviceGetTotalEnergyConsumption(self._handle))
             self.name = "nvml-energy"
         except Exception:  # noqa: BLE001 - pre-Volta or a driver without the counter
             handle = self._handle
             self._power = PowerIntegrator(
-                lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, period_s
+                lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1000.0, period_s
             )
             self.name = "nvml-power"
             self.note = (
@@ -234,6 +241,8 @@ class NvmlSource:
     def read(self) -> float:
         if self._power is not None:
             return self._power.read()
+        if self._nvml is None:
+            raise RuntimeError("NVML energy source read while unavailable")
         mj = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
         return (mj - self._start_mj) / 1000.0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -44,15 +45,16 @@ ALL_TYPES = (
 )
 
 
-def make_event(type_: str, **fields: Any) -> dict[str, Any]:
+def make_event(type_: str, **fields: object) -> dict[str, object]:
     return {"v": PROTOCOL_VERSION, "ts": time.time(), "type": type_, **fields}
 
 
-def encode(event: dict[str, Any]) -> str:
+def encode(event: Mapping[str, object]) -> str:
     """One line, no trailing newline. NaN becomes null so any JSON reader accepts it."""
     return json.dumps(_nan_to_none(event), separators=(",", ":"), allow_nan=False)
 
 
+# Any: an event read off the wire (JSON); each reader takes the fields its event type carries
 def decode(line: str | bytes) -> dict[str, Any] | None:
     """Parse one line; ``None`` for blank, partial (e.g. cut by kill -9) or foreign lines."""
     try:
@@ -64,7 +66,7 @@ def decode(line: str | bytes) -> dict[str, Any] | None:
     return obj
 
 
-def _nan_to_none(obj: Any) -> Any:
+def _nan_to_none(obj: object) -> object:
     if isinstance(obj, float) and obj != obj:  # NaN
         return None
     if isinstance(obj, float) and obj in (float("inf"), float("-inf")):

@@ -32,14 +32,21 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ngb.core.nvml_api import Nvml
 
 _CPUFREQ = Path("/sys/devices/system/cpu/cpufreq")
 
 
-def cpu_facts(cpufreq_dir: Path = _CPUFREQ) -> dict[str, Any]:
+def cpu_facts(cpufreq_dir: Path = _CPUFREQ) -> dict[str, str | float | None]:
     """Governor(s), frequency and load average now (None where the system does not say)."""
-    facts: dict[str, Any] = {"governor": None, "freq_mhz": None, "freq_min_mhz": None}
+    facts: dict[str, str | float | None] = {
+        "governor": None,
+        "freq_mhz": None,
+        "freq_min_mhz": None,
+    }
     governors = set()
     with contextlib.suppress(OSError):
         for policy in sorted(cpufreq_dir.glob("policy*")):
@@ -127,7 +134,7 @@ def foreign(pids: Sequence[int] | set[int], own: set[int] | None = None) -> set[
 # ------------------------------------------------------------------ NVIDIA GPUs through NVML
 
 
-def _load_nvml() -> Any:
+def _load_nvml() -> Nvml | None:
     try:
         import pynvml
     except ImportError:
@@ -152,13 +159,13 @@ class GpuMonitor:
     one and is ``available`` only if that works.
     """
 
-    def __init__(self, interval_s: float = 0.1, nvml: Any = None, index: int | None = None):
+    def __init__(self, interval_s: float = 0.1, nvml: Nvml | None = None, index: int | None = None):
         self.nvml = nvml if nvml is not None else _load_nvml()
         self.interval_s = interval_s
         self.samples: list[dict[str, float]] = []
         self.others: set[int] = set()
         self._own: set[int] = set()
-        self._handle: Any = None
+        self._handle: object = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.nvml is not None:
@@ -174,16 +181,19 @@ class GpuMonitor:
 
     def sm_clock(self) -> float | None:
         """The SM clock now, MHz (the warm-up's clock source)."""
-        if not self.available:
+        nvml = self.nvml
+        if nvml is None or not self.available:
             return None
         try:
-            return float(self.nvml.nvmlDeviceGetClockInfo(self._handle, self.nvml.NVML_CLOCK_SM))
+            return float(nvml.nvmlDeviceGetClockInfo(self._handle, nvml.NVML_CLOCK_SM))
         except Exception:
             return None
 
     def read(self) -> dict[str, float]:
         nvml, h = self.nvml, self._handle
         row: dict[str, float] = {}
+        if nvml is None:  # off (every probe below would fail and be skipped)
+            return row
         probes = {
             "sm_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
             "mem_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
@@ -228,11 +238,11 @@ class GpuMonitor:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> dict[str, object] | None:
         """Mean/min/max per quantity over the samples, plus other processes seen (None if off)."""
         if not self.available or not self.samples:
             return None
-        out: dict[str, Any] = {"samples": len(self.samples)}
+        out: dict[str, object] = {"samples": len(self.samples)}
         names = sorted({k for row in self.samples for k in row})
         for name in names:
             values = [row[name] for row in self.samples if name in row]
@@ -322,10 +332,10 @@ class TegraStats:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> dict[str, object] | None:
         if not self.rows:
             return None
-        out: dict[str, Any] = {"samples": len(self.rows)}
+        out: dict[str, object] = {"samples": len(self.rows)}
         for name in sorted({k for row in self.rows for k in row}):
             values = [row[name] for row in self.rows if name in row]
             out[name] = {"mean": round(sum(values) / len(values), 2), "max": max(values)}

@@ -17,17 +17,18 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from ngb.core.errors import NgbError, one_line
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-def call_in_child(what: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` run in a forked child; its value or exception comes back here."""
+def call_in_child(what: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` run in a forked child; its value or exception comes back here."""
     if not hasattr(os, "fork"):
-        return fn(*args)
+        return fn(*args, **kwargs)
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
@@ -36,7 +37,7 @@ def call_in_child(what: str, fn: Callable[..., T], *args: Any) -> T:
         status = 0
         try:
             os.close(read_fd)
-            data = _answer(what, fn, args)
+            data = _answer(what, lambda: fn(*args, **kwargs))
             with os.fdopen(write_fd, "wb") as pipe:
                 pipe.write(data)
             sys.stdout.flush()
@@ -61,21 +62,23 @@ def call_in_child(what: str, fn: Callable[..., T], *args: Any) -> T:
     raise NgbError(value)
 
 
-def _answer(what: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
+def _answer(what: str, call: Callable[[], object]) -> bytes:
     """The pickled ("value", v), ("exception", e) or ("message", text) for the parent."""
+    failure: BaseException | None = None
     try:
-        result: tuple[str, Any] = ("value", fn(*args))
+        result: tuple[str, object] = ("value", call())
     except SystemExit as exc:  # sys.exit() in the user's code is a failure here, not ngb's exit
         result = ("message", f"{what}: the code called sys.exit({exc.code!r})")
     except BaseException as exc:  # noqa: BLE001 - handed back to the parent as it was
+        failure = exc
         result = ("exception", exc)
     try:
         data = pickle.dumps(result)
         pickle.loads(data)  # noqa: S301 - an exception whose __init__ cannot be re-run fails here
         return data
     except Exception:  # noqa: BLE001 - unpicklable value or exception: its one line travels
-        if result[0] == "exception":
-            return pickle.dumps(("message", f"{what}: {one_line(result[1])}"))
+        if failure is not None:
+            return pickle.dumps(("message", f"{what}: {one_line(failure)}"))
         return pickle.dumps(("message", f"{what}: its answer cannot be passed back"))
 
 

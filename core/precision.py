@@ -53,30 +53,22 @@ class SavedFlags(TypedDict):
 TorchFlags = dict[str, str | bool]
 
 
-def _fp32_mode(path: str = "") -> str:
+def _fp32_mode(backends: object, path: str = "") -> str:
     """``torch.backends.<path>.fp32_precision`` (torch >= 2.9; no path: the global mode)."""
-    import torch
-
-    obj: object = torch.backends
+    obj = backends
     for part in [*filter(None, path.split(".")), "fp32_precision"]:
         obj = getattr(obj, part)
     return str(obj)
-
-
-def _new_api() -> bool:
-    import torch
-
-    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
 def _effective() -> dict[str, str]:
     """Each backend's fp32 mode as it applies ("none" resolved through the global default)."""
     import torch
 
-    if _new_api():
-        glob = _fp32_mode()
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        glob = _fp32_mode(torch.backends)
         glob = "ieee" if glob == "none" else glob
-        modes = {p: _fp32_mode(p) for p in _BACKENDS}
+        modes = {p: _fp32_mode(torch.backends, p) for p in _BACKENDS}
         return {p: glob if m == "none" else m for p, m in modes.items()}
     matmul = torch.get_float32_matmul_precision()  # torch < 2.9: the legacy switches
     cuda_mm = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"

@@ -152,10 +152,10 @@ class TrialSpec:
     optimisation: str = "none"
     device: str = "cpu"
     input_size: int | None = None
-    compiler_options: Mapping[str, Any] = field(default_factory=dict)
+    compiler_options: Mapping[str, object] = field(default_factory=dict)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     # A user's model (ngb.core.model_sources.ModelSource as JSON); None for timm names and blocks.
-    source: Mapping[str, Any] | None = None
+    source: Mapping[str, object] | None = None
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -309,7 +309,7 @@ class TrialResult:
     #: the precision that actually ran, as read back from the runtime (fp32, tf32, bf16, fp16,
     #: or a mix such as "tf32-conv"); None when nothing was computed (noop) or it is unknown
     precision: str | None = None
-    precision_flags: dict[str, Any] = field(default_factory=dict)  # the settings read back
+    precision_flags: dict[str, object] = field(default_factory=dict)  # the settings read back
     # ngb.core.energy: measured on the device around the timed loops; None without a meter
     energy_j_per_sample: float | None = None  # joules per sample (total, idle included)
     energy_j_per_sample_ci: float | None = None  # half-width at MeasureSettings.confidence
@@ -321,7 +321,7 @@ class TrialResult:
     energy_note: str | None = None  # "no power meter: ..." or how the source measures
     params: int | None = None
     macs: int | None = None
-    threads: dict[str, Any] = field(default_factory=dict)
+    threads: dict[str, object] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 

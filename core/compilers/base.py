@@ -90,12 +90,12 @@ class Compiled(ABC):
     """A compiled model bound to one example batch."""
 
     #: extra facts worth recording with the result (e.g. number of infer requests in flight)
-    extra: dict[str, Any]
+    extra: dict[str, object]
     #: the precision that actually runs (ngb.core.precision), read back from the runtime;
     #: None when nothing is computed (noop)
     precision: str | None
     #: the runtime's precision settings as read back (recorded with the result)
-    precision_flags: dict[str, Any]
+    precision_flags: dict[str, object]
 
     def __init__(self) -> None:
         self.extra = {}

@@ -142,7 +142,7 @@ class TorchCompiled(Compiled):
         self._inputs = inputs
         self._restore = restore  # torch flags to put back on close
         floating = [t.dtype for t in inputs if t.is_floating_point()]
-        self.precision_flags = torch_flags(floating[0] if floating else None)
+        self.precision_flags = dict(torch_flags(floating[0] if floating else None))
         self.precision = resolve_torch(self.precision_flags, device)
         self._sync = torch.cuda.synchronize if device == "cuda" else None
         self._inference_mode = torch.inference_mode

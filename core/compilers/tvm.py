@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Required, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from ngb.core.compilers.base import (
     CompileContext,
@@ -86,10 +86,11 @@ def tvm_version() -> str:
     return str(tvm.__version__)
 
 
-#: the target dict ``tvm.target.Target`` takes (``kind`` plus the attributes ngb sets)
+#: the target dict ``tvm.target.Target`` takes: ``kind`` (always set) plus the attributes ngb
+#: sets (``typing.Required`` would say so, but the agent's Python 3.10 has no such name)
 TargetSpec = TypedDict(
     "TargetSpec",
-    {"kind": Required[str], "arch": str, "num-cores": int, "mcpu": str, "mattr": list[str]},
+    {"kind": str, "arch": str, "num-cores": int, "mcpu": str, "mattr": list[str]},
     total=False,
 )
 

@@ -41,12 +41,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, TypedDict, Unpack, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from ngb.core.compilers.tvm import last_line
 from ngb.core.errors import NgbError
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11; the agent's 3.10 never evaluates annotations
+
     from tvm.ir import IRModule
     from tvm.runtime import Module
     from tvm.s_tir.meta_schedule.builder import BuilderResult
