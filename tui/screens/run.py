@@ -185,6 +185,10 @@ class RunScreen(ConsoleScreen):
         if not devices:
             self.notify("select at least one device", severity="warning")
             return
+        if self._starting:  # a second press must not cancel the start (its run goes on)
+            self.notify("a start is waiting for its devices to take the run", severity="warning")
+            return
+        self._starting = True  # now, not when the worker runs: a double press sees it
         self.start_run(choice, devices)
 
     @work(group="start", exclusive=True, exit_on_error=False)
@@ -197,7 +201,6 @@ class RunScreen(ConsoleScreen):
         is pending wait in ``_unconfirmed`` until the start says which it was.
         """
         backend = self.backend
-        self._starting = True
         try:
             sweep = await asyncio.to_thread(backend.load_sweep_sync, choice)
             await asyncio.to_thread(backend.import_orchestrator_sync)
