@@ -458,11 +458,11 @@ def _synchronizer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def thread_counts(requested: int | None) -> dict[str, int | str | None]:
+def thread_counts(requested: int | None) -> dict[str, object]:
     """Thread settings in force, as recorded with every result."""
     import psutil
 
-    counts: dict[str, int | str | None] = {
+    counts: dict[str, object] = {
         "requested": requested,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cpu_count": os.cpu_count(),

@@ -248,8 +248,9 @@ async def test_log_tail_follows_only_at_the_bottom(tmp_path: Path) -> None:
                     ts=0.0,
                 )
             )
-        await pilot.pause(0.3)
-        assert log.scroll_y == 0 and log.line_count == 80  # stayed where the operator is
+        await wait_for(pilot, lambda: log.line_count == 80)  # new lines land once a second
+        await pilot.pause()
+        assert log.scroll_y == 0  # stayed where the operator is
         log.scroll_end(animate=False)
         await pilot.pause()
         screen.handle_run_event(

@@ -359,6 +359,8 @@ async def test_a_second_start_on_a_busy_device_names_the_holder(tmp_path: Path) 
         app.set_focus(None)
         await pilot.press("s")
         first = await wait_for(pilot, lambda: screen.current_run)
+        await wait_for(pilot, lambda: screen._starting is False)  # localhost took the first run
+        assert screen.current_run == first and not screen.refusal
         await pilot.press("s")  # localhost is held by the first run
         status = screen.query_one("#run-status", Label)
         await wait_for(pilot, lambda: "not started" in str(status.render()))

@@ -16,6 +16,8 @@ from ngb.sweeps.orchestrator import RunEvent
 from ngb.sweeps.store import Store
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
+from ngb.tui.screens.confirm import ConfirmScreen
+from ngb.tui.screens.host_key import HostKeyScreen
 from ngb.tui.widgets.device_panel import DevicePanel
 from textual.widgets import Input, TextArea
 
@@ -279,6 +281,35 @@ def test_help_modal(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     async def ready(pilot) -> None:
         await pilot.pause(0.2)
         await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    app = snapshot_app(tmp_path, "devices")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_confirm_dialog(snap_compare, tmp_path: Path, frozen, size: str) -> None:
+    """The yes/no modal as the Devices screen's Remove opens it (the safe "No" has the focus)."""
+
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#devices-table").row_count == 3)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+        await pilot.pause(0.2)
+
+    app = snapshot_app(tmp_path, "devices")
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_host_key_modal(snap_compare, tmp_path: Path, frozen, size: str) -> None:
+    """The trust modal for a key that differs from the one on record (its warning shown)."""
+
+    async def ready(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#devices-table").row_count == 3)
+        fingerprint = "SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"
+        modal = HostKeyScreen("jetson-1", "10.0.0.7:2222", "ssh-ed25519", fingerprint, "changed")
+        await pilot.app.push_screen(modal)
         await pilot.pause(0.2)
 
     app = snapshot_app(tmp_path, "devices")

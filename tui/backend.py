@@ -406,11 +406,22 @@ class Backend:
     def has_orchestrator(self) -> bool:
         return self._orchestrator is not None
 
-    async def start_run(self, sweep: Sweep, devices: list[str]) -> str:
+    async def start_run(self, sweep: Sweep, devices: list[str]) -> tuple[str, list[str]]:
+        """Start and wait until the devices took it: (run id, the refusals of devices that did
+        not). Raises ``RunRefused`` (an NgbError) when none took it: the run is then not stored.
+        """
+        from ngb.sweeps.run_refusal import start_or_refuse
+
         orch = self.orchestrator()
         # The inventory may have changed since the orchestrator was made (devices screen).
         orch.inventory = self.load_inventory_sync()
-        return await orch.start(sweep, devices, isolate=self.isolate)
+        sub = orch.subscribe()  # before the start: no refusal is missed
+        try:
+            return await start_or_refuse(
+                orch, self.store(), sub, sweep=sweep, device_names=devices, isolate=self.isolate
+            )
+        finally:
+            sub.close()
 
     async def close(self) -> None:
         """Stop following runs (their agents go on; the next start re-attaches) and flush."""

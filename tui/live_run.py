@@ -168,6 +168,12 @@ class RunModel:
                 state.started_at = ts  # the ETA counts from the first word of the device
         return state
 
+    def forget(self, run_id: str) -> None:
+        """Drop a run no device took (refused: it is not stored, so not shown either)."""
+        for key in [k for k in self.devices if k[0] == run_id]:
+            del self.devices[key]
+        self.run_states.pop(run_id, None)
+
     def devices_of(self, run_id: str) -> list[DeviceState]:
         return [s for (rid, _), s in self.devices.items() if rid == run_id]
 

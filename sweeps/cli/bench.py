@@ -13,6 +13,9 @@ from pathlib import Path
 import click
 from ngb.core.errors import NgbError
 
+#: short names for benchmarks an issue or the README names (``ngb bench console``)
+ALIASES = {"console": "console_cpu"}
+
 
 def benchmarks_dir() -> Path:
     import ngb.sweeps
@@ -49,7 +52,7 @@ def bench(name: str | None, args: tuple[str, ...]) -> None:
         for bench_name, doc in names.items():
             click.echo(f"{bench_name:24} {doc}")
         return
-    chosen = list(names) if name == "all" else [name]
+    chosen = list(names) if name == "all" else [ALIASES.get(name, name)]
     for bench_name in chosen:
         if bench_name not in names:
             from ngb.core.errors import UnknownNameError

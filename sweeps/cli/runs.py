@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 import click
 from ngb.core.errors import NgbError
 from ngb.sweeps.rows import integer, mapping
+from ngb.sweeps.run_refusal import start_or_refuse, until_started
 
 if TYPE_CHECKING:  # imported where used: `ngb --help` must not load rich, duckdb or asyncssh
     from ngb.devices.inventory import Inventory
@@ -224,13 +225,10 @@ async def _drive(
     try:
         sub = orch.subscribe()
         if start is not None:
-            run_id = await orch.start(**start)
-            failures: list[str] = []
-            if detach_after_start:
-                started, failures = await _until_started(orch, run_id, sub)
-                if not started:  # no device took the run: it never started
-                    await orch.wait(run_id)
-                    return "refused", {"run_id": run_id, "refusals": failures}
+            # Nothing says "started" until a device took the run; a run none took is refused
+            # (RunRefused: one line, non-zero exit, no run left in the store).
+            with console.status("waiting for the devices to take the run..."):
+                run_id, failures = await start_or_refuse(orch, store, sub, **start)
             console.print(f"run [bold]{run_id}[/] started")
             for line in failures:  # the devices that did not take it
                 console.print(f"[red]{line}[/]")
@@ -240,7 +238,7 @@ async def _drive(
             console.print(f"attached to run [bold]{run_id}[/]")
         if detach_after_start:
             # Detach once every agent runs (or its device gave up): nothing left to hand over.
-            _, failures = await _until_started(orch, run_id, sub)
+            _, failures = await until_started(orch, run_id, sub)
             if attach is not None:
                 for line in failures:
                     console.print(f"[red]{line}[/]")
@@ -253,41 +251,6 @@ async def _drive(
         return state, await orch.wait(run_id)
     finally:
         await orch.close()
-
-
-async def _until_started(
-    orch: Orchestrator, run_id: str, sub: Subscription
-) -> tuple[bool, list[str]]:
-    """Wait until every device's agent runs or its device gave up: (any runs, the refusals).
-
-    A run no device took (busy with another run, unreachable) never started: the caller says so
-    in one line and keeps no failed run in the store.
-    """
-    from ngb.sweeps.orchestrator import FINAL_STATES
-
-    failures: list[str] = []
-    while True:
-        states = orch.device_states(run_id)
-        if all(s["state"] in ("running", *FINAL_STATES) for s in states.values()):
-            break
-        item = await sub.__anext__()
-        if item.kind == "connection" and item.state == "failed":
-            failures.append(
-                item.message if item.device in item.message else f"{item.device}: {item.message}"
-            )
-    started = any(s["state"] == "running" or s.get("done") for s in states.values())
-    return started, failures or ([] if started else ["no device started the run"])
-
-
-def _forget_run(store: Store, run_id: str) -> None:
-    """Remove every row of a run that never started (each table that has a ``run_id``)."""
-    _, rows = store.query(
-        "SELECT DISTINCT table_name FROM information_schema.columns c "
-        "JOIN information_schema.tables t USING (table_schema, table_name) "
-        "WHERE column_name = 'run_id' AND table_type = 'BASE TABLE' AND table_schema = 'main'"
-    )
-    for (table,) in rows:
-        store.query(f'DELETE FROM "{table}" WHERE run_id = ?', [run_id], allow_write=True)  # noqa: S608 - names from the catalogue
 
 
 def _console() -> Console:
@@ -341,11 +304,6 @@ def run(
     state, summary = asyncio.run(
         _drive(store, inventory, console, start=start, detach_after_start=detach)
     )
-    if state == "refused" and summary is not None:
-        _forget_run(store, str(summary["run_id"]))
-        refusals = summary.get("refusals")
-        lines = [str(line) for line in refusals] if isinstance(refusals, list) else []
-        raise NgbError("run refused: " + "; ".join(lines))
     _finish(console, state, summary, store)
 
 
