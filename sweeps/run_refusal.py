@@ -12,13 +12,15 @@ returned as lines to show beside "started".
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError
 from ngb.sweeps.run_events import FINAL_STATES
 
 if TYPE_CHECKING:
     from ngb.sweeps.orchestrator import Orchestrator, Subscription
+    from ngb.sweeps.spec import Sweep
     from ngb.sweeps.store import Store
 
 
@@ -65,13 +67,20 @@ def forget_run(store: Store, run_id: str) -> None:
 
 
 async def start_or_refuse(
-    orch: Orchestrator, store: Store, sub: Subscription, **start: Any
+    orch: Orchestrator,
+    store: Store,
+    sub: Subscription,
+    *,
+    sweep: Sweep,
+    device_names: str | Iterable[str],
+    keep: bool = False,
+    isolate: str | None = None,
 ) -> tuple[str, list[str]]:
     """Start a run and wait until it runs: (run id, the devices' refusals), or ``RunRefused``.
 
     ``sub``: a subscription taken before this call (the caller may go on reading it).
     """
-    run_id = await orch.start(**start)
+    run_id = await orch.start(sweep, device_names, keep=keep, isolate=isolate)
     started, failures = await until_started(orch, run_id, sub)
     if not started:
         await orch.wait(run_id)
