@@ -78,3 +78,25 @@ class WorkerWatch:
             during=part.cpu.get("others_percent_mean"),
             gpu_others=sorted(self.gpu.others) if self.gpu is not None else (),
         )
+
+
+class LiveMeter:
+    """CPU events for the live display while a worker builds, compiles and warms up: the console's
+    meters stay live through those phases. Nothing here is judged or kept; ``WorkerWatch``
+    takes over at the timed loops. One psutil read a second in this (otherwise idle) process."""
+
+    def __init__(self, pid: int, key: str, worker: int, emit: Emit) -> None:
+        def on_tick(tick: CpuTick) -> None:
+            emit(events.make_event(events.CPU, key=key, worker=worker, **cpu_event_fields(tick)))
+
+        self.cpu = CpuSampler(CPU_EVENT_PERIOD_S, on_tick, pid=pid)
+        self.running = False
+
+    def start(self) -> None:
+        self.cpu.start()
+        self.running = True
+
+    def stop(self) -> None:
+        if self.running:
+            self.running = False
+            self.cpu.stop()

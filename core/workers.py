@@ -40,7 +40,7 @@ from pathlib import Path
 from ngb.core import events
 from ngb.core.errors import NgbError, one_line
 from ngb.core.stopping import Plan, t_quantile
-from ngb.core.telemetry import WorkerWatch
+from ngb.core.telemetry import LiveMeter, WorkerWatch
 from ngb.core.timing import Part
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.worker_start import worker_context
@@ -144,6 +144,9 @@ def run_worker(
     )
     proc.start()
     sender.close()
+    assert proc.pid is not None
+    live = LiveMeter(proc.pid, spec.key, share.worker, emit)  # until the timed loops start
+    live.start()
     watch: WorkerWatch | None = None
     message: WorkerReport | None = None
     last_progress = 0.0
@@ -172,14 +175,16 @@ def run_worker(
                     last_progress = now
                 emit(event)
                 if kind == events.PHASE and event.get("phase") == "measure" and watch is None:
-                    assert proc.pid is not None
+                    live.stop()
                     watch = WorkerWatch(
                         proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
                     )
                     watch.start()
+        live.stop()
         if watch is not None:
             watch.stop()
     except BaseException:  # cancelled, timed out: take the worker along
+        live.stop()
         if watch is not None:
             watch.stop()
         proc.kill()

@@ -126,3 +126,24 @@ def test_a_worker_dies_with_its_trial_process() -> None:
         for worker in workers:  # a regression must fail here, not leave a 60 s orphan behind
             with contextlib.suppress(psutil.NoSuchProcess):
                 worker.kill()
+
+
+def test_cpu_meter_is_live_while_a_worker_warms_up() -> None:
+    """The console's CPU meter gets samples through warm-up too, not only in the timed loops:
+    cpu events for the worker arrive between its warmup and measure phase events."""
+    spec = TrialSpec(
+        model="m",
+        compiler="noop",
+        compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(
+            **{**QUICK, "warmup_s": 2.5, "warmup_iters": 1}, repetitions=1, workers=1
+        ),
+    )
+    seen: list[dict] = []
+    result = run_trial(spec, emit=seen.append)
+    assert result.ok, result.error
+    kinds = [(e["type"], e.get("phase")) for e in seen if e.get("worker") == 0]
+    warmup = kinds.index((events.PHASE, "warmup"))
+    measure = kinds.index((events.PHASE, "measure"))
+    assert any(kind == events.CPU for kind, _ in kinds[warmup:measure]), kinds
+    assert result.extra["workers"][0]["cpu"]["others_percent_mean"] is not None
