@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from multiprocessing.context import BaseContext
 
@@ -41,7 +42,13 @@ def start_method() -> str:
         if forced not in _METHODS:
             raise ConfigError(f"{START_ENV}={forced!r}: expected one of {', '.join(_METHODS)}")
         return forced
-    return "fork" if threading.active_count() == 1 else "forkserver"
+    return "fork" if _python_threads() == 1 else "forkserver"
+
+
+def _python_threads() -> int:
+    """Live Python threads, counting those started with ``_thread`` (execnet's I/O thread in a
+    pytest-xdist worker), which ``threading`` does not list: each has a frame here."""
+    return max(threading.active_count(), len(sys._current_frames()))
 
 
 def worker_context() -> BaseContext:
