@@ -14,7 +14,10 @@ free. Otherwise the workers come from a fork server: a fresh single-threaded int
 once per trial process, which imports ngb's measurement code and the heavy libraries once and
 forks each worker from there. What such a worker cannot see is whatever the calling process
 changed in memory (a test's monkeypatch); ``NGB_WORKER_START=fork`` forces the fork for a caller
-that knows it holds no lock a worker needs.
+that knows it holds no lock a worker needs. As with any multiprocessing start method but fork, a
+script that measures from a threaded process needs the ``if __name__ == "__main__":`` guard: each
+worker imports the main module again. The server is started once per trial process (~1-6 s:
+it imports torch and timm) and lives as long as that process.
 """
 
 from __future__ import annotations
