@@ -11,10 +11,11 @@ setup:
 run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
-# One process, not pytest-xdist: ngb forks its measurement workers from the trial's process, and
-# an xdist worker runs I/O threads whose locks a fork copies held (a forked worker hung on a futex
-# in the 2026-11-25 run). PYTEST_ARGS="-n 2 --dist loadscope" runs on two cores at that risk.
-PYTEST_ARGS ?=
+# Two processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
+# fixtures -- built models, exported files -- are made once). A trial started beside xdist's I/O
+# thread takes its workers from a fork server (ngb.core.worker_start), so no forked worker
+# inherits a lock that thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 test: setup  ## the CI subset: everything but tests marked slow
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)

@@ -14,13 +14,17 @@ free. Otherwise the workers come from a fork server: a fresh single-threaded int
 once per trial process, which imports ngb's measurement code and the heavy libraries once and
 forks each worker from there. What such a worker cannot see is whatever the calling process
 changed in memory (a test's monkeypatch); ``NGB_WORKER_START=fork`` forces the fork for a caller
-that knows it holds no lock a worker needs.
+that knows it holds no lock a worker needs. As with any multiprocessing start method but fork, a
+script that measures from a threaded process needs the ``if __name__ == "__main__":`` guard: each
+worker imports the main module again. The server is started once per trial process (~1-6 s:
+it imports torch and timm) and lives as long as that process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from multiprocessing.context import ForkContext, ForkServerContext
 
@@ -41,7 +45,13 @@ def start_method() -> str:
         if forced not in _METHODS:
             raise ConfigError(f"{START_ENV}={forced!r}: expected one of {', '.join(_METHODS)}")
         return forced
-    return "fork" if threading.active_count() == 1 else "forkserver"
+    return "fork" if _python_threads() == 1 else "forkserver"
+
+
+def _python_threads() -> int:
+    """Live Python threads, counting those started with ``_thread`` (execnet's I/O thread in a
+    pytest-xdist worker), which ``threading`` does not list: each has a frame here."""
+    return max(threading.active_count(), len(sys._current_frames()))
 
 
 def worker_context() -> ForkContext | ForkServerContext:

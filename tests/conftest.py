@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,26 @@ def pytest_configure(config: pytest.Config) -> None:
             f"ngb.core is imported from {where}, not from this checkout ({ROOT}); "
             "reinstall it here: make setup (or pip install --no-deps -e .)"
         )
+    else:
+        # Here the checkout's own ngb/ (on sys.path as the working folder) wins, but the `ngb`
+        # subprocesses many tests start elsewhere import what the install points at.
+        installed = _installed_ngb()
+        if ROOT not in installed.parents:
+            raise pytest.UsageError(
+                f"this venv's installed ngb is {installed}, another checkout's: the tests' ngb "
+                f"subprocesses would run it; reinstall it here: make setup "
+                "(or pip install --no-deps -e .)"
+            )
+
+
+def _installed_ngb() -> Path:
+    """Where ``import ngb`` leads in a fresh interpreter outside the checkout (``-P``: the
+    working folder is not on sys.path), as in the tests' ``ngb`` subprocesses."""
+    code = "import importlib.util as u; print(u.find_spec('ngb').origin)"
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    return Path(out.stdout.strip() or "/nowhere").resolve()
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from ngb.core.energy_sources import (
 )
 from ngb.core.measure import run_trial
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.worker_start import START_ENV
 
 # ---------------------------------------------------------------- RAPL: a sysfs tree with wrap
 
@@ -407,6 +408,9 @@ class WallMeter:
 
 def test_the_timing_hook_measures_every_repetition_of_every_worker(monkeypatch) -> None:
     monkeypatch.setattr(energy, "find_source", lambda device: (WallMeter(), ""))
+    # the fake lives in this process: its workers must be forked from here, not started by a
+    # fork server (what worker_start picks beside pytest-xdist's I/O thread)
+    monkeypatch.setenv(START_ENV, "fork")
     spec = TrialSpec(
         model="noop-model", compiler="noop", compiler_options={"sleep_s": 0.002},
         measure=MeasureSettings(

@@ -15,6 +15,7 @@ from ngb.core.measure import classify_error, run_trial
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.versions import library_versions
+from ngb.core.worker_start import START_ENV
 
 FAST = {
     "warmup_iters": 1,
@@ -203,6 +204,9 @@ def test_optimisation_without_optimise_module(monkeypatch: pytest.MonkeyPatch) -
     from ngb.core import measure
 
     monkeypatch.setattr(measure, "_optimise_module", lambda: None)
+    # the fake lives in this process: its workers must be forked from here, not started by a
+    # fork server (what worker_start picks beside pytest-xdist's I/O thread)
+    monkeypatch.setenv(START_ENV, "fork")
     spec = TrialSpec(
         model="x", compiler="noop", optimisation="int8", measure=MeasureSettings(**FAST)
     )
@@ -226,6 +230,9 @@ def test_optimisation_hook_is_called_and_facts_recorded(monkeypatch: pytest.Monk
 
     fake = types.SimpleNamespace(check_supported=check_supported, apply_with_facts=apply_with_facts)
     monkeypatch.setattr(measure, "_optimise_module", lambda: fake)
+    # the fake lives in this process: its workers must be forked from here, not started by a
+    # fork server (what worker_start picks beside pytest-xdist's I/O thread)
+    monkeypatch.setenv(START_ENV, "fork")
     spec = TrialSpec(
         model="x", compiler="noop", optimisation="fp16", measure=MeasureSettings(**FAST)
     )
