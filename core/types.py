@@ -53,9 +53,12 @@ class MeasureSettings:
     "system", the default, is what a plain ``python`` deployment runs; "retain" keeps it).
 
     Why these defaults (2-core VM, 2026-11-25): a process start is paid once (the worker forks
-    from the trial's process after the heavy imports), so 4-10 processes of 3 x 0.3 s fit in
-    ``max_measure_s`` = 12 s and ``ngb measure resnet18 -b 8`` takes ~20 s; a t interval over
-    k >= 4 process means is calibrated (``ngb bench coverage``) where 2 processes would need
+    from the trial's process after the heavy imports), so 4-10 processes of 2 x 0.3 s fit in
+    ``max_measure_s`` = 12 s and ``ngb measure resnet18 -b 8`` takes ~20 s. Two values a process,
+    not three: the interval is over process means, and its width is set by how many processes
+    there are (t(2) = 4.30 at 3 processes, t(3) = 3.18 at 4); on resnet18 b8, where one value is
+    5 calls of ~0.15 s, the third value cost the fourth process (3 processes in 12 s). Simulated
+    calibration is the same at 2 or 3 (``tests/test_calibration.py``); 2 processes would need
     t(1) = 12.7.
     """
 
@@ -73,7 +76,7 @@ class MeasureSettings:
     # -- stopping on confidence, worker processes, interference (ngb.core.stopping / workers)
     workers: int = 4  # worker processes at least (a fixed count: exactly)
     max_workers: int = 10  # adaptive mode: worker processes at most (never fewer than workers)
-    values_per_worker: int = 3  # adaptive mode: repetitions each worker process times
+    values_per_worker: int = 2  # adaptive mode: repetitions each worker process times
     min_repetitions: int = 6  # adaptive mode: at least this many in all
     max_repetitions: int = 40  # adaptive mode: at most this many in all
     ci_target: float = 0.02  # adaptive mode: stop once the CI half-width <= this x the mean

@@ -68,7 +68,7 @@ def simulated(level_sd: float, noise_sd: float, rho: float) -> Process:
 def test_the_interval_is_calibrated_on_simulated_processes(
     level_sd: float, noise_sd: float, rho: float
 ) -> None:
-    settings = MeasureSettings()  # ngb's defaults: 4-10 processes x 3 values, target ±2 %
+    settings = MeasureSettings()  # ngb's defaults: 4-10 processes x 2 values, target ±2 %
     coverage, ratio, _ = calibration(simulated(level_sd, noise_sd, rho), 100.0, settings, 600, 7)
     assert 0.90 <= coverage <= 0.985, coverage
     assert 0.8 <= ratio <= 1.5, ratio

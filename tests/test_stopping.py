@@ -261,8 +261,9 @@ def test_adaptive_trial_runs_to_the_most_workers_and_is_invalid(
 def test_adaptive_trial_stops_at_the_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     _undisturbed(monkeypatch)
     measure = MeasureSettings(
-        **{**QUICK, "min_duration_s": 0.03}, workers=2, ci_target=1e-9, max_measure_s=0.1
-    )
+        **{**QUICK, "min_duration_s": 0.03}, workers=2, ci_target=1e-9, max_measure_s=0.1,
+        values_per_worker=3,
+    )  # fmt: skip
     result = run_trial(TrialSpec(model="m", compiler="noop", measure=measure))
     assert result.workers == 2 and result.extra["measure"]["stopped"] == "time cap"
     assert all(w["stopped"] == "time cap" for w in result.extra["workers"])
