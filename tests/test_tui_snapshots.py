@@ -7,6 +7,7 @@ progress bars. Update after an intended change with ``pytest --snapshot-update``
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -102,10 +103,27 @@ def filled_store(path: Path) -> Path:
     return path
 
 
+# The filled store is the same for every snapshot: built once per module, copied per test (a
+# copy, so a screen that writes cannot change another test's data).
+_STORE_TEMPLATE: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _store_template(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _STORE_TEMPLATE[:] = [filled_store(tmp_path_factory.mktemp("snap-store") / "r.duckdb")]
+
+
+def _copy_of_the_filled_store(tmp_path: Path) -> Path:
+    (template,) = _STORE_TEMPLATE
+    for part in template.parent.iterdir():  # the database and any write-ahead log beside it
+        shutil.copyfile(part, tmp_path / part.name)
+    return tmp_path / template.name
+
+
 def snapshot_app(tmp_path: Path, screen: str) -> NgbApp:
     inventory = tmp_path / "devices.toml"
     inventory.write_text(INVENTORY)
-    db = filled_store(tmp_path / "r.duckdb")
+    db = _copy_of_the_filled_store(tmp_path)
     # cursor_blink=False: every Input / TextArea is steady from its first frame. Switching blink
     # off later (as this file once did) left the SQL editor's cursor drawn or not depending on
     # the blink timer's phase at that moment: one of the two causes of the flaky

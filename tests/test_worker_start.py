@@ -91,7 +91,9 @@ def test_a_forked_worker_inherits_the_stuck_import(tmp_path: Path) -> None:
     """The hazard itself, so the test above keeps testing something: forced to fork, the same
     trial's worker waits on the import lock until the trial's timeout."""
     env = {**os.environ, START_ENV: "fork"}
-    outcome = _trial_beside_a_stuck_import(tmp_path, env, timeout_s=20.0)
+    # a forked worker reaches the model's import well inside a second: 8 s is the wait for
+    # a worker that will never come back, not a race with a slow one
+    outcome = _trial_beside_a_stuck_import(tmp_path, env, timeout_s=8.0)
     assert outcome["method"] == "fork"
     assert not outcome["ok"] and "timed out" in (outcome["error"] or "")
 
