@@ -46,7 +46,7 @@ contracts: setup  ## import contracts ([tool.importlinter] in pyproject.toml): l
 check: lint types contracts test  ## format check, lint, types, import contracts, tests
 
 wheel-test: setup  ## build the wheel, install it in a fresh venv, run the fast tests against it
-	bash scripts/wheel_test.sh
+	bash scripts/wheel_test.sh $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/ngb bench all
