@@ -54,7 +54,8 @@ class MeasureSettings:
 
     Why these defaults (2-core VM, 2026-11-25): a process start is paid once (the worker forks
     from the trial's process after the heavy imports), so 4-10 processes of 2 x 0.3 s fit in
-    ``max_measure_s`` = 12 s and ``ngb measure resnet18 -b 8`` takes ~20 s. Two values a process,
+    ``max_measure_s`` = 10 s and ``ngb measure resnet18 -b 8`` takes under 20 s (each process
+    also builds and compiles outside that budget: at 12 s it took 20-23 s). Two values a process,
     not three: the interval is over process means, and its width is set by how many processes
     there are (t(2) = 4.30 at 3 processes, t(3) = 3.18 at 4); on resnet18 b8, where one value is
     5 calls of ~0.15 s, the third value cost the fourth process (3 processes in 12 s). Simulated
@@ -81,7 +82,7 @@ class MeasureSettings:
     max_repetitions: int = 40  # adaptive mode: at most this many in all
     ci_target: float = 0.02  # adaptive mode: stop once the CI half-width <= this x the mean
     confidence: float = 0.95  # level of the throughput interval
-    max_measure_s: float = 12.0  # adaptive mode: seconds of warm-up + timed loops, all workers
+    max_measure_s: float = 10.0  # adaptive mode: seconds of warm-up + timed loops, all workers
     warmup_max_s: float = 2.0  # warm-up until steady, at most this long (GPU: 3x its floor)
     gpu_warmup_min_s: float = 3.0  # GPU: warm-up lasts at least this long (clocks, caches)
     warmup_tolerance: float = 0.03  # the last three warm-up windows this close = steady
