@@ -694,8 +694,8 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
         out = second.stdout + second.stderr
         assert f"localhost is busy with run {first_id} (agent pid {pid})" in out, out
         assert "Traceback" not in out
-        second_id = next(r["run_id"] for r in store.runs() if r["run_id"] != first_id)
-        assert store.trials(run_id=second_id) == []  # nothing ran beside the first run
+        # refused: nothing ran beside the first run, and no failed run is left in the store
+        assert [r["run_id"] for r in store.runs()] == [first_id]
         assert pid_alive(pid)  # the first run held the device all along
     finally:
         first.kill()  # the first workstation crashes...

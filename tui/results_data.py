@@ -131,7 +131,10 @@ def rows_by_depth(
 
 
 def _keep(per: Mapping[str, V], chosen: Sequence[str]) -> dict[str, V]:
-    return {c: per[c] for c in per if not chosen or c in chosen}
+    """The chosen series, the baseline first and the rest by name: a chart's series and legend
+    keep one order whatever order the store returned the rows in."""
+    ordered = sorted(per, key=lambda c: (c != BASELINE, c))
+    return {c: per[c] for c in ordered if not chosen or c in chosen}
 
 
 def _xticks(per: Mapping[str, Mapping[int, object]]) -> list[int]:
