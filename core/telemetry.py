@@ -23,6 +23,20 @@ from ngb.core.types import MeasureSettings
 Emit = Callable[[dict[str, object]], None]
 
 
+def cpu_events(key: str, worker: int, emit: Emit) -> Callable[[CpuTick], None]:
+    """A sampler callback that sends the worker's ``cpu`` event at most once a
+    ``CPU_EVENT_PERIOD_S`` (the samples themselves are kept at the sampler's own period)."""
+    last_event = [0.0]
+
+    def on_tick(tick: CpuTick) -> None:
+        now = time.monotonic()
+        if now - last_event[0] >= CPU_EVENT_PERIOD_S:
+            last_event[0] = now
+            emit(events.make_event(events.CPU, key=key, worker=worker, **cpu_event_fields(tick)))
+
+    return on_tick
+
+
 class WorkerWatch:
     """Samplers on one worker process for the length of its timed loops."""
 
@@ -30,17 +44,7 @@ class WorkerWatch:
         self, pid: int, settings: MeasureSettings, device: str, key: str, worker: int, emit: Emit
     ) -> None:
         self.settings = settings
-        last_event = [0.0]
-
-        def on_tick(tick: CpuTick) -> None:
-            now = time.monotonic()
-            if now - last_event[0] >= CPU_EVENT_PERIOD_S:
-                last_event[0] = now
-                emit(
-                    events.make_event(events.CPU, key=key, worker=worker, **cpu_event_fields(tick))
-                )
-
-        self.cpu = CpuSampler(settings.cpu_interval_s, on_tick, pid=pid)
+        self.cpu = CpuSampler(settings.cpu_interval_s, cpu_events(key, worker, emit), pid=pid)
         self.gpu = interference.GpuMonitor(settings.cpu_interval_s) if device == "cuda" else None
         self.tegra = interference.TegraStats()
         self.running = False
@@ -86,10 +90,7 @@ class LiveMeter:
     takes over at the timed loops. One psutil read a second in this (otherwise idle) process."""
 
     def __init__(self, pid: int, key: str, worker: int, emit: Emit) -> None:
-        def on_tick(tick: CpuTick) -> None:
-            emit(events.make_event(events.CPU, key=key, worker=worker, **cpu_event_fields(tick)))
-
-        self.cpu = CpuSampler(CPU_EVENT_PERIOD_S, on_tick, pid=pid)
+        self.cpu = CpuSampler(CPU_EVENT_PERIOD_S, cpu_events(key, worker, emit), pid=pid)
         self.running = False
 
     def start(self) -> None:
