@@ -95,9 +95,13 @@ def variants(rows: Sequence[TrialRow], family: str) -> list[str]:
     return sorted(found, key=lambda v: (found[v][1], found[v][0]))
 
 
-def compilers(rows: Sequence[TrialRow]) -> list[str]:
-    names = {str(r.get("compiler")) for r in rows}
+def baseline_first(names: Iterable[str]) -> list[str]:
+    """Compiler names in the console's one order: the baseline first, then by name."""
     return sorted(names, key=lambda c: (c != BASELINE, c))
+
+
+def compilers(rows: Sequence[TrialRow]) -> list[str]:
+    return baseline_first({str(r.get("compiler")) for r in rows})
 
 
 def _depth(row: TrialRow) -> int:
@@ -133,8 +137,7 @@ def rows_by_depth(
 def _keep(per: Mapping[str, V], chosen: Sequence[str]) -> dict[str, V]:
     """The chosen series, the baseline first and the rest by name: a chart's series and legend
     keep one order whatever order the store returned the rows in."""
-    ordered = sorted(per, key=lambda c: (c != BASELINE, c))
-    return {c: per[c] for c in ordered if not chosen or c in chosen}
+    return {c: per[c] for c in baseline_first(per) if not chosen or c in chosen}
 
 
 def _xticks(per: Mapping[str, Mapping[int, object]]) -> list[int]:
@@ -365,7 +368,7 @@ def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, .
         depths = sorted({_depth(r) for r in rows if variant_of(r) == variant})
         for depth in depths:
             per = rows_by_batch(rows, variant, depth)
-            ordered = {c: per[c] for c in sorted(per, key=lambda c: (c != BASELINE, c))}
+            ordered = {c: per[c] for c in baseline_first(per)}
             points = batch_points(ordered)
             base = per.get(BASELINE, {})
             for c, by_batch in points.items():
