@@ -146,6 +146,7 @@ class TorchCompiled(Compiled):
         self.precision = resolve_torch(self.precision_flags, device)
         self._sync = torch.cuda.synchronize if device == "cuda" else None
         self._inference_mode = torch.inference_mode
+        self._group = 1  # GPU loop: calls per CUDA-event group (``group_size``)
 
     def run(self) -> object:
         with self._inference_mode():
@@ -162,7 +163,11 @@ class TorchCompiled(Compiled):
         with self._inference_mode():
             if self._sync is not None:
                 self.extra["gpu_loop"] = GPU_LOOP
-                return queued_cuda_calls(fn, inputs, min_iters, min_duration_s)
+                loop = queued_cuda_calls(fn, inputs, min_iters, min_duration_s, self._group)
+                # the next window's groups from this one's call time (warm-up windows set it)
+                self._group = group_size(loop.iters, loop.elapsed_s)
+                self.extra["gpu_group_calls"] = self._group
+                return loop
 
             def call() -> object:
                 return fn(*inputs)
@@ -177,12 +182,28 @@ class TorchCompiled(Compiled):
             self._restore = None
 
 
-#: calls the GPU loop lets the CPU run ahead: enough to hide the launch of the next call behind
-#: the current one; without a bound a CPU far faster than the GPU queues hundreds of calls and a
-#: 0.3 s window takes seconds
+#: groups of calls the GPU loop lets the CPU run ahead: enough to hide the launch of the next call
+#: behind the current one; without a bound a CPU far faster than the GPU queues hundreds of calls
+#: and a 0.3 s window takes seconds
 GPU_QUEUE = 2
+#: a group of calls between two CUDA events lasts about this long. An event, its wait and its
+#: Python object cost ~5-10 us: one per call cost 10-15 % of a 0.12 ms call (MHA-128 b1 on an
+#: H200, ngb / plain loop 0.85); one per 2 ms costs under 0.5 %.
+GPU_GROUP_S = 0.002
+#: calls a group holds at most (a window still ends within a few ms of its time)
+GPU_GROUP_MAX = 256
 #: how the GPU loop times (recorded in ``extra["gpu_loop"]``)
-GPU_LOOP = "queued calls, one synchronize per window; latencies from CUDA events between calls"
+GPU_LOOP = (
+    "queued calls, one synchronize per window; latencies from CUDA events between groups of "
+    "calls (each call: its group's mean)"
+)
+
+
+def group_size(calls: int, elapsed_s: float) -> int:
+    """Calls per CUDA-event group for a call that took ``elapsed_s / calls`` in the last window."""
+    if calls <= 0 or elapsed_s <= 0:
+        return 1
+    return max(1, min(GPU_GROUP_MAX, int(GPU_GROUP_S * calls / elapsed_s)))
 
 
 def queued_cuda_calls(
@@ -190,35 +211,44 @@ def queued_cuda_calls(
     inputs: tuple[torch.Tensor, ...],
     min_iters: int,
     min_duration_s: float,
+    group: int = 1,
 ) -> LoopResult:
     """Time calls on a GPU as a user's loop runs them: queued, one synchronize at the window's
     end. A synchronize after every call (what ``run`` does) leaves the GPU idle while the CPU
     launches the next call, which on launch-bound work (deit3_small b32 on an H100, ~4 ms a
-    call) is where ngb read 5-25 % below a plain loop. A call's latency is the CUDA-event time
-    from the end of the previous call to the end of this one (the first from the window's start):
-    the GPU's time per call in steady state, launch gaps included."""
+    call) is where ngb read 5-25 % below a plain loop. A CUDA event closes every ``group`` calls;
+    the CPU waits for the event ``GPU_QUEUE`` groups back, so it is never far ahead. A call's
+    latency is its group's CUDA-event time (from the previous event, the first from the
+    window's start) over the calls in it: the GPU's time per call in steady state, launch gaps
+    included."""
     import torch
 
     clock = time.perf_counter_ns
     min_ns = int(min_duration_s * 1e9)
     opened = torch.cuda.Event(enable_timing=True)
     marks: list[torch.cuda.Event] = []
+    sizes: list[int] = []
+    calls = 0
     start = clock()
     opened.record()
-    while len(marks) < min_iters or clock() - start < min_ns:
-        if len(marks) >= GPU_QUEUE:  # at most GPU_QUEUE calls ahead: the window ends on time
+    while calls < min_iters or clock() - start < min_ns:
+        if len(marks) >= GPU_QUEUE:  # at most GPU_QUEUE groups ahead: the window ends on time
             marks[-GPU_QUEUE].synchronize()
-        fn(*inputs)
+        for _ in range(group):
+            fn(*inputs)
         mark = torch.cuda.Event(enable_timing=True)
         mark.record()
         marks.append(mark)
+        sizes.append(group)
+        calls += group
     torch.cuda.synchronize()
     elapsed_ns = clock() - start
-    latencies, previous = [], opened
-    for mark in marks:
-        latencies.append(int(previous.elapsed_time(mark) * 1e6))  # ms -> ns
+    latencies: list[int] = []
+    previous = opened
+    for mark, size in zip(marks, sizes, strict=True):
+        latencies.extend([int(previous.elapsed_time(mark) * 1e6 / size)] * size)  # ms -> ns
         previous = mark
-    return LoopResult(iters=len(marks), elapsed_s=elapsed_ns / 1e9, latencies_ns=latencies)
+    return LoopResult(iters=calls, elapsed_s=elapsed_ns / 1e9, latencies_ns=latencies)
 
 
 @dataclass(frozen=True)
