@@ -16,6 +16,16 @@ the nearest thing to "the between-process truth"). Per workload it prints:
 The grand mean of the other trials has an error of its own and the trial-to-trial SD is itself
 estimated from ``--trials`` values (about +-20 % at 12), so read the figures with that slack.
 
+The machine itself can drift: on the 2-core development VM, MHA-128 b1 ran at ~12,200/s for five
+trials and ~16,000/s for the next seven (2026-11-26), every trial's interval narrow and right for
+its minutes. No interval stated from inside one trial can cover a host that changes speed between
+trials, so before each trial a probe -- a plain loop of a fixed small workload (``--probe``,
+default MHA-128 b1, ``torch.inference_mode``, 1 s warm-up, 6 x 0.4 s windows) in a fresh process
+-- reads the machine's speed. The script prints the probe's spread between trials beside its
+spread within a process, and the coverage a second time with each trial's mean and half-width
+scaled by (mean probe / its probe): coverage under the machine's drift removed. The probe's own
+noise is left in, so the adjusted figures, if anything, under-state the coverage.
+
     .venv/bin/ngb bench coverage
     .venv/bin/python benchmarks/coverage.py --trials 12 \
         --workload mha:128:1:identity --workload conv:64:16:identity --workload resnet18::8:identity
@@ -33,6 +43,63 @@ import time
 from typing import Any
 
 WORKLOADS = ["mha:128:1:identity", "conv:64:16:identity", "resnet18::8:identity"]
+
+PROBE = r"""
+import json, sys, time
+import torch
+from ngb.core.models import create_model
+from ngb.core.types import TrialSpec
+
+model, width, batch = sys.argv[1:4]
+spec = TrialSpec(model=model, compiler="identity", batch=int(batch),
+                 width=int(width) if width else None)
+net, x = create_model(spec)
+rates = []
+with torch.inference_mode():
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        net(x)
+    for _ in range(6):
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 0.4:
+            net(x)
+            calls += 1
+        rates.append(calls * int(batch) / (time.perf_counter() - start))
+print(json.dumps(rates))
+"""
+
+
+def probe(workload: str) -> list[float]:
+    """The probe's window rates in a fresh process (see the module docstring)."""
+    model, width, batch = workload.split(":")
+    cmd = [sys.executable, "-c", PROBE, model, width, batch]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit(f"probe failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return [float(r) for r in json.loads(proc.stdout)]
+
+
+def drift_adjusted(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each trial's mean and half-width scaled by (mean probe / the probe before it)."""
+    level = statistics.fmean(t["probe"] for t in trials)
+    out = []
+    for t in trials:
+        scale = level / t["probe"]
+        half = None if t["half"] is None else t["half"] * scale
+        groups = [[v * scale for v in g] for g in t["groups"]]
+        out.append({**t, "mean": t["mean"] * scale, "half": half, "groups": groups})
+    return out
+
+
+def probe_spread(trials: list[dict[str, Any]]) -> tuple[float, float]:
+    """(CoV of the probe means between trials, the CoV a probe mean has from its own windows)."""
+    means = [t["probe"] for t in trials]
+    between = statistics.stdev(means) / statistics.fmean(means)
+    within = statistics.median(
+        statistics.stdev(w) / statistics.fmean(w) / len(w) ** 0.5
+        for w in (t["probe_windows"] for t in trials)
+    )
+    return between, within
 
 
 def measure(model: str, width: str, batch: str, compiler: str, extra: list[str]) -> dict[str, Any]:
@@ -95,6 +162,10 @@ def main() -> None:
         help=f"repeatable; WIDTH empty for a timm model (default: {' '.join(WORKLOADS)})",
     )  # fmt: skip
     parser.add_argument("--save", help="write every trial's figures here (JSON)")
+    parser.add_argument(
+        "--probe", default="mha:128:1", metavar="MODEL:WIDTH:BATCH",
+        help="the machine-speed probe run before each trial ('' for none)",
+    )  # fmt: skip
     parser.add_argument("extra", nargs="*", help="more ngb measure options, after --")
     args = parser.parse_args()
     if args.trials < 3:
@@ -108,7 +179,13 @@ def main() -> None:
         parts = workload.split(":")
         if len(parts) != 4:
             raise SystemExit(f"--workload {workload!r}: want MODEL:WIDTH:BATCH:COMPILER")
-        trials = [measure(*parts, args.extra) for _ in range(args.trials)]
+        trials = []
+        for _ in range(args.trials):
+            windows = probe(args.probe) if args.probe else []
+            trial = measure(*parts, args.extra)
+            if windows:
+                trial.update(probe=statistics.fmean(windows), probe_windows=windows)
+            trials.append(trial)
         saved[workload] = trials
         means = [t["mean"] for t in trials]
         spread = statistics.stdev(means) / statistics.fmean(means)
@@ -125,6 +202,17 @@ def main() -> None:
             share, ratio = coverage(trials, method)
             print(f"  {name:15} holds the others' mean in {share:4.0%} of trials; width ratio "
                   f"{ratio:.2f}")  # fmt: skip
+        if args.probe:
+            between, within = probe_spread(trials)
+            low, high = min(t["probe"] for t in trials), max(t["probe"] for t in trials)
+            print(f"  machine probe ({args.probe}, plain loop) {low:,.0f}-{high:,.0f}/s: CoV "
+                  f"between trials {between:.1%}, from its own windows {within:.1%}")  # fmt: skip
+            adjusted = drift_adjusted(trials)
+            means = [t["mean"] for t in adjusted]
+            cov = statistics.stdev(means) / statistics.fmean(means)
+            share, ratio = coverage(adjusted, stated)
+            print(f"  drift removed: trial means CoV {cov:.1%}; ngb (stated) holds the others' "
+                  f"mean in {share:4.0%} of trials; width ratio {ratio:.2f}")  # fmt: skip
     if args.save:
         with open(args.save, "w") as f:
             json.dump(saved, f)
