@@ -11,11 +11,13 @@ setup:
 run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
-# Two processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
-# fixtures -- built models, exported files -- are made once). A trial started beside xdist's I/O
+# Four processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
+# fixtures -- built models, exported files -- are made once). Four, on a 2-core machine, because
+# many tests wait on subprocesses, sshd and timers: make test took 6:00 with -n 2, 4:09 with -n 4,
+# 4:25 with -n 6 (2026-11-26, quiet 2-core VM; worksteal instead of loadfile: 4:15). A trial started beside xdist's I/O
 # thread takes its workers from a fork server (ngb.core.worker_start), so no forked worker
 # inherits a lock that thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 4 --dist loadfile
 
 test: setup  ## the CI subset: everything but tests marked slow
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
