@@ -36,47 +36,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 WORKLOADS = ["mha:128:1:identity", "conv:64:16:identity", "resnet18::8:identity"]
 
-PROBE = r"""
-import json, sys, time
-import torch
-from ngb.core.models import create_model
-from ngb.core.types import TrialSpec
-
-model, width, batch = sys.argv[1:4]
-spec = TrialSpec(model=model, compiler="identity", batch=int(batch),
-                 width=int(width) if width else None)
-net, x = create_model(spec)
-rates = []
-with torch.inference_mode():
-    end = time.perf_counter() + 1.0
-    while time.perf_counter() < end:
-        net(x)
-    for _ in range(6):
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < 0.4:
-            net(x)
-            calls += 1
-        rates.append(calls * int(batch) / (time.perf_counter() - start))
-print(json.dumps(rates))
-"""
+# the probe is parity.py's plain loop (the same code a user would write), run on the CPU with
+# 1 s of warm-up and 6 x 0.4 s windows
+PLAIN = runpy.run_path(str(Path(__file__).with_name("parity.py")))["PLAIN"]
 
 
 def probe(workload: str) -> list[float]:
     """The probe's window rates in a fresh process (see the module docstring)."""
     model, width, batch = workload.split(":")
-    cmd = [sys.executable, "-c", PROBE, model, width, batch]
+    cmd = [sys.executable, "-c", PLAIN, model, width, batch, "cpu", "1.0", "6", "0.4"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise SystemExit(f"probe failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    return [float(r) for r in json.loads(proc.stdout)]
+    return [float(r) for r in json.loads(proc.stdout)["windows"]]
 
 
 def drift_adjusted(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:

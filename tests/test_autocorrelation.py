@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -84,8 +85,8 @@ def test_verdict_says_how_much_it_widened_and_needs_more_repetitions() -> None:
     assert stopping.repetitions_needed(values, 0.005) > stopping.repetitions_needed(shuffled, 0.005)
 
 
-def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials() -> None:
-    """benchmarks/coverage.py: leave-one-out coverage and width ratio of each method."""
+def coverage_bench() -> ModuleType:
+    """benchmarks/coverage.py, a script outside the package, loaded as a module."""
     import importlib.util
     from pathlib import Path
 
@@ -94,6 +95,12 @@ def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials()
     assert spec and spec.loader
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials() -> None:
+    """benchmarks/coverage.py: leave-one-out coverage and width ratio of each method."""
+    bench = coverage_bench()
 
     rng = np.random.default_rng(6)
     trials = []
@@ -114,14 +121,7 @@ def test_coverage_benchmark_removes_a_drift_its_probe_saw() -> None:
     """benchmarks/coverage.py: a host that steps from one speed to another between trials (seen
     on the development VM: MHA-128 b1 at ~12,200/s, then ~16,000/s) fails every trial's interval
     against the others' mean; scaled by a probe that saw the same step, the intervals hold."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("coverage_bench", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = coverage_bench()
 
     rng = np.random.default_rng(8)
     trials = []
