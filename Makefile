@@ -12,12 +12,15 @@ run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
 # Four processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
-# fixtures -- built models, exported files -- are made once). Four, on a 2-core machine, because
-# many tests wait on subprocesses, sshd and timers: make test took 6:00 with -n 2, 4:09 with -n 4,
-# 4:25 with -n 6 (2026-11-26, quiet 2-core VM; worksteal instead of loadfile: 4:15). A trial started beside xdist's I/O
-# thread takes its workers from a fork server (ngb.core.worker_start), so no forked worker
-# inherits a lock that thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
-PYTEST_ARGS ?= -n 4 --dist loadfile
+# fixtures -- built models, exported files -- are made once), the longest files first
+# (tests/conftest.py's LONGEST_FILES_FIRST; --no-loadscope-reorder keeps that order instead of
+# xdist's by-test-count one). Four, on a 2-core machine, because many tests wait on subprocesses,
+# sshd and timers: make test took 6:00 with -n 2, 4:11 with -n 3, 4:09 with -n 4, 4:25 with -n 6
+# (2026-11-26, quiet 2-core VM; worksteal instead of loadfile: 4:15); vmstat during -n 4: 86 % of
+# both cores busy. A trial started beside xdist's I/O thread takes its workers from a fork server
+# (ngb.core.worker_start), so no forked worker inherits a lock that thread holds.
+# PYTEST_ARGS="-n 0" runs everything in one process.
+PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
 
 test: setup  ## the CI subset: everything but tests marked slow
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)

@@ -47,6 +47,38 @@ def pytest_configure(config: pytest.Config) -> None:
             )
 
 
+# The test files that take longest, longest first (seconds of test time each in a `make test`
+# on the 2-core VM, 2026-11-26). pytest-xdist's --dist loadfile hands whole files to its
+# processes in queue order, which it sorts by test count unless told --no-loadscope-reorder (the
+# Makefile does): then test_orchestrator.py (150 s, 29 tests) started a minute in and other
+# files ran alone at the end. Started first, the long files leave the short ones to fill in
+# around them. A file missing here keeps its place after them: this only orders, it never
+# selects.
+LONGEST_FILES_FIRST = (
+    "test_orchestrator.py",  # 150 s: CLI processes, local agents, detach/attach
+    "test_artifacts.py",  # 60 s: own models over a real sshd
+    "test_faults.py",  # 60 s: agents killed mid-sweep
+    "test_tui_snapshots.py",  # 55 s
+    "test_tvm.py",  # 50 s: MetaSchedule tuning
+    "test_bad_inputs.py",  # 45 s
+    "test_own_models.py",  # 40 s
+    "test_worker_start.py",  # 35 s
+    "test_agent.py",  # 30 s
+    "test_figures.py",
+    "test_tui_app.py",
+    "test_tui_console.py",
+    "test_cli_refused.py",
+    "test_tui_sql.py",
+    "test_store.py",  # 20 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first (``LONGEST_FILES_FIRST``); the rest keep their order after them."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
+
+
 def _installed_ngb() -> Path:
     """Where ``import ngb`` leads in a fresh interpreter outside the checkout (``-P``: the
     working folder is not on sys.path), as in the tests' ``ngb`` subprocesses."""

@@ -452,6 +452,22 @@ def ngb(env: dict, *args: str, timeout: float = 90) -> subprocess.CompletedProce
                           timeout=timeout)  # fmt: skip
 
 
+def agent_of_first_run(store: Store, home: Path, timeout: float = 60) -> tuple[str, int]:
+    """(run id, agent pid) of the first run an ``ngb run`` subprocess stores, once its agent is
+    up: the orchestrator records the pid as soon as the agent starts (trials reach the store
+    only with the writer's next flush, 10 s later on localhost), and from then on the run holds
+    the device and Ctrl-C leaves an agent behind."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        runs = store.runs() if (home / "data" / "results.duckdb").exists() else []
+        devices = store.run_devices(runs[0]["run_id"]) if runs else []
+        pid = devices[0]["extra"].get("pid") if devices else None
+        if pid and pid_alive(pid):
+            return runs[0]["run_id"], pid
+        time.sleep(0.1)
+    raise AssertionError(f"no run's agent came up within {timeout:.0f} s")
+
+
 def test_cli_run_detach_then_attach_in_other_processes(cli_env):
     env, sweep_file, home = cli_env
     out = ngb(env, "run", str(sweep_file), "--devices", "localhost", "--detach",
@@ -475,27 +491,19 @@ def test_cli_run_detach_then_attach_in_other_processes(cli_env):
 
 def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
     env, sweep_file, home = cli_env
-    # long enough to outlast the writer's first flush (every 10 s while localhost measures)
-    sweep_file.write_text(noop_sweep(120, compile_s=0.3).to_toml())
+    sweep_file.write_text(noop_sweep(120, compile_s=0.3).to_toml())  # 36 s or more
     exe = Path(sys.executable).with_name("ngb")
     proc = subprocess.Popen(
         [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     store = Store(home / "data" / "results.duckdb")
-    deadline = 60
-    start = time.monotonic()
-    while time.monotonic() - start < deadline:
-        runs = store.runs() if (home / "data" / "results.duckdb").exists() else []
-        if runs and store.trials(run_id=runs[0]["run_id"]):
-            break
-        time.sleep(0.3)
+    run_id, pid = agent_of_first_run(store, home)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     assert "Detached" in stdout and "ngb attach" in stdout
-    run_id = store.runs()[0]["run_id"]
-    pid = store.run_devices(run_id)[0]["extra"]["pid"]
+    assert store.run_devices(run_id)[0]["extra"]["pid"] == pid
     assert pid_alive(pid)  # Ctrl-C left the agent running
     live = ngb(env, "status", run_id, "--live", "--json")
     assert live.returncode == 0, live.stderr
@@ -679,15 +687,11 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
     )  # fmt: skip
     store = Store(home / "data" / "results.duckdb")
     try:
-        pid = None
+        first_id, pid = agent_of_first_run(store, home)
+        # and its first trials stored (the writer's first flush), for the cancel at the end
         start = time.monotonic()
-        while pid is None and time.monotonic() - start < 60:
+        while not store.trials(run_id=first_id) and time.monotonic() - start < 60:
             time.sleep(0.3)
-            runs = store.runs()
-            if runs and store.trials(run_id=runs[0]["run_id"]):
-                first_id = runs[0]["run_id"]
-                pid = store.run_devices(first_id)[0]["extra"]["pid"]
-        assert pid and pid_alive(pid), "the first run never got going"
 
         second = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
         assert second.returncode == 1
