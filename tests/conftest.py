@@ -70,6 +70,9 @@ LONGEST_FILES_FIRST = (
     "test_cli_refused.py",
     "test_tui_sql.py",
     "test_store.py",  # 20 s
+    "test_tui_own_models.py",  # these three were the last to run when they came in
+    "test_tui_query_run.py",  # alphabetical order (each 12-19 s)
+    "test_tui_sshd.py",
 )
 
 
