@@ -10,6 +10,8 @@ import pytest
 from ngb.core import autocorrelation, stopping
 from ngb.core.types import MeasureSettings
 
+from tests.script_modules import load_script
+
 
 def ar1(rho: float, n: int, rng: np.random.Generator, mean: float = 100.0) -> list[float]:
     """n values of a stationary AR(1) series with unit variance around ``mean``."""
@@ -86,16 +88,7 @@ def test_verdict_says_how_much_it_widened_and_needs_more_repetitions() -> None:
 
 
 def coverage_bench() -> ModuleType:
-    """benchmarks/coverage.py, a script outside the package, loaded as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("coverage_bench", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("benchmarks/coverage.py")
 
 
 def test_coverage_benchmark_scores_stated_and_old_intervals_on_the_same_trials() -> None:

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+from tests.script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "house_stats.py"
 
 
-def _module():  # the script is not a package module: load it from its file
-    spec = importlib.util.spec_from_file_location("house_stats", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+def _module() -> ModuleType:
+    return load_script("scripts/house_stats.py")
 
 
 def test_any_in_a_signature_is_found_also_through_an_alias_or_a_string() -> None:

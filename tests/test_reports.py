@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import statistics
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -36,6 +37,8 @@ from ngb.sweeps.numbers import round_with_interval
 from ngb.sweeps.report_data import Cell, ReportData
 from ngb.sweeps.reports import build_report, list_reports, render
 from ngb.sweeps.store import Store
+
+from tests.script_modules import load_script
 
 # Zig-zag order: no serial correlation, so intervals are the plain Student-t ones (a ramp would
 # read as a trend and be widened, ngb.core.autocorrelation).
@@ -494,14 +497,7 @@ def test_same_precision_gives_no_precision_note(store: Store) -> None:
 
 def test_agreement_benchmark_compares_two_runs(tmp_path) -> None:
     """benchmarks/agreement.py: share within ±5 %, interval overlap and slope overlap."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "agreement.py"
-    spec = importlib.util.spec_from_file_location("agreement", path)
-    assert spec and spec.loader
-    agreement = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agreement)
+    agreement = load_script("benchmarks/agreement.py")
 
     def run_db(name: str, scale: dict[tuple[str, int], float]) -> Path:
         store = Store(tmp_path / f"{name}.duckdb")

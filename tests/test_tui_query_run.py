@@ -73,7 +73,7 @@ async def test_a_60_s_query_during_a_run_ingest_goes_on_escape_cancels_q_quits(
             await pilot.press("escape")
             await wait_for(pilot, lambda: not sql.running, timeout=5)
             assert time.monotonic() - pressed < PROMPT_S
-            # A second long query in flight, the run still going: q quits in under a second.
+            # A second long query in flight, the run still going: q quits without waiting for it.
             editor.text = LONG
             await pilot.press("ctrl+j")
             await pilot.pause(0.3)
