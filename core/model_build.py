@@ -19,7 +19,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TypedDict
@@ -276,7 +277,8 @@ def _build_timm(source: ModelSource) -> nn.Module:
 def _call_factory(source: ModelSource, cache_dir: Path | None) -> nn.Module:
     factory = import_factory(source, cache_dir)
     try:
-        model = factory(**source.kwargs)
+        with _no_bytecode_files():  # a factory may import the user's other modules
+            model = factory(**source.kwargs)
     except Exception as exc:  # noqa: BLE001 - user code
         raise NgbError(f"factory {source.ref} raised {one_line(exc)}") from None
     from torch import nn
@@ -290,15 +292,16 @@ def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[...,
     """The factory callable; its code artifact (if any) is put on ``sys.path`` first."""
     target, _, attr = source.ref.rpartition(":")
     try:
-        if source.artifacts and source.artifacts[0].role == "folder":
-            folder = locate(source.artifacts[0], cache_dir)
-            module = _import_file(folder, target, source.artifacts[0].sha256)
-        else:
-            if source.artifacts:
-                where = locate(source.artifacts[0], cache_dir)
-                _forget_other_copies(target.split(".", 1)[0], where)
-                _on_path(where.parent)
-            module = importlib.import_module(target)
+        with _no_bytecode_files():
+            if source.artifacts and source.artifacts[0].role == "folder":
+                folder = locate(source.artifacts[0], cache_dir)
+                module = _import_file(folder, target, source.artifacts[0].sha256)
+            else:
+                if source.artifacts:
+                    where = locate(source.artifacts[0], cache_dir)
+                    _forget_other_copies(target.split(".", 1)[0], where)
+                    _on_path(where.parent)
+                module = importlib.import_module(target)
     except NgbError:
         raise
     except Exception as exc:  # noqa: BLE001 - user code raises anything at import
@@ -307,6 +310,18 @@ def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[...,
     if not callable(factory):
         raise NgbError(f"{target} has no function {attr!r}")
     return factory
+
+
+@contextmanager
+def _no_bytecode_files() -> Iterator[None]:
+    """Import the user's code without writing ``__pycache__`` beside it: ngb leaves their folder
+    as it found it (Python caches bytecode there unless PYTHONDONTWRITEBYTECODE is set)."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def _on_path(folder: Path) -> None:

@@ -357,6 +357,30 @@ def test_check_models_imports_factories(parts: Path) -> None:
         sweep.check_models()
 
 
+def test_importing_a_factory_leaves_the_users_folder_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``__pycache__`` beside the user's files, even where Python would write one (the
+    test run's shell may set PYTHONDONTWRITEBYTECODE, so the flag is turned off here)."""
+    from ngb.core.model_build import import_factory
+
+    (tmp_path / "helper_mod.py").write_text("WIDTH = 4\n")
+    (tmp_path / "tiny_net.py").write_text(
+        "import torch\nimport helper_mod\n\n"
+        "def make():\n    return torch.nn.Linear(helper_mod.WIDTH, 2)\n"
+    )
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = parse_source("tiny_net.py:make", base_dir=tmp_path)
+    try:
+        assert isinstance(import_factory(source, None)(), torch.nn.Module)
+    finally:
+        for name in ("tiny_net", "helper_mod"):
+            sys.modules.pop(name, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["helper_mod.py", "tiny_net.py"]
+    assert sys.dont_write_bytecode is False  # the caller's setting is back
+
+
 # ---------------------------------------------------------------- ngb models / ngb measure
 
 
