@@ -110,8 +110,8 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
     if spec.measure.threads:
         # OpenMP reads this once, when the first library that uses it loads.
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.measure.threads))
-    # the interval's t quantile imports scipy.stats (~1-2 s) on first use: once, here, not in
-    # every worker between its timed repetitions
+    # the interval's t quantile imports scipy.special (0.14 s here, seconds on a small board) on
+    # first use: once, here, not in every worker between its timed repetitions
     t_quantile(0.975, 2)
     if not needs_torch:
         return
