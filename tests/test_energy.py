@@ -4,6 +4,7 @@ exist, the fold into a result, and a trial on a machine without a meter."""
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -423,8 +424,16 @@ def test_the_timing_hook_measures_every_repetition_of_every_worker(monkeypatch) 
     readings = [t["energy"] for t in result.extra["telemetry"]]
     assert [len(r["reps"]) for r in readings] == [2, 2]  # 4 repetitions over 2 processes
     assert all(r["idle_w"] == pytest.approx(10.0, rel=0.05) for r in readings)
-    # 10 W over each loop: joules per sample = 10 / samples per second
-    assert result.energy_j_per_sample == pytest.approx(10.0 / result.throughput.mean, rel=0.2)
+    # 10 W over each timed loop: joules per sample = 10 x a worker's loop seconds per sample.
+    # From the loops' own times, not 1 / mean throughput: under load the repetitions' rates
+    # differ, and the mean of rates is not the rate of the sums.
+    loops: dict[object, list[float]] = {}
+    for rep in result.repetitions:
+        seconds, samples = loops.setdefault(rep["worker"], [0.0, 0.0])
+        loops[rep["worker"]] = [seconds + rep["elapsed_s"], samples + rep["iters"] * spec.batch]
+    timed = statistics.fmean(10.0 * seconds / samples for seconds, samples in loops.values())
+    assert len(loops) == 2
+    assert result.energy_j_per_sample == pytest.approx(timed, rel=0.2)
     assert result.power_w_mean == pytest.approx(10.0, rel=0.05)
     assert result.energy_above_idle_j_per_sample == pytest.approx(0.0, abs=1e-3)
     assert result.energy_j_per_sample_ci is not None
