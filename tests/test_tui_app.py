@@ -151,8 +151,8 @@ async def test_run_to_finish_then_results_and_sql(tmp_path: Path) -> None:
         assert (state.done, state.total, state.failed) == (4, 4, 0)
         panel = screen._panels[(run_id, "localhost")]
         assert "4/4 trials" in str(panel.render())
-        log = screen.query_one(Log)
-        assert any("run done: ok=4" in line for line in log.lines)
+        log = screen.query_one(Log)  # drained on the screen's timer: may lag the run's state
+        await wait_for(pilot, lambda: any("run done: ok=4" in line for line in log.lines))
         assert screen.redraws > 0
 
         await pilot.press("3")
