@@ -142,15 +142,19 @@ def run_worker(
         args=(job, sender, spec, share, str(workdir), cache_dir),
         name=f"ngb-worker-{share.worker}",
     )
-    proc.start()
-    sender.close()
-    assert proc.pid is not None
-    live = LiveMeter(proc.pid, spec.key, share.worker, emit)  # until the timed loops start
-    live.start()
+    live: LiveMeter | None = None
     watch: WorkerWatch | None = None
     message: WorkerReport | None = None
     last_progress = 0.0
+    # From the fork on, any exit takes the worker along: a cancel (the agent's SIGTERM raises in
+    # this thread) that left it alive would leave it blocked on a full pipe nobody reads, and
+    # multiprocessing joins live children at interpreter exit -- the agent would never end.
     try:
+        proc.start()
+        sender.close()
+        assert proc.pid is not None
+        live = LiveMeter(proc.pid, spec.key, share.worker, emit)  # until the timed loops start
+        live.start()
         while message is None:
             if time.monotonic() > deadline:
                 raise WorkerFailed("timed out")
@@ -180,18 +184,16 @@ def run_worker(
                         proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
                     )
                     watch.start()
-        live.stop()
-        if watch is not None:
-            watch.stop()
+        _stop_meters(live, watch)
     except BaseException:  # cancelled, timed out: take the worker along
-        live.stop()
-        if watch is not None:
-            watch.stop()
-        proc.kill()
-        proc.join()
+        _stop_meters(live, watch)
+        if proc.pid is not None:  # started
+            proc.kill()
+            proc.join()
         raise
     finally:
         receiver.close()
+        sender.close()  # closed already unless the fork failed
     proc.join(timeout=min(60.0, max(1.0, deadline - time.monotonic())))  # it has sent all
     if proc.is_alive():
         proc.kill()
@@ -212,6 +214,12 @@ def run_worker(
     if watch is not None:
         watch.fill(part)
     return Outcome(part, message.recorded)
+
+
+def _stop_meters(live: LiveMeter | None, watch: WorkerWatch | None) -> None:
+    for meter in (live, watch):
+        if meter is not None:
+            meter.stop()
 
 
 def _die_with_parent() -> None:

@@ -65,6 +65,35 @@ def test_a_failing_worker_raises_its_error(tmp_path: Path) -> None:
         run_worker(SHARE_JOB, spec, share, lambda e: None, tmp_path, None, deadline=1e18)
 
 
+def test_a_cancel_right_after_the_fork_takes_the_worker_along(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's SIGTERM raises ``Cancelled`` wherever the trial's thread is. Raised between
+    the fork and the loop that reads the worker, it once left the worker alive, blocked on a pipe
+    nobody read, and the agent hung at exit (multiprocessing joins live children)."""
+    import multiprocessing
+
+    from ngb.core import workers
+
+    class CancelledAtStart(workers.LiveMeter):
+        def start(self) -> None:
+            raise KeyboardInterrupt  # a BaseException, as the agent's Cancelled is
+
+    monkeypatch.setattr(workers, "LiveMeter", CancelledAtStart)
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"compile_s": 60},
+        measure=MeasureSettings(**QUICK, repetitions=1),
+    )  # fmt: skip
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_worker(SHARE_JOB, spec, Plan(worker=0, reps=1), lambda e: None, tmp_path, None,
+                       deadline=1e18)  # fmt: skip
+        assert multiprocessing.active_children() == []  # killed and joined, not left running
+    finally:
+        for child in multiprocessing.active_children():
+            child.kill()
+
+
 def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
     from ngb.devices.bundle import build_agent_zipapp
 
