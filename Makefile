@@ -15,16 +15,16 @@ run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 # fixtures -- built models, exported files -- are made once), the longest files first
 # (tests/conftest.py's LONGEST_FILES_FIRST; --no-loadscope-reorder keeps that order instead of
 # xdist's by-test-count one). Four, on a 2-core machine, because many tests wait on subprocesses,
-# sshd and timers: make test took 6:00 with -n 2, 4:11 with -n 3, 4:09 with -n 4, 4:25 with -n 6
-# (2026-11-26, quiet 2-core VM; worksteal instead of loadfile: 4:15); vmstat during -n 4: 86 % of
-# both cores busy. A trial started beside xdist's I/O thread takes its workers from a fork server
-# (ngb.core.worker_start), so no forked worker inherits a lock that thread holds.
-# PYTEST_ARGS="-n 0" runs everything in one process.
+# sshd and timers: make test took 3:33-3:49 with -n 4 and 3:39 with -n 3 (2026-11-26, quiet 2-core
+# VM, no __pycache__ at the start); earlier, before the bytecode cache below: -n 2 6:00, -n 6 4:25.
+# vmstat during -n 4: both cores 95-100 % busy. A trial started beside xdist's I/O thread takes its
+# workers from a fork server (ngb.core.worker_start), so no forked worker inherits a lock that
+# thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
 PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
 # Python's bytecode cache stays on for the tests even where the shell turns it off
 # (PYTHONDONTWRITEBYTECODE=1): the tests start some hundred Python processes (agents, trials, CLIs)
-# and each would compile ngb's sources again -- make test 4:04-4:19 without the cache, 3:58 with it
-# (2026-11-26). It is also what a user's Python does, which is how the tests found ngb writing
+# and each would compile ngb's sources again (make test 4:04-4:19 without the cache, 3:58 with it,
+# 2026-11-26). It is also what a user's Python does, which is how the tests found ngb writing
 # __pycache__ into the folder of a user's model file.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
