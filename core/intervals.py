@@ -34,19 +34,14 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from ngb.core.stopping import t_ppf
+
 LEVEL = 0.95
 
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
     """The two-sided ``level`` quantile of Student's t (``df`` may be fractional: Satterthwaite)."""
-    from ngb.core.stopping import t_quantile as t_int
-
-    p = (1 + level) / 2
-    try:
-        from scipy.special import stdtrit  # what scipy.stats.t.ppf calls, a lighter import
-    except ImportError:  # the device agent has no scipy: integer df is close enough there
-        return t_int(p, max(1, int(df)))
-    return float(stdtrit(df, p))
+    return t_ppf((1 + level) / 2, df)
 
 
 @dataclass(frozen=True)

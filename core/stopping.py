@@ -52,19 +52,25 @@ STOP_TIME = "time cap"
 STOP_FIXED = "fixed count"
 
 
+def t_ppf(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t; ``df`` may be fractional (Welch-Satterthwaite). The one
+    place ngb computes it: ``t_quantile`` below and ``ngb.core.intervals`` call this."""
+    try:
+        # scipy.special, not scipy.stats: the same function (t.ppf calls stdtrit) at a third of the
+        # import time, which every trial process and every ``ngb`` command pays
+        from scipy.special import stdtrit
+    except ImportError:  # the device agent has no scipy: integer df is close enough there
+        return _t_quantile_approx(p, max(1, int(df)))
+    return float(stdtrit(df, p))
+
+
 @functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (cached: the stopping
     rule asks for the same few after every repetition)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    try:
-        # scipy.special, not scipy.stats: the same function (t.ppf calls stdtrit) at a third of the
-        # import time, which every trial process and every ``ngb`` command pays
-        from scipy.special import stdtrit
-    except ImportError:
-        return _t_quantile_approx(p, df)
-    return float(stdtrit(df, p))
+    return t_ppf(p, df)
 
 
 def _t_quantile_approx(p: float, df: int) -> float:
