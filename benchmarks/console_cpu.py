@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _args import non_negative, positive_int, sweep_ref  # this folder: the script runs as a file
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from textual.widgets import Input
@@ -106,12 +107,18 @@ def cpu_s(times: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=40, help="no-op trials (default sweep)")
-    parser.add_argument("--sweep", default="", help="a preset or sweep file instead (e.g. demo)")
-    parser.add_argument("--seconds", type=float, default=0.0, help="measure only this long")
+    parser.add_argument(
+        "--trials", type=positive_int, default=40, help="no-op trials (default sweep)"
+    )
+    parser.add_argument(
+        "--sweep", type=sweep_ref, default="", help="a preset or sweep file instead (e.g. demo)"
+    )
+    parser.add_argument("--seconds", type=non_negative, default=0.0, help="measure only this long")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     used, wall, redraws, outcome = asyncio.run(measure(args.trials, args.sweep, args.seconds))
+    if "not started" in outcome or wall <= 0:  # no window to divide by: no share to print
+        raise SystemExit(f"the run did not start ({outcome}): no CPU share measured")
     print(
         f"{args.label or 'console'}: CPU share of ngb-tui during the run: "
         f"{100 * used / wall:.1f} % of a core (goal < 3 %): {used:.2f} CPU s over {wall:.1f} s; "

@@ -45,10 +45,26 @@ from pathlib import Path
 from typing import Any
 
 WORKLOADS = ["mha:128:1:identity", "conv:64:16:identity", "resnet18::8:identity"]
+START_ENV = "NGB_WORKER_START"  # ngb.core.worker_start: how ngb measure starts its workers
+
 
 # the probe is parity.py's plain loop (the same code a user would write), run on the CPU with
 # 1 s of warm-up and 6 x 0.4 s windows
-PLAIN = runpy.run_path(str(Path(__file__).with_name("parity.py")))["PLAIN"]
+def _parity_plain() -> str:
+    """parity.py's ``PLAIN``; parity.py imports its neighbour ``_args`` as a script does, so its
+    folder is on the path while it loads (this file is also loaded by the tests, not run)."""
+    here = str(Path(__file__).parent)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return str(runpy.run_path(str(Path(__file__).with_name("parity.py")))["PLAIN"])
+    finally:
+        if added:
+            sys.path.remove(here)
+
+
+PLAIN = _parity_plain()
 
 
 def probe(workload: str) -> list[float]:
@@ -84,13 +100,18 @@ def probe_spread(trials: list[dict[str, Any]]) -> tuple[float, float]:
     return between, within
 
 
-def measure(model: str, width: str, batch: str, compiler: str, extra: list[str]) -> dict[str, Any]:
+def measure(
+    model: str, width: str, batch: str, compiler: str, extra: list[str], start: str = ""
+) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "ngb.sweeps.cli", "measure", model, "-c", compiler, "-b", batch,
            "--no-verify", "--json", *extra]  # fmt: skip
     if width:
         cmd += ["--width", width]
+    env = {k: v for k, v in os.environ.items() if k != START_ENV}
+    if start:
+        env[START_ENV] = start
     started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise SystemExit(f"ngb measure {' '.join(cmd[4:])} failed: {tail}")
@@ -104,7 +125,22 @@ def measure(model: str, width: str, batch: str, compiler: str, extra: list[str])
         "groups": list(groups.values()),
         "verdict": result.get("verdict"),
         "wall_s": time.monotonic() - started,
+        "worker_start": (result.get("extra") or {}).get("worker_start") or {},
     }
+
+
+def started_text(trials: list[dict[str, Any]]) -> str:
+    """How the runs' workers started, and what fresh interpreters cost (seconds per trial)."""
+    methods = sorted({str(t["worker_start"].get("method", "?")) for t in trials})
+    waits = [
+        t["worker_start"]["start_wait_s"] for t in trials if "start_wait_s" in t["worker_start"]
+    ]
+    processes = statistics.median(len(t["groups"]) for t in trials)
+    text = f"workers: {'/'.join(methods)}, median {processes:g} processes a trial"
+    if waits:
+        wait = statistics.median(waits)
+        text += f"; waited for the first interpreters' imports median {wait:.1f} s a trial"
+    return text
 
 
 def stated(trial: dict[str, Any]) -> tuple[float, float]:
@@ -148,6 +184,11 @@ def main() -> None:
         "--probe", default="mha:128:1", metavar="MODEL:WIDTH:BATCH",
         help="the machine-speed probe run before each trial ('' for none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--start", default="", choices=("", "fresh", "auto", "fork", "forkserver"),
+        help=f"how ngb measure starts its workers ({START_ENV}; default: ngb's, a fresh "
+        "interpreter each; auto: forked from one, the old way, for comparison)",
+    )  # fmt: skip
     parser.add_argument("extra", nargs="*", help="more ngb measure options, after --")
     args = parser.parse_args()
     if args.trials < 3:
@@ -164,7 +205,8 @@ def main() -> None:
         trials = []
         for _ in range(args.trials):
             windows = probe(args.probe) if args.probe else []
-            trial = measure(*parts, args.extra)
+            model, width, batch, compiler = parts
+            trial = measure(model, width, batch, compiler, args.extra, start=args.start)
             if windows:
                 trial.update(probe=statistics.fmean(windows), probe_windows=windows)
             trials.append(trial)
@@ -176,6 +218,7 @@ def main() -> None:
         print(f"{workload}: trial means {min(means):,.1f}-{max(means):,.1f}/s, CoV between "
               f"trials {spread:.1%}; {valid}/{len(trials)} VALID; wall per run median "
               f"{statistics.median(walls):.1f} s (max {max(walls):.1f})")  # fmt: skip
+        print(f"  {started_text(trials)}; load average now {os.getloadavg()[0]:.2f}")
         for name, method in (
             ("ngb (stated)", stated),
             ("end-to-end t", end_to_end(False)),

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from _args import non_negative, positive, positive_int  # this folder: the script runs as a file
+
 # (model, width, batch): per-call times from ~0.1 ms to ~100 ms on a 2-core CPU
 WORKLOADS = ["mha:128:1", "conv:64:16", "resnet18::1", "resnet18::8", "resnet50::8"]
 
@@ -78,13 +80,15 @@ def ngb(model: str, width: str, batch: str, args: argparse.Namespace) -> tuple[f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--workload", action="append", metavar="MODEL:WIDTH:BATCH",
                         help=f"repeatable (default: {' '.join(WORKLOADS)})")  # fmt: skip
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--warmup", type=float, default=1.0, help="plain loop: seconds")
-    parser.add_argument("--windows", type=int, default=10, help="plain loop: timed windows")
-    parser.add_argument("--window", type=float, default=0.5, help="plain loop: seconds each")
+    parser.add_argument("--warmup", type=non_negative, default=1.0, help="plain loop: seconds")
+    parser.add_argument(
+        "--windows", type=positive_int, default=10, help="plain loop: timed windows"
+    )
+    parser.add_argument("--window", type=positive, default=0.5, help="plain loop: seconds each")
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "

@@ -73,12 +73,13 @@ def make_results(n_trials: int, reps: int) -> list:
 
 def time_query(store, db: Path, sql: str) -> tuple[float, float, float, float, int]:
     import duckdb
+    from ngb.sweeps.sql_files import BASE_CONFIG
 
     fresh = type(store)(db)  # a new Store: checks the schema and opens the file, like the CLI
     t0 = time.perf_counter()
     _, rows = fresh.query(sql)
     cold_ms = (time.perf_counter() - t0) * 1000
-    conn = duckdb.connect(str(db), read_only=True)
+    conn = duckdb.connect(str(db), read_only=True, config=BASE_CONFIG)  # as ngb's own
     try:
         t0 = time.perf_counter()
         conn.execute(sql).fetchall()
@@ -101,9 +102,16 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=100, help="measurement rows per trial")
     parser.add_argument("--batch", type=int, default=1000, help="trials per ingest batch")
     parser.add_argument("--db", type=Path, default=None, help="results file (default: temp)")
+    parser.add_argument(
+        "--console", type=Path, default=None, metavar="DB",
+        help="only time the console's SQL queries on this existing results file",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from ngb.sweeps.store import Store
+
+    if args.console is not None:
+        return console_latency(Store(args.console)) + ingest_delay(Store(args.console))
 
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "bench.duckdb"
@@ -161,6 +169,76 @@ def main() -> int:
                 f"(goal < 200 ms: {verdict})"
             )
         print(f"file size: {db.stat().st_size / 2**20:.1f} MiB")
+    return 0
+
+
+def console_latency(store, queries: int = 5) -> int:
+    """The console's SQL screen (``QueryJob``): each query copied the whole file under the
+    store's lock (issue 31, item 12); now a copy is reused while the file is unchanged. Timed
+    both ways on the same file: per-query copies (reuse off) and reuse."""
+    from ngb.sweeps import store_snapshot
+    from ngb.sweeps.store_snapshot import QueryJob
+
+    size = store.path.stat().st_size / 2**30
+    print(f"console queries on {store.path} ({size:.2f} GiB), load {os.getloadavg()[0]:.1f}")
+    sql = "SELECT count(*) FROM runs"
+    for label, fresh_s in (("copy per query (before)", float("inf")), ("reused copy", 0.05)):
+        store_snapshot.FRESH_S = fresh_s
+        times = []
+        for _ in range(queries):
+            t0 = time.perf_counter()
+            QueryJob(store, sql).run()
+            times.append((time.perf_counter() - t0) * 1000)
+        print(
+            f"  {label}: first {times[0]:.0f} ms, then median {statistics.median(times[1:]):.0f}"
+            f" ms over {queries - 1} queries"
+        )
+    return 0
+
+
+# `ngb query` in its own process, HOLD_S set as argv[3] says ("default": as shipped)
+QUERY_PROCESS = """
+import sys
+from ngb.sweeps.cli import main, query
+if sys.argv[3] != "default":
+    query.HOLD_S = float(sys.argv[3])
+sys.exit(main(["query", sys.argv[2], "--db", sys.argv[1]]))
+"""
+LONG_QUERY = "SELECT sum((a.range * b.range) % 7) FROM range(40000) a, range(40000) b"
+
+
+def ingest_delay(store) -> int:
+    """A live run's write while a long `ngb query` runs in another process (issue 31, item 13):
+    how long the write waits, with the query holding the file throughout (before) and letting
+    it go after HOLD_S (now)."""
+    import subprocess
+
+    from ngb.sweeps.store import DatabaseBusy, Store
+
+    print(f"a write during a long ngb query ({LONG_QUERY})")
+    for label, hold in (("query holds the file (before)", "1e9"), ("as shipped", "default")):
+        began = time.perf_counter()
+        reader = subprocess.Popen(
+            [sys.executable, "-c", QUERY_PROCESS, str(store.path), LONG_QUERY, hold],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        probe = Store(store.path, busy_timeout_s=0, write_timeout_s=0)
+        while reader.poll() is None:  # until the query holds the file
+            try:
+                probe.query("SELECT 1", allow_write=True)
+            except DatabaseBusy:
+                break
+            time.sleep(0.05)
+        writer = Store(store.path, write_timeout_s=600)
+        t0 = time.perf_counter()
+        writer.create_run(f"delay-{time.time_ns()}", "bench", "", ["dev"], 1)
+        waited = time.perf_counter() - t0
+        _, err = reader.communicate()
+        query_s = time.perf_counter() - began
+        print(
+            f"  {label}: the write waited {waited:.1f} s; the query took {query_s:.1f} s"
+            + (f" ({err.strip()})" if reader.returncode else "")
+        )
     return 0
 
 

@@ -5,7 +5,8 @@ The workstation uploads a user's model files into the device's cache
 finds them there (``ngb.core.model_sources.locate``). Before a trial runs, the agent calls
 ``verify_shipped``: every artifact of the trial's source that is in the cache must still hash to
 its address. One that does not (a disk fault, a hand edit, a half-copied folder) fails the trial
-with one line naming it; the entry is removed, so the next run uploads it again, and the agent
+with one line naming it (an ONNX model with external data is checked with its data files, as one
+bundle); the entry is removed, so the next run uploads it again, and the agent
 remembers the verdict for the rest of the run so later trials fail the same way without hashing
 again. An artifact that is not in the cache is left to the loader, which says so in one line.
 
@@ -33,23 +34,24 @@ def verify_shipped(
     """
     if not source or cache_dir is None:
         return None
-    from ngb.core.model_sources import artifact_dir, sha256_of
+    from ngb.core.model_sources import Artifact, artifact_dir
 
     verdicts = {} if verdicts is None else verdicts
     listed = source.get("artifacts") or ()
     # a malformed list is left to the model loader, which refuses it in one line
     for art in listed if isinstance(listed, list | tuple) else ():
-        if not isinstance(art, Mapping):
+        if not isinstance(art, Mapping) or "name" not in art or "sha256" not in art:
             continue
-        sha, name = str(art.get("sha256", "")), str(art.get("name", ""))
+        artifact = Artifact.from_dict(art)
+        sha, name = artifact.sha256, artifact.name
         if sha in verdicts:
             return verdicts[sha]
         entry = artifact_dir(cache_dir, sha)
         path = entry / name
-        if not path.exists():
+        if not artifact.complete_at(path):
             continue
         try:
-            actual = sha256_of(path)
+            actual = artifact.content_sha256(path)
         except OSError as exc:
             actual = f"unreadable ({exc.strerror or exc})"
         if actual != sha:

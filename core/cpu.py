@@ -1,12 +1,16 @@
 """CPU utilisation sampler: a side thread that polls psutil while the timed loops run.
 
-It records system-wide utilisation (0..100, where 100 means every logical core busy) and this
-process's utilisation (psutil's convention: 100 per busy core); ``samples`` keeps those three
+It records system-wide utilisation (0..100, where 100 means every logical core busy) and the
+measured process's utilisation (psutil's convention: 100 per busy core) -- the process *with its
+descendants* (``ProcessFamily``): a compiler's helper processes (TVM's ``popen_worker`` pool
+tuning at 125 % while its worker idled at 0-1 %) are ngb's own work, never "others";
+``samples`` keeps those three
 numbers per tick (what the store's ``cpu_samples`` table holds). Each tick also reads per-core
 utilisation, CPU steal time (the hypervisor running someone else: Linux VMs report it, elsewhere
 it is None) and system memory; the callback gets all of it as a ``CpuTick`` for live display, and
 ``summary()`` adds the steal mean and the memory peak. ``others_percent`` -- system-wide use minus
-this process's, on the same 0..100 scale -- is what ``ngb.core.interference`` judges.
+the measured family's and the sampler's own, on the same 0..100 scale -- is what
+``ngb.core.interference`` judges.
 
 The judged figure (``extras()["others_percent_mean"]``) is taken over the whole window from
 cumulative counters read at its start and end, not averaged over ticks: a sampler thread that is
@@ -22,11 +26,17 @@ psutil is imported when a sampler is created, not at module import, so ``ngb.cor
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psutil import Process
+    from psutil._common import pcputimes
 
 
 @dataclass
@@ -35,8 +45,8 @@ class CpuTick:
 
     t: float  # seconds since the sampler started
     percent: float  # system-wide, 100 = every logical core busy
-    proc_percent: float  # this process, 100 per busy core
-    others_percent: float  # system-wide minus this process, 0..100 of the whole machine
+    proc_percent: float  # the measured process and its descendants, 100 per busy core
+    others_percent: float  # system-wide minus ngb's processes, 0..100 of the whole machine
     per_cpu: list[float] = field(default_factory=list)  # per logical core
     steal_percent: float | None = None  # None where the kernel does not report steal
     mem_percent: float | None = None
@@ -46,7 +56,8 @@ class CpuTick:
 
 @dataclass(frozen=True)
 class _Counters:
-    """Cumulative CPU seconds at one instant: the system's (all cores) and two processes'."""
+    """Cumulative CPU seconds at one instant: the system's (all cores), the measured family's and
+    the sampler's own process's."""
 
     busy_s: float
     total_s: float
@@ -56,6 +67,60 @@ class _Counters:
 
 #: called from the sampler thread with each tick
 SampleCallback = Callable[[CpuTick], None]
+
+#: how often a family's member list is read again (a full scan of /proc: ~ms, so not per tick);
+#: a child born in between is counted at the next look with all of its CPU time since birth
+FAMILY_REFRESH_S = 1.0
+
+
+def _seconds(times: pcputimes, reaped: bool) -> float:
+    """User + system CPU seconds of a psutil ``pcputimes``; with ``reaped``, also what its ended
+    (waited-for) children spent, which the kernel folds into ``children_user``/``_system``."""
+    total = float(times.user) + float(times.system)
+    if reaped:
+        total += float(getattr(times, "children_user", 0.0) or 0.0)
+        total += float(getattr(times, "children_system", 0.0) or 0.0)
+    return total
+
+
+class ProcessFamily:
+    """A process and every process below it, whose CPU time is one figure: ngb's own.
+
+    ``below_seconds`` is what the root's descendants spent: the live ones' own time plus, through
+    each member's ``children_*`` counters, every ended child that a member has waited for. An
+    ended child's time moves from its own counters to its parent's when it is reaped, so the sum
+    keeps growing smoothly across a helper pool's restarts. (A helper that ended unreaped is
+    missed for a moment; an orphan reaped by init is missed for good.)
+    """
+
+    def __init__(self, root: Process, error: type[BaseException]) -> None:
+        self.root = root
+        self._error = error  # psutil.Error
+        self._members: list[Process] = []
+        self._at = -math.inf
+
+    def _descendants(self) -> list[Process]:
+        now = time.monotonic()
+        if now - self._at >= FAMILY_REFRESH_S:
+            self._at = now
+            try:
+                self._members = list(self.root.children(recursive=True))
+            except Exception:  # noqa: BLE001 - psutil.Error, or a stand-in without children()
+                self._members = []
+        return self._members
+
+    def below_seconds(self, root_times: pcputimes | None = None) -> float:
+        """CPU seconds of the descendants (``root_times``: the root's, when just read)."""
+        total = 0.0
+        try:
+            times = root_times if root_times is not None else self.root.cpu_times()
+            total += _seconds(times, True) - _seconds(times, False)
+        except self._error:
+            return 0.0
+        for member in self._descendants():
+            with contextlib.suppress(self._error):
+                total += _seconds(member.cpu_times(), True)
+        return total
 
 
 def others_percent(system: float, proc: float, ncpu: int) -> float:
@@ -82,7 +147,9 @@ class CpuSampler:
         # ``pid``: sample that (measured) process from outside; this process's own use -- the
         # sampler itself -- is then taken off "others" too, as ngb's own.
         self._proc = psutil.Process(pid)
+        self._family = ProcessFamily(self._proc, psutil.Error)  # its helpers are ngb's too
         self._me = psutil.Process() if pid is not None and pid != os.getpid() else None
+        self._below: tuple[float, float] | None = None  # (monotonic, family's below seconds)
         self.interval_s = interval_s
         self.on_sample = on_sample
         self.samples: list[list[float]] = []  # [t_offset_s, system %, process %]
@@ -117,6 +184,7 @@ class CpuSampler:
         if self._me is not None:
             self._me.cpu_percent(None)
         self._window_start = self._counters()
+        self._below_percent()
         primed.set()
         while not self._stop.wait(self.interval_s):
             self._take()
@@ -138,7 +206,7 @@ class CpuSampler:
         return _Counters(
             busy_s=total - idle,
             total_s=total,
-            proc_s=proc.user + proc.system,
+            proc_s=proc.user + proc.system + self._family.below_seconds(proc),
             own_s=own.user + own.system if own is not None else 0.0,
         )
 
@@ -162,7 +230,7 @@ class CpuSampler:
     def _take(self) -> None:
         psutil = self._psutil
         system = float(psutil.cpu_percent(None))
-        proc = self._proc_percent()
+        proc = self._proc_percent() + self._below_percent()
         own = float(self._me.cpu_percent(None)) if self._me is not None else 0.0
         tick = CpuTick(
             t=round(time.perf_counter() - self._t0, 4),
@@ -188,6 +256,14 @@ class CpuSampler:
             # A broken listener (e.g. a closed event pipe) must not kill the measurement.
             with contextlib.suppress(Exception):
                 self.on_sample(tick)
+
+    def _below_percent(self) -> float:
+        """The measured process's descendants since the previous call, 100 per busy core."""
+        now, seconds = time.monotonic(), self._family.below_seconds()
+        previous, self._below = self._below, (now, seconds)
+        if previous is None or now <= previous[0]:
+            return 0.0
+        return max(0.0, 100.0 * (seconds - previous[1]) / (now - previous[0]))
 
     def _proc_percent(self) -> float:
         try:

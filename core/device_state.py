@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-CPU = Path("/sys/devices/system/cpu")
+#: where sysfs is; ``NGB_SYSFS_ROOT`` points ``plan``/``apply``/``undo`` at a fake tree (tests, a
+#: dry run on a copy) instead of the machine's own ``/sys``
+SYSFS_ENV = "NGB_SYSFS_ROOT"
+
+
+def cpu_root() -> Path:
+    """The CPU folder of sysfs (``/sys/devices/system/cpu`` unless ``NGB_SYSFS_ROOT`` says)."""
+    return Path(os.environ.get(SYSFS_ENV) or "/sys") / "devices" / "system" / "cpu"
 
 
 class GpuState(TypedDict):
@@ -111,8 +119,9 @@ def _gpus() -> list[GpuState]:
     return gpus
 
 
-def read(cpu: Path = CPU) -> DeviceState:
+def read(cpu: Path | None = None) -> DeviceState:
     """What the device runs under now (None where it does not say)."""
+    cpu = cpu or cpu_root()
     governors = sorted(set(_governors(cpu).values()))
     boost = _boost(cpu)
     return {
@@ -123,8 +132,9 @@ def read(cpu: Path = CPU) -> DeviceState:
     }
 
 
-def plan(cpu: Path = CPU) -> list[Change]:
+def plan(cpu: Path | None = None) -> list[Change]:
     """The changes that would make this device quieter (empty: nothing to do or nothing known)."""
+    cpu = cpu or cpu_root()
     changes = []
     governors = _governors(cpu)
     slow = {path: value for path, value in governors.items() if value != "performance"}

@@ -1,7 +1,9 @@
 """Was the timed loop alone on the machine? Facts and telemetry recorded beside every number.
 
 - Disturbance (``disturbance``): other processes' CPU share of the machine -- system-wide
-  utilisation minus this process's (``ngb.core.cpu.others_percent``) -- over the timed loop, and
+  utilisation minus ngb's own (the measured worker with its descendants, such as a compiler's
+  helper processes, and the sampling trial process: ``ngb.core.cpu.ProcessFamily``,
+  ``ngb.core.cpu.others_percent``) -- over the timed loop, and
   over a short quiet check just before it (``quiet_check``: this process sleeps, so whatever runs
   belongs to someone else). The 1-minute load average is recorded too, but does not decide: it
   still carries this trial's own compile. Either share above the threshold, or another process
@@ -69,17 +71,24 @@ def cpu_facts(cpufreq_dir: Path = _CPUFREQ) -> dict[str, str | float | None]:
 
 
 def quiet_check(seconds: float) -> float | None:
-    """Other processes' CPU share (0..100 of the machine) while this process sleeps ``seconds``."""
+    """Other processes' CPU share (0..100 of the machine) while this process sleeps ``seconds``.
+
+    This process's descendants are ngb's own (a compiler's helper pool that outlives its
+    compile, such as TVM's ``popen_worker``s): what they spend is not "others" either."""
     if seconds <= 0:
         return None
     import psutil
-    from ngb.core.cpu import others_percent
+    from ngb.core.cpu import ProcessFamily, others_percent
 
     proc = psutil.Process()
+    family = ProcessFamily(proc, psutil.Error)
     psutil.cpu_percent(None)
     proc.cpu_percent(None)
+    below, start = family.below_seconds(), time.monotonic()
     time.sleep(seconds)
-    return others_percent(psutil.cpu_percent(None), proc.cpu_percent(None), os.cpu_count() or 1)
+    below_pct = 100.0 * (family.below_seconds() - below) / max(1e-6, time.monotonic() - start)
+    own = proc.cpu_percent(None) + max(0.0, below_pct)
+    return others_percent(psutil.cpu_percent(None), own, os.cpu_count() or 1)
 
 
 def disturbance(

@@ -14,12 +14,15 @@ freedom by Welch-Satterthwaite, and ``R * exp(+-t * sd)``. Chosen over Fieller b
 to four means (BSR, retention) with one formula and never gives an unbounded interval; over the
 linear delta method because a ratio's sampling distribution is skewed and a linear interval
 crosses zero once the relative error nears 1 (a negative speed-up was printed that way). The
-log-scale interval is asymmetric; what every surface prints is ``value ± half`` with
-``half = R * (exp(t * sd) - 1)``, the larger side, so the printed interval contains the log one
-(coverage at least nominal, checked by ``tests/test_metrics.py``) and "n.s." is decided on the
-interval that is printed. A result that appears in both numerator and denominator cancels before
-anything is computed: the baseline over itself, or RTR/ASE/BSR at batch 1, is exactly 1 with no
-interval (``Estimate.exact``).
+log-scale interval is asymmetric, and every surface prints its two bounds as they are,
+``6.3 [4.1, 9.6]`` (``ngb.sweeps.numbers``); "n.s." is decided on those printed bounds. (Until
+2026-11 the larger side was printed as ``value ± half``; that widening, not the interval, then
+decided verdicts: 1.38 ± 0.44 read as a tie while [1.046, 1.814] excludes 1.) A result's own
+mean -- a throughput, an energy per sample -- is positive too: ``positive`` carries its stored
+Student-t half-width to the log scale with the same relative standard error, so no bound of a
+positive quantity is at or below zero. A result that appears in both numerator and denominator
+cancels before anything is computed: the baseline over itself, or RTR/ASE/BSR at batch 1, is
+exactly 1 with no interval (``Estimate.exact``).
 
 Linear combinations (the least-squares slope over depth of speed-ups, a Table VI mean of means)
 add variances, with Satterthwaite's degrees of freedom, and a symmetric t interval.
@@ -75,36 +78,52 @@ class Mean:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A derived value with its printed interval ``value ± half``.
+    """A derived value with its ``level`` interval ``[lo, hi]``, the bounds printed as they are.
 
-    ``half`` None: unknown ("n<2"); ``exact``: the value holds by definition (a result over
-    itself), no interval at all."""
+    Bounds NaN: unknown ("n<2"); ``exact``: the value holds by definition (a result over
+    itself), no interval at all. Build one with ``around`` (a symmetric interval), ``between``
+    (given bounds) or ``exactly``."""
 
     value: float
-    half: float | None = None
+    lo: float = math.nan
+    hi: float = math.nan
     df: float = math.nan
     exact: bool = False
     level: float = LEVEL
 
-    @property
-    def known(self) -> bool:
-        return self.half is not None and math.isfinite(self.half)
+    @classmethod
+    def around(
+        cls, value: float, half: float | None, df: float = math.nan, level: float = LEVEL
+    ) -> Estimate:
+        """``value -+ half`` (unknown when ``half`` is None or not finite)."""
+        if half is None or not math.isfinite(half):
+            return cls(value, df=df, level=level)
+        return cls(value, value - half, value + half, df, level=level)
+
+    @classmethod
+    def exactly(cls, value: float) -> Estimate:
+        return cls(value, value, value, exact=True)
 
     @property
-    def half_width(self) -> float | None:
-        return self.half if self.known else None
+    def known(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
 
     @property
     def low(self) -> float:
-        return self.value - self.half if self.half is not None else math.nan
+        return self.lo
 
     @property
     def high(self) -> float:
-        return self.value + self.half if self.half is not None else math.nan
+        return self.hi
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval's width (the scale its digits are rounded to); None when unknown."""
+        return (self.hi - self.lo) / 2 if self.known else None
 
     def excludes(self, x: float) -> bool:
-        """True when the printed interval is known and lies entirely on one side of ``x``."""
-        return self.known and (self.low > x or self.high < x)
+        """True when the interval is known and lies entirely on one side of ``x``."""
+        return self.known and not self.exact and (self.lo > x or self.hi < x)
 
 
 def _satterthwaite(variances: Sequence[float], dfs: Sequence[float]) -> float:
@@ -127,7 +146,7 @@ def power_product(terms: Sequence[tuple[Mean, float]], scale: float = 1.0) -> Es
         return Estimate(math.nan)
     value = scale * math.prod(m.value**c for m, c in live)
     if not live:
-        return Estimate(value, 0.0, exact=True)
+        return Estimate.exactly(value)
     if not all(m.known for m, _ in live):
         return Estimate(value)
     variances = [(c * m.se / m.value) ** 2 for m, c in live]
@@ -135,7 +154,7 @@ def power_product(terms: Sequence[tuple[Mean, float]], scale: float = 1.0) -> Es
     level = live[0][0].level
     sd = math.sqrt(math.fsum(variances))
     q = t_quantile(df, level) * sd if math.isfinite(df) else 0.0
-    return Estimate(value, value * math.expm1(q), df, level=level)
+    return Estimate(value, value * math.exp(-q), value * math.exp(q), df, level=level)
 
 
 def linear(parts: Sequence[tuple[Estimate, float]]) -> Estimate:
@@ -146,22 +165,50 @@ def linear(parts: Sequence[tuple[Estimate, float]]) -> Estimate:
     level = parts[0][0].level if parts else LEVEL
     variances, dfs = [], []
     for e, w in parts:
-        if e.exact or e.half == 0:
+        if e.exact or not math.isfinite(e.df) or e.hi == e.lo:
             continue
-        se = float(e.half or 0.0) / t_quantile(e.df, e.level) if math.isfinite(e.df) else 0.0
+        se = standard_error(e)
         variances.append((w * se) ** 2)
         dfs.append(e.df)
     if not variances:
-        return Estimate(value, 0.0, exact=True)
+        return Estimate.exactly(value)
     df = _satterthwaite(variances, dfs)
-    return Estimate(value, t_quantile(df, level) * math.sqrt(math.fsum(variances)), df, level=level)
+    half = t_quantile(df, level) * math.sqrt(math.fsum(variances))
+    return Estimate.around(value, half, df, level=level)
+
+
+def standard_error(e: Estimate) -> float:
+    """The standard error behind an estimate's interval: half its width over t, on the scale the
+    interval was built on (the log scale when its bounds are asymmetric around the value)."""
+    if not e.known or not math.isfinite(e.df) or e.hi == e.lo:
+        return 0.0
+    t = t_quantile(e.df, e.level)
+    if e.lo > 0 and not math.isclose(e.value - e.lo, e.hi - e.value, rel_tol=1e-9):
+        return e.value * math.log(e.hi / e.lo) / 2 / t  # back to the value's scale (delta method)
+    return (e.hi - e.lo) / 2 / t
+
+
+def positive(mean: Mean) -> Estimate:
+    """A positive result's own mean (a throughput, an energy per sample) with its stored
+    interval carried to the log scale: ``value * exp(-+ half / value)``, the same standard error
+    relative to the value. For a narrow interval the bounds are the stored ones to the digits
+    printed (2 % -> [0.9802, 1.0202]); for a wide one the lower bound stays above zero where the
+    symmetric one (700 +- 2300) fell below it, and the upper one grows as a ratio's does."""
+    if not mean.known:
+        return Estimate(mean.value)
+    if not mean.value > 0:
+        return Estimate(math.nan)
+    q = float(mean.half or 0.0) / mean.value
+    return Estimate(
+        mean.value, mean.value * math.exp(-q), mean.value * math.exp(q), mean.df, level=mean.level
+    )
 
 
 def symmetric(mean: Mean) -> Estimate:
-    """A result's own mean as an estimate (its stored interval)."""
+    """A mean that may take any sign with its stored symmetric interval."""
     if not mean.known:
         return Estimate(mean.value)
-    return Estimate(mean.value, float(mean.half or 0.0), mean.df, level=mean.level)
+    return Estimate.around(mean.value, float(mean.half or 0.0), mean.df, level=mean.level)
 
 
 # ---- the paper's metrics -------------------------------------------------------------------
@@ -215,4 +262,8 @@ def mean_of_means(means: Sequence[Mean]) -> Estimate:
     if not means:
         return Estimate(math.nan)
     k = len(means)
-    return linear([(symmetric(m), 1.0 / k) for m in means])
+    mean = linear([(symmetric(m), 1.0 / k) for m in means])
+    if not mean.known or mean.exact or not mean.value > 0:
+        return mean
+    # a mean of throughputs is positive: carried to the log scale as ``positive`` does
+    return positive(Mean(mean.value, (mean.hi - mean.lo) / 2, mean.df, level=mean.level))

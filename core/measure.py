@@ -1,7 +1,8 @@
 """The measurement protocol: one trial from spec to ``TrialResult``.
 
-A trial is a series of worker processes (``ngb.core.workers``), forked one after another from
-the trial's own process, which only preloads libraries, watches and decides. In each worker
+A trial is a series of worker processes (``ngb.core.workers``), run one after another, each a
+fresh interpreter (``ngb.core.worker_start``; ``NGB_WORKER_START=auto`` forks them from here);
+the trial's own process only starts them, watches and decides. In each worker
 (each step timed apart, as the paper reports them apart): build model -> optimisation -> eager
 reference output (worker 0 only) -> compile (export and tuning phases split out by the compiler
 through ``ctx.phase``) -> first call -> warm-up, quiet check and timed repetitions
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import resource
 import socket
 import sys
 import tempfile
@@ -43,6 +43,7 @@ from ngb.core.errors import (
     UnsupportedTrial,
     one_line,
 )
+from ngb.core.memory import PhaseMemory, ru_maxrss_mb
 from ngb.core.timing import Part, merge, time_share
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
@@ -104,6 +105,10 @@ def run_trial(
 
             # governor, boost, GPU clocks: a number is comparable only under the same state
             result.extra["device_state"] = device_state.read()
+            from ngb.core import provenance
+
+            # packages (hashed), kernel, container: what else may explain a change (issue 35)
+            result.extra["provenance"] = provenance.read()
             preload(spec, compiler.needs_model or spec.device == "cuda")
             parts, stopped = _run_workers(spec, result, sink, Path(workdir), cache, deadline)
             merge(result, parts, spec, stopped)
@@ -147,7 +152,7 @@ def _refuse_early(spec: TrialSpec) -> Compiler[CompilerConfig]:
 #: result fields worker 0 records for the whole trial (the compile, the check, the facts)
 _RECORDED = (
     "params", "macs", "compile_s", "export_s", "tune_s", "first_call_s", "max_abs_err",
-    "precision", "precision_flags", "versions", "gpu_mem_mb", "threads",
+    "precision", "precision_flags", "versions", "gpu_mem_mb", "gpu_mem_source", "threads",
 )  # fmt: skip
 
 
@@ -220,7 +225,12 @@ def run_share(
     """A worker process's job: build, compile and time ``share`` into ``result`` (raises on
     failure, leaving in ``result`` what it had recorded: a failed compile's time)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    part = _measure(spec, result, emit, workdir, cache_dir, share)
+    memory = _phase_memory(spec)
+    try:
+        part = _measure(spec, result, emit, workdir, cache_dir, share, memory)
+    finally:
+        memory.close()
+    part.memory = memory.to_dict()
     part.compile_s, part.first_call_s = result.compile_s, result.first_call_s
     part.peak_rss_mb = peak_rss_mb()
     part.pid = os.getpid()
@@ -256,6 +266,7 @@ def _measure(
     workdir: Path,
     cache_dir: Path | None,
     share: stopping.Plan,
+    memory: PhaseMemory,
 ) -> Part:
     settings = spec.measure
     # Worker 0 is the trial's own process: it verifies and its compile is the one recorded.
@@ -305,6 +316,7 @@ def _measure(
     example: Any = None
     reference: Array | None = None
     _check_optimisation(spec)
+    memory.start()  # the compile phase's memory counts from here: build, reference, compile
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
         model, example = _build_model(spec, result, cache_dir)
@@ -331,6 +343,8 @@ def _measure(
         emit=ctx_emit,
         cache_dir=cache_dir,
         precision=settings.precision,
+        worker=share.worker,
+        trial_dir=workdir.parent,  # the workers' dirs are <trial workdir>/worker<N>
     )
     ctx_emit(events.PHASE, phase="compile")
     start = time.perf_counter()
@@ -344,12 +358,13 @@ def _measure(
     total = time.perf_counter() - start
     # The workers build their own copy; this one must not hold memory while they run.
     del model, example
+    memory.mark("compile")
     try:
         export_s = ctx.phases.get("export")
         result.export_s = export_s
         result.compile_s = total - (export_s or 0.0)
         result.tune_s = ctx.phases.get("tune")
-        part = _time_compiled(spec, result, compiled, reference, share, ctx_emit)
+        part = _time_compiled(spec, result, compiled, reference, share, ctx_emit, memory)
         result.extra.update(compiled.extra)
         result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
@@ -358,8 +373,23 @@ def _measure(
     if spec.device == "cuda":
         import torch
 
-        result.gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
+        # torch's allocator only: TensorRT, ONNX Runtime's arena, TVM and the CUDA context are
+        # not in it. Kept beside NVML's figure (ngb.core.memory), used only without NVML.
+        allocated = torch.cuda.max_memory_allocated() / 2**20
+        result.extra["torch_max_allocated_mb"] = round(allocated, 1)
+        result.gpu_mem_mb = memory.peak_gpu_mb if memory.gpu else allocated
+        result.gpu_mem_source = memory.gpu_source if memory.gpu else "torch-allocator"
     return part
+
+
+def _phase_memory(spec: TrialSpec) -> PhaseMemory:
+    """Memory per phase of this worker; on a GPU through NVML where it loads."""
+    if spec.device != "cuda":
+        return PhaseMemory()
+    # the GPU monitor's NVML loader and device index: one way to find the GPU torch uses
+    from ngb.core.interference import _device_index, _load_nvml
+
+    return PhaseMemory(_load_nvml(), _device_index())
 
 
 def _time_compiled(
@@ -369,6 +399,7 @@ def _time_compiled(
     reference: np.ndarray | None,
     share: stopping.Plan,
     ctx_emit: Callable[..., None],
+    memory: PhaseMemory,
 ) -> Part:
     sync = _synchronizer(spec.device)
 
@@ -380,7 +411,7 @@ def _time_compiled(
     if reference is not None:
         result.max_abs_err = _max_abs_err(reference, out, result)
     del out
-    return time_share(spec, compiled, share, sync, ctx_emit)
+    return time_share(spec, compiled, share, sync, ctx_emit, memory)
 
 
 def _build_model(
@@ -478,6 +509,5 @@ def thread_counts(requested: int | None) -> dict[str, object]:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+    """Peak resident set size of this process since it started (``ngb.core.memory``)."""
+    return ru_maxrss_mb()

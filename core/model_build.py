@@ -5,7 +5,8 @@
 - python: the code artifact goes on ``sys.path`` (see ``ngb.core.model_sources``), the factory is
   called with kwargs and must return an ``nn.Module``. Inputs must be declared.
 - pt2: ``torch.export.load(path).module()``; inputs default to the program's placeholders (a
-  symbolic first dimension is the batch).
+  symbolic first dimension is the batch); an integer input's range comes from the lookup that
+  consumes it (embedding rows), else 0..1 is assumed and ``describe_inputs`` says so.
 - onnx: an ``OnnxModel`` handle (path + inputs) that only ONNX-taking compilers accept; the
   reference output for ``max_abs_err`` comes from ONNX Runtime with graph optimisations off.
 
@@ -210,9 +211,62 @@ def _program_inputs(program: torch.export.ExportedProgram, where: str) -> tuple[
                     f"{where}: input {node.name!r} dimension {axis} is dynamic; declare inputs"
                 )
         dtype = str(value.dtype).removeprefix("torch.")
-        rng = DEFAULT_INT_RANGE if DTYPES.get(dtype) and dtype != "bool" else None
-        found.append(InputSpec(node.name, tuple(shape), dtype, rng))
+        rng, note = None, None
+        if DTYPES.get(dtype) and dtype != "bool":
+            rows = _index_bound(node)
+            if rows is not None:
+                rng, note = (0, rows), f"from the {rows}-row table it indexes"
+            else:
+                rng = DEFAULT_INT_RANGE
+                note = (
+                    f"assumed {DEFAULT_INT_RANGE[0]}..{DEFAULT_INT_RANGE[1] - 1}: the program "
+                    "does not bound it; declare inputs with a range"
+                )
+        found.append(InputSpec(node.name, tuple(shape), dtype, rng, note))
     return tuple(found)
+
+
+# ops an integer input passes through unchanged in value on its way to a lookup
+_VALUE_KEEPING = {
+    "view", "reshape", "_unsafe_view", "clone", "contiguous", "unsqueeze", "squeeze", "flatten",
+    "expand", "slice", "select", "permute", "transpose", "t", "_assert_tensor_metadata",
+    "alias", "detach", "lift_fresh_copy",
+}  # fmt: skip
+
+
+def _index_bound(placeholder: torch.fx.Node) -> int | None:
+    """The exclusive upper bound of an integer input's values, from the program itself: the
+    rows of the embedding table (or ``index_select`` source) it indexes, the class count of a
+    ``one_hot``. torch.export keeps no value range for a tensor input (its range constraints
+    bound symbolic sizes only), so the lookup that consumes the input is what bounds it. The
+    smallest bound wins when there are several; None when nothing bounds it."""
+    bounds: list[int] = []
+    todo, seen = [placeholder], set()
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for user in node.users:
+            op = getattr(user.target, "__name__", str(user.target)).split(".")[0]
+            if op in _VALUE_KEEPING and user.args and user.args[0] is node:
+                todo.append(user)
+            elif op == "embedding" and len(user.args) > 1 and user.args[1] is node:
+                bounds += _rows(user.args[0], 0)
+            elif op == "index_select" and len(user.args) > 2 and user.args[2] is node:
+                bounds += _rows(user.args[0], int(user.args[1]))  # type: ignore[arg-type]
+            elif op == "one_hot" and len(user.args) > 1 and isinstance(user.args[1], int):
+                bounds += [user.args[1]] if user.args[1] > 0 else []
+    return min(bounds) if bounds else None
+
+
+def _rows(table: object, dim: int) -> list[int]:
+    value = getattr(table, "meta", {}).get("val")
+    shape = getattr(value, "shape", None)
+    if shape is None or not -len(shape) <= dim < len(shape):
+        return []
+    size = shape[dim]
+    return [int(size)] if isinstance(size, int) and size > 0 else []
 
 
 # ---------------------------------------------------------------- building
@@ -431,5 +485,7 @@ def describe_inputs(inputs: Sequence[InputSpec]) -> str:
         text = f"{i.name} {i.dtype}[{','.join(map(str, i.shape))}]"
         if i.range is not None:
             text += f" {i.range[0]}..{i.range[1] - 1}"
+        if i.range_note:
+            text += f" ({i.range_note})"
         parts.append(text)
     return "; ".join(parts)

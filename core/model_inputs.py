@@ -9,11 +9,11 @@ names, so there is no import loop between the two (issue 22).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ngb.core.errors import ConfigError
 
-__all__ = ["BATCH", "DEFAULT_INT_RANGE", "DTYPES", "InputSpec", "parse_input"]
+__all__ = ["BATCH", "DEFAULT_INT_RANGE", "DTYPES", "InputSpec", "assumed_ranges", "parse_input"]
 
 BATCH = "batch"
 # dtype name -> is it an integer type (needs a value range)
@@ -37,6 +37,9 @@ class InputSpec:
     shape: tuple[int | str, ...]
     dtype: str = "float32"
     range: tuple[int, int] | None = None  # integer inputs: values drawn from [low, high)
+    # how the range was found when ngb inferred it (e.g. "embedding 50 rows", or "assumed: ..."
+    # when the file does not say); shown in listings, never part of a trial's key
+    range_note: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         where = f"input {self.name!r}"
@@ -115,3 +118,12 @@ def _int(text: str, whole: str) -> int:
         return int(text)
     except ValueError:
         raise ConfigError(f"{text!r} is not an integer (in {whole!r})") from None
+
+
+def assumed_ranges(inputs: tuple[InputSpec, ...] | list[InputSpec]) -> list[str]:
+    """One warning line per integer input whose range the file did not give (ngb assumed it)."""
+    return [
+        f"input {i.name!r} ({i.dtype}): {i.range_note}"
+        for i in inputs
+        if i.range_note and i.range_note.startswith("assumed")
+    ]

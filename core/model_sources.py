@@ -7,7 +7,8 @@ name or a synthetic block, ``TrialSpec.source`` carries a ``ModelSource`` as pla
 - ``python``: ``"package.module:factory"`` or ``"path/to/file.py:factory"`` called with ``kwargs``,
   returning an ``nn.Module``; the code folder travels as an artifact (a package folder whose parent
   goes on ``sys.path``, or a file's folder, which goes on ``sys.path`` itself);
-- ``onnx``: an ONNX file (one file, no external data), run only by compilers that take ONNX;
+- ``onnx``: an ONNX file, run only by compilers that take ONNX; external data files beside it
+  (``model.onnx.data``, torch's exporter's default for large models) travel with it;
 - ``pt2``: a ``torch.export`` program saved with ``torch.export.save``.
 
 Inputs (``InputSpec``): a name, a shape in which the string ``"batch"`` marks the batch dimension,
@@ -17,8 +18,10 @@ the batch), the exported program's placeholders. A source whose inputs have no b
 runs at one fixed batch (``ModelSource.fixed_batch``).
 
 Artifacts are content-addressed: a file's sha256 is the hash of its bytes; a folder's is the
-sha256 of ``"<relative posix path>\\0<file sha256>\\n"`` lines over ``folder_files`` (sorted,
-caches and VCS folders left out). On a device an artifact lives at
+sha256 of ``"<relative posix path>\\0<file sha256>\\n"`` lines over ``folder_files`` (sorted: a
+package whole, any other folder as its ``.py`` files and packages; caches, VCS, hidden and ngb's
+own files such as a results store left out); a model file with external data files, the same
+lines over the model and its data files (``bundle_sha256``). On a device an artifact lives at
 ``<cache_dir>/artifacts/<sha256>/<name>`` (``artifact_dir``); ``ngb.devices`` uploads it there
 once and checks the hash with ``sha256_of``. On the workstation (``ngb measure``, the built-in
 localhost) the recorded local path is used when its hash still matches.
@@ -53,19 +56,44 @@ KINDS = ("timm", "python", "onnx", "pt2")
 ARTIFACTS_SUBDIR = "artifacts"
 SKIP_NAMES = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 _SKIP_SUFFIXES = (".pyc", ".pyo")
+# ngb's own files wherever the operator keeps them (a results store beside the model, its WAL,
+# an export's temporary file): they change while a run measures the model and never travel
+NGB_FILE_SUFFIXES = (".duckdb", ".duckdb.wal", ".wal", ".tmp", ".part")
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 # ---------------------------------------------------------------- artifacts
 
 
+def _travels(name: str) -> bool:
+    """A file or folder name that can travel at all: no cache, VCS, hidden or ngb file."""
+    return (
+        name not in SKIP_NAMES
+        and not name.startswith(".")
+        and not name.endswith(_SKIP_SUFFIXES + NGB_FILE_SUFFIXES)
+    )
+
+
 def folder_files(folder: Path) -> Iterator[Path]:
-    """Files of a code folder that travel with it, sorted (caches and VCS folders left out)."""
+    """The files of a code folder that travel with it and that its hash covers, sorted.
+
+    A package (a folder with ``__init__.py``) travels whole: its modules and its data files. Any
+    other folder (a ``file.py``'s own folder, a ``code =`` folder) travels as what Python imports
+    from it: its ``.py`` files and its package sub-folders (each whole). So the other files a
+    project keeps beside a model -- a results store, notebooks, data, logs, a virtualenv -- are
+    neither hashed nor shipped, and writing them during a run does not change the model. The rule
+    is idempotent: the shipped copy hashes to the same address on the device.
+    """
+    whole_root = (folder / "__init__.py").is_file()
     for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_NAMES)
+        here = Path(root)
+        whole = whole_root or here != folder  # below the top, only packages were entered
+        dirs[:] = sorted(
+            d for d in dirs if _travels(d) and (whole or (here / d / "__init__.py").is_file())
+        )
         for name in sorted(files):
-            if not name.endswith(_SKIP_SUFFIXES):
-                yield Path(root) / name
+            if _travels(name) and (whole or name.endswith(".py")):
+                yield here / name
 
 
 def _file_sha256(path: Path) -> str:
@@ -77,6 +105,16 @@ def _file_sha256(path: Path) -> str:
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}
+# address -> {relative name: file hash} of the folders and bundles hashed here, so a change can
+# be named file by file (``changed_since``)
+_LISTINGS: dict[str, dict[str, str]] = {}
+
+
+def _listing_sha256(listing: Mapping[str, str]) -> str:
+    lines = [f"{name}\0{listing[name]}\n" for name in sorted(listing)]
+    digest = hashlib.sha256("".join(lines).encode()).hexdigest()
+    _LISTINGS[digest] = dict(listing)
+    return digest
 
 
 def sha256_of(path: Path | str) -> str:
@@ -89,31 +127,104 @@ def sha256_of(path: Path | str) -> str:
             _HASHES[memo] = _file_sha256(path)
         return _HASHES[memo]
     if path.is_dir():
-        lines = [f"{f.relative_to(path).as_posix()}\0{sha256_of(f)}\n" for f in folder_files(path)]
-        return hashlib.sha256("".join(lines).encode()).hexdigest()
+        return _listing_sha256(
+            {f.relative_to(path).as_posix(): sha256_of(f) for f in folder_files(path)}
+        )
     raise NgbError(f"not found: {path}")
+
+
+def bundle_sha256(path: Path, data_files: Sequence[str]) -> str:
+    """A model file with the data files beside it that it reads (an ONNX model's external
+    weights): the folder form over those names; without data files, the file's own hash."""
+    if not data_files:
+        return sha256_of(path)
+    names = {path.name, *data_files}
+    return _listing_sha256({name: sha256_of(path.parent / name) for name in names})
+
+
+def changed_since(path: Path, expected: str, data_files: Sequence[str] = ()) -> str:
+    """One line saying that ``path`` no longer has the hash ``expected``, naming the files that
+    changed when the loaded version was hashed in this process."""
+    before = _LISTINGS.get(expected)
+    detail = ""
+    if before is not None:
+        try:
+            now_hash = bundle_sha256(path, data_files) if path.is_file() else sha256_of(path)
+        except (OSError, NgbError):
+            now_hash = ""
+        after = _LISTINGS.get(now_hash, {})
+        edited = sorted(n for n in before if n in after and after[n] != before[n])
+        added = sorted(set(after) - set(before))
+        gone = sorted(set(before) - set(after))
+        parts = [
+            f"{label} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+            for label, names in (("edited", edited), ("new", added), ("removed", gone))
+            if names
+        ]
+        detail = f" ({'; '.join(parts)})" if parts else ""
+    return (
+        f"{shorten(path)} changed since the sweep was loaded{detail} (sha256 {expected[:12]} "
+        "expected); load the sweep again to measure the new version"
+    )
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """A file or folder a model needs on the device; ``local`` is where the workstation has it."""
+    """A file or folder a model needs on the device; ``local`` is where the workstation has it.
+
+    ``data_files``: files beside a model file that it reads (an ONNX model's external weights,
+    ``model.onnx.data``); they travel into the same ``<sha256>/`` folder, and ``sha256`` is then
+    the bundle's hash (``bundle_sha256``). Written only when there are some, so the keys of
+    trials without them stay as they were.
+    """
 
     name: str
     sha256: str
     local: str
     role: str = "model"  # model (the .onnx/.pt2 file) | package (parent on sys.path) | folder
+    data_files: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "sha256": self.sha256, "local": self.local, "role": self.role}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "name": self.name,
+            "sha256": self.sha256,
+            "local": self.local,
+            "role": self.role,
+        }
+        if self.data_files:
+            out["data_files"] = list(self.data_files)
+        return out
 
     @classmethod
-    def of(cls, path: Path, role: str) -> Artifact:
+    # Any: an artifact read back as JSON (a trial's spec); the loader refuses what does not fit
+    def from_dict(cls, data: Mapping[str, Any]) -> Artifact:
+        extra = data.get("data_files") or ()
+        return cls(
+            name=str(data["name"]),
+            sha256=str(data["sha256"]),
+            local=str(data.get("local", "")),
+            role=str(data.get("role", "model")),
+            data_files=tuple(str(n) for n in extra) if isinstance(extra, list | tuple) else (),
+        )
+
+    @classmethod
+    def of(cls, path: Path, role: str, data_files: Sequence[str] = ()) -> Artifact:
         path = path.resolve()
-        return cls(name=path.name, sha256=sha256_of(path), local=str(path), role=role)
+        digest = bundle_sha256(path, data_files) if data_files else sha256_of(path)
+        return cls(path.name, digest, str(path), role, tuple(sorted(data_files)))
+
+    def content_sha256(self, path: Path) -> str:
+        """The address of what is at ``path`` (with its data files beside it)."""
+        return bundle_sha256(path, self.data_files) if self.data_files else sha256_of(path)
+
+    def complete_at(self, path: Path) -> bool:
+        """The artifact and each of its data files exist at ``path``."""
+        return path.exists() and all((path.parent / n).is_file() for n in self.data_files)
 
 
 def artifact_dir(cache_dir: Path | str, sha256: str) -> Path:
-    """Where a device keeps an artifact: ``<cache_dir>/artifacts/<sha256>/`` holds ``<name>``."""
+    """Where a device keeps an artifact: ``<cache_dir>/artifacts/<sha256>/`` holds ``<name>``
+    (and its data files)."""
     return Path(cache_dir) / ARTIFACTS_SUBDIR / sha256
 
 
@@ -122,19 +233,24 @@ def locate(artifact: Artifact, cache_dir: Path | str | None) -> Path:
     content still has the recorded hash. One clear line when neither holds."""
     if cache_dir is not None:
         shipped = artifact_dir(cache_dir, artifact.sha256) / artifact.name
-        if shipped.exists():
+        if artifact.complete_at(shipped):
             return shipped
     local = Path(artifact.local)
-    if not local.exists():
+    if not artifact.complete_at(local):
+        missing = next(
+            (
+                p
+                for p in (local, *(local.parent / n for n in artifact.data_files))
+                if not p.exists()
+            ),
+            local,
+        )
         raise NgbError(
             f"model file {artifact.name} (sha256 {artifact.sha256[:12]}) is not on this device "
-            f"and {local} does not exist here"
+            f"and {missing} does not exist here"
         )
-    if sha256_of(local) != artifact.sha256:
-        raise NgbError(
-            f"{local} changed since the sweep was loaded (sha256 {artifact.sha256[:12]} expected); "
-            "load the sweep again"
-        )
+    if artifact.content_sha256(local) != artifact.sha256:
+        raise NgbError(changed_since(local, artifact.sha256, artifact.data_files))
     return local
 
 
@@ -209,7 +325,7 @@ class ModelSource:
             ref=data["ref"],
             kwargs=dict(data.get("kwargs") or {}),
             inputs=tuple(InputSpec.from_dict(i) for i in data.get("inputs") or ()),
-            artifacts=tuple(Artifact(**a) for a in data.get("artifacts") or ()),
+            artifacts=tuple(Artifact.from_dict(a) for a in data.get("artifacts") or ()),
             family=family if isinstance(family, str) and family else None,
         )
 
@@ -246,7 +362,8 @@ def parse_source(
         if kwargs:
             raise ConfigError(f"kwargs apply to timm and python sources, not to a .{kind} file")
         path = _existing(base, text, "model file")
-        artifact = Artifact.of(path, "model")
+        data_files = onnx_graph.external_files(path) if kind == "onnx" else ()
+        artifact = Artifact.of(path, "model", data_files)
         declared = tuple(inputs)
         if kind == "onnx":
             declared = onnx_graph.merge_inputs(path, declared)
@@ -284,6 +401,12 @@ def _python_source(
             raise ConfigError(
                 f"python file {file} is not inside its code folder {folder}"
             ) from None
+        if file not in set(folder_files(folder)):
+            raise ConfigError(
+                f"python file {rel.as_posix()} is in a folder without __init__.py under its code "
+                f"folder {shorten(folder)}, so it would not travel; make that folder a package "
+                "or name the file's own folder as code"
+            )
         artifact = Artifact.of(folder, "folder")
         return ModelSource("python", f"{rel.as_posix()}:{factory}", kwargs, inputs, (artifact,))
     if not _MODULE_RE.fullmatch(target):

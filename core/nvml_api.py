@@ -1,8 +1,9 @@
 """The slice of NVML (``pynvml``) that ngb calls, as a protocol.
 
-``pynvml`` ships no type information; the GPU monitor (``interference.GpuMonitor``) and the energy
-meter (``energy_sources.NvmlSource``) take the module itself or, in tests, a fake with these
-members. Handles are opaque: ngb only passes them back.
+``pynvml`` ships no type information; the GPU monitor (``interference.GpuMonitor``), the energy
+meter (``energy_sources.NvmlSource``) and a worker's memory per phase (``memory.PhaseMemory``)
+take the module itself or, in tests, a fake with these members. Handles are opaque: ngb only
+passes them back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class MemoryInfo(Protocol):
 class ProcessInfo(Protocol):
     @property
     def pid(self) -> int: ...
+    @property
+    def usedGpuMemory(self) -> int | None: ...  # noqa: N802 - bytes; None where not disclosed
 
 
 class Nvml(Protocol):

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,50 @@ def load(path: Path | str) -> onnx.ModelProto:
     except Exception as exc:  # noqa: BLE001 - protobuf and checker raise many types
         raise ConfigError(f"{path.name} is not a valid ONNX model: {one_line(exc)}") from None
     return model
+
+
+def external_files(path: Path) -> tuple[str, ...]:
+    """The external data files ``path``'s tensors are stored in (torch's exporter writes
+    ``model.onnx.data`` beside a large model), sorted; each must be a regular file in the same
+    folder, named plainly, so it can travel with the model into one device folder."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises many types
+        raise ConfigError(f"{path.name} is not a valid ONNX model: {one_line(exc)}") from None
+    names = set()
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        plain = location and "/" not in location and "\\" not in location
+        if not plain or location in (".", ".."):
+            raise ConfigError(
+                f"{path.name} keeps tensor {tensor.name!r} in {location!r}; ngb takes external "
+                "data files beside the model, named without a folder"
+            )
+        data = path.parent / location
+        if not data.is_file():
+            raise ConfigError(
+                f"{path.name} keeps its weights in {location}, which is not a file beside it"
+            )
+        names.add(location)
+    return tuple(sorted(names))
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of a graph: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
 
 
 def _dtype(elem_type: int) -> str:
@@ -86,7 +131,7 @@ def merge_inputs(path: Path, declared: tuple[InputSpec, ...]) -> tuple[InputSpec
             raise ConfigError(f"{where}: input {name!r} has unsupported dtype {dtype}")
         given = by_name.get(name)
         if given is None:
-            merged.append(_from_graph(where, name, dims, dtype))
+            merged.append(_from_graph(where, name, dims, dtype, _gather_rows(model, name)))
             continue
         if given.dtype != dtype:
             raise ConfigError(
@@ -111,7 +156,24 @@ def _show(dims: list[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _from_graph(where: str, name: str, dims: list[int | str | None], dtype: str) -> InputSpec:
+def _gather_rows(model: onnx.ModelProto, name: str) -> int | None:
+    """The rows of the weight table an integer input indexes (``Gather`` on an initializer, what
+    an exported embedding becomes): the input's exclusive upper bound; None when none does."""
+    shapes = {init.name: list(init.dims) for init in model.graph.initializer}
+    bounds = []
+    for node in model.graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] != name:
+            continue
+        table = shapes.get(node.input[0])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if table and -len(table) <= axis < len(table) and table[axis] > 0:
+            bounds.append(int(table[axis]))
+    return min(bounds) if bounds else None
+
+
+def _from_graph(
+    where: str, name: str, dims: list[int | str | None], dtype: str, rows: int | None = None
+) -> InputSpec:
     shape: list[int | str] = []
     for axis, dim in enumerate(dims):
         if isinstance(dim, int):
@@ -123,8 +185,17 @@ def _from_graph(where: str, name: str, dims: list[int | str | None], dtype: str)
                 f"{where}: input {name!r} dimension {axis} is symbolic ({dim or '?'}); "
                 "declare the input's shape in the sweep (inputs = [...])"
             )
-    rng = DEFAULT_INT_RANGE if DTYPES[dtype] and dtype != "bool" else None
-    return InputSpec(name, tuple(shape), dtype, rng)
+    rng, note = None, None
+    if DTYPES[dtype] and dtype != "bool":
+        if rows is not None:
+            rng, note = (0, rows), f"from the {rows}-row table it indexes"
+        else:
+            rng = DEFAULT_INT_RANGE
+            note = (
+                f"assumed {DEFAULT_INT_RANGE[0]}..{DEFAULT_INT_RANGE[1] - 1}: the graph does not "
+                "bound it; declare inputs with a range"
+            )
+    return InputSpec(name, tuple(shape), dtype, rng, note)
 
 
 def count_params(model: onnx.ModelProto) -> int:

@@ -206,6 +206,10 @@ def process_interval(groups: Sequence[Sequence[float]], confidence: float = 0.95
 
     Why processes are the unit: a process keeps its speed for its whole life (thread placement,
     memory layout, a clock state), so its repetitions are one draw of that level, not several.
+    The draws must be independent: workers forked from one interpreter share its layout and
+    heap and agree with each other more than with a re-run (mha:128:1 on the 2-core VM: 50 %
+    coverage at width ratio 0.35), so each worker is its own interpreter by default
+    (``ngb.core.worker_start``) and ``judge`` says when they were not.
     Measured: five fresh processes of the same conv block on a quiet 16-core server spread by
     2.6 % while each one's repetitions were tight, and a lag-1 autocorrelation estimated over
     the processes' repetitions laid end to end read the level shift as "serial correlation 0.90"
@@ -443,9 +447,12 @@ def judge(
     *,
     disturbed: str | None = None,
     stopped: str | None = None,
+    one_interpreter: bool = False,
 ) -> Verdict:
     """VALID or INVALID (with the reason) for a trial's repetitions, one group per worker process;
-    see the module docstring."""
+    see the module docstring. ``one_interpreter``: the workers were forked from one interpreter
+    (``NGB_WORKER_START=auto``), so they share its level and the verdict says that the interval
+    has not sampled the spread between interpreters that a re-run meets."""
     ci = process_interval(groups, settings.confidence)
     half = ci.half_width if ci.n >= 2 and math.isfinite(ci.half_width) else None
     rel = ci.relative if math.isfinite(ci.relative) else None
@@ -485,14 +492,38 @@ def judge(
             )
             unit = "repetitions"
         more = f"more than {_NEEDED_CAP}" if needed > _NEEDED_CAP else f"~{needed}"
+        # why it is wide: the processes differ (the level a re-run meets), or each one is noisy
+        spread = process_spread(groups)
+        differ = f"; process means spread {spread:.1%} (CoV)" if spread is not None else ""
         return verdict(
             INVALID,
             f"{level} ±{rel:.1%} wider than the target ±{settings.ci_target:.1%} "
-            f"after {ci.n} repetitions{why}; at this spread the target needs {more} {unit}",
+            f"after {ci.n} repetitions{why}{differ}; at this spread the target needs {more} "
+            f"{unit}{_shared_note(one_interpreter, ci.workers)}",
         )
     within = f"within ±{settings.ci_target:.1%} ({ci.n} repetitions)"
     single = "; one process: the spread between processes is not sampled" if ci.workers < 2 else ""
-    return verdict(VALID, f"{level} ±{rel:.1%} {within}{single}")
+    shared = _shared_note(one_interpreter, ci.workers)
+    return verdict(VALID, f"{level} ±{rel:.1%} {within}{single}{shared}")
+
+
+def _shared_note(one_interpreter: bool, workers: int) -> str:
+    if not one_interpreter or workers < 2:
+        return ""
+    return (
+        "; workers forked from one interpreter: the spread between interpreters that a re-run "
+        "meets is not sampled"
+    )
+
+
+def process_spread(groups: Sequence[Sequence[float]]) -> float | None:
+    """Coefficient of variation of the process means (None below two processes)."""
+    kept = [g for g in (_finite(g) for g in groups) if g]
+    if len(kept) < 2:
+        return None
+    means = [_mean(g) for g in kept]
+    grand = _mean(means)
+    return math.sqrt(_var(means)) / grand if grand > 0 else None
 
 
 # ------------------------------------------------------------------ warm-up until clocks settle

@@ -4,8 +4,9 @@ Why outside: a sampler thread inside the measured process takes the GIL from the
 launches the kernels. On an H100, launch-bound work (deit3_small tf32 b32, ~4 ms a call) ran
 5-25 % below a plain loop under ngb's in-process samplers. The trial's own process is idle while
 a worker measures (it waits for the worker's events), so it samples there: system CPU, the
-worker's CPU (psutil by pid), others' share -- system minus the worker minus this sampler, so
-ngb's own processes never count as "others" -- NVML and tegrastats. ``WorkerWatch`` runs between
+worker's CPU with its descendants (psutil by pid: a compiler's helper processes are the worker's
+work), others' share -- system minus the worker's family minus this sampler, so ngb's own
+processes never count as "others" -- NVML and tegrastats. ``WorkerWatch`` runs between
 the worker's ``measure`` phase event and its result, and fills the part's ``cpu``,
 ``cpu_samples``, ``telemetry`` and ``disturbed``.
 """

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ngb.core import energy, events, interference, stopping
+from ngb.core import energy, events, interference, percentiles, stopping
 from ngb.core.compilers.base import Compiled
 from ngb.core.cpu import CpuTick
+from ngb.core.memory import PhaseMemory
+from ngb.core.percentiles import TAILS
 from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.types import TrialResult, TrialSpec
 
@@ -31,6 +33,10 @@ from ngb.core.types import TrialResult, TrialSpec
 CPU_EVENT_PERIOD_S = 1.0
 #: a warm-up window lasts at least this long (shorter windows only measure timer noise)
 WARMUP_WINDOW_S = 0.1
+#: per-call latencies kept in a result (and the store): every call up to this many, beyond it a
+#: systematic 1-in-k sample in call order (a fast call gives millions; the percentiles and their
+#: intervals are computed from every call before thinning)
+LATENCY_KEEP = 4096
 
 
 @dataclass
@@ -52,6 +58,7 @@ class Part:
     first_call_s: float | None = None
     peak_rss_mb: float | None = None
     pid: int | None = None
+    memory: dict[str, Any] = field(default_factory=dict)  # ngb.core.memory.PhaseMemory.to_dict
 
     @property
     def throughputs(self) -> list[float]:
@@ -68,8 +75,11 @@ def time_share(
     plan: stopping.Plan,
     sync: Callable[[], None],
     ctx_emit: Callable[..., None],
+    memory: PhaseMemory | None = None,
 ) -> Part:
-    """Warm up and time ``plan``'s share of repetitions; see the module docstring."""
+    """Warm up and time ``plan``'s share of repetitions; see the module docstring.
+    ``memory`` (started before the build, marked after the compile) is marked at the end of the
+    warm-up and of the timed loops."""
     part = Part(worker=plan.worker)
     meter = energy.measure_during(spec.device, spec.measure)  # counters: read between loops only
     try:
@@ -83,7 +93,11 @@ def time_share(
         part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
         _warm_up(spec, compiled, sync, part)
         part.warmup_s = time.perf_counter() - started
+        if memory is not None:
+            memory.mark("warmup")
         _timed(spec, compiled, plan, sync, ctx_emit, part, meter)
+        if memory is not None:
+            memory.mark("timed")
         part.telemetry["energy"] = meter.reading
     finally:
         meter.close()
@@ -113,6 +127,15 @@ def _warm_up(
         # on a 0.15 s call (resnet18 b8 here) three 3-call windows cost 1.35 s a worker process
         # before the warm-up could even be judged steady.
         calls = settings.warmup_iters if first[0] else 1
+        if first[0] and calls > 1:
+            # the first calls fit the warm-up's cap too (a call of seconds: one is enough)
+            one = compiled.timed_loop(1, 0.0)
+            sync()
+            cap = max(settings.warmup_max_s, floor)
+            calls = max(1, min(calls - 1, int(cap / max(one.elapsed_s, 1e-9)) - 1))
+            if one.elapsed_s >= cap:
+                first[0] = False
+                return one.iters / one.elapsed_s if one.elapsed_s > 0 else 0.0
         first[0] = False
         loop = compiled.timed_loop(calls, max(floor / 5, WARMUP_WINDOW_S))
         sync()
@@ -142,10 +165,14 @@ def _timed(
     throughputs: list[float] = []
     latencies: list[np.ndarray] = []
     start = time.perf_counter()
+    call_s = _warmup_call_s(part)
     while (reason := plan.stop_reason(throughputs, time.perf_counter() - start)) is None:
         meter.begin()
-        loop = compiled.timed_loop(settings.min_iters, settings.min_duration_s)
+        loop = compiled.timed_loop(
+            loop_iters(settings.min_iters, plan, call_s), settings.min_duration_s
+        )
         sync()
+        call_s = loop.elapsed_s / loop.iters if loop.iters else call_s
         meter.mark(loop.iters * spec.batch)
         tput = loop.iters * spec.batch / loop.elapsed_s if loop.elapsed_s > 0 else math.nan
         throughputs.append(tput)
@@ -169,6 +196,22 @@ def _timed(
     part.stopped = reason
     # an array, not a list: a fast call gives millions of latencies, and they cross a pipe
     part.latencies_ns = np.concatenate(latencies) if latencies else np.empty(0, np.int64)
+
+
+def loop_iters(min_iters: int, plan: stopping.Plan, call_s: float | None) -> int:
+    """Calls a timed loop must make: ``min_iters``, fewer where they would not fit the worker's
+    time budget (``max_measure_s`` shared out), never fewer than one. A call of seconds (untuned
+    TVM on a large block) made each 5-call loop take 28-63 s against a 10 s budget."""
+    if call_s is None or call_s <= 0 or not plan.adaptive or not math.isfinite(plan.budget_s):
+        return min_iters
+    per_loop = plan.budget_s / max(1, plan.reps)
+    return max(1, min(min_iters, int(per_loop / call_s)))
+
+
+def _warmup_call_s(part: Part) -> float | None:
+    """Seconds per call in the last warm-up window (None without a warm-up)."""
+    rates = (part.telemetry.get("warmup") or {}).get("throughputs") or []
+    return 1.0 / rates[-1] if rates and rates[-1] > 0 else None
 
 
 def cpu_event_fields(tick: CpuTick) -> dict[str, object]:
@@ -199,9 +242,9 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
     groups = [p.throughputs for p in parts if p.repetitions]
     result.repetitions = [r for p in parts for r in p.repetitions]
     result.throughput = summarize([t for g in groups for t in g])
-    result.latency_ms = summarize(
-        concat_ns_to_ms([np.asarray(p.latencies_ns, dtype=np.int64) for p in parts])
-    )
+    calls_ns = [np.asarray(p.latencies_ns, dtype=np.int64) for p in parts]
+    result.latency_ms = summarize(concat_ns_to_ms(calls_ns))
+    _latency_tails(result, calls_ns, settings.confidence)
     result.unstable = is_unstable(result.throughput, settings.cov_threshold)
     result.workers = len(parts)
     result.cpu_samples = [s for p in parts for s in p.cpu_samples]
@@ -212,9 +255,13 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
     result.cpu_percent_max = max(maxima) if maxima else None
     disturbed = [f"worker {p.worker}: {p.disturbed}" for p in parts if p.disturbed]
     result.disturbed = bool(disturbed)
+    # worker 0 recorded how the workers started (ngb.core.worker_start): forked ones share a level
+    started = result.extra.get("worker_start")
+    forked = isinstance(started, dict) and started.get("method") in ("fork", "forkserver")
     verdict = stopping.judge(
-        groups, settings, disturbed="; ".join(disturbed) or None, stopped=stopped
-    )
+        groups, settings, disturbed="; ".join(disturbed) or None, stopped=stopped,
+        one_interpreter=forked,
+    )  # fmt: skip
     ci = stopping.process_interval(groups, settings.confidence)
     if ci.workers >= 2:  # each process weighs the same: the interval is centred on this mean
         result.throughput.mean = ci.mean
@@ -258,4 +305,48 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
     peaks = [p.peak_rss_mb for p in parts if p.peak_rss_mb is not None]
     if peaks:
         result.peak_rss_mb = max(peaks)
+    _memory(result, parts)
     energy.apply(result, [p.telemetry.get("energy") for p in parts], settings.confidence)
+
+
+def _latency_tails(result: TrialResult, calls_ns: list[np.ndarray], level: float) -> None:
+    """p50/p90/p99 of every call with their intervals (``ngb.core.percentiles.over_processes``:
+    order statistics, widened where the worker processes differ), each worker's own p99 beside
+    them, and the kept sample of calls."""
+    every_call = np.concatenate(calls_ns) if calls_ns else np.empty(0, np.int64)
+    groups = [(np.sort(c).astype(np.float64) / 1e6).tolist() for c in calls_ns if c.size]
+    tails = {name: percentiles.over_processes(groups, q, name, level) for name, q in TAILS}
+    result.latency_ci_ms = {name: [p.low, p.high] for name, p in tails.items()}
+    result.latency_calls = int(every_call.size)
+    result.extra["latency"] = {
+        "interval": "order statistics of all calls, widened to Woodruff's over worker processes",
+        "level": level,
+        "min_calls": {name: p.needed for name, p in tails.items()},
+        "worker_p99_ms": [round(percentiles.interval(g, 0.99).value, 6) for g in groups],
+    }
+    every = max(1, -(-every_call.size // LATENCY_KEEP))  # ceil: at most LATENCY_KEEP kept
+    result.latency_sample_every = every
+    result.latency_sample_ns = every_call[::every].tolist()
+
+
+def _memory(result: TrialResult, parts: list[Part]) -> None:
+    """Per phase, the largest figure over the worker processes; GPU memory from NVML where a
+    worker read it (every runtime's allocations), else what worker 0 recorded (torch's)."""
+    memories = [p.memory for p in parts if p.memory]
+    if not memories:
+        return
+    rss: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    for m in memories:
+        for phase, mb in (m.get("rss_mb") or {}).items():
+            rss[phase] = max(rss.get(phase, 0.0), float(mb))
+        for phase, mb in (m.get("gpu_mb") or {}).items():
+            gpu[phase] = max(gpu.get(phase, 0.0), float(mb))
+    result.peak_rss_phase_mb = rss
+    result.rss_source = next((m["rss_source"] for m in memories if m.get("rss_source")), None)
+    if gpu:
+        result.gpu_mem_phase_mb = gpu
+        result.gpu_mem_mb = max(gpu.values())
+        result.gpu_mem_source = next(
+            (m["gpu_source"] for m in memories if m.get("gpu_source")), None
+        )

@@ -38,9 +38,9 @@ class MeasureSettings:
     2-core CPU; the paper's presets raise ``repetitions`` to 100.
 
     How many repetitions (``ngb.core.stopping``): ``repetitions = None`` (default) stops on
-    confidence. Worker processes are the unit, as in pyperf: each one (forked fresh, rebuilding
-    and recompiling the model) warms up and times ``values_per_worker`` repetitions; workers are
-    added one after another -- at least ``workers``, at most ``max_workers``, within
+    confidence. Worker processes are the unit, as in pyperf: each one (a fresh interpreter,
+    rebuilding and recompiling the model) warms up and times ``values_per_worker`` repetitions;
+    workers are added one after another -- at least ``workers``, at most ``max_workers``, within
     ``max_repetitions`` and ``max_measure_s`` seconds of warm-up and timed loops -- until the
     ``confidence`` interval over the process means is within ``ci_target`` of the mean. An integer
     ``repetitions`` is a fixed count spread over ``workers`` processes. Other processes' CPU use
@@ -52,9 +52,11 @@ class MeasureSettings:
     ``allocator`` says whether glibc keeps memory freed between calls (``ngb.core.allocator``:
     "system", the default, is what a plain ``python`` deployment runs; "retain" keeps it).
 
-    Why these defaults (2-core VM, 2026-11-25): a process start is paid once (the worker forks
-    from the trial's process after the heavy imports), so 4-10 processes of 2 x 0.3 s fit in
-    ``max_measure_s`` = 10 s and ``ngb measure resnet18 -b 8`` takes under 20 s (each process
+    Why these defaults (2-core VM, 2026-11-25): the imports are outside the budget (each worker
+    is a fresh interpreter that imports torch before the trial times anything:
+    ``ngb.core.worker_start``; issue 30 added that cost), so 4-10 processes of 2 x 0.3 s fit in
+    ``max_measure_s`` = 10 s and ``ngb measure resnet18 -b 8`` took under 20 s with forked
+    workers, before the fresh interpreters' imports (each process
     also builds and compiles outside that budget: at 12 s it took 20-23 s). Two values a process,
     not three: the interval is over process means, and its width is set by how many processes
     there are (t(2) = 4.30 at 3 processes, t(3) = 3.18 at 4); on resnet18 b8, where one value is
@@ -308,7 +310,21 @@ class TrialResult:
     proc_cpu_percent_mean: float | None = None  # this process, 100 per busy core
     cpu_samples: list[list[float]] = field(default_factory=list)  # [t_offset_s, sys %, proc %]
     peak_rss_mb: float | None = None
-    gpu_mem_mb: float | None = None
+    gpu_mem_mb: float | None = None  # the worker's GPU memory: NVML where readable (every runtime)
+    # ngb.core.percentiles: p50/p90/p99 of every timed call with their order-statistic interval,
+    # {"p99": [low, high]} in ms; a bound is None where there are too few calls for it (no upper
+    # bound: the percentile is not claimed). ``latency_ms`` holds the sample values.
+    latency_calls: int = 0
+    latency_ci_ms: dict[str, list[float | None]] = field(default_factory=dict)
+    # per-call latencies kept (ns, call order): every call, or every ``latency_sample_every``-th
+    latency_sample_ns: list[int] = field(default_factory=list)
+    latency_sample_every: int = 1
+    # ngb.core.memory: peak host RSS and GPU memory per phase (compile, warmup, timed), MiB, the
+    # largest over worker processes, and where each figure came from
+    peak_rss_phase_mb: dict[str, float] = field(default_factory=dict)
+    rss_source: str | None = None  # vmhwm-per-phase | ru_maxrss-cumulative
+    gpu_mem_phase_mb: dict[str, float] = field(default_factory=dict)
+    gpu_mem_source: str | None = None  # nvml-process | nvml-device-delta | torch-allocator
     max_abs_err: float | None = None
     #: the precision that actually ran, as read back from the runtime (fp32, tf32, bf16, fp16,
     #: or a mix such as "tf32-conv"); None when nothing was computed (noop) or it is unknown

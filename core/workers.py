@@ -1,15 +1,18 @@
-"""Worker processes: every timed share of a trial runs in a fresh process forked for it.
+"""Worker processes: every timed share of a trial runs in a process of its own.
 
 Why processes are the unit (``ngb.core.stopping.process_interval``): consecutive processes
 measuring the same model differ far more than one process's repetitions do (placement,
-allocation, thread start-up), so the interval is built over process means, as pyperf builds its
-numbers over 20 processes x 3 values. That needs many cheap processes: a fresh interpreter pays
-~4-7 s to import torch and timm on the 2-core VM, so the trial's process imports the heavy
-libraries once (``preload``, no thread pool, no CUDA context) and forks each worker from there;
-the worker builds, compiles, warms up and times its share, then exits. The trial's own process
-never builds, runs or holds a model -- and on a GPU never creates a CUDA context -- so nothing of
-ngb's sits on the device or in the measured process while a worker measures: the parent only
-reads the worker's events and samples CPU/GPU from outside (``ngb.core.telemetry``).
+allocation, thread start-up, address-space layout), so the interval is built over process means,
+as pyperf builds its numbers over 20 processes x 3 values. For that each process must be an
+independent draw of the level a process runs at, so by default each worker is its own newly
+started interpreter (``ngb.core.worker_start``: workers forked from one trial process share its
+level, and their interval did not hold re-runs -- issue 30). The trial's process starts the first
+``workers`` interpreters side by side and waits until they have imported torch (and timm), so
+no import runs while a worker measures; it never builds, runs or holds a model itself -- and on
+a GPU never creates a CUDA context -- so nothing of ngb's sits on the device or in the measured
+process while a worker measures: the parent only reads the worker's events and samples CPU/GPU
+from outside (``ngb.core.telemetry``). ``NGB_WORKER_START=auto`` (the test suite) forks the
+workers from the trial's process instead, after importing the heavy libraries once (``preload``).
 
 Worker 0 verifies the output against eager fp32 and its compile is the one recorded
 (``compile_s``); later workers recompile (compilers' own caches keep that cheap: TVM tuning
@@ -25,6 +28,7 @@ the trial's process group, so the agent's timeout or cancel kills them with the 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
@@ -34,16 +38,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkContext, ForkServerContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from ngb.core import events
 from ngb.core.errors import NgbError, one_line
-from ngb.core.stopping import Plan, t_quantile
+from ngb.core.stopping import Plan, t_quantile, worker_count
 from ngb.core.telemetry import LiveMeter, WorkerWatch
 from ngb.core.timing import Part
 from ngb.core.types import TrialResult, TrialSpec
-from ngb.core.worker_start import worker_context
+from ngb.core.worker_start import (
+    FRESH,
+    Interpreter,
+    Interpreters,
+    _die_with_parent,
+    start_method,
+    worker_context,
+)
 
 # Event types a worker's output may pass on to the trial's listener.
 _FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
@@ -106,10 +117,15 @@ class Outcome:
 
 
 def preload(spec: TrialSpec, needs_torch: bool) -> None:
-    """Import what every worker of ``spec`` needs, once, before the first fork."""
+    """Import what every worker of ``spec`` needs, once, before the first fork (a fresh
+    interpreter imports for itself: ``_fresh_preload``)."""
+    global _fresh_torch
     if spec.measure.threads:
         # OpenMP reads this once, when the first library that uses it loads.
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.measure.threads))
+    if start_method() == FRESH:
+        _fresh_torch = needs_torch  # each interpreter imports for itself (``_fresh_preload``)
+        return  # nothing forks from here: torch in this process would only cost its import
     # the interval's t quantile imports scipy.special (0.14 s here, seconds on a small board) on
     # first use: once, here, not in every worker between its timed repetitions
     t_quantile(0.975, 2)
@@ -120,9 +136,65 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
             importlib.import_module(name)
 
 
-def _context() -> ForkContext | ForkServerContext:
-    # fork: the preloaded libraries come along for free, and so does everything a test set up.
-    return worker_context()  # fork, or a fork server when other threads are alive
+def _fresh_preload(spec: TrialSpec) -> list[str]:
+    """What a fresh worker interpreter imports before it says ready: the worker's code path,
+    the t quantile's scipy.special, torch and what the build imports (timm only for a timm
+    model: ~4 s on the VM)."""
+    from ngb.core.blocks import BLOCK_KINDS
+
+    names = ["ngb.core.workers", "ngb.core.measure", "scipy.special"]
+    if _fresh_torch:
+        # the build counts MACs with torch's flop counter, whose first use imports torch._dynamo
+        # (and sympy): 1.7-2.4 s a worker on the VM, paid side by side here, not one worker
+        # after another (a forked worker had it from the trial's timm import)
+        names += ["torch", "torch._dynamo", "ngb.core.models"]
+        if spec.source is None and spec.model not in BLOCK_KINDS:
+            names.append("timm")
+    return names
+
+
+# whether the trial's workers need torch (``preload`` is told, before the first worker)
+_fresh_torch = True
+
+
+# The fresh interpreters of the trial now running: (trial, its pool). A trial is told apart by
+# its key and its deadline (``run_trial`` computes that once per trial).
+_trial_pool: tuple[tuple[str, float], Interpreters] | None = None
+
+
+def _interpreter(spec: TrialSpec, share: Plan, deadline: float) -> Interpreter:
+    """A ready fresh interpreter for ``share``; the trial's first worker starts the pool."""
+    global _trial_pool
+    trial = (spec.key, deadline)
+    if _trial_pool is None or _trial_pool[0] != trial:
+        close_interpreters()
+        pool = Interpreters(_fresh_preload(spec), batch=min(2, os.cpu_count() or 1))
+        _trial_pool = (trial, pool)
+        # the processes the trial will need at least, side by side, before anything is timed
+        settings = spec.measure
+        first = worker_count(settings) if settings.repetitions is not None else settings.workers
+        pool.prestart(max(1, first - share.worker))
+    return _trial_pool[1].take()
+
+
+def close_interpreters() -> None:
+    """Take down the unused interpreters of the last trial (atexit does it anyway)."""
+    global _trial_pool
+    if _trial_pool is not None:
+        _trial_pool[1].close()
+        _trial_pool = None
+
+
+atexit.register(close_interpreters)
+
+
+def interpreter_facts() -> dict[str, object]:
+    """How this trial's workers were started, for ``result.extra["worker_start"]`` (fresh: the
+    pool's own dict, which goes on counting the interpreters started after worker 0)."""
+    method = start_method()
+    if method == FRESH and _trial_pool is not None:
+        return _trial_pool[1].facts
+    return {"method": method}
 
 
 def run_worker(
@@ -135,13 +207,24 @@ def run_worker(
     *,
     deadline: float,
 ) -> Outcome:
-    """Fork a worker for ``share``, forward its events, watch it from outside; its outcome."""
-    receiver, sender = _context().Pipe(duplex=False)
-    proc = _context().Process(
-        target=_worker_main,
-        args=(job, sender, spec, share, str(workdir), cache_dir),
-        name=f"ngb-worker-{share.worker}",
-    )
+    """Start a worker for ``share`` (``ngb.core.worker_start``), forward its events, watch it
+    from outside; its outcome."""
+    args = (spec, share, str(workdir), cache_dir)
+    fresh = start_method() == FRESH
+    proc: Interpreter | BaseProcess
+    if fresh:
+        try:
+            proc = _interpreter(spec, share, deadline)
+        except NgbError as exc:
+            close_interpreters()
+            raise WorkerFailed(one_line(exc), "crash") from exc
+        receiver = sender = proc.conn
+    else:
+        context = worker_context()  # fork, or a fork server when other threads are alive
+        receiver, sender = context.Pipe(duplex=False)
+        proc = context.Process(
+            target=_worker_main, args=(job, sender, *args), name=f"ngb-worker-{share.worker}"
+        )
     live: LiveMeter | None = None
     watch: WorkerWatch | None = None
     message: WorkerReport | None = None
@@ -150,8 +233,11 @@ def run_worker(
     # this thread) that left it alive would leave it blocked on a full pipe nobody reads, and
     # multiprocessing joins live children at interpreter exit -- the agent would never end.
     try:
-        proc.start()
-        sender.close()
+        if isinstance(proc, Interpreter):
+            proc.run(_worker_main, (job, *args))
+        else:
+            proc.start()
+            sender.close()
         assert proc.pid is not None
         live = LiveMeter(proc.pid, spec.key, share.worker, emit)  # until the timed loops start
         live.start()
@@ -190,6 +276,8 @@ def run_worker(
         if proc.pid is not None:  # started
             proc.kill()
             proc.join()
+        if fresh:
+            close_interpreters()  # the trial is over: its idle interpreters too
         raise
     finally:
         receiver.close()
@@ -198,8 +286,27 @@ def run_worker(
     if proc.is_alive():
         proc.kill()
         proc.join()
+    try:
+        outcome = _outcome(message, proc.exitcode, share)
+    except WorkerFailed:
+        if fresh and share.worker == 0:  # the trial failed with its first worker
+            close_interpreters()
+        raise
+    if watch is not None:
+        watch.fill(outcome.part)
+    if share.worker == 0:  # worker 0's record is the trial's: say how its workers started
+        extra = outcome.result.get("extra")
+        outcome.result["extra"] = {
+            **(extra if isinstance(extra, dict) else {}),
+            "worker_start": interpreter_facts(),
+        }
+    return outcome
+
+
+def _outcome(message: WorkerReport | None, exitcode: int | None, share: Plan) -> Outcome:
+    """The worker's part, or why it has none."""
     if message is None:  # died: a segfault, an abort, os._exit, the OOM killer
-        code = proc.exitcode or 0
+        code = exitcode or 0
         how = (
             f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
         )
@@ -211,29 +318,13 @@ def run_worker(
         )
     if part.calls == 0 and not part.repetitions:
         raise WorkerFailed(f"worker {share.worker} timed no repetition")
-    if watch is not None:
-        watch.fill(part)
-    return Outcome(part, message.recorded)
+    return Outcome(part, dict(message.recorded))
 
 
 def _stop_meters(live: LiveMeter | None, watch: WorkerWatch | None) -> None:
     for meter in (live, watch):
         if meter is not None:
             meter.stop()
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when the trial process dies (an OOM kill, kill -9):
-    an orphaned worker would go on loading the machine and hold the agent's pipe open."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before the call: nobody will read our result
-            os._exit(1)
 
 
 def _signal_name(num: int) -> str:

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 import zipimport
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -43,6 +43,7 @@ from typing import IO, Any
 from ngb.core import events
 from ngb.core.artifact_hashes import verify_shipped
 from ngb.core.errors import NgbError
+from ngb.core.live_state import LastState, book_result, eta_book, eta_item
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 
@@ -72,6 +73,7 @@ class EventWriter:
         self._stream = stream
         self._lock = threading.Lock()
         self.broken = False
+        self.state = LastState()  # what a console attaching mid-trial is sent again
 
     def write_line(self, line: str) -> None:
         with self._lock:
@@ -84,7 +86,22 @@ class EventWriter:
                 self.broken = True
 
     def emit(self, event: dict[str, object]) -> None:
+        self.state.observe(event)
         self.write_line(events.encode(event))
+        self._snapshot()
+
+    def forward(self, line: str, event: Mapping[str, object]) -> None:
+        """A trial process's event line, passed on as it came (and remembered)."""
+        self.state.observe(event)
+        self.write_line(line)
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        """The last state again, when due (``ngb.core.live_state``: for a console that attaches
+        mid-trial)."""
+        snap = self.state.due(time.monotonic())
+        if snap is not None:
+            self.write_line(events.encode(snap))
 
     def __call__(self, type_: str, **fields: object) -> None:
         self.emit(events.make_event(type_, **fields))
@@ -233,7 +250,7 @@ def run_subprocess(
             payload = event.get("result")
             deadline = min(deadline, time.monotonic() + EXIT_GRACE_S)
         else:
-            out.write_line(raw.decode(errors="replace"))
+            out.forward(raw.decode(errors="replace"), event)
     _finish(proc, readers)
 
     if payload is not None and not timed_out:
@@ -395,6 +412,9 @@ def run_trials(
     counts = {"ok": 0, "failed": 0}
     verdicts: dict[str, str] = {}  # shipped artifacts found damaged: hash -> one line
     cancelled = False
+    # a tuning database records the run that searched it (ngb.core.compilers.tvm_tuning)
+    os.environ["NGB_RUN_ID"] = run_id
+    book = eta_book(done.values())
     with _CancelOnSignal(cancel) as guard:
         try:
             for index, spec in enumerate(pending, skipped + 1):
@@ -408,6 +428,9 @@ def run_trials(
                     label=spec.label,
                     index=index,
                     total=len(specs),
+                    eta=book.inputs(
+                        eta_item(spec), (eta_item(s) for s in pending[index - skipped :])
+                    ),
                 )
                 trial_dir = workdir / spec.key if workdir else None
                 problem = verify_shipped(spec.source, cache_dir, verdicts)
@@ -426,6 +449,7 @@ def run_trials(
                     break
                 record = {**result.to_dict(), "run_id": run_id}
                 append_checkpoint(checkpoint, record)
+                book_result(book, record, out.state.search_ended(spec.key))
                 counts["ok" if result.ok else "failed"] += 1
                 if result.ok:
                     out(events.TRIAL_DONE, key=spec.key, result=record)

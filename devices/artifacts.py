@@ -19,8 +19,14 @@ cache entry damaged on the device fails that trial with one line ("hash mismatch
 and is removed, and the next run uploads it again. Devices need no network and no copy of the
 user's repository: only the model file or the code folder the source names travels.
 
+An ONNX model's external data files (``Artifact.data_files``) are uploaded as files of their own
+into the model's ``<sha256>/`` folder (the address is the bundle's hash), so the runtime finds
+them beside the model. What a code folder ships is ``model_sources.folder_files``: its Python
+modules and packages, never ngb's own files (a results store kept beside the model) or the other
+files of a project folder.
+
 An artifact whose local file is gone or changed since the sweep was loaded is not uploaded; the
-device then fails its trials with one line, and the rest of the sweep goes on.
+device then fails its trials with one line naming what changed, and the rest of the sweep goes on.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ class ShipItem:
     sha256: str
     name: str
     local: str  # where the workstation has it
+    # a model file and the data files it reads travel as one bundle under one address: every
+    # name of the bundle (empty for a lone file or folder), for checking the address
+    bundle: tuple[str, ...] = ()
 
     @property
     def is_folder(self) -> bool:
@@ -83,8 +92,14 @@ def artifacts_in(trials: Iterable[Mapping[str, object]]) -> list[ShipItem]:
                 continue
             sha, name, local = art.get("sha256"), art.get("name"), art.get("local")
             protocol.check_artifact(sha, name)  # raises unless both are plain strings
-            if (sha, name) not in items:
-                items[(str(sha), str(name))] = ShipItem(str(sha), str(name), str(local or ""))
+            extra = art.get("data_files") or ()
+            data = [str(n) for n in extra] if isinstance(extra, list | tuple) else []
+            bundle = tuple(sorted({str(name), *data})) if data else ()
+            for member in (str(name), *data):
+                protocol.check_artifact(sha, member)
+                path = str(Path(str(local)).parent / member) if local and member != name else local
+                if (sha, member) not in items:
+                    items[(str(sha), member)] = ShipItem(str(sha), member, str(path or ""), bundle)
     return list(items.values())
 
 
@@ -120,15 +135,20 @@ def pack_folder(folder: Path, dest: Path) -> Path:
 def payload(item: ShipItem) -> tuple[Path, str]:
     """The bytes to upload for ``item`` and their sha256; ``NgbError`` (one line) when the local
     copy is gone or no longer has the recorded hash."""
-    from ngb.core.model_sources import sha256_of
+    from ngb.core.model_sources import bundle_sha256, changed_since, sha256_of
 
     local = Path(item.local)
     if not item.local or not local.exists():
         raise NgbError(f"model file {item.name} is gone from {item.local or 'the workstation'}")
-    if sha256_of(local) != item.sha256:
-        raise NgbError(f"{local} changed since the sweep was loaded; load the sweep again")
-    if not local.is_dir():
-        return local, item.sha256
+    if item.bundle:
+        model = local.parent / item.bundle[0]
+        others = item.bundle[1:]
+        if bundle_sha256(model, others) != item.sha256:
+            raise NgbError(changed_since(model, item.sha256, others))
+    elif sha256_of(local) != item.sha256:
+        raise NgbError(changed_since(local, item.sha256))
+    if not local.is_dir():  # a bundle's member is checked on arrival by its own bytes' hash
+        return local, sha256_of(local) if item.bundle else item.sha256
     packed = get_paths().cache / "artifacts" / f"{item.sha256}.zip"
     if not packed.is_file():
         pack_folder(local, packed)

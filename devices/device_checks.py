@@ -7,6 +7,7 @@ same words, so an entry check calls fine is never refused later:
   (the user and port belong in ``user`` and ``port``);
 - no ``host``, ``user`` or ``jump_host`` starts with ``-``: handed to ssh tools, such a value
   is read as an option (``-oProxyCommand=...`` runs a command);
+- ``user`` is a user name: no space, ``:`` or ``/`` (``"bob smith"`` passed ``devices check``);
 - a given ``identity_file`` exists and is a regular file.
 
 The structural validation (types, names, control characters) stays in ``inventory.check_device``;
@@ -36,6 +37,12 @@ def connection_problems(dev: Device) -> list[str]:
             problems.append(
                 f"{key} {shorten(value)!r} starts with '-' (ssh would read it as an option)"
             )
+    user_name = dev.user
+    if isinstance(user_name, str) and any(c.isspace() or c in ":/" for c in user_name):
+        # ssh would log in as another user, or as none ("bob smith" is two words to a shell)
+        problems.append(
+            f"user {shorten(user_name)!r} is not a user name (no spaces, ':' or '/' in one)"
+        )
     if "@" in host:
         user = host.rpartition("@")[0]
         problems.append(

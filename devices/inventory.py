@@ -34,15 +34,16 @@ from typing import Any
 import tomllib
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.safe_files import read_text, write_atomic
+from ngb.devices import slurm
 from ngb.devices.paths import get_paths
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
-TRANSPORTS = ("ssh", "local")
+TRANSPORTS = ("ssh", "local", "slurm")  # slurm: a partition (ngb.devices.slurm)
 LOCALHOST = "localhost"
 ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
 
 #: a device or group field's value as TOML and JSON write it (``Device.to_dict``/``to_table``)
-FieldValue = str | int | float | list[str] | None
+FieldValue = str | int | float | list[str] | slurm.SlurmTable | None
 
 HEADER = (
     "# ngb device inventory. Edit by hand or with `ngb devices add/edit/remove/import`;\n"
@@ -73,6 +74,8 @@ class Device:
     # what an hour of this device costs (any currency, the reports say "per hour's price");
     # None: the device's groups may give one (ngb.devices.pricing)
     price_per_hour: float | None = None
+    # transport "slurm" only: partition, gres, nodes... (checked by ngb.devices.slurm)
+    slurm: slurm.SlurmTable | None = None
 
     @property
     def is_local(self) -> bool:
@@ -96,6 +99,8 @@ class Device:
 
 
 def _copy(value: FieldValue) -> FieldValue:
+    if isinstance(value, dict):
+        return dict(value)
     return list(value) if isinstance(value, list) else value
 
 
@@ -240,11 +245,12 @@ class Inventory:
             )
         out: dict[str, Device] = {}
         for name in names:
-            if name in self.devices:
-                out.setdefault(name, self.devices[name])
-            elif name in self.group_names():
-                for dev in self.group_members(name):
-                    out.setdefault(dev.name, dev)
+            found = [self.devices[name]] if name in self.devices else None
+            if found is None and name in self.group_names():
+                found = self.group_members(name)
+            found = found if found is not None else slurm.slot_named(self.devices, name)
+            if found is not None:  # a Slurm entry runs as one device per wanted node
+                out.update({s.name: s for d in found for s in slurm.slots(d) if s.name not in out})
             else:
                 choices = list(self.devices) + self.group_names()
                 raise UnknownNameError("device or group", name, choices)
@@ -322,6 +328,7 @@ class Inventory:
                 )
             if jump == dev.name:
                 raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
+            slurm.check_login(dev, self.devices, f"{where}device {dev.name!r}: ")
         from ngb.devices.pricing import check_prices  # here: pricing reads an Inventory
 
         check_prices(self, where)
@@ -442,6 +449,7 @@ def check_device(dev: Device, where: str) -> None:
     if not isinstance(dev.notes, str):
         raise ConfigError(f"{dwhere}notes must be a string")
     check_price(dev.price_per_hour, dwhere)
+    slurm.check_entry(dev.transport, dev.slurm, dwhere)
     for key in ("groups", "tags"):
         value = getattr(dev, key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -458,6 +466,10 @@ def check_device(dev: Device, where: str) -> None:
             _refuse_control(value, f"{dwhere}{key}")
 
 
+#: a price per hour above this is a typo, and its costs would overflow (any currency)
+MAX_PRICE_PER_HOUR = 1e9
+
+
 def check_price(value: object, where: str) -> None:
     """A price per hour is a finite number >= 0 (or absent)."""
     if value is None:
@@ -466,6 +478,10 @@ def check_price(value: object, where: str) -> None:
         raise ConfigError(f"{where}price_per_hour must be a number, got {value!r}")
     if value < 0:
         raise ConfigError(f"{where}price_per_hour must be >= 0, got {value!r}")
+    if value > MAX_PRICE_PER_HOUR:  # 1e308 overflowed every cost to a 309-digit number
+        raise ConfigError(
+            f"{where}price_per_hour must be at most {MAX_PRICE_PER_HOUR:g}, got {value!r}"
+        )
 
 
 def _refuse_control(value: str | None, where: str) -> None:
@@ -536,6 +552,10 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     """Load and validate the inventory; a missing file gives just the built-in localhost."""
     target = Path(path) if path else get_paths().inventory
     if not target.exists():
+        if target.is_symlink():  # a dangling link is a mistake to show, not "no inventory"
+            raise ConfigError(
+                f"device inventory {target} is a link to {target.readlink()}, which does not exist"
+            )
         return Inventory(path=target)
     try:
         text = read_text(target, "inventory")  # a FIFO or device is refused, never blocks

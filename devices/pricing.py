@@ -77,22 +77,23 @@ def load_prices(inventory: Inventory) -> dict[str, Price]:
 
 
 def cost_per_million(
-    price_per_hour: float, throughput: float, ci_half: float | None = None
+    price_per_hour: float, throughput: float, low: float | None = None, high: float | None = None
 ) -> Estimate:
-    """Cost of a million inferences at ``throughput`` samples/s, with the throughput's interval
-    carried over (NaN when the throughput is not a positive number)."""
+    """Cost of a million inferences at ``throughput`` samples/s; with the throughput's interval
+    ``[low, high]``, the cost's interval ``[cost(high), cost(low)]`` (cost falls as throughput
+    rises, so the bounds swap; NaN when the throughput is not a positive number)."""
     if not (math.isfinite(throughput) and throughput > 0):
         return Estimate(math.nan)
 
     def cost(t: float) -> float:
         return price_per_hour / 3600.0 / t * 1e6 if t > 0 else math.inf
 
-    if ci_half is None or not math.isfinite(ci_half):
-        return Estimate(cost(throughput))
-    # cost falls as the throughput rises: the interval is asymmetric; the printed ± is its wider
-    # side, so the printed interval holds the true one (as every derived number in
-    # ngb.core.intervals is printed)
     value = cost(throughput)
-    return Estimate(
-        value, max(cost(throughput - ci_half) - value, value - cost(throughput + ci_half))
-    )
+    if not (math.isfinite(price_per_hour) and math.isfinite(value)):
+        return Estimate(math.nan)  # overflowed: no number rather than a 309-digit one
+    if low is None or high is None or not (0 < low <= high < math.inf):
+        return Estimate(value)
+    bounds = (cost(high), cost(low))
+    if not all(math.isfinite(b) for b in bounds):
+        return Estimate(value)
+    return Estimate(value, *bounds)

@@ -360,7 +360,13 @@ def make_transport(
     ssh_config: Sequence[str | Path] | None = None,
 ) -> Transport:
     """The right transport for a device: LocalTransport for ``local``, SshTransport (with these
-    settings) otherwise."""
+    settings) otherwise; a Slurm partition's slot goes through its login host's transport."""
+    if device.transport == "slurm":
+        from ngb.devices.slurm_transport import make_slurm_transport
+
+        return make_slurm_transport(device, inventory, make_transport, known_hosts=known_hosts,
+                                    connect_timeout=connect_timeout, ssh_config=ssh_config,
+                                    keepalive_interval=keepalive_interval)  # fmt: skip
     if device.is_local:
         from ngb.devices.local import LocalTransport
 

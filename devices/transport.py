@@ -32,10 +32,34 @@ class HostKeyError(TransportError):
         self.host, self.fingerprint, self.changed = host, fingerprint, changed
 
 
+class JobQueue(ABC):
+    """A batch scheduler between the workstation and the device (``SlurmTransport.queue``).
+
+    The run's commands still go through the transport; this is what only a scheduler can say.
+    """
+
+    @abstractmethod
+    async def state(self, run_id: str) -> str:
+        """The run's job on this device in one line (``PENDING (Resources)``); '' if none."""
+
+    @abstractmethod
+    async def ended(self, run_id: str, settle: float = 10.0) -> tuple[int, str] | None:
+        """``(job id, why)`` if the scheduler ended the job (time limit, preemption, scancel);
+        a job still ending is given up to ``settle`` seconds to reach its final state."""
+
+    @abstractmethod
+    async def cancel(self, run_id: str, run_dir: str) -> bool:
+        """ngb's own cancel of the run's job; False when no live job was found."""
+
+    # set by ``ended``'s caller: why the scheduler ended the job, until the start that follows
+    ended_by_scheduler: str | None = None
+
+
 class Transport(ABC):
     """One connection to one device. Async; safe to use from Textual's event loop."""
 
     name: str  # the device name, for messages
+    queue: JobQueue | None = None  # a scheduler's answers, where one hands the device out
 
     @abstractmethod
     async def connect(self) -> None:

@@ -4,10 +4,15 @@ The sub-packages ``ngb.core``, ``ngb.devices``, ``ngb.sweeps`` and ``ngb.tui`` a
 top-level folders (links here, real files in the wheel). The public Python API, for notebooks:
 
     import ngb
-    r = ngb.measure("conv", compiler="eager", batch=1)   # -> ngb.Result
+    r = ngb.measure("conv", compiler="identity", width=16)   # -> ngb.Result (identity: eager)
     r.throughput, r.interval, r.verdict
-    results, samples = ngb.open_results()                # pandas DataFrames
-    ngb.compare(a, b)                                    # speed-up, interval, "n.s."
+    mine = ngb.measure("/path/mymodel.py:build", compiler="onnxruntime", batch=4,
+                       kwargs={"width": 16}, inputs=["image:batch,3,32,32"],
+                       family="mine", db="results.duckdb", run="exp1")
+    onnx = ngb.measure("model.onnx", compiler="onnxruntime", batch=4, db="results.duckdb",
+                       run="exp1")                       # inputs read from the graph
+    ngb.compare(onnx, mine)                              # speed-up, interval, "n.s."
+    results, samples = ngb.open_results("results.duckdb", run="exp1")  # pandas DataFrames
 
 The names are loaded on first use (PEP 562) from ``ngb.sweeps.api``, so ``import ngb`` imports no
 torch, duckdb or pandas.

@@ -17,6 +17,13 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server >/dev/null
 fi
+# slurm-wlm + munge: the test fixture (tests/slurm.py) starts a one-machine Slurm cluster of its
+# own (munged, slurmctld, slurmd under a temporary folder) for the Slurm device tests.
+if ! command -v slurmctld >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmctld ]; then
+  echo "setup: installing slurm-wlm and munge (Debian) for the Slurm test fixture" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq slurm-wlm munge >/dev/null
+fi
 # chromium opens the HTML report in the browser test (~300 MB, small beside the ~6 GB of wheels).
 # Optional: where it cannot be installed the test skips, so a failure here does not stop set-up.
 if ! command -v chromium >/dev/null 2>&1; then
@@ -24,6 +31,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   { as_root apt-get update -qq &&
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null; } ||
     echo "setup: chromium not installed; the HTML browser test will be skipped" >&2
+fi
+# pdflatex compiles `ngb report all --format latex` on a two-column page in the LaTeX test
+# (latex-recommended holds booktabs; without recommends: ~145 MB, 25 MB to download).
+if ! command -v pdflatex >/dev/null 2>&1; then
+  echo "setup: installing texlive-latex-base/-recommended (Debian) for the LaTeX table test" >&2
+  { as_root apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
+      texlive-latex-base texlive-latex-recommended >/dev/null; } ||
+    echo "setup: pdflatex not installed; the LaTeX compile test will be skipped" >&2
 fi
 
 stamp="$VENV/.ngb-setup-stamp"

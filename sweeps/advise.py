@@ -2,16 +2,21 @@
 
 For each model and device in scope, every measured configuration (compiler, precision, batch,
 optimisation: the newest result per point, as the reports read them) is checked against the
-user's constraints -- p99 latency per call <= ``p99_ms``, max abs error against torch eager <=
-``max_err`` (the baseline itself counts as 0), peak memory <= ``max_mem_mb`` (GPU memory on a GPU
-target, resident memory on a CPU) -- and the ones that pass are ranked by the objective:
+user's constraints -- p99 latency per call <= ``p99_ms`` (its 95 % upper bound: ``_check_p99``),
+max abs error against torch eager <= ``max_err`` (the baseline itself counts as 0), peak memory
+<= ``max_mem_mb`` (GPU memory on a GPU target, resident memory on a CPU) -- and the ones that
+pass are ranked by the objective:
 
-- throughput: samples/s, higher is better; two choices are tied when the printed 95 % interval
-  of their ratio includes 1 (``ngb.sweeps.derived.speedup``, the reports' "n.s." test);
+- throughput: samples/s, higher is better;
 - cost: cost per million inferences (``ngb.devices.pricing``); on one device the price is a
-  constant factor, so the ranking and the ties are throughput's;
-- energy: joules per sample measured on the device, lower is better; tied when the two 95 %
-  intervals overlap. Configurations without a meter reading are left out (never guessed).
+  constant factor, so the ranking and the ties are throughput's; across devices the ratio of
+  the two costs (prices and both throughputs);
+- energy: joules per sample measured on the device, lower is better. Configurations without a
+  meter reading are left out (never guessed).
+
+Every tie is the reports' one rule: two choices are tied when the printed 95 % interval of their
+ratio (speed-up, cost ratio, energy ratio: ``ngb.sweeps.derived``) includes 1 -- never an
+overlap of two intervals, which calls a 1.18 [1.09, 1.26] cost ratio a tie.
 
 The numbers come from the report layer (``report_paper.throughput_cell``,
 ``report_deploy.cost_cell`` / ``energy_cell``), so ``ngb advise`` and ``ngb report energy`` print
@@ -24,12 +29,14 @@ the sweep that would settle it: the tied configurations measured again to a tigh
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
+from ngb.core import percentiles
 from ngb.core.errors import ConfigError
-from ngb.core.types import PRECISIONS
+from ngb.core.types import BLOCK_MODELS, PRECISIONS
 from ngb.sweeps import derived
-from ngb.sweeps.numbers import format_with_interval
+from ngb.sweeps.numbers import format_interval, format_value
 from ngb.sweeps.report_data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report_deploy import cost_cell, energy_cell
 from ngb.sweeps.report_paper import throughput_cell
@@ -102,8 +109,9 @@ def _number(value: object) -> float | None:
 def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
     row = c.row
     err = 0.0 if row["compiler"] == baseline else row.get("max_abs_err")
+    if limits.p99_ms is not None:
+        _check_p99(c, limits.p99_ms)
     checks = [
-        ("p99", _number(row.get("latency_p99_ms")), limits.p99_ms, "ms"),
         ("max abs err", _number(err), limits.max_err, ""),
         ("memory", _memory(row), limits.max_mem_mb, " MB"),
     ]
@@ -118,23 +126,49 @@ def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
             c.excess += (value - limit) / limit if limit > 0 else 1.0
 
 
+def _check_p99(c: Candidate, limit: float) -> None:
+    """p99 per call <= ``limit``, decided on the upper bound of its 95 % order-statistic
+    interval (``ngb.core.percentiles``): a p99 that may exceed the limit does not pass. A trial
+    with too few calls to bound its p99 misses, saying so; a result stored before the bounds
+    were (no call count) is held to its sample p99, as it was then."""
+    row = c.row
+    calls, high = _number(row.get("latency_calls")), _number(row.get("latency_p99_hi_ms"))
+    point = _number(row.get("latency_p99_ms"))
+    if calls is not None and high is None:
+        c.misses.append(
+            f"p99 not claimed: {percentiles.why_unclaimed(int(calls), 0.99)} (more calls or "
+            "processes: raise [measure] max_measure_s or repetitions)"
+        )
+        c.excess += 1.0
+    elif high is not None:
+        if high > limit:
+            seen = f"p99 {point:.3g}ms, " if point is not None else ""
+            c.misses.append(f"p99 may be {high:.3g}ms > {limit:g}ms ({seen}95 % upper bound)")
+            c.excess += (high - limit) / limit if limit > 0 else 1.0
+    elif point is None:
+        c.misses.append("p99 not recorded")
+        c.excess += 1.0
+    elif point > limit:
+        c.misses.append(f"p99 {point:.3g}ms > {limit:g}ms")
+        c.excess += (point - limit) / limit if limit > 0 else 1.0
+
+
 def _tied(best: Candidate, other: Candidate, objective: str, data: ReportData) -> bool:
     if objective in ("throughput", "cost"):
         ratio = derived.speedup(best.row, other.row)
-        # the reports' test on the printed interval; no interval stored: cannot tell
-        return ratio.half is not None and ratio.significant is False
-    b, o = best.energy, other.energy
-    if b.value is None or o.value is None or b.std is None or o.std is None:
-        return False
-    return b.value + b.std >= o.value - o.std
+    else:
+        ratio = derived.ratio(derived.energy_mean(other.row), derived.energy_mean(best.row))
+    # the reports' test on the printed interval; no interval stored: cannot tell
+    return ratio.significant is False
 
 
 def _settle(model: str, device: str, tied: list[Candidate]) -> str:
     """A sweep measuring the tied configurations again, to a tighter interval: one [[matrix]]
     per compiler, precision and optimisation (a cartesian product would add untied ones)."""
     target = str(tied[0].row.get("target") or "cpu")
+    name = "settle-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)[:50]  # resnet18@160: no '@'
     lines = [
-        f'name = "settle-{model}"',
+        f'name = "{name}"',
         f'device = "{target}"',
         "[measure]\nci_target = 0.01\nworkers = 6\nmax_workers = 20\nmax_measure_s = 60.0",
     ]
@@ -143,10 +177,19 @@ def _settle(model: str, device: str, tied: list[Candidate]) -> str:
         r = c.row
         key = (str(r["compiler"]), precision_of(r), str(r["optimisation"] or "none"))
         groups.setdefault(key, []).append(int(r["batch"]))
+    # `model` is the report label (conv32x1, resnet18@160): a sweep names the model and its
+    # width, depth and input size apiece, or `ngb sweeps check` refuses "conv32x1"
+    first = tied[0].row
+    width, depth, size = first.get("width"), first.get("depth") or 1, first.get("input_size")
+    axes = [f'models = ["{first["model"]}"]']
+    if first.get("model") in BLOCK_MODELS and width is not None:
+        axes += [f"widths = [{int(width)}]", f"depths = [{int(depth)}]"]
+    if size:
+        axes.append(f"input_sizes = [{int(size)}]")
     for (compiler, ran, opt), batches in groups.items():
         lines += [
             "[[matrix]]",
-            f'models = ["{model}"]',
+            *axes,
             f'compilers = ["{compiler}"]',
             "batches = [" + ", ".join(str(b) for b in sorted(batches)) + "]",
         ]
@@ -154,14 +197,16 @@ def _settle(model: str, device: str, tied: list[Candidate]) -> str:
             lines.append(f'optimisations = ["{opt}"]')
         if ran in PRECISIONS and ran != "default":
             lines.append(f'measure = {{ precision = "{ran}" }}')
-    return "\n".join(lines) + f"\n# then: ngb run settle-{model}.toml -d {device}"
+    return "\n".join(lines) + f"\n# then: ngb run {name}.toml -d {device}"
 
 
 def _fmt(cell: Cell, unit: str) -> str:
     if cell.value is None:
         return "-"
-    # rounded to what the interval supports, as every report prints it
-    return f"{format_with_interval(cell.value, cell.std)} {unit}".strip()
+    # the printed interval, rounded to what it supports, as every report prints it
+    interval = cell.interval
+    text = format_interval(cell.value, *interval) if interval else format_value(cell.value)
+    return f"{text} {unit}".strip()
 
 
 def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -> Advice:
@@ -228,6 +273,9 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
         pick = "pick either" if len(labels) == 2 else "pick any"
         advice.lines.append(f"  {names} are within noise: {pick}")
         advice.settle = _settle(model, device, [best, *advice.tied])
+    caution = _caution(best, rows)
+    if caution:
+        advice.lines.append(caution)
     ran = precision_of(best.row)
     if ran not in ("fp32", "?"):
         err = best.row.get("max_abs_err")
@@ -236,6 +284,22 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
             + (f" (max abs err {err:.3g} against eager)" if finite(err) else "")
         )
     return advice
+
+
+def _caution(best: Candidate, rows: list[TrialRow]) -> str:
+    """The reports' INVALID / disturbed note for the choice (empty when it is VALID and quiet):
+    advice built on a number its own stopping rule rejected must say so."""
+    flags = derived.result_flags(best.row)
+    if not flags:
+        return ""
+    judged = [r for r in rows if r.get("verdict")]
+    bad = [r for r in judged if derived.result_flags(r)]
+    reason = best.row.get("verdict_reason")
+    why = f" ({reason})" if isinstance(reason, str) and reason else ""
+    return (
+        f"  caution: {', '.join(flags)}{why}; {len(bad)} of {len(judged)} results here are not "
+        "VALID or disturbed: measure again"
+    )
 
 
 def _unit(objective: str) -> str:
@@ -259,9 +323,9 @@ def advise(
     return [advise_one(data, m, d, limits) for m in models for d in devices]
 
 
-def cheapest(advices: list[Advice]) -> list[str]:
+def cheapest(advices: list[Advice], data: ReportData) -> list[str]:
     """Per model over several devices (objective cost): the device whose choice costs least, and
-    the devices within noise of it (their cost intervals overlap)."""
+    the devices within noise of it (the printed interval of the cost ratio includes 1)."""
     out = []
     models = list(dict.fromkeys(a.model for a in advices))
     for model in models:
@@ -274,8 +338,7 @@ def cheapest(advices: list[Advice]) -> list[str]:
             continue
         priced.sort(key=lambda item: item[0].value or 0.0)
         (best, first), rest = priced[0], priced[1:]
-        reach = (best.value or 0.0) + (best.std or 0.0)
-        close = [a.device for c, a in rest if (c.value or 0.0) - (c.std or 0.0) <= reach]
+        close = [a.device for _, a in rest if _cost_tied(first, a, data)]
         line = f"{model}: cheapest on {first.device} ({_fmt(best, 'per 1M')})"
         if close:
             line += f"; {', '.join([first.device, *close])} are within noise: pick any"
@@ -283,7 +346,20 @@ def cheapest(advices: list[Advice]) -> list[str]:
     return out
 
 
-def render(advices: list[Advice], limits: Constraints) -> str:
+def _cost_tied(best: Advice, other: Advice, data: ReportData) -> bool:
+    """cost_other / cost_best = (price_o / price_b) * (T_b / T_o), judged against 1."""
+    if best.choice is None or other.choice is None:
+        return False
+    p_best, p_other = data.prices[best.device], data.prices[other.device]
+    ratio = derived.ratio(
+        derived.mean_of(best.choice.row),
+        derived.mean_of(other.choice.row),
+        scale=p_other.per_hour / p_best.per_hour,
+    )
+    return ratio.significant is False
+
+
+def render(advices: list[Advice], limits: Constraints, data: ReportData) -> str:
     given = [
         f"p99 <= {limits.p99_ms:g} ms" if limits.p99_ms is not None else "",
         f"max abs err <= {limits.max_err:g}" if limits.max_err is not None else "",
@@ -299,5 +375,5 @@ def render(advices: list[Advice], limits: Constraints) -> str:
             out.append("  to settle the tie, run this sweep:")
             out.extend("    " + line for line in a.settle.splitlines())
     if limits.objective == "cost":
-        out.extend(cheapest(advices))
+        out.extend(cheapest(advices, data))
     return "\n".join(out) + "\n"

@@ -10,8 +10,9 @@ that identify it and its recorded precision. The arithmetic is ``ngb.core.interv
 
 A ``Derived`` carries its verdict flags:
 
-- ``n.s.``: the printed (rounded) interval includes the null (1 for ratios, 0 for a slope) --
-  decided on the digits a reader sees, so "n.s." is exactly where the printed interval includes it;
+- ``n.s.``: the printed (rounded) interval ``[low, high]`` includes the null (1 for ratios, 0
+  for a slope) -- decided on the bounds a reader sees, one rule for every comparison (speed-up,
+  cost, energy, across devices), so "n.s." is exactly where the printed interval includes it;
 - ``n<2``: a result it is made of has no interval, so neither has it;
 - ``baseline``: a speed-up of a result over itself (exactly 1, no interval; RTR/ASE/BSR at
   batch 1 are exact too, without a flag);
@@ -30,7 +31,7 @@ from typing import Generic, TypeVar
 
 from ngb.core import intervals
 from ngb.core.intervals import Estimate, Mean
-from ngb.sweeps.numbers import format_with_interval, printed_interval
+from ngb.sweeps.numbers import Printed, format_interval, format_value, printed_bounds
 from ngb.sweeps.rows import mapping, number
 
 ResultRow = Mapping[str, object]  # a store row (``rows.StoreRow``) or one a caller built
@@ -124,42 +125,89 @@ class Derived:
         return self.estimate.value
 
     @property
-    def half(self) -> float | None:
-        """The printed ± (None: unknown, and for exact values)."""
-        half = self.estimate.half_width
-        return half if half and not self.estimate.exact else None
+    def interval(self) -> tuple[float, float] | None:
+        """The interval's bounds (None: unknown, and for exact values)."""
+        e = self.estimate
+        return (e.lo, e.hi) if e.known and not e.exact else None
+
+    @property
+    def low(self) -> float | None:
+        return self.interval[0] if self.interval else None
+
+    @property
+    def high(self) -> float | None:
+        return self.interval[1] if self.interval else None
+
+    @property
+    def printed(self) -> Printed | None:
+        """The value and bounds as every surface prints them (None without an interval)."""
+        bounds = self.interval
+        return printed_bounds(self.value, *bounds) if bounds else None
 
     @property
     def significant(self) -> bool | None:
         """Whether the printed interval excludes the null (None: no null, or unknown)."""
-        if self.null is None or self.half is None:
+        if self.null is None or self.interval is None:
             return None
         return NS not in self.flags
 
-    def text(self, sep: str = " ± ", with_flags: bool = True) -> str:
-        body = format_with_interval(self.value, self.half, sep)
+    def number(self) -> str:
+        """The value and its printed interval, without flags."""
+        bounds = self.interval
+        return format_interval(self.value, *bounds) if bounds else format_value(self.value)
+
+    def text(self, with_flags: bool = True) -> str:
+        body = self.number()
         notes = [f"({f})" if f == BASELINE_FLAG else f for f in self.flags]
         return " ".join([body, *notes]) if with_flags and notes else body
 
 
 def judge(estimate: Estimate, null: float | None, extra: Sequence[str] = ()) -> Derived:
-    """Wrap an estimate with its verdict, decided on the rounded (printed) interval."""
+    """Wrap an estimate with its verdict, decided on the printed (rounded) interval."""
     flags: list[str] = []
     if estimate.exact or not math.isfinite(estimate.value):
         pass  # exact by definition, or nothing to judge
     elif not estimate.known:
         flags.append(UNKNOWN)
     elif null is not None:
-        low, high = printed_interval(estimate.value, float(estimate.half or 0.0))
-        if low <= null <= high:
+        printed = printed_bounds(estimate.value, estimate.lo, estimate.hi)
+        if printed is None or printed.includes(null):
             flags.append(NS)
     flags.extend(extra)
     return Derived(estimate, tuple(flags), null)
 
 
 def throughput(row: ResultRow) -> Derived:
-    """A result's own mean throughput with its stored interval."""
-    return judge(intervals.symmetric(mean_of(row)), None)
+    """A result's own mean throughput with its stored interval on the log scale (positive)."""
+    return judge(intervals.positive(mean_of(row)), None)
+
+
+def energy_mean(row: ResultRow) -> Mean:
+    """A result's energy per sample (J) with its interval over the same processes (their df)."""
+    value = _number(row.get("energy_j_per_sample"))
+    half = _number(row.get("energy_j_per_sample_ci_half"))
+    base = mean_of(row)
+    key = ("energy", base.key)
+    return Mean(value if value is not None else math.nan, half, base.df, key, level=base.level)
+
+
+def energy(row: ResultRow, scale: float = 1.0) -> Derived:
+    """Energy per sample (J, times ``scale``) with its interval on the log scale (positive)."""
+    return judge(intervals.power_product([(energy_mean(row), 1.0)], scale=scale), None)
+
+
+def cost(row: ResultRow, price_per_hour: float) -> Derived:
+    """Cost per million inferences at the result's throughput: ``price / 3600 * 1e6 / T``, the
+    throughput's log-scale interval carried over (its bounds swap)."""
+    return judge(
+        intervals.power_product([(mean_of(row), -1.0)], scale=price_per_hour / 3.6e-3), None
+    )
+
+
+def ratio(a: Mean, b: Mean, scale: float = 1.0) -> Derived:
+    """``scale * a / b`` judged against 1: the one test for every comparison that is not a
+    speed-up of two rows (energy, cost, across devices)."""
+    return judge(intervals.power_product([(a, 1.0), (b, -1.0)], scale=scale), 1.0)
 
 
 def speedup(row: ResultRow, base: ResultRow) -> Derived:

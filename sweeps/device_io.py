@@ -20,7 +20,7 @@ from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts
 from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import CommandResult, Transport, TransportError
-from ngb.sweeps import device_claim
+from ngb.sweeps import device_claim, device_queue
 from ngb.sweeps.run_state import DeviceRun
 
 
@@ -98,6 +98,7 @@ async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
     """Start the agent of an existing run dir again; its pid."""
     transport, paths = dev.transport, dev.paths
     assert transport is not None and paths is not None and dev.agent_path
+    device_queue.refuse_restart(dev)  # a scheduler that ended the job: fail, do not queue again
     argv = remote.start_agent_argv(dev.device.python, dev.agent_path, paths, isolate=isolate)
     out = await start_gated(dev, argv)
     try:
@@ -109,6 +110,9 @@ async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
 async def send_cancel(dev: DeviceRun) -> str:
     """SIGTERM the agent (it stops after its trial in flight); what happened, in a few words."""
     assert dev.transport is not None and dev.paths is not None
+    if await device_queue.cancel(dev):  # scancel: the queued job leaves, a running agent stops
+        dev.cancel_sent = True
+        return "cancel sent (scancel)"
     res = await dev.transport.run(remote.signal_argv(dev.paths, dev.pid, "TERM"), timeout=30)
     if res.returncode < 0:
         raise TransportError(f"{dev.name}: connection lost while sending the cancel")
@@ -155,7 +159,8 @@ async def read_pid(dev: DeviceRun) -> int | None:
 async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, object]]:
     assert dev.paths is not None
     text = await fetch_text(dev, dev.paths.checkpoint)
-    return remote.parse_checkpoint(text or "")
+    text = await device_queue.scheduler_end(dev, text or "")
+    return remote.parse_checkpoint(text)
 
 
 async def read_trial_keys(dev: DeviceRun) -> set[str]:
@@ -206,6 +211,7 @@ async def follow_events(
     *,
     watchdog: float,
     timeout: float,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Consume the event log from ``dev.offset`` until the agent exits (tail --pid ends).
 
@@ -227,13 +233,16 @@ async def follow_events(
         async for line in stream:
             last_line = loop.time()
             event = reader.feed(line)
+            if event is not None and event.get("type") == ev.TRIAL_FAILED:
+                event = await device_queue.amend_failure(dev, event)  # the scheduler's reason
             dev.offset = reader.offset
-            if event is not None:
+            if event is not None and not await device_queue.foreign_cancel(dev, event):
                 on_event(dev, event)
                 if event.get("type") == ev.RUN_DONE:
                     return
 
     consumer = asyncio.create_task(consume())
+    poller = asyncio.create_task(device_queue.poll(dev, say))  # a scheduler's queue state
     try:
         while True:
             done, _ = await asyncio.wait({consumer}, timeout=watchdog)
@@ -243,6 +252,7 @@ async def follow_events(
             if loop.time() - last_line >= watchdog and not await alive(dev, timeout):
                 break
     finally:
+        poller.cancel()
         if not consumer.done():
             consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)

@@ -121,7 +121,7 @@ class FigureData(ReportData):
         if finite(stored):
             out["ci_half"], out["ci_source"] = float(stored), "stored"
         elif own.known:
-            out["ci_half"], out["ci_source"] = own.half, "t-interval"
+            out["ci_half"], out["ci_source"] = own.half, "t-interval"  # the stored half-width
         else:
             out["ci_half"], out["ci_source"] = None, "none"
         return out
@@ -131,16 +131,17 @@ class FigureData(ReportData):
 
 
 def derived_bar(value: derived.Derived) -> ErrorBar:
-    """The error bar of a derived number: its printed ``± half`` (the reports' and the
-    console's), cut at zero below (a ratio is never negative: the axis stays positive); (0, 0)
-    for a value exact by definition, None when its interval is unknown."""
+    """The error bar of a derived number: the distances to its printed interval's bounds (the
+    reports' and the console's; a ratio's or a throughput's lower bound is above zero, so a log
+    axis draws it); (0, 0) for a value exact by definition, None when its interval is unknown."""
     if not finite(value.value):
         return None
     if value.estimate.exact:
         return (0.0, 0.0)
-    if value.half is None:
+    printed = value.printed
+    if printed is None:
         return None
-    return (min(value.half, value.value), value.half)
+    return (max(value.value - printed.low, 0.0), max(printed.high - value.value, 0.0))
 
 
 # ---------------------------------------------------------------- captions

@@ -16,6 +16,7 @@ import importlib.util
 import io
 import math
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -30,11 +31,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
 
 FORMATS = ("png", "svg", "pdf")
 PANEL_W, PANEL_H = 3.4, 2.7  # inches per panel
 PNG_DPI = 150
 MARKERS = "osD^vP*Xh<>"
+LEGEND_ROW_IN = 0.2  # one row of the 8 pt legend
 
 
 class _SaveOptions(TypedDict, total=False):
@@ -90,7 +93,7 @@ def draw(spec: FigureSpec) -> Figure:
     axes = fig.subplots(rows, cols, squeeze=False)
     handles: dict[str, Artist] = {}
     # one colour scale for every heatmap of a figure, so panels compare at a glance
-    shared = [float(v) for p in spec.panels if isinstance(p, HeatPanel) for row in p.values
+    shared = [float(v) for p in spec.panels if isinstance(p, HeatPanel) for row in _shades(p)
               for v in row if v is not None and math.isfinite(v)]  # fmt: skip
     for index, ax in enumerate(axes.flat):
         if index >= len(spec.panels):
@@ -126,15 +129,66 @@ def draw(spec: FigureSpec) -> Figure:
             handles["hatched: n.s. (interval includes 0)"] = Patch(
                 facecolor="white", edgecolor="0.3", hatch="///"
             )
-        fig.legend(
-            list(handles.values()),
-            list(handles),
-            loc="outside lower center",
-            ncols=min(len(handles), 5),
-            fontsize=8,
-            frameon=False,
-        )
+        _fit_texts(fig, handles)
+    else:
+        _fit_texts(fig, {})
     return fig
+
+
+def _legend(fig: Figure, handles: dict[str, Artist], columns: int) -> Legend:
+    return fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside lower center",
+        ncols=columns,
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def _wrapped(text: str, have: float, need: float) -> str:
+    """``text`` rewrapped so its widest line, ``need`` wide now, takes about ``have``."""
+    longest = max(len(line) for line in text.splitlines())
+    chars = max(8, int(longest * have / need * 0.92))
+    return textwrap.fill(" ".join(text.split()), chars, break_long_words=False)
+
+
+def _fit_texts(fig: Figure, handles: dict[str, Artist]) -> None:
+    """Wrap titles wider than their space and give the legend fewer columns until each fits the
+    canvas: the figure keeps the size a paper column expects, and nothing is cut at its edges.
+    Measured with the renderer after the layout, so long compiler names or a long title of a
+    one-panel figure are handled whatever the font."""
+    width = fig.bbox.width * 0.98
+    base_height = fig.get_figheight()  # room for one legend row is in it (see draw)
+    columns = min(len(handles), 5)
+    legend = _legend(fig, handles, columns) if handles else None
+    for _ in range(3):  # each pass sizes what sticks out from its measured width: one usually does
+        fig.draw_without_rendering()
+        renderer = fig._get_renderer()  # type: ignore[attr-defined]  # noqa: SLF001
+        changed = False
+        for title in fig.texts:  # the suptitle (draw makes no other figure text)
+            need = title.get_window_extent(renderer).width
+            if need > width:
+                title.set_text(_wrapped(title.get_text(), width, need))
+                changed = True
+        for ax in fig.axes:
+            need = ax.title.get_window_extent(renderer).width
+            have = min(ax.bbox.width * 1.1, width)  # a title may reach a little over its axes
+            if ax.get_title() and need > have:
+                ax.set_title(_wrapped(ax.get_title(), have, need))
+                changed = True
+        if legend is not None and columns > 1:
+            need = legend.get_window_extent(renderer).width
+            if need > width:
+                columns = max(1, min(columns - 1, int(columns * width / need)))
+                legend.remove()  # its box is laid out when made: a new one with fewer columns
+                legend = _legend(fig, handles, columns)
+                # the rows it gains are added to the canvas, not taken from the panels
+                rows = math.ceil(len(handles) / columns) - 1
+                fig.set_figheight(base_height + rows * LEGEND_ROW_IN)
+                changed = True
+        if not changed:
+            return
 
 
 def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
@@ -236,6 +290,9 @@ def _heat(fig: Figure, ax: Axes, panel: HeatPanel, shared: list[float]) -> None:
     from matplotlib.colors import LogNorm, Normalize
 
     grid = np.array([[math.nan if v is None else float(v) for v in row] for row in panel.values])
+    shades = np.array(
+        [[math.nan if v is None else float(v) for v in row] for row in _shades(panel)]
+    )
     finite = np.array(shared)
     if panel.centre is not None:
         # a ratio: log colours symmetric around the centre, so 0.5 and 2 are equally strong
@@ -247,18 +304,18 @@ def _heat(fig: Figure, ax: Axes, panel: HeatPanel, shared: list[float]) -> None:
     else:
         norm = Normalize(0.0, max(1.0, float(finite.max()) if finite.size else 1.0))
         cmap = "viridis"
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+    image = ax.imshow(np.ma.masked_invalid(shades), cmap=cmap, norm=norm, aspect="auto")
     ax.set_xticks(range(len(panel.cols)), panel.cols)
     ax.set_yticks(range(len(panel.rows)), panel.rows)
     for (r, c), value in np.ndenumerate(grid):
         if math.isfinite(value):
-            shade = norm(value)
+            shade = norm(shades[r, c])
             dark = (shade > 0.25 and shade < 0.75) if panel.centre is not None else shade > 0.55
             text = panel.texts[r][c] if panel.texts is not None else None
             ax.text(
                 c,
                 r,
-                (text or f"{value:.2f}").replace(" ± ", "\n± ", 1),
+                (text or f"{value:.2f}").replace(" [", "\n[", 1),
                 ha="center",
                 va="center",
                 fontsize=7,
@@ -273,6 +330,21 @@ def _heat(fig: Figure, ax: Axes, panel: HeatPanel, shared: list[float]) -> None:
         bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     bar.set_label(panel.label, fontsize=8)
     bar.ax.tick_params(labelsize=7)
+
+
+def _shades(panel: HeatPanel) -> list[list[float | None]]:
+    """The values the cells are coloured by: a cell the reports call n.s. (its interval includes
+    the centre: no effect shown) takes the centre's neutral colour, whatever its mean; a deep red
+    for "10 [1, 100] n.s." would show an effect the data do not."""
+    if panel.centre is None or panel.texts is None:
+        return panel.values
+    return [
+        [
+            panel.centre if v is not None and "n.s." in (t or "") else v
+            for v, t in zip(vs, ts, strict=True)
+        ]
+        for vs, ts in zip(panel.values, panel.texts, strict=True)
+    ]
 
 
 def _bars(ax: Axes, panel: BarPanel, handles: dict[str, Artist]) -> None:
@@ -311,6 +383,43 @@ def _bars(ax: Axes, panel: BarPanel, handles: dict[str, Artist]) -> None:
     ax.set_ylabel(panel.ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.5)
+
+
+def _texts(fig: Figure) -> list[tuple[str, Artist]]:
+    """The figure's titles and legends, named for a message."""
+    found: list[tuple[str, Artist]] = []
+    # the figure's own texts: its title (``suptitle`` is one of them) and any note
+    found += [(f"title {t.get_text()!r}", t) for t in fig.texts if t.get_text()]
+    found += [(f"figure legend {i + 1}", legend) for i, legend in enumerate(fig.legends)]
+    for ax in fig.axes:
+        if ax.get_title():
+            found.append((f"panel title {ax.get_title()!r}", ax.title))
+        legend = ax.get_legend()
+        if legend is not None:
+            found.append((f"legend of {ax.get_title()!r}", legend))
+        for label in (ax.xaxis.label, ax.yaxis.label):
+            if label.get_text():
+                found.append((f"axis label {label.get_text()!r}", label))
+    return found
+
+
+def text_outside_canvas(fig: Figure, slack_px: float = 0.5) -> list[str]:
+    """What sticks out of the canvas once laid out and drawn (empty: everything is inside):
+    the renderer's own extent of each title, legend and axis label against the figure's box."""
+    fig.draw_without_rendering()  # runs the constrained layout with a real renderer
+    renderer = fig._get_renderer()  # type: ignore[attr-defined]  # noqa: SLF001
+    box = fig.bbox
+    out = []
+    for what, artist in _texts(fig):
+        ext = artist.get_window_extent(renderer)
+        if (
+            ext.x0 < box.x0 - slack_px
+            or ext.x1 > box.x1 + slack_px
+            or ext.y0 < box.y0 - slack_px
+            or ext.y1 > box.y1 + slack_px
+        ):
+            out.append(f"{what}: {ext.x0:.0f}..{ext.x1:.0f} x {ext.y0:.0f}..{ext.y1:.0f} px")
+    return out
 
 
 def _stable_ids(svg: str) -> str:
@@ -359,4 +468,4 @@ def save(fig: Figure, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Pa
     return written
 
 
-__all__ = ["FORMATS", "Panel", "draw", "save", "svg_text"]
+__all__ = ["FORMATS", "Panel", "draw", "save", "svg_text", "text_outside_canvas"]

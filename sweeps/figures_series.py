@@ -6,9 +6,10 @@ BSR = ASE_c / ASE_identity. Where a report already computes a figure's numbers (
 table, ranking reversals) the figure is built from that report's rows, so a figure and its table
 cannot disagree.
 
-Error bars are 95 % confidence intervals: a throughput's own interval (``FigureData``), and for
-speed-up, ASE and BSR exactly the ``value ± half`` of ``ngb.sweeps.derived`` that the reports and
-the console print (``derived_bar``: cut at zero, a ratio is never negative). Points drawn hollow
+Error bars are 95 % confidence intervals, exactly the printed ``[low, high]`` of
+``ngb.sweeps.derived`` that the reports and the console print (``derived_bar``): a throughput's
+own interval, an energy per sample's, a speed-up's, ASE's and BSR's -- all positive quantities
+whose lower bound is above zero, so a log axis draws every bar. Points drawn hollow
 ("weak") are not significantly different from the baseline (the printed interval includes 1: the
 reports' "n.s.") or were judged INVALID by the stopping rule; a cross over a point marks a ratio
 between results of different precisions (the reports' "≠prec").
@@ -60,9 +61,8 @@ def _weak(value: derived.Derived, *trials: FigureTrial) -> bool:
 
 
 def _sym(trial: FigureTrial | None) -> ErrorBar:
-    """A throughput's own symmetric interval as an error bar."""
-    half = trial.get("ci_half") if trial else None
-    return (half, half) if finite(half) else None
+    """A throughput's own interval (``derived.throughput``, on the log scale) as an error bar."""
+    return derived_bar(derived.throughput(trial)) if trial is not None else None
 
 
 def _scope_title(base: str, rows: Sequence[FigureTrial], device: str, target: str | None) -> str:
@@ -138,13 +138,12 @@ def energy(data: FigureData) -> FigureSpec:
         lines = []
         for compiler in _compilers(cell):
             mine = sorted((r for r in cell if r["compiler"] == compiler), key=lambda r: r["batch"])
-            halves = [_finite_or_none(r.get("energy_j_per_sample_ci_half")) for r in mine]
             lines.append(
                 Line(
                     compiler,
                     [r["batch"] for r in mine],
                     [known(r.get("energy_j_per_sample")) * 1000 for r in mine],
-                    [(h * 1000, h * 1000) if h is not None else None for h in halves],
+                    [derived_bar(derived.energy(r, 1000.0)) for r in mine],
                     [_invalid(r) for r in mine],
                     compiler,
                 )
@@ -157,10 +156,6 @@ def energy(data: FigureData) -> FigureSpec:
 def _with_source(trial: FigureTrial, source: str) -> FigureTrial:
     out: FigureTrial = {**trial, "ci_source": source}
     return out
-
-
-def _finite_or_none(value: object) -> float | None:
-    return float(value) if finite(value) else None
 
 
 def _speedup_line(

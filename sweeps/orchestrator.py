@@ -404,9 +404,9 @@ class Orchestrator:
         self._writer.wake()  # record pid + paths soon: `attach` needs them
 
     async def _follow(self, dev: DeviceRun) -> None:
-        await device_io.follow_events(
-            dev, self._on_agent_event, watchdog=self.watchdog, timeout=self.connect_timeout
-        )
+        say = functools.partial(self._say, dev)  # a scheduler's queue state (device_queue)
+        await device_io.follow_events(dev, self._on_agent_event, watchdog=self.watchdog,
+                                      timeout=self.connect_timeout, say=say)  # fmt: skip
         self._mark_dirty(dev)
 
     def _on_agent_event(self, dev: DeviceRun, event: dict[str, object]) -> None:

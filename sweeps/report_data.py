@@ -29,7 +29,9 @@ R = TypeVar("R", bound=Mapping[str, object])
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
-# What identifies one measured point across runs (the "newest wins" partition).
+# What identifies one measured point across runs (the "newest wins" partition). The precision
+# that ran is part of it: an openvino b1 bf16 result and an fp32 one are two points, and neither
+# hides the other in a report or ``ngb advise``.
 POINT_COLUMNS = (
     "device",
     "model",
@@ -40,6 +42,7 @@ POINT_COLUMNS = (
     "batch",
     "target",
     "input_size",
+    "precision",
 )
 _TRIAL_COLUMNS = (
     "run_id",
@@ -58,9 +61,10 @@ _TRIAL_COLUMNS = (
     "verdict",
     "verdict_reason",
     "disturbed",
-    "precision",
     # what deciding a deployment needs (sweeps/report_deploy.py, sweeps/advise.py)
     "latency_p99_ms",
+    "latency_p99_hi_ms",  # its upper 95 % bound; NULL: too few calls to claim it
+    "latency_calls",
     "max_abs_err",
     "peak_rss_mb",
     "gpu_mem_mb",
@@ -77,15 +81,26 @@ _TRIAL_COLUMNS = (
 
 @dataclass(frozen=True)
 class Cell:
-    """A value with an optional spread and a note such as "n.s." (not significant).
+    """A value with its 95 % interval or a spread, and a note such as "n.s." (not significant).
 
-    ``std`` is what the renderers print after ``±``: a standard deviation where a table's notes
-    say so (Table VI), otherwise the half-width of the value's 95 % confidence interval.
-    """
+    ``low``/``high``: the bounds of the value's 95 % confidence interval, printed as they are
+    (``6.3 [4.1, 9.6]``, ``ngb.sweeps.numbers.format_interval``). ``std``: a standard deviation
+    printed after ``±`` (Table VI's spread over a family: a dispersion, not an interval)."""
 
     value: float | None
     std: float | None = None
     note: str = ""
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if self.low is None or self.high is None:
+            return None
+        return (self.low, self.high)
+
+    def with_note(self, note: str) -> Cell:
+        return Cell(self.value, self.std, note, self.low, self.high)
 
 
 @dataclass
@@ -115,6 +130,30 @@ def precision_of(row: Mapping[str, object]) -> str:
     return str(row.get("precision") or "?")
 
 
+def series_names(
+    rows: Sequence[R], baseline: str, x: Callable[[R], object] = lambda r: r.get("batch")
+) -> dict[int, str]:
+    """``{id(row): name}`` for rows of one group (one model on one device): the compiler's name,
+    or ``"compiler precision"`` where that compiler has results at several precisions for the
+    same batch (or other ``x``), so tables keyed by compiler and batch keep every precision
+    instead of one overwriting the other. The baseline keeps its plain name for its most common
+    precision (fp32 first), so speed-ups still find it."""
+    at_batch: dict[tuple[str, object], set[str]] = {}
+    for r in rows:
+        at_batch.setdefault((str(r["compiler"]), x(r)), set()).add(precision_of(r))
+    split = {c for (c, _), ran in at_batch.items() if len(ran) > 1}
+    names = {}
+    for r in rows:
+        compiler, ran = str(r["compiler"]), precision_of(r)
+        if compiler not in split:
+            names[id(r)] = compiler
+            continue
+        mine = sorted({precision_of(x) for x in rows if x["compiler"] == compiler})
+        plain_one = compiler == baseline and ran == min(mine, key=lambda p: (p != "fp32", p))
+        names[id(r)] = compiler if plain_one else f"{compiler} {ran}"
+    return names
+
+
 class PrecisionMarks:
     """The ratios of one table that compare two precisions: marked where they stand, named once
     in the table's notes. Such a ratio measures the number format too (bf16 against fp32, say),
@@ -137,7 +176,7 @@ class PrecisionMarks:
         self.pairs.add((str(row["compiler"]), ran, self.baseline, base_ran))
         if PRECISION_MARK in cell.note:  # ngb.sweeps.derived marked it already
             return cell
-        return Cell(cell.value, cell.std, f"{cell.note} {PRECISION_MARK}".strip())
+        return cell.with_note(f"{cell.note} {PRECISION_MARK}".strip())
 
     def add_note(self, table: Table) -> None:
         """Name the pairs marked in ``table`` (nothing when there are none)."""

@@ -3,7 +3,7 @@
 - dlas: for each trial with an optimisation, the same point without one (same device, model,
   width, depth, compiler, batch) is the baseline. achieved = T_opt / T_none; expected = the
   compression ratio recorded by ``ngb.core.optimise`` (bytes for fp16/int8, non-zero parameters
-  for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries ± its 95 %
+  for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries its 95 %
   interval (from both results' stored intervals, ``ngb.sweeps.derived``) and "n.s." when that
   interval includes 1 (the optimisation made no significant difference).
 - reversals: on each device, at each batch, every pair of models (A, B) with A faster than B under

@@ -1,14 +1,15 @@
 """How a report's values read as text: numbers with enough digits to compare, ``Cell`` as
-``mean ± std note``. Shared by the plain renderers (``report_render``) and LaTeX
-(``report_latex``), which is why it is a module of its own: each of them imports it at module
-level, and ``report_render`` imports ``report_latex`` without an import loop (issue 22).
+``mean [low, high] note`` (an interval) or ``mean ± std note`` (a standard deviation). Shared by
+the plain renderers (``report_render``) and LaTeX (``report_latex``), which is why it is a module
+of its own: each of them imports it at module level, and ``report_render`` imports
+``report_latex`` without an import loop (issue 22).
 """
 
 from __future__ import annotations
 
 import math
 
-from ngb.sweeps.numbers import format_with_interval
+from ngb.sweeps.numbers import format_interval, format_with_interval
 from ngb.sweeps.report_data import Cell
 
 
@@ -30,7 +31,9 @@ def fmt_cell(value: object) -> str:
     if isinstance(value, Cell):
         if value.value is None:
             return "-"
-        if value.std is not None and math.isfinite(value.std) and value.std > 0:
+        if value.interval is not None:
+            text = format_interval(value.value, *value.interval)
+        elif value.std is not None and math.isfinite(value.std) and value.std > 0:
             # only the digits the interval supports (ngb.sweeps.numbers), as on every surface
             text = format_with_interval(value.value, value.std)
         else:

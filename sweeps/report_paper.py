@@ -11,7 +11,7 @@ choice, the choice is written here and in the table's notes):
 - families (Table VI): per device, family and compiler, over the family's models at batch 2..4 and
   at batch 8..16: mean ± sample std (ddof=1) of the per-trial mean throughputs, and the same for
   the system-wide CPU % -- i.e. the spread across the (model, batch) cells of the group; beside it
-  "CI ±x", the 95 % interval of that mean from the trials' own repetitions.
+  "CI x [low, high]", the 95 % interval of that mean from the trials' own intervals.
 - depth (Tables VII/VIII): speed-up over the baseline (identity unless the sweep names another)
   at each depth for every block kind, width, batch and compiler, the least-squares slope of
   speed-up over depth and retention (deepest / depth 1).
@@ -21,11 +21,12 @@ choice, the choice is written here and in the table's notes):
 Only trials without an optimisation (``optimisation = 'none'``) enter these tables.
 
 Uncertainty (``ngb.sweeps.derived``, the one place every surface takes derived numbers from):
-every derived number carries ``± half-width`` of its 95 % interval, computed from the stored
-interval (mean, half-width, degrees of freedom) of every result it is made of. A speed-up, BSR or
-retention whose interval includes 1, or a slope whose interval includes 0, is marked "n.s." (not
-significant: the data do not say it differs from "no effect"); "n<2" where a trial has fewer than
-two repetitions and no interval can be known. A throughput's ``±`` is its own t interval.
+every derived number carries the bounds ``[low, high]`` of its 95 % interval, computed from the
+stored interval (mean, half-width, degrees of freedom) of every result it is made of. A speed-up,
+BSR or retention whose interval includes 1, or a slope whose interval includes 0, is marked "n.s."
+(not significant: the data do not say it differs from "no effect"); "n<2" where a trial has fewer
+than two repetitions and no interval can be known. A throughput's interval is its own t interval
+carried to the log scale.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from typing import TypeVar
 
 from ngb.sweeps import derived
 from ngb.sweeps.derived import Derived
-from ngb.sweeps.numbers import format_with_interval
 from ngb.sweeps.report_data import (
     Cell,
     PrecisionMarks,
@@ -49,6 +49,7 @@ from ngb.sweeps.report_data import (
     group_by,
     positive,
     precision_of,
+    series_names,
 )
 from ngb.sweeps.rows import TrialRow, mapping
 
@@ -67,7 +68,8 @@ def compiler_order(name: str) -> tuple[int, str]:
     from ngb.core.compilers import list_compilers
 
     names = list_compilers(include_internal=True)
-    return (names.index(name) if name in names else len(names), name)
+    compiler = name.split(" ")[0]  # "openvino bf16": a compiler's series at one precision
+    return (names.index(compiler) if compiler in names else len(names), name)
 
 
 def plain(rows: Sequence[R]) -> list[R]:
@@ -94,21 +96,22 @@ def significance_note(data: ReportData, a: Mapping[str, object], b: Mapping[str,
 
 
 def cell(value: Derived | None) -> Cell | None:
-    """A derived number as a report cell: ``value ± half`` and its verdict flags as the note."""
+    """A derived number as a report cell: its value, interval and verdict flags as the note."""
     if value is None:
         return None
     if not math.isfinite(value.value):
         return Cell(None)
-    return Cell(value.value, value.half, " ".join(value.flags))
+    return Cell(value.value, None, " ".join(value.flags), value.low, value.high)
 
 
 def throughput_cell(data: ReportData, row: Mapping[str, object]) -> Cell | None:
-    """A trial's mean throughput ± its own stored interval."""
+    """A trial's mean throughput [its own stored interval]."""
     return cell(derived.throughput(row))
 
 
 UNCERTAINTY_NOTE = (
-    "± = 95 % interval (from each result's stored interval, delta method on the log scale); "
+    "[low, high] = 95 % interval (from each result's stored interval, on the log scale for "
+    "ratios and throughputs, so its bounds are positive); "
     "n.s. = the printed interval includes 1 (0 for a slope): no significant effect; "
     "n<2 = too few repetitions for an interval; baseline = the baseline over itself (exactly 1)"
 )
@@ -192,7 +195,7 @@ def families(data: ReportData) -> Report:
     )  # fmt: skip
     table.notes.append(
         "mean ± std over the family's (model, batch) cells; T in samples/s, CPU % system-wide; "
-        "CI = the mean T ± its 95 % interval from the trials' own intervals"
+        "CI = the mean T [its 95 % interval] from the trials' own intervals"
     )
     keyed = group_by(rows, lambda r: (r["device"], r.get("family") or "", r["compiler"]))
     for device, family, compiler in sorted(keyed, key=lambda k: (k[0], k[1], compiler_order(k[2]))):
@@ -203,11 +206,7 @@ def families(data: ReportData) -> Report:
             spread = mean_std([r["throughput_mean"] for r in inside])
             if spread.value is not None:
                 ci = derived.mean_of_means(inside)
-                note = (
-                    f"CI {format_with_interval(ci.value, ci.half)}"
-                    if ci.half is not None
-                    else "CI n<2"
-                )
+                note = f"CI {ci.number()}" if ci.interval is not None else "CI n<2"
                 spread = Cell(spread.value, spread.std, note)
             tput.append(spread)
             cpu.append(mean_std([r["cpu_percent_mean"] for r in inside]))
@@ -319,12 +318,16 @@ def depth(data: ReportData) -> Report:
 
 def _batch_groups(data: ReportData) -> dict[BatchKey, PerCompiler]:
     """``{(device, label, target, input_size): {compiler: {batch: trial row}}}``."""
-    out: dict[BatchKey, PerCompiler] = {}
+    groups: dict[BatchKey, list[TrialRow]] = {}
     for r in plain(data.trials()):
-        if not positive(r.get("throughput_mean")):
-            continue
-        key = (r["device"], r["label"], r.get("target"), r.get("input_size"))
-        out.setdefault(key, {}).setdefault(r["compiler"], {})[r["batch"]] = r
+        if positive(r.get("throughput_mean")):
+            key = (r["device"], r["label"], r.get("target"), r.get("input_size"))
+            groups.setdefault(key, []).append(r)
+    out: dict[BatchKey, PerCompiler] = {}
+    for key, rows in groups.items():
+        names = series_names(rows, data.baseline)  # a compiler at two precisions: two series
+        for r in rows:
+            out.setdefault(key, {}).setdefault(names[id(r)], {})[r["batch"]] = r
     return out
 
 

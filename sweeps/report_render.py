@@ -1,9 +1,11 @@
 """Render a ``Report`` as a rich table, Markdown, CSV or LaTeX.
 
-Human formats show a ``Cell`` as ``mean ± std note``, rounded to the digits the interval supports
-(``ngb.sweeps.numbers``); CSV keeps numbers numeric, rounded the same way, and puts spreads and
-notes in their own columns (``<col> std``, ``<col> note``), added only where a column has any, so a
-spreadsheet or pandas reads the values directly. A report with several tables writes each CSV
+Human formats show a ``Cell`` as ``mean [low, high] note`` (its 95 % interval) or ``mean ± sd``
+(a standard deviation), rounded to the digits the interval supports (``ngb.sweeps.numbers``);
+CSV keeps numbers numeric, rounded the same way, and puts bounds, spreads and notes in their own
+columns named for what they hold (``<col> 95% lo``, ``<col> 95% hi``, ``<col> sd``,
+``<col> note``), added only where a column has any, so a spreadsheet or pandas reads the values
+directly. A report with several tables writes each CSV
 table after a ``# title`` line and a blank line between them.
 
 LaTeX (booktabs tables for a paper) lives in ``report_latex``.
@@ -17,7 +19,7 @@ import math
 from collections.abc import Iterable
 from typing import Protocol
 
-from ngb.sweeps.numbers import round_with_interval
+from ngb.sweeps.numbers import Printed, printed_bounds, round_with_interval
 from ngb.sweeps.report_data import Cell, Report, Table
 from ngb.sweeps.report_format import fmt_cell, fmt_number
 from ngb.sweeps.report_latex import latex
@@ -98,13 +100,16 @@ def _cells(table: Table, column: int) -> list[Cell]:
 
 def _csv_table(table: Table, writer: CsvWriter) -> None:
     columns = range(len(table.columns))
+    has_ci = [any(c.interval is not None for c in _cells(table, i)) for i in columns]
     has_std = [any(c.std is not None for c in _cells(table, i)) for i in columns]
     has_note = [any(c.note for c in _cells(table, i)) for i in columns]
     header: list[str] = []
     for i, name in enumerate(table.columns):
         header.append(name)
+        if has_ci[i]:
+            header += [f"{name} 95% lo", f"{name} 95% hi"]
         if has_std[i]:
-            header.append(f"{name} std")
+            header.append(f"{name} sd")
         if has_note[i]:
             header.append(f"{name} note")
     writer.writerow(header)
@@ -112,17 +117,41 @@ def _csv_table(table: Table, writer: CsvWriter) -> None:
         out: list[object] = []
         for i, value in enumerate(row):
             cell = value if isinstance(value, Cell) else None
-            if cell is not None and cell.value is not None and cell.std:
-                # the same rounded numbers as the other formats (the verdicts are decided on them)
-                shown, spread, _ = round_with_interval(cell.value, cell.std)
-                out += [_csv_value(shown)] + ([_csv_value(spread)] if has_std[i] else [])
-            else:
-                out.append(_csv_value(cell.value if cell else value))
-                if has_std[i]:
-                    out.append(_csv_value(cell.std if cell else None))
+            out.append(_csv_value(_shown(cell) if cell else value))
+            if has_ci[i]:
+                # the same rounded bounds as the other formats (the verdicts are decided on them)
+                printed = _printed(cell)
+                out += [printed.low, printed.high] if printed else ["", ""]
+            if has_std[i]:
+                out.append(_csv_value(_spread(cell)))
             if has_note[i]:
                 out.append(cell.note if cell else "")
         writer.writerow(out)
+
+
+def _printed(cell: Cell | None) -> Printed | None:
+    """A cell's value and interval as the other formats print them (None without both)."""
+    if cell is None or cell.value is None or cell.interval is None:
+        return None
+    return printed_bounds(cell.value, *cell.interval)
+
+
+def _shown(cell: Cell) -> float | None:
+    """A cell's value as the other formats round it."""
+    printed = _printed(cell)
+    if printed is not None:
+        return printed.value
+    if cell.value is not None and cell.std:
+        return round_with_interval(cell.value, cell.std)[0]
+    return cell.value
+
+
+def _spread(cell: Cell | None) -> float | None:
+    if cell is None or cell.std is None:
+        return None
+    if cell.value is not None and cell.std and cell.interval is None:
+        return round_with_interval(cell.value, cell.std)[1]
+    return cell.std
 
 
 def _csv(report: Report) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.sweeps import report_deploy, report_dlas, report_paper
+from ngb.sweeps import profile_report, report_deploy, report_dlas, report_paper
 from ngb.sweeps.report_data import Cell, Report, ReportData, Table
 from ngb.sweeps.report_render import FORMATS, render
 
@@ -48,6 +48,7 @@ REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
     "reversals": (report_dlas.reversals, "Model pairs whose order flips under a compiler"),
     "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
     "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
+    "ops": (profile_report.ops, "Per-operator profiles side by side (ngb profile --db)"),
 }
 
 
@@ -72,11 +73,12 @@ def build_report(
         judged = [t for t in data.trials() if t.get("verdict")]
         invalid = [t for t in judged if t["verdict"] != "VALID"]
         if invalid:
-            disturbed = sum(1 for t in invalid if t.get("disturbed"))
+            from ngb.sweeps.verdicts import invalid_causes  # counted as the run's summary does
+
             report.notes.append(
-                f"{len(invalid)} of {len(judged)} trials are INVALID ({disturbed} disturbed by "
-                "other processes, the rest with a CI wider than its target): read their numbers "
-                "with their ± (`ngb report bsr` lists each verdict)"
+                f"{len(invalid)} of {len(judged)} trials are INVALID "
+                f"({', '.join(invalid_causes(invalid))}): read their numbers "
+                "with their intervals (`ngb report bsr` lists each verdict)"
             )
     scope = [f"run {run_id}" if run_id else "all runs (newest result per point)"]
     if device:

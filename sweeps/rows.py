@@ -88,6 +88,8 @@ class TrialRow(TypedDict, total=False):
     disturbed: bool | None
     precision: str | None
     latency_p99_ms: float | None
+    latency_p99_hi_ms: float | None
+    latency_calls: int | None
     max_abs_err: float | None
     peak_rss_mb: float | None
     gpu_mem_mb: float | None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ngb.core import events as ev
+from ngb.core.live_state import STATE
 
 # Connection states of a device in a run (RunEvent.state for kind "connection").
 PENDING = "pending"
@@ -29,8 +30,9 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 FINAL_STATES = (FINISHED, FAILED, CANCELLED)
 
-# Agent event types a lagging subscriber may lose (a newer one supersedes them).
-DROPPABLE_TYPES = frozenset({ev.CPU, ev.PROGRESS, ev.TUNING})
+# Agent event types a lagging subscriber may lose (a newer one supersedes them); ``state`` is the
+# agent's periodic snapshot of its last state (``ngb.core.live_state``), never stored.
+DROPPABLE_TYPES = frozenset({ev.CPU, ev.PROGRESS, ev.TUNING, STATE})
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class RunEvent:
       ``failed``, ``cancelled``; ``message`` says why (e.g. the one-line connection error).
     - ``kind="agent"``: ``event`` is the agent's event dict as sent (``core/events.py`` types:
       run_started, trial_started, phase, progress, cpu, tuning, trial_done, trial_failed, log,
-      run_done); ``state`` is the device's current state.
+      run_done, and ``state``: the agent's snapshot for a follower that attached mid-trial);
+      ``state`` is the device's current state.
     - ``kind="ingest"``: a batch of the device's results reached the database; ``message``
       says how many (results the store already had are ignored there, so none is stored twice).
     - ``kind="store"``: the results database is busy (another process holds it; the run waits

@@ -93,7 +93,48 @@ _TRIAL_COLUMNS_V5: tuple[tuple[str, str], ...] = (
     ("energy_source", "VARCHAR"),  # rapl | nvml-energy | nvml-power | jetson-ina3221 ...
     ("energy_note", "VARCHAR"),  # "no power meter: ..." or how the source measured
 )
-TRIAL_COLUMNS = _TRIAL_COLUMNS_V1 + _TRIAL_COLUMNS_V2 + _TRIAL_COLUMNS_V3 + _TRIAL_COLUMNS_V5
+# Migration 6 (ngb.core.provenance, issue 35): what else may explain a change between runs.
+_TRIAL_COLUMNS_V6: tuple[tuple[str, str], ...] = (
+    ("env_hash", "VARCHAR"),  # sha of the sorted package list; the list is in `environments`
+    ("kernel", "VARCHAR"),
+    ("container_image", "VARCHAR"),  # "runtime image" (digest where known); NULL: no container
+    ("model_git_commit", "VARCHAR"),  # the user's model code, read on the workstation
+    ("model_git_dirty", "BOOLEAN"),
+)
+# Migration 7 (ngb.core.percentiles, ngb.core.memory; issue 30): tails with their own interval,
+# memory of every runtime per phase.
+_TRIAL_COLUMNS_V7: tuple[tuple[str, str], ...] = (
+    ("latency_calls", "BIGINT"),  # timed calls the percentiles are over
+    # order-statistic 95 % bounds (ms); NULL where too few calls bound that side: a NULL upper
+    # bound means the percentile is not claimed (p99 needs 368 calls)
+    ("latency_p50_lo_ms", "DOUBLE"),
+    ("latency_p50_hi_ms", "DOUBLE"),
+    ("latency_p90_lo_ms", "DOUBLE"),
+    ("latency_p90_hi_ms", "DOUBLE"),
+    ("latency_p99_lo_ms", "DOUBLE"),
+    ("latency_p99_hi_ms", "DOUBLE"),
+    ("latency_kept_every", "INTEGER"),  # `latencies` holds every k-th call (1: all of them)
+    ("gpu_mem_source", "VARCHAR"),  # nvml-process | nvml-device-delta | torch-allocator
+    ("peak_rss_compile_mb", "DOUBLE"),  # build + reference + compile
+    ("peak_rss_warmup_mb", "DOUBLE"),  # first call + warm-up
+    ("peak_rss_timed_mb", "DOUBLE"),  # the timed loops
+    ("rss_source", "VARCHAR"),  # vmhwm-per-phase | ru_maxrss-cumulative (includes earlier phases)
+)
+LATENCY_COLUMNS = (
+    ("run_id", "VARCHAR NOT NULL"),
+    ("device", "VARCHAR NOT NULL"),
+    ("key", "VARCHAR NOT NULL"),
+    ("call", "BIGINT NOT NULL"),  # 0-based index among the trial's timed calls, in call order
+    ("latency_ms", "DOUBLE"),
+)
+TRIAL_COLUMNS = (
+    _TRIAL_COLUMNS_V1
+    + _TRIAL_COLUMNS_V2
+    + _TRIAL_COLUMNS_V3
+    + _TRIAL_COLUMNS_V5
+    + _TRIAL_COLUMNS_V6
+    + _TRIAL_COLUMNS_V7
+)
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
 # dictionary-compressed, almost free) so the common aggregates -- throughput by compiler and batch
@@ -286,12 +327,48 @@ _V5 = [
 FROM trials""",
 ]
 
+_V6 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V6),
+    # one row per distinct environment: 1000 trials in one venv store the list once
+    """CREATE TABLE IF NOT EXISTS environments (
+  env_hash VARCHAR PRIMARY KEY,
+  packages VARCHAR,   -- JSON list of "name==version", sorted
+  first_seen TIMESTAMP
+)""",
+]
+
+_V7 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V7),
+    # per-call latencies of each trial (every call, or a systematic 1-in-k sample beyond 4096)
+    _ddl("latencies", LATENCY_COLUMNS),
+]
+
+# per-operator profiles (ngb.core.profiling): one row per profile pass, one per kernel record
+PROFILE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "VARCHAR"), ("device", "VARCHAR"), ("model", "VARCHAR"), ("width", "INTEGER"),
+    ("depth", "INTEGER"), ("batch", "INTEGER"), ("compiler", "VARCHAR"), ("precision", "VARCHAR"),
+    ("profiler", "VARCHAR"), ("calls", "INTEGER"), ("plain_ms", "DOUBLE"),
+    ("profiled_ms", "DOUBLE"), ("created_at", "TIMESTAMP"),
+)  # fmt: skip
+PROFILE_KERNEL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "VARCHAR"), ("device", "VARCHAR"), ("model", "VARCHAR"), ("width", "INTEGER"),
+    ("depth", "INTEGER"), ("batch", "INTEGER"), ("compiler", "VARCHAR"), ("precision", "VARCHAR"),
+    ("name", "VARCHAR"), ("op_type", "VARCHAR"), ("op_class", "VARCHAR"), ("fused", "BOOLEAN"),
+    ("us_per_inference", "DOUBLE"), ("calls_per_inference", "DOUBLE"),
+    ("source_ops", "VARCHAR"), ("kernel", "VARCHAR"),
+)  # fmt: skip
+
+_V8 = [_ddl("profiles", PROFILE_COLUMNS), _ddl("profile_kernels", PROFILE_KERNEL_COLUMNS)]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
     ("precision that ran, precision asked for, precision flags read back", _V3),
     ("results view: every trial with its status and error", _V4),
     ("energy per sample with its interval, samples per joule, mean and idle watts", _V5),
+    ("provenance: environment hash and package lists, kernel, container, model git", _V6),
+    ("latency percentiles with bounds, kept per-call latencies; memory per phase, sources", _V7),
+    ("per-operator profiles: one row per profile pass and per kernel", _V8),
 ]
 
 

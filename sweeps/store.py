@@ -27,6 +27,7 @@ from ngb.core.types import TrialResult
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
 from ngb.sweeps.rows import Event, StoreRow
+from ngb.sweeps.sql_files import BASE_CONFIG, FileGrant, apply_grant, plan_files
 from ngb.sweeps.store_connect import (
     check_intact,
     connection,
@@ -110,7 +111,7 @@ class Store:
     # ------------------------------------------------------------ connections
 
     def _connection(
-        self, *, write: bool, external_access: bool = True
+        self, *, write: bool, external_access: bool | FileGrant = True
     ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         timeout = self.write_timeout_s if write else self.busy_timeout_s
         return connection(self.path, write=write, timeout=timeout, external_access=external_access)
@@ -129,12 +130,21 @@ class Store:
                     raise
                 conn.execute("COMMIT")
 
+    def transaction(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A read-write connection in one transaction, for the store's satellite writers
+        (``store_profiles``): the schema is current, the lock is taken as for ingest."""
+        return self._writer()
+
     @contextmanager
-    def _reader(self, *, external_access: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _reader(
+        self, *, external_access: bool | FileGrant = True
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection; a missing file reads as an empty database (nothing created)."""
         with read_errors(self.path):
             if not self.path.exists():
-                yield _empty_database()
+                empty = _empty_database()
+                apply_grant(empty, external_access)  # no file, yet none of the operator's either
+                yield empty
                 return
             # Check the version on the connection we read with: one open instead of two,
             # which is most of the cost of a one-shot `ngb query`.
@@ -184,7 +194,7 @@ class Store:
                 self._ensure_schema()
             keeper = None
             with suppress(duckdb.Error):
-                keeper = duckdb.connect(str(self.path))
+                keeper = duckdb.connect(str(self.path), config=BASE_CONFIG)
             try:
                 yield
             finally:
@@ -533,12 +543,13 @@ class Store:
 
         if not sql or not sql.strip():
             raise NgbError("empty SQL query")
+        grant = plan_files(sql, allow_files=allow_files, store=self.path)
         if allow_write:
             with write_errors(self.path):
                 self._ensure_schema()
-            ctx = self._connection(write=True, external_access=allow_files)
+            ctx = self._connection(write=True, external_access=grant)
         else:
-            ctx = self._reader(external_access=allow_files)
+            ctx = self._reader(external_access=grant)
         with ctx as conn:
             try:
                 cur = conn.execute(sql, list(params) if params else None)
@@ -547,7 +558,7 @@ class Store:
                 columns = [d[0] for d in cur.description]
                 return columns, cur.fetchall()
             except duckdb.Error as exc:
-                raise sql_error(exc, allow_write) from None
+                raise sql_error(exc, allow_write, allow_files) from None
 
     def frame(self, sql: str, params: Sequence[object] | None = None) -> pd.DataFrame:
         """Read-only SQL as a pandas DataFrame (DuckDB's own ``.df()``; the Python API)."""
@@ -587,6 +598,7 @@ class Store:
             if source not in tables:
                 raise UnknownNameError("table", source, tables)
             source = f'SELECT * FROM "{source}"'  # noqa: S608 - a checked table name
+        plan_files(source, allow_files=False, store=self.path)  # no COPY/ATTACH: rows only
         with self._reader(external_access=False) as conn:
             try:
                 table = conn.sql(source).to_arrow_table()
@@ -614,7 +626,7 @@ def _empty_database() -> duckdb.DuckDBPyConnection:
     """An in-memory database with the current schema: what a file not yet written reads as."""
     import duckdb
 
-    conn = duckdb.connect(":memory:")
+    conn = duckdb.connect(":memory:", config=BASE_CONFIG)
     for _description, statements in schema.MIGRATIONS:
         for statement in statements:
             conn.execute(statement)

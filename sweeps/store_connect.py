@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError, first_line
+from ngb.sweeps.sql_files import BASE_CONFIG, FileGrant, apply_grant
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store_query import is_lock_error
 
@@ -52,6 +53,15 @@ def check_is_file(path: Path) -> None:
         raise NgbError(f"cannot open results database {path}: {first_line(exc)}") from None
     if not stat.S_ISREG(mode):
         raise NgbError(f"results database {path} is not a regular file")
+    # DuckDB opens a SQLite file through its SQLite extension (once fetched from the internet):
+    # say what the file is instead.
+    try:
+        with path.open("rb") as file:
+            head = file.read(16)
+    except OSError:
+        return  # unreadable: DuckDB's own open says why
+    if head == b"SQLite format 3\0":
+        raise NgbError(f"results database {path} is a SQLite file, not an ngb results database")
 
 
 def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -77,9 +87,14 @@ def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 def open_connection(
-    path: Path, *, write: bool, external_access: bool, timeout: float
+    path: Path, *, write: bool, external_access: bool | FileGrant, timeout: float
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection, retried while another process holds the file (up to ``timeout``)."""
+    """A DuckDB connection, retried while another process holds the file (up to ``timeout``).
+
+    ``external_access``: ``True`` for ngb's own statements, ``False`` (no other file) or a
+    ``FileGrant`` (exactly those files) for an operator's SQL, whose connection is then locked
+    (``sql_files``). Extensions are never autoloaded or installed.
+    """
     import duckdb
 
     check_is_file(path)
@@ -90,14 +105,14 @@ def open_connection(
             raise StoreUnwritable(
                 f"cannot write results database {path}: {first_line(exc)}"
             ) from None
-    config: dict[str, str | bool | int | float | list[str]] = (
-        {} if external_access else {"enable_external_access": False}
-    )
+    config = dict(BASE_CONFIG)
+    if external_access is False:
+        config["enable_external_access"] = False
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
         try:
-            return duckdb.connect(str(path), read_only=not write, config=config)
+            conn = duckdb.connect(str(path), read_only=not write, config=config)
         except duckdb.Error as exc:
             if not is_lock_error(exc):
                 kind = StoreUnwritable if write else NgbError
@@ -105,13 +120,21 @@ def open_connection(
                 raise kind(f"cannot {verb} results database {path}: {first_line(exc)}") from None
             if time.monotonic() >= deadline:
                 raise DatabaseBusy(BUSY_MESSAGE) from None
+        else:
+            if external_access is not True:
+                try:
+                    apply_grant(conn, external_access)
+                except BaseException:
+                    conn.close()
+                    raise
+            return conn
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
 
 
 @contextmanager
 def connection(
-    path: Path, *, write: bool, timeout: float, external_access: bool = True
+    path: Path, *, write: bool, timeout: float, external_access: bool | FileGrant = True
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     with lock_for(path):
         conn = open_connection(path, write=write, external_access=external_access, timeout=timeout)

@@ -1,8 +1,8 @@
 """Ingest: how results, CPU samples, tuning progress and errors become rows of the store.
 
-Row mapping (``TrialResult`` -> a ``trials`` row and its ``measurements`` / ``cpu_samples``
-rows) and the appends themselves, on a connection the store opened inside a transaction. Batches
-go in as Arrow tables, which DuckDB appends without per-row Python work.
+Row mapping (``TrialResult`` -> a ``trials`` row and its ``measurements`` / ``cpu_samples`` /
+``latencies`` rows) and the appends themselves, on a connection the store opened inside a
+transaction. Batches go in as Arrow tables, which DuckDB appends without per-row Python work.
 
 Ingest is idempotent: a result already stored for (run_id, device, key) is skipped together with
 its measurements and CPU samples (checked inside the writer's transaction, and DuckDB admits one
@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
 from ngb.core.types import BLOCK_MODELS, TrialResult
-from ngb.sweeps import schema
+from ngb.sweeps import provenance_rows, schema
 from ngb.sweeps.result_store import ErrorRow, IngestBatch
 from ngb.sweeps.rows import Event
 
@@ -167,6 +167,8 @@ def ingest_results(
     if not fresh:
         return 0
     now_us = _ts(time.time())
+    # package lists leave the trials' extra for `environments`, once per hash (issue 35)
+    provenance_rows.insert_environments(conn, provenance_rows.take_environments(fresh))
     trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
     for r in fresh:
         for name, value in _trial_row(run_id, device, r, now_us).items():
@@ -192,7 +194,38 @@ def ingest_results(
     )
     if samples is not None:
         _append(conn, "cpu_samples", samples)
+    latencies = _latency_rows(run_id, device, fresh)
+    if latencies is not None:
+        _append(conn, "latencies", latencies)
     return len(fresh)
+
+
+def _latency_rows(run_id: str, device: str, results: Sequence[TrialResult]) -> pa.Table | None:
+    """The kept per-call latencies (``TrialResult.latency_sample_ns``) as ``latencies`` rows:
+    ``call`` is the call's index among all the trial's timed calls (every k-th kept)."""
+    import numpy as np
+    import pyarrow as pa
+
+    kept = [np.asarray(r.latency_sample_ns or [], dtype=np.int64) for r in results]
+    counts = np.array([k.size for k in kept], dtype=np.int64)
+    total = int(counts.sum())
+    if not total:
+        return None
+    trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
+    zeros = np.zeros(total, dtype=np.int32)
+    every = np.repeat(
+        np.array([max(int(r.latency_sample_every or 1), 1) for r in results], np.int64), counts
+    )
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return pa.table(
+        {
+            "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
+            "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
+            "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
+            "call": pa.array((np.arange(total, dtype=np.int64) - starts) * every),
+            "latency_ms": pa.array(np.concatenate(kept).astype(np.float64) / 1e6),
+        }
+    )
 
 
 def _per_trial_rows(
@@ -335,7 +368,28 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "idle_power_w": num(r.idle_power_w),
         "energy_source": r.energy_source,
         "energy_note": r.energy_note,
+        **provenance_rows.trial_columns(r),
+        **_tail_and_memory_columns(r),
     }
+
+
+def _tail_and_memory_columns(r: TrialResult) -> dict[str, object]:
+    """Migration 7's columns: percentile bounds, kept-call step, memory per phase, sources."""
+    out: dict[str, object] = {
+        "latency_calls": as_int(r.latency_calls) if r.latency_calls else None,
+        "latency_kept_every": as_int(r.latency_sample_every) if r.latency_sample_ns else None,
+        "gpu_mem_source": r.gpu_mem_source,
+        "rss_source": r.rss_source,
+    }
+    bounds = r.latency_ci_ms or {}
+    for name in ("p50", "p90", "p99"):
+        low, high = (list(bounds.get(name) or []) + [None, None])[:2]
+        out[f"latency_{name}_lo_ms"] = num(low)
+        out[f"latency_{name}_hi_ms"] = num(high)
+    phases = r.peak_rss_phase_mb or {}
+    for phase in ("compile", "warmup", "timed"):
+        out[f"peak_rss_{phase}_mb"] = num(phases.get(phase))
+    return out
 
 
 def ingest_cpu_events(

@@ -32,7 +32,7 @@ def is_lock_error(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
 
 
-def sql_error(exc: Exception, allow_write: bool) -> NgbError:
+def sql_error(exc: Exception, allow_write: bool, allow_files: bool = False) -> NgbError:
     """One line for a failed statement (busy file, read-only connection, bad SQL)."""
     if is_lock_error(exc):
         return DatabaseBusy(BUSY_MESSAGE)
@@ -41,9 +41,15 @@ def sql_error(exc: Exception, allow_write: bool) -> NgbError:
         return NgbError(
             f"the results database is opened read-only; use --write to change it ({line})"
         )
-    if "file system operations are disabled" in line:
+    if allow_files and ("disabled by configuration" in line or "disabled through conf" in line):
+        return NgbError(
+            f"SQL reaches only the files it names in plain quotes, checked first ({line})"
+        )
+    if "disabled by configuration" in line or "disabled through configuration" in line:
         which = "SQL" if allow_write else "read-only SQL"
         return NgbError(f"{which} cannot read or write files without --allow-files ({line})")
+    if "configuration has been locked" in line:
+        return NgbError(f"SQL cannot change DuckDB's settings here ({line})")
     return NgbError(f"SQL error: {line}")
 
 
@@ -54,6 +60,11 @@ def check_export_destination(dest: Path, database: Path, *, overwrite: bool) -> 
     if same_file(dest, database) or same_file(dest, Path(f"{database}.wal")):
         raise NgbError(f"refusing to export over the results database itself ({shorten(dest)})")
     refuse_protected(dest, _own_files())
+    from ngb.sweeps.sql_files import inside, protected_paths
+
+    for label, own in protected_paths(database).items():  # its logs, the runs folder
+        if same_file(dest, own) or inside(dest, own):
+            raise NgbError(f"refusing to write over ngb's {label} ({shorten(dest)})")
     if dest.is_dir():
         raise NgbError(f"cannot export to {shorten(dest)}: it is a directory")
     check_writable(dest, "export")

@@ -32,6 +32,38 @@ def _settings(row: Mapping[str, object]) -> dict[str, object]:
     return dict(mapping(measure))
 
 
+def _kind(reason: str) -> str:
+    """What an INVALID reason is about: the words before its first ":" ("two levels between
+    processes: 38,000/s ..." -> "two levels between processes")."""
+    return reason.split(":", 1)[0].strip() or "no reason recorded"
+
+
+def invalid_causes(rows: Iterable[Mapping[str, object]]) -> list[str]:
+    """Why the INVALID trials among ``rows`` are INVALID, counted one way for every surface (the
+    run's summary line and the reports' footnote): "3 with a CI wider than the target",
+    "1 disturbed by other processes", "2 (two levels between processes)"."""
+    reasons = [
+        str(r.get("verdict_reason") or "")
+        for r in rows
+        if r.get("verdict") and r["verdict"] != "VALID" and r.get("status", "ok") == "ok"
+    ]
+    wide = sum(1 for why in reasons if WIDE in why)
+    disturbed = sum(1 for why in reasons if why.startswith(DISTURBED) and WIDE not in why)
+    other: dict[str, int] = {}
+    for why in reasons:
+        if WIDE not in why and not why.startswith(DISTURBED):
+            other[_kind(why)] = other.get(_kind(why), 0) + 1
+    causes = [
+        f"{count} {what}"
+        for count, what in (
+            (wide, "with a CI wider than the target"),
+            (disturbed, "disturbed by other processes"),
+        )
+        if count
+    ]
+    return causes + [f"{count} ({kind})" for kind, count in other.items()]
+
+
 def summary_line(rows: Iterable[Mapping[str, object]]) -> str | None:
     """One line on the verdicts of a run's measured trials (rows of the ``trials`` table);
     None when no trial has a verdict (nothing measured, or results from before verdicts)."""
@@ -39,20 +71,9 @@ def summary_line(rows: Iterable[Mapping[str, object]]) -> str | None:
     if not judged:
         return None
     valid = sum(1 for r in judged if r["verdict"] == "VALID")
-    reasons = [str(r.get("verdict_reason") or "") for r in judged if r["verdict"] != "VALID"]
     wide = [r for r in judged if r["verdict"] != "VALID" and WIDE in str(r.get("verdict_reason"))]
-    disturbed = sum(1 for why in reasons if why.startswith(DISTURBED))
-    other = len(reasons) - len(wide) - disturbed
     text = f"verdicts: {valid} of {len(judged)} trials VALID"
-    causes = [
-        f"{count} {what}"
-        for count, what in (
-            (len(wide), "with a CI wider than the target"),
-            (disturbed, "disturbed by other processes"),
-            (other, "for other reasons"),
-        )
-        if count
-    ]
+    causes = invalid_causes(judged)
     if causes:
         text += f"; INVALID: {', '.join(causes)}"
     return text + _advice(wide, len(judged))

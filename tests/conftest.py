@@ -14,8 +14,12 @@ import pytest
 # forked worker's first parallel op waits forever at a barrier for threads that are not there;
 # seen 2026-11-25 in gdb: gomp_team_barrier_wait_end). Set before anything imports torch.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Workers forked from the test process (or a fork server), not each its own fresh interpreter
+# (ngb.core.worker_start: the users' default, ~2-7 s of imports a worker): cheap for the suite;
+# tests/test_worker_start.py runs the fresh ones.
+os.environ.setdefault("NGB_WORKER_START", "auto")
 
-pytest_plugins = ["tests.sshd"]  # the real-sshd fixtures (sshd_server, sshd_home)
+pytest_plugins = ["tests.sshd", "tests.slurm"]  # real sshd; a one-machine Slurm cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -166,6 +166,8 @@ class SshdServer:
             "MaxStartups 200:30:400\n"
             "MaxSessions 100\n"
             "LogLevel INFO\n"
+            # the suite's cheap worker start (tests/conftest.py) on these devices' agents too
+            "SetEnv NGB_WORKER_START=auto\n"
         )
 
     def _make_python_without(self, module: str) -> str:

@@ -385,3 +385,34 @@ def test_second_agent_on_the_same_checkpoint_is_refused(tmp_path: Path) -> None:
         assert rc == 3 and evs == [] and "another agent is running" in stderr
     rc, evs, _ = run_agent(tmp_path, "--isolate", "inprocess")  # the lock is free again
     assert rc == 0 and evs[-1]["ok"] == 1
+
+
+def test_agent_repeats_its_last_state_while_a_trial_runs_and_sends_eta_inputs(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: a console that re-attaches mid-trial reads the event log from a stored offset,
+    after the trial's start. The agent writes its last state again (``state``, every 1.5 s while
+    a trial runs): the trial, its phase, the last CPU sample and the ETA's inputs; and it tags
+    the environment with the run id, which a tuning database records."""
+    keys = write_trials(
+        tmp_path / "trials.jsonl",
+        [trial("first"), trial("slow", {"compile_s": 4.0})],  # a slow compile: nothing timed
+    )
+    code, evs, err = run_agent(tmp_path, "--run-id", "run-32")
+    assert code == 0, err
+    started = [e for e in evs if e["type"] == "trial_started"]
+    assert started[0]["eta"]["rest_trials"] == 1 and started[1]["eta"]["rest_trials"] == 0
+    # the second trial's prediction comes from the first one's duration, not the cap
+    first = next(e["result"] for e in evs if e["type"] == "trial_done")
+    took = first["finished_at"] - first["started_at"]
+    assert started[1]["eta"]["current_other_s"] == pytest.approx(took, abs=0.01)
+    states = [e for e in evs if e["type"] == "state"]
+    slow = [s for s in states if s["trial"]["key"] == keys[1]]
+    assert len(slow) >= 2, [e["type"] for e in evs]  # every 1.5 s of a 4 s compile
+    assert all(s["phase"] == "compile" for s in slow[:2]) and slow[0]["eta"]["rest_trials"] == 0
+    sampled = [s["cpu"] for s in slow if s["cpu"]]  # the live meter's sample, without per-core
+    assert sampled and "percent" in sampled[-1] and "per_cpu" not in sampled[-1]
+    gaps = [b["ts"] - a["ts"] for a, b in zip(slow, slow[1:], strict=False)]
+    assert all(g >= 1.4 for g in gaps)
+    last_done = max(i for i, e in enumerate(evs) if e["type"] == "trial_done")
+    assert not any(e["type"] == "state" for e in evs[last_done:])  # between trials: none

@@ -320,6 +320,8 @@ async def test_own_models_run_from_the_device_cache_over_sshd(
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert made.returncode == 0, made.stderr
     shutil.move(src / "out" / "tiny_cnn.onnx", src / "cnn.onnx")
+    for name in ("tiny_cnn_ext.onnx", "tiny_cnn_ext.onnx.data"):  # weights in a data file
+        shutil.move(src / "out" / name, src / name)
     shutil.rmtree(src / "out")
     measure = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FAST.items())
     (src / "sweep.toml").write_text(f"""
@@ -334,12 +336,15 @@ inputs = [{{ name = "tokens", shape = ["batch", 8], dtype = "int64", range = [0,
 [[models]]
 name = "cnn-onnx"
 source = "cnn.onnx"
+[[models]]
+name = "cnn-ext"
+source = "tiny_cnn_ext.onnx"
 [[matrix]]
 models = ["text-classifier"]
 compilers = ["identity"]
 batches = [1]
 [[matrix]]
-models = ["cnn-onnx"]
+models = ["cnn-onnx", "cnn-ext"]
 compilers = ["onnxruntime"]
 batches = [1]
 """)
@@ -353,13 +358,15 @@ batches = [1]
         summary = await orch.wait(run_id)
         await orch.close()
         rows = store.trials(run_id=run_id)
-        assert [r["status"] for r in rows] == ["ok", "ok"], [r["error"] for r in rows]
+        assert [r["status"] for r in rows] == ["ok"] * 3, [r["error"] for r in rows]
         assert summary["status"] == "finished", summary
         return run_id
 
     await run_once()
-    assert len([p for p in puts if "/cache/artifacts/" in p]) == 2
+    # the code folder, cnn.onnx, and the external-data model as its two files
+    assert len([p for p in puts if "/cache/artifacts/" in p]) == 4
     shutil.rmtree(src)  # the workstation's copies are gone: only the device cache has them
     run_id = await run_once()
-    assert len([p for p in puts if "/cache/artifacts/" in p]) == 2  # nothing sent again
-    assert {r["model"] for r in store.trials(run_id=run_id)} == {"text-classifier", "cnn-onnx"}
+    assert len([p for p in puts if "/cache/artifacts/" in p]) == 4  # nothing sent again
+    models = {r["model"] for r in store.trials(run_id=run_id)}
+    assert models == {"text-classifier", "cnn-onnx", "cnn-ext"}

@@ -75,11 +75,11 @@ def test_bad_prices_are_one_line_errors(doc: dict, message: str) -> None:
 
 
 def test_cost_per_million_with_the_throughput_interval() -> None:
-    est = cost_per_million(3.6, 1000.0, 100.0)  # 3.6/h = 0.001/s; 1000/s -> 1e-6 per inference
+    # 3.6/h = 0.001/s; 1000/s -> 1e-6 per inference; throughput in [900, 1100]
+    est = cost_per_million(3.6, 1000.0, 900.0, 1100.0)
     assert est.value == pytest.approx(1.0)
-    # the printed interval is value ± its wider side: it holds [1/1.1, 1/0.9]
-    assert est.half == pytest.approx(1 / 0.9 - 1) and est.high == pytest.approx(1 / 0.9)
-    assert est.low <= 1 / 1.1
+    # cost falls as throughput rises: the bounds swap, each the cost at the other bound
+    assert est.low == pytest.approx(1 / 1.1) and est.high == pytest.approx(1 / 0.9)
     assert math.isnan(cost_per_million(1.0, 0.0).value)
     assert cost_per_million(1.0, 100.0).half_width is None
 
@@ -99,16 +99,18 @@ def test_energy_report_numbers_and_no_meter_note(store: Store) -> None:
     ov = rows[("edge1", "resnet18", "openvino", 8)]
     assert ov["precision"] == "bf16" and ov["meter"] == "rapl"
     assert ov["mJ/sample"].value == pytest.approx(30.0 / 400 * 1000)
-    assert ov["mJ/sample"].std == pytest.approx(30.0 / 400 * 10)
+    # stored 75 ± 0.75 mJ: printed on the log scale, 75.0 [74.3, 75.8] (positive, same digits)
+    mj = 30.0 / 400 * 1000
+    assert ov["mJ/sample"].low == pytest.approx(mj * math.exp(-0.01))
+    assert ov["mJ/sample"].high == pytest.approx(mj * math.exp(0.01))
     assert ov["mJ above idle"] == pytest.approx(20.0 / 400 * 1000)
     assert ov["samples/J"] == pytest.approx(400 / 30.0)
     assert ov["W"] == 30.0 and ov["idle W"] == 10.0
     assert ov["cost / 1M"].value == pytest.approx(0.36 / 3600 / 400 * 1e6)
-    # the cost's spread is the throughput's, carried over: its wider side (lower throughput)
+    # the cost's interval is the throughput's, carried over: its bounds swap
     t = ov["samples/s"]
-    assert ov["cost / 1M"].std == pytest.approx(
-        (0.36 / 3600 / (t.value - t.std) - 0.36 / 3600 / t.value) * 1e6
-    )
+    assert ov["cost / 1M"].low == pytest.approx(0.36 / 3600 / t.high * 1e6)
+    assert ov["cost / 1M"].high == pytest.approx(0.36 / 3600 / t.low * 1e6)
     edge2 = rows[("edge2", "resnet18", "openvino", 8)]
     assert edge2["mJ/sample"] == Cell(None) and edge2["meter"] == "-"
     assert edge2["cost / 1M"].value == pytest.approx(0.18 / 3600 / 200 * 1e6)  # group's price
@@ -126,9 +128,10 @@ def test_breakeven_against_the_baseline(store: Store) -> None:
     extra = 3.0 + 4.0 - 0.1
     n = extra / (1 / 200 - 1 / 398)
     assert ort["extra one-time s"] == pytest.approx(extra)
-    assert float(ort["break-even (inferences)"]) == pytest.approx(n, rel=1e-2)
-    low, high = (float(v) for v in ort["95 % interval"].strip("[]").split(", "))
-    assert low < n < high
+    even = ort["break-even (inferences)"]
+    assert even.value == pytest.approx(n, rel=1e-2)
+    assert even.low < n < even.high  # both throughputs' intervals (compile from one run)
+    assert ort["compile runs"] == "1 / 1" and "compile time from one run" in rep.tables[0].title
     assert ort["at full load (h)"] == pytest.approx(n / 398 / 3600)
     # torchscript on convnext: 52 vs 50 with +-1 % noise is significant; deit3 onnxruntime b1
     # has no baseline at b1: no row

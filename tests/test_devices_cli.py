@@ -182,8 +182,8 @@ def test_probe_reports_each_device_and_fails_for_the_broken_one(
     lines = r.output.splitlines()
     ok = sorted(line.split()[1].rstrip(":") for line in lines if line.startswith("ok "))
     assert ok == ["dev-a", "dev-b", "dev-c"]
-    fail = [line for line in lines if line.startswith("FAIL")]
-    assert len(fail) == 1 and fail[0].startswith("FAIL broken") and "refused" in fail[0]
+    fail = [line for line in lines if line.startswith("error: ")]
+    assert len(fail) == 1 and fail[0].startswith("error: broken") and "refused" in fail[0]
     dev_c = next(line for line in lines if line.startswith("ok   dev-c"))
     assert "openvino" not in dev_c.split("compilers:")[1]
     r = ngb("devices", "probe", "dev-a,dev-c", "--json")

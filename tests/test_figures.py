@@ -37,7 +37,8 @@ from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import FIGURES, build_figure, caption, save_figure, write_figures
 from ngb.sweeps.figures_data import FigureData, derived_bar
 from ngb.sweeps.figures_spec import HeatPanel, LinePanel
-from ngb.sweeps.report_latex import escape
+from ngb.sweeps.numbers import printed_bounds
+from ngb.sweeps.report_latex import escape, inline
 from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
 from ngb.sweeps.reports import build_report, render
 from ngb.sweeps.store import Store
@@ -191,14 +192,18 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
     assert ov.xs == [1, 4]
     assert ov.ys == pytest.approx([2.0, 88 / 32])
     # both throughputs have the same relative half-width h with the same df: the log-scale delta
-    # method over 2 (n - 1) df gives R (exp(t sqrt(2) h / t_{n-1}) - 1), printed as one ±
+    # method over 2 (n - 1) df gives R exp(-+t sqrt(2) h / t_{n-1}); the bar runs between those
+    # bounds as printed (rounded outwards), asymmetric around R
     resnet_id = next(t for t in data.trials() if t["label"] == "resnet18" and t["batch"] == 1
                      and t["compiler"] == "identity")  # fmt: skip
     h = resnet_id["ci_half"] / resnet_id["throughput_mean"]
     df = resnet_id["repetitions"] - 1
     delta = math.sqrt(2) * h * t_quantile(2 * df) / t_quantile(df)
-    below, above = ov.errs[0]
-    assert below == above == pytest.approx(2.0 * math.expm1(delta))
+    printed = printed_bounds(2.0, 2.0 * math.exp(-delta), 2.0 * math.exp(delta))
+    assert printed is not None and ov.errs[0] == pytest.approx(
+        (2.0 - printed.low, printed.high - 2.0)
+    )
+    assert ov.errs[0][0] < ov.errs[0][1]  # the log interval reaches further up than down
     assert ov.weak == [False, False]  # ±1 % noise: every difference is significant
 
 
@@ -206,10 +211,12 @@ def test_derived_bars_never_cross_zero_and_need_an_interval() -> None:
     from ngb.core.intervals import Estimate
     from ngb.sweeps.derived import Derived
 
-    below, above = derived_bar(Derived(Estimate(0.25, 1.35, 4.0)))  # huge interval
-    assert below == 0.25 and above == 1.35  # cut at zero, the printed ± above
+    bar = derived_bar(Derived(Estimate(0.25, 0.0012, 52.0, 4.0)))  # a huge log-scale interval
+    assert bar is not None
+    below, above = bar
+    assert 0 < below < 0.25 and above == pytest.approx(52.0 - 0.25)  # never down to zero
     assert derived_bar(Derived(Estimate(2.0))) is None  # unknown interval: no bar
-    assert derived_bar(Derived(Estimate(1.0, 0.0, exact=True))) == (0.0, 0.0)
+    assert derived_bar(Derived(Estimate.exactly(1.0))) == (0.0, 0.0)
 
 
 def test_family_ase_bsr_depth_and_cpu(store: Store) -> None:
@@ -290,8 +297,9 @@ def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) 
     assert {t["precision"] for t in data.trials()} == {"fp32"}
     assert all(t["ci_source"] == "stored" for t in data.trials())
     line = _line(_panel(build_figure("fig05", data), "resnet18"), "identity")
-    assert line.errs == [(pytest.approx(1.0), pytest.approx(1.0)),
-                         (pytest.approx(3.2), pytest.approx(3.2))]  # fmt: skip
+    # the stored ±10 % carried to the log scale: 10 [9.0, 11.1] and 32 [28.9, 35.4] as printed
+    assert line.errs == [(pytest.approx(1.0), pytest.approx(1.1)),
+                         (pytest.approx(3.1), pytest.approx(3.4))]  # fmt: skip
     everything = FigureData(store, run_id="r1")
     conv = _line(_panel(build_figure("fig05", everything), "conv64x1"), "openvino")
     assert conv.weak == [True, True]  # INVALID trials are drawn hollow
@@ -329,31 +337,33 @@ def test_save_figure_for_a_tui_tab(store: Store, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- LaTeX
 
 ASE_LATEX = r"""% ngb report ase: Average scaling efficiency (ASE heatmap as a table)
-% needs \usepackage{booktabs}
+% needs \usepackage{booktabs,graphicx}
 % source: run r1
+\providecommand{\ngbfit}[1]{\sbox0{#1}%
+  \ifdim\wd0>\linewidth\resizebox{\linewidth}{!}{\usebox0}\else\usebox0\fi}
 
-\begin{table}[htbp]
+\begin{table*}[htbp]
   \centering
   \caption{ASE by model/width and batch}
   \label{tab:ngb-ase-1}
-  \begin{tabular}{lllrr}
+  \ngbfit{\begin{tabular}{lllrr}
     \toprule
     device & compiler & model & b1 & b4 \\
     \midrule
-    dev1 & identity & conv64x1 & 1.000 & 0.7500 $\pm$ 0.0087 \\
-    dev1 & identity & conv64x2 & 1.000 & 0.7083 $\pm$ 0.0082 \\
-    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.6250 $\pm$ 0.0072 \\
-    dev1 & identity & resnet18 & 1.000 & 0.8000 $\pm$ 0.0093 \\
-    dev1 & openvino & conv64x1 & 1.000 & 1.000 $\pm$ 0.012 \\
-    dev1 & openvino & conv64x2 & 1.000 & 0.8333 $\pm$ 0.0097 \\
-    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 $\pm$ 0.011 \\
-    dev1 & openvino & resnet18 & 1.000 & 1.100 $\pm$ 0.013 \\
+    dev1 & identity & conv64x1 & 1.000 & 0.7500 [0.7414, 0.7587] \\
+    dev1 & identity & conv64x2 & 1.000 & 0.7083 [0.7002, 0.7166] \\
+    dev1 & identity & deit3\_small\_patch16\_224 & 1.000 & 0.6250 [0.6178, 0.6323] \\
+    dev1 & identity & resnet18 & 1.000 & 0.8000 [0.7908, 0.8093] \\
+    dev1 & openvino & conv64x1 & 1.000 & 1.000 [0.988, 1.012] \\
+    dev1 & openvino & conv64x2 & 1.000 & 0.8333 [0.8237, 0.8430] \\
+    dev1 & openvino & deit3\_small\_patch16\_224 & 1.000 & 0.972 [0.961, 0.984] \\
+    dev1 & openvino & resnet18 & 1.000 & 1.100 [1.087, 1.113] \\
     \bottomrule
-  \end{tabular}
-  \par\smallskip{\footnotesize ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling}
-  \par\smallskip{\footnotesize UNCERTAINTY}
-\end{table}
-""".replace("UNCERTAINTY", escape(UNCERTAINTY_NOTE))
+  \end{tabular}}
+  \par\smallskip{\footnotesize\raggedright ASE = T(b) / (b $\cdot$ T(1)); 1.0 = perfect scaling\par}
+  \par\smallskip{\footnotesize\raggedright UNCERTAINTY\par}
+\end{table*}
+""".replace("UNCERTAINTY", inline(UNCERTAINTY_NOTE))
 
 
 def test_latex_ase_exact(store: Store) -> None:
@@ -370,12 +380,15 @@ def test_latex_escapes_and_every_report_renders(store: Store) -> None:
                                    "--run", "r1"])  # fmt: skip
     assert out.exit_code == 0, out.output
     text = out.output
-    assert text.count(r"\begin{table}") == text.count(r"\end{table}") >= 9
+    floats = re.findall(r"\\begin\{(table\*?)\}", text)
+    assert len(floats) == len(re.findall(r"\\end\{table\*?\}", text)) >= 9
     assert text.count(r"\toprule") == text.count(r"\bottomrule") == text.count(r"\midrule")
-    assert r"\label{tab:ngb-testbed-2}" in text and "\\caption{Table III: compile time (s)}" in text
-    # every row of every tabular has as many cells as the header
-    for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", text, re.S):
-        spec, body = block
+    assert r"\label{tab:ngb-testbed-2}" in text and "\\caption{Compile time (s)}" in text
+    # every row of every table has as many cells as the header (a cell's stacked interval is a
+    # tabular of its own: [t]{@{}r@{}}, one column)
+    for spec, body in re.findall(
+        r"\\ngbfit\{\\begin\{tabular\}\{(\w+)\}(.*?)\\bottomrule", text, re.S
+    ):
         rows = [ln for ln in body.splitlines() if ln.strip().endswith("\\\\")]
         for row in rows:
             if "multicolumn" not in row:
@@ -548,7 +561,8 @@ def test_energy_figure_in_millijoules_or_skipped_with_the_reason(store: Store, t
     r18 = next(p for p in spec.panels if p.title.startswith("resnet18"))
     ov = next(line for line in r18.lines if line.label == "openvino")
     assert ov.xs == [1, 4] and ov.ys == pytest.approx([40_000 / 20, 40_000 / 88])
-    assert ov.errs[0] == pytest.approx((400 / 20, 400 / 20))
+    # 2000 mJ ± 20 (1 %): 2000 [1980, 2021] as printed, on the log scale
+    assert ov.errs[0] == pytest.approx((20.0, 21.0))
     text = caption(spec, FigureData(store, run_id="r1"))
     assert "Error bars: 95% interval of the energy per sample over worker processes" in text
     blind = Store(tmp_path / "blind.duckdb")

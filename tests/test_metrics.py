@@ -162,7 +162,7 @@ def test_speedup_interval_from_stored_intervals() -> None:
     assert same.value == pytest.approx(1.0) and not same.excludes(1.0) and not same.exact
     itself = measured([100.0, 130.0, 70.0], key="a")
     own = intervals.speedup(itself, itself)  # the baseline over itself: exactly 1, no interval
-    assert own.value == 1.0 and own.exact and own.half == 0.0
+    assert own.value == 1.0 and own.exact and own.low == own.high == 1.0
     single = intervals.speedup(measured([100.0]), measured([50.0, 51.0]))
     assert single.value == pytest.approx(100 / 50.5) and not single.known
     assert not single.excludes(1.0)  # unknown is never "significant"
@@ -177,9 +177,8 @@ def test_a_ratio_interval_is_the_log_scale_delta_method() -> None:
     vb = (5.0 / intervals.t_quantile(9) / 100.0) ** 2
     df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 9)  # Welch-Satterthwaite
     q = intervals.t_quantile(df) * math.sqrt(va + vb)
-    assert est.df == pytest.approx(df) and est.half == pytest.approx(2.0 * math.expm1(q))
-    # the printed interval contains the log-scale one (the larger side is printed)
-    assert est.low <= 2.0 * math.exp(-q) and est.high == pytest.approx(2.0 * math.exp(q))
+    assert est.df == pytest.approx(df) and est.high == pytest.approx(2.0 * math.exp(q))
+    assert est.low == pytest.approx(2.0 * math.exp(-q))  # the log interval itself, not widened
 
 
 @pytest.mark.parametrize(("cv", "k"), [(0.02, 4), (0.05, 10), (0.3, 4), (0.3, 3)])

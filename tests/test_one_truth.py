@@ -23,7 +23,7 @@ from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures import build_figure
 from ngb.sweeps.figures_data import FigureData
-from ngb.sweeps.numbers import format_with_interval, round_with_interval
+from ngb.sweeps.numbers import format_interval, format_with_interval, round_with_interval
 from ngb.sweeps.store import Store
 from ngb.tui import results_data as rd
 
@@ -74,21 +74,31 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 # ---------------------------------------------------------------- parsing what is printed
 
-NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)(?:\s*(?:±|\$\\pm\$)\s*(\d+(?:\.\d+)?))?\s*(.*)$")
+_NUM = r"-?\d+(?:\.\d+)?"
+NUMBER = re.compile(rf"^\s*({_NUM})(?:\s*\[\s*({_NUM}),\s*({_NUM})\s*\])?\s*(.*)$")
+Bounds = tuple[str, str] | None
 
 
-def parse(text: str) -> tuple[str, str | None, frozenset[str]]:
-    """``"1.95 ± 0.045 n.s. ≠prec"`` -> ("1.95", "0.045", {"n.s.", "≠prec"}) (as printed)."""
-    for tex, plain in (("\\textless{}", "<"), ("$\\neq$", "≠"), ("(baseline)", "baseline")):
+def parse(text: str) -> tuple[str, Bounds, frozenset[str]]:
+    """``"1.95 [1.87, 2.04] n.s. ≠prec"`` -> ("1.95", ("1.87", "2.04"), {"n.s.", "≠prec"})."""
+    # LaTeX may stack a cell's value over its interval in a one-column tabular
+    text = re.sub(r"\\begin\{tabular\}(\[\w\])?\{@\{\}\w@\{\}\}", "", text)
+    text = text.replace("\\end{tabular}", "").replace("\\\\", " ")
+    text = re.sub(r"\{\\(?:footnotesize|scriptsize|small)\s*(.*?)\}", r"\1", text)
+    for tex, plain in (
+        ("\\textless{}", "<"), ("$\\neq$", "≠"), ("(baseline)", "baseline"), ("$-$", "-"),
+        ("\\,", " "), ("{[}", "["), ("{]}", "]"),
+    ):  # fmt: skip
         text = text.replace(tex, plain)  # LaTeX's escapes and the console's parentheses
     match = NUMBER.match(text)
     assert match, f"not a number: {text!r}"
-    value, half, rest = match.groups()
-    return value, half, frozenset(rest.split())
+    value, low, high, rest = match.groups()
+    return value, ((low, high) if low is not None else None), frozenset(rest.split())
 
 
 Key = tuple[str, str, int]  # (model label, compiler, batch)
 METRICS = ("speedup", "rtr", "ase", "bsr")
+POSITIVE = ("throughput", *METRICS)  # quantities that cannot be zero or negative
 
 
 def _report_csv(store: Store) -> dict[Key, dict[str, tuple[str, str | None, frozenset[str]]]]:
@@ -99,12 +109,13 @@ def _report_csv(store: Store) -> dict[Key, dict[str, tuple[str, str | None, froz
     table: dict[Key, dict[str, Any]] = {}
     for row in csv.DictReader(io.StringIO(out.output)):
         cells = {}
-        for m in METRICS:
+        for m in POSITIVE:
             if row[m] == "":
                 continue
             value = row[m]
-            half = row.get(f"{m} std") or None
-            cells[m] = (value, half, frozenset((row.get(f"{m} note") or "").split()))
+            low, high = row.get(f"{m} 95% lo") or None, row.get(f"{m} 95% hi") or None
+            bounds = (low, high) if low is not None and high is not None else None
+            cells[m] = (value, bounds, frozenset((row.get(f"{m} note") or "").split()))
         table[(row["model"], row["compiler"], int(row["batch"]))] = cells
     return table
 
@@ -136,7 +147,7 @@ def _report_text(store: Store, fmt: str) -> dict[Key, dict[str, Any]]:
     table = {}
     for r in rows:
         named = dict(zip(columns, r, strict=False))
-        cells = {m: parse(named[m]) for m in METRICS if named[m] not in ("-", "")}
+        cells = {m: parse(named[m]) for m in POSITIVE if named[m] not in ("-", "")}
         table[(named["model"], named["compiler"], int(named["batch"]))] = cells
     return table
 
@@ -148,20 +159,23 @@ def _console(store: Store) -> dict[Key, dict[str, Any]]:
     for family in rd.families(rows):
         for r in rd.metrics_table(rows, rd.Selection(family)):
             label = r[0].replace(" w", "").replace("conv64", "conv64x1")
-            cells = dict(zip(("speedup", "rtr", "ase", "bsr"), r[6:10], strict=True))
+            cells = dict(zip(POSITIVE, r[5:10], strict=True))
             parsed = {m: parse(v) for m, v in cells.items() if v != "--"}
             table[(label, r[1], int(r[2]))] = parsed
     return table
 
 
-Printed = tuple[str, str | None, frozenset[str]]
+Printed = tuple[str, Bounds, frozenset[str]]
+
+
+def _floats(bounds: Bounds) -> tuple[float, float] | None:
+    return (float(bounds[0]), float(bounds[1])) if bounds is not None else None
 
 
 def _same(a: Printed, b: Printed, where: object = "") -> None:
     """Same printed value, interval and verdict (the CSV keeps numbers numeric: 1.0 == 1.000)."""
     assert float(a[0]) == float(b[0]), (where, a, b)
-    same_half = (a[1] is None) == (b[1] is None) and (a[1] is None or float(a[1]) == float(b[1]))
-    assert same_half, (where, a, b)
+    assert _floats(a[1]) == _floats(b[1]), (where, a, b)
     assert a[2] == b[2], (where, a, b)
 
 
@@ -189,6 +203,13 @@ def test_every_surface_prints_the_same_number_interval_and_verdict(store: Store)
     assert "≠prec" in ov8["speedup"][2] and "≠prec" in ov8["bsr"][2]
     assert "n.s." in reference[("resnet18", "onnxruntime", 8)]["speedup"][2]
     assert reference[("resnet18", "identity", 8)]["speedup"] == ("1.000", None, {"baseline"})
+    # no bound of a positive quantity at or below zero, on any surface (the noisy seeds' 90 %
+    # intervals once printed as "105 ± 190")
+    for name, table in surfaces.items():
+        for key, cells in table.items():
+            for metric, (_, bounds, _) in cells.items():
+                low_high = _floats(bounds)
+                assert low_high is None or low_high[0] > 0, (name, key, metric, bounds)
     assert reference[("conv64x1", "identity", 8)]["bsr"] == ("1.000", None, frozenset())
 
 
@@ -196,11 +217,12 @@ def test_ns_exactly_where_the_printed_interval_includes_one(store: Store) -> Non
     seen = {True: 0, False: 0}
     for cells in _report_csv(store).values():
         for metric in ("speedup", "bsr"):
-            value, half, flags = cells.get(metric, ("", None, frozenset()))
-            if half is None:
+            value, bounds, flags = cells.get(metric, ("", None, frozenset()))
+            low_high = _floats(bounds)
+            if low_high is None:
                 continue
-            includes = float(value) - float(half) <= 1.0 <= float(value) + float(half)
-            assert includes == ("n.s." in flags), (metric, value, half, flags)
+            includes = low_high[0] <= 1.0 <= low_high[1]
+            assert includes == ("n.s." in flags), (metric, value, bounds, flags)
             seen[includes] += 1
     assert seen[True] >= 2 and seen[False] >= 4  # both verdicts occur in the seed
 
@@ -217,11 +239,12 @@ def test_figures_draw_what_the_reports_print(store: Store) -> None:
             for x, y, err, weak, mismatch in zip(
                 line.xs, line.ys, line.errs, line.weak, line.mismatch, strict=True
             ):
-                value, half, flags = printed[(label, line.label, int(x))]["speedup"]
-                assert err is not None and err[1] > 0
-                shown, spread, _ = round_with_interval(y, err[1])
-                assert shown == float(value) and spread == float(half or 0)
-                assert err[0] == min(err[1], y)  # cut at zero: no negative speed-up
+                value, bounds, flags = printed[(label, line.label, int(x))]["speedup"]
+                low_high = _floats(bounds)
+                assert err is not None and err[1] > 0 and low_high is not None
+                # the bar runs between the printed bounds, above zero
+                assert y - err[0] == pytest.approx(low_high[0]) and low_high[0] > 0
+                assert y + err[1] == pytest.approx(low_high[1])
                 assert weak == bool({"n.s.", "n<2"} & flags) and mismatch == ("≠prec" in flags)
                 points += 1
     assert points == 8
@@ -239,6 +262,18 @@ def test_figures_draw_what_the_reports_print(store: Store) -> None:
                         continue
                     key = (model, panel.title, int(col.lstrip("b")))
                     _same(parse(text), printed[key][metric])
+
+
+def test_intervals_print_their_bounds_with_the_digits_they_support() -> None:
+    assert format_interval(6.3, 4.14, 9.51) == "6.3 [4.1, 9.6]"  # bounds rounded outwards
+    assert format_interval(1.38, 1.046, 1.814) == "1.38 [1.04, 1.82]"  # excludes 1: no tie
+    assert format_interval(79.841, 67.3, 92.3) == "80 [67, 93]"
+    # a wide interval of a positive quantity: the lower bound keeps its own digits, never 0
+    assert format_interval(700.0, 26.8, 18800.0) == "700 [26, 18800]"
+    assert format_interval(0.25, 0.001, 60.0) == "0.25 [0.0010, 60]"
+    assert format_interval(1344.656, 1.2, 1.5e6) == "1300 [1.2, 1500000]"
+    assert format_interval(-0.0001, -0.3, 0.2) == "-0.00010 [-0.30, 0.20]"  # never "-0"
+    assert format_interval(1.0, None, None) == "1.000"
 
 
 def test_values_keep_only_the_digits_their_interval_supports() -> None:
@@ -270,3 +305,16 @@ def test_console_and_report_agree_without_a_stored_interval(tmp_path: Path) -> N
         for metric, printed in cells.items():
             _same(console[key][metric], printed)
     assert report[("resnet18", "openvino", 8)]["speedup"][1] is not None
+
+
+def test_a_throughput_whose_interval_reaches_zero_prints_a_positive_bound(tmp_path: Path) -> None:
+    """700 samples/s with a stored half-width of 2300 (two processes far apart): every surface
+    shows a lower bound above zero and the console draws it on a log axis."""
+    from ngb.sweeps import derived
+
+    row = {"throughput_mean": 700.0, "throughput_ci_half": 2300.0, "key": "k",
+           "extra": {"measure": {"df": 1}}}  # fmt: skip
+    shown = derived.throughput(row)
+    assert shown.low is not None and 0 < shown.low < 700 < (shown.high or 0)
+    printed = parse(shown.text())
+    assert printed[1] is not None and float(printed[1][0]) > 0

@@ -13,16 +13,18 @@ import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import duckdb
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError
+from ngb.core.errors import ConfigError, NgbError
 from ngb.core.model_sources import (
     InputSpec,
     ModelSource,
     artifact_dir,
+    folder_files,
     locate,
     parse_input,
     parse_source,
@@ -381,6 +383,148 @@ def test_importing_a_factory_leaves_the_users_folder_as_it_was(
     assert sys.dont_write_bytecode is False  # the caller's setting is back
 
 
+def test_a_files_folder_travels_as_its_python_code(tmp_path: Path) -> None:
+    """Issue 31 item 4: a single-file model's folder is hashed and shipped as what Python imports
+    from it, so a results store beside it (and its WAL), notebooks, data and logs neither travel
+    nor change its address; editing its code does, and the message names the file."""
+    from ngb.devices.artifacts import pack_folder
+
+    (tmp_path / "mymodel.py").write_text("import helper\ndef build():\n    return None\n")
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "vocab.json").write_text("{}")  # a package's data travels with it
+    for other in ("data", ".venv", "notes"):
+        (tmp_path / other).mkdir()
+        (tmp_path / other / "x.py").write_text("")
+    (tmp_path / "results.duckdb").write_bytes(b"store")
+    (tmp_path / "analysis.ipynb").write_text("{}")
+    source = parse_source("mymodel.py:build", base_dir=tmp_path)
+    artifact = source.artifacts[0]
+    assert sorted(f.relative_to(tmp_path).as_posix() for f in folder_files(tmp_path)) == [
+        "helper.py", "mymodel.py", "pkg/__init__.py", "pkg/vocab.json"
+    ]  # fmt: skip
+    # ngb writing its store, its WAL and a run folder beside the model changes nothing
+    (tmp_path / "results.duckdb").write_bytes(b"store, later")
+    (tmp_path / "results.duckdb.wal").write_bytes(b"wal")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "events.jsonl").write_text("{}")
+    assert locate(artifact, None) == tmp_path
+    # the shipped copy (what pack_folder zips) hashes to the same address on the device
+    packed = pack_folder(tmp_path, tmp_path.parent / "packed.zip")
+    with zipfile.ZipFile(packed) as zf:
+        zf.extractall(tmp_path.parent / "device")
+    assert sha256_of(tmp_path.parent / "device") == artifact.sha256
+    # the user's own edit does change it, and the line says which file
+    (tmp_path / "helper.py").write_text("X = 2\n")
+    with pytest.raises(NgbError, match=r"changed since the sweep was loaded \(edited helper.py\)"):
+        locate(artifact, None)
+    # a file in a plain sub-folder would not travel: said at once
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.py").write_text("def build():\n    pass\n")
+    with pytest.raises(ConfigError, match="folder without __init__.py"):
+        parse_source("sub/m.py:build", code=str(tmp_path), base_dir=tmp_path)
+
+
+def _external_onnx(folder: Path) -> Path:
+    import onnx
+
+    net = torch.nn.Sequential(torch.nn.Embedding(20, 4), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    torch.onnx.export(
+        net.eval(), (torch.randint(0, 20, (2, 3)),), str(folder / "tmp.onnx"),
+        input_names=["ids"], dynamic_axes={"ids": {0: "batch"}}, dynamo=False, opset_version=17,
+    )  # fmt: skip
+    onnx.save_model(
+        onnx.load(str(folder / "tmp.onnx")), str(folder / "ext.onnx"), save_as_external_data=True,
+        all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=0,
+    )  # fmt: skip
+    (folder / "tmp.onnx").unlink()
+    return folder / "ext.onnx"
+
+
+def test_onnx_external_data_travels_with_the_model(tmp_path: Path) -> None:
+    """Issue 31 item 5: ``model.onnx`` + ``model.onnx.data`` are one bundle: one address over both
+    files, both uploaded into the same device folder, checked together there."""
+    from ngb.core.artifact_hashes import verify_shipped
+    from ngb.devices.artifacts import artifacts_in, payload
+
+    path = _external_onnx(tmp_path)
+    source = parse_source(path.name, base_dir=tmp_path)
+    artifact = source.artifacts[0]
+    assert artifact.data_files == ("ext.onnx.data",)
+    assert artifact.sha256 != sha256_of(path)  # the weights are part of the address
+    # the integer input's range comes from the table it indexes, not a 0..1 guess
+    assert [i.to_dict() for i in source.inputs] == [
+        {"name": "ids", "shape": ["batch", 3], "dtype": "int64", "range": [0, 20]}
+    ]
+    items = artifacts_in([{"source": source.to_dict()}])
+    assert [(i.sha256, i.name) for i in items] == [
+        (artifact.sha256, "ext.onnx"), (artifact.sha256, "ext.onnx.data")
+    ]  # fmt: skip
+    cache = tmp_path / "device-cache"
+    entry = artifact_dir(cache, artifact.sha256)
+    entry.mkdir(parents=True)
+    for item in items:
+        local, digest = payload(item)
+        assert digest == sha256_of(local)  # what the install script checks on arrival
+        (entry / item.name).write_bytes(local.read_bytes())
+    assert locate(artifact, cache) == entry / "ext.onnx"
+    assert verify_shipped(source.to_dict(), cache) is None
+    # a damaged data file fails the trial in one line and is removed for a fresh upload
+    (entry / "ext.onnx.data").write_bytes(b"damaged")
+    assert "hash mismatch on the device: ext.onnx" in (
+        verify_shipped(source.to_dict(), cache) or ""
+    )
+    assert not entry.exists()
+    # the data file is refused where it cannot travel
+    (tmp_path / "ext.onnx.data").unlink()
+    with pytest.raises(
+        ConfigError, match="keeps its weights in ext.onnx.data, which is not a file"
+    ):
+        parse_source(path.name, base_dir=tmp_path)
+
+
+class _Counts(torch.nn.Module):
+    def forward(self, n: torch.Tensor) -> torch.Tensor:
+        return n.float() * 2.0
+
+
+def test_a_range_the_file_does_not_give_is_stated(tmp_path: Path) -> None:
+    """Issue 31 item 8: an integer input nothing in the file bounds gets 0..1, and says so."""
+    torch.onnx.export(
+        _Counts(), (torch.ones(2, 3, dtype=torch.int64),), str(tmp_path / "counts.onnx"),
+        input_names=["n"], dynamic_axes={"n": {0: "batch"}}, dynamo=False, opset_version=17,
+    )  # fmt: skip
+    (spec,) = parse_source("counts.onnx", base_dir=tmp_path).inputs
+    assert spec.range == (0, 2) and (spec.range_note or "").startswith("assumed 0..1")
+    code, _, err = ngb("measure", "counts.onnx", "-c", "onnxruntime", *FAST, cwd=tmp_path)
+    assert code == 0, err
+    assert (
+        "warning: counts.onnx: input 'n' (int64): assumed 0..1: the graph does not bound it" in err
+    )
+
+
+def test_an_onnx_model_with_external_data_runs_from_the_device_cache(tmp_path: Path) -> None:
+    from ngb.core.measure import run_trial
+
+    path = _external_onnx(tmp_path)
+    source = parse_source(str(path))
+    artifact = source.artifacts[0]
+    cache = tmp_path / "cache"
+    entry = artifact_dir(cache, artifact.sha256)
+    entry.mkdir(parents=True)
+    for name in ("ext.onnx", "ext.onnx.data"):
+        (entry / name).write_bytes((tmp_path / name).read_bytes())
+        (tmp_path / name).unlink()  # only the device's copy is left
+    spec = TrialSpec(
+        model="ext", compiler="onnxruntime", batch=2, source=source.to_dict(),
+        measure=MeasureSettings(repetitions=1, min_duration_s=0.01, min_iters=2, warmup_s=0.0),
+    )  # fmt: skip
+    result = run_trial(spec, cache_dir=cache)
+    assert result.ok, result.error
+    assert result.params == 20 * 4 + 12 * 2 + 2
+
+
 # ---------------------------------------------------------------- ngb models / ngb measure
 
 
@@ -395,6 +539,10 @@ def test_ngb_models_file_lists_params_and_macs(parts: Path) -> None:
     assert rows["Token Text"]["params"] == rows["text-pt2"]["params"] > 0
     assert rows["Token Text"]["macs"] == rows["text-pt2"]["macs"] > 0
     assert "tokens int64[batch,12] 0..49" in rows["Token Text"]["inputs"]
+    # issue 31: the program's input gets the same range, from the embedding it indexes
+    assert rows["text-pt2"]["inputs"] == (
+        "tokens int64[batch,12] 0..49 (from the 50-row table it indexes)"
+    )
     assert "raised ValueError: width 3 is not supported" in rows["raises"]["error"]
     assert err.strip() == "error: model 'raises': factory nets.two:broken raised ValueError: " + (
         "width 3 is not supported by this net"
@@ -447,6 +595,37 @@ def test_ngb_measure_bad_models_are_one_line(parts: Path, args: list[str], messa
     lines = [ln for ln in err.splitlines() if ln.lower().startswith("error")]
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
+
+
+def test_ngb_measure_stores_and_refuses_a_bad_store_first(tmp_path: Path) -> None:
+    """Issue 31 item 7: ``--db``/``--run`` store the measurement; a store that cannot take it is
+    refused before anything is measured (one line, nothing created)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for bad, message in [
+        (tmp_path, "is not a regular file"),
+        (fifo, "is not a regular file"),
+        (Path("/dev/null"), "is not a regular file"),
+    ]:
+        code, _, err = ngb("measure", "conv", "--width", "8", "-c", "noop", "--db", str(bad))
+        assert code == 1 and err.count("\n") == 1 and message in err, err
+        assert "stored" not in err
+    code, _, err = ngb("measure", "conv", "--width", "8", "-c", "noop", "--run", " ")
+    assert (code, err.strip()) == (1, "error: --run wants a non-empty run id")
+    db = tmp_path / "r.duckdb"
+    said = []
+    for width in ("8", "8", "16"):  # one run id collects more trials, each once
+        code, out, err = ngb("measure", "conv", "--width", width, "-c", "noop", *FAST,
+                             "--db", str(db), "--run", "cli", "--json")  # fmt: skip
+        assert code == 0, err
+        said.append(err.strip())
+    assert said[0] == said[2] == f"stored: run cli in {db}"
+    assert said[1].startswith("not stored: run cli in") and "already holds trial" in said[1]
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT run_id, device, status, width FROM trials").fetchall()
+        (status,) = con.execute("SELECT status FROM runs WHERE run_id = 'cli'").fetchone() or ("",)
+    assert sorted(rows) == [("cli", "localhost", "ok", 8), ("cli", "localhost", "ok", 16)]
+    assert status == "finished"
 
 
 # ---------------------------------------------------------------- ngb run on localhost
@@ -567,6 +746,9 @@ def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> Non
     assert rows["fusion"]["inputs"].count("float32") == 2
     # the ONNX export of my-cnn folds BatchNorm into the conv: same MACs, BN's affine params gone
     assert rows["cnn-onnx"]["macs"] == rows["my-cnn"]["macs"]
+    assert (rows["cnn-onnx-ext"]["params"], rows["cnn-onnx-ext"]["macs"]) == (
+        rows["cnn-onnx"]["params"], rows["cnn-onnx"]["macs"]
+    )  # fmt: skip
     assert rows["my-cnn"]["params"] - rows["cnn-onnx"]["params"] == 2 * 16
 
 

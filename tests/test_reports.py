@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import statistics
 from pathlib import Path
 
@@ -33,7 +34,6 @@ from click.testing import CliRunner
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.numbers import round_with_interval
 from ngb.sweeps.report_data import Cell, ReportData
 from ngb.sweeps.reports import build_report, list_reports, render
 from ngb.sweeps.store import Store
@@ -175,12 +175,15 @@ def test_bsr_against_hand_computed(store: Store) -> None:
     # Intervals: ±1 % repetitions give a narrow, significant speed-up; identity against itself
     # has a BSR of exactly 1 by definition: no interval, no verdict (it is not a measurement).
     speed = ov8["speedup"]
-    assert 0 < speed.std < 0.05 * speed.value and speed.note == ""
+    assert speed.low is not None and speed.high is not None
+    assert 0 < speed.high - speed.low < 0.1 * speed.value and speed.note == ""
     own = rows[("resnet18", "identity", 8)]
-    assert own["bsr"].value == 1.0 and own["bsr"].std is None and own["bsr"].note == ""
-    assert own["speedup"].value == 1.0 and own["speedup"].std is None
+    assert own["bsr"].value == 1.0 and own["bsr"].interval is None and own["bsr"].note == ""
+    assert own["speedup"].value == 1.0 and own["speedup"].interval is None
     assert own["speedup"].note == "baseline"
-    assert ov8["throughput"].value == pytest.approx(176) and ov8["throughput"].std > 0
+    tput = ov8["throughput"]
+    assert tput.value == pytest.approx(176) and tput.interval is not None
+    assert 0 < tput.interval[0] < 176 < tput.interval[1]
     assert ov8["verdict"] == "-"  # the fixture's results predate verdicts
     # convnext/resnet101 have no batch 1: left out with a note, not a crash
     assert not any(k[0] == "convnext_tiny" for k in rows)
@@ -202,7 +205,8 @@ def test_ase_grid(store: Store) -> None:
     rows = _row_map(rep, "compiler", "model")
     assert _value(rows[("openvino", "resnet18")]["b2"]) == pytest.approx(40 / (2 * 20))
     assert _value(rows[("identity", "resnet50")]["b8"]) == pytest.approx(24 / 40)
-    assert rows[("identity", "resnet50")]["b8"].std > 0
+    b8 = rows[("identity", "resnet50")]["b8"]
+    assert b8.interval is not None and 0 < b8.interval[0] < b8.value < b8.interval[1]
 
 
 def test_families_table_vi(store: Store) -> None:
@@ -232,11 +236,16 @@ def test_depth_slope_retention_and_significance(store: Store) -> None:
     assert ov["d3"].value == pytest.approx(2.1)
     assert ov["slope"].value == pytest.approx(0.3)
     assert ov["retention"].value == pytest.approx(2.1 / 1.5)
+
     # Depth 1 is noisy (±60 % over 5 repetitions): its t interval alone is ±59 %, so the slope's
     # interval (0.3 ± 0.6, delta method with Satterthwaite's df) includes 0 -- a plain
     # percentile bootstrap once said ±0.27 and "significant".
-    assert 0.3 < ov["slope"].std < 0.8 and ov["slope"].note == "n.s."
-    assert ov["retention"].std > ov["d2"].std  # retention inherits depth 1's noise
+    def width(c: Cell) -> float:
+        assert c.interval is not None
+        return c.interval[1] - c.interval[0]
+
+    assert 0.6 < width(ov["slope"]) < 1.6 and ov["slope"].note == "n.s."
+    assert width(ov["retention"]) > width(ov["d2"])  # retention inherits depth 1's noise
     assert ov["d1"].note == "n.s."  # ±60 % noise on openvino depth 1
     assert ov["d2"].note == "" and ov["d3"].note == ""
 
@@ -360,9 +369,11 @@ def test_cli_report(store: Store) -> None:
     rows = list(csv.DictReader(io.StringIO(out.output)))
     ov8 = next(r for r in rows if (r["model"], r["compiler"], r["batch"]) ==
                ("resnet18", "openvino", "8"))  # fmt: skip
-    # rounded to what its interval supports, as every surface prints it
-    shown, _, _ = round_with_interval(1.1 / 0.7, float(ov8["bsr std"]))
-    assert float(ov8["bsr"]) == shown and abs(shown - 1.1 / 0.7) <= float(ov8["bsr std"]) / 10
+    # the bounds in their own columns, named for what they hold; the value rounded to what the
+    # interval supports, as every surface prints it
+    low, high = float(ov8["bsr 95% lo"]), float(ov8["bsr 95% hi"])
+    assert 0 < low < float(ov8["bsr"]) < high
+    assert abs(float(ov8["bsr"]) - 1.1 / 0.7) <= (high - low) / 20
     bad = runner.invoke(cli, ["report", "nope", "--db", str(store.path)])
     assert bad.exit_code == 1
     assert "unknown report 'nope'" in bad.output and "Traceback" not in bad.output
@@ -448,7 +459,7 @@ def test_verdicts_reach_the_reports(tmp_path) -> None:
     assert rows[("resnet18", "openvino", 1)]["verdict"] == "INVALID (disturbed)"
     assert any(n.startswith("1 of 2 trials are INVALID (1 disturbed") for n in rep.notes)
     text = render(rep, "markdown")
-    assert "±" in text and "INVALID (disturbed)" in text
+    assert re.search(r"\d \[\d", text) and "INVALID (disturbed)" in text
 
 
 def _precision_store(tmp_path) -> Store:
@@ -532,3 +543,29 @@ def test_the_baseline_label_names_the_allocator_it_ran_under(tmp_path) -> None:
     assert ReportData(store, run_id="r").baseline_label == "identity (allocator: retain)"
     text = render(build_report("bsr", store, run_id="r"), "markdown")
     assert "baseline: identity (allocator: retain)" in text
+
+
+def test_two_precisions_of_one_point_are_two_points(tmp_path) -> None:
+    """openvino b1 at fp32 and at bf16 (two runs): neither hides the other in the tables, the
+    energy report or ``ngb advise`` (the point key once had no precision: the bf16 row
+    vanished)."""
+    from ngb.sweeps import advise
+
+    store = Store(tmp_path / "two.duckdb")
+    for run, precision, tput, when in (("p1", "fp32", 20.0, 1.0), ("p2", "bf16", 31.0, 2.0)):
+        store.create_run(run, "fixture", "", ["dev1"], 2)
+        rows = []
+        for compiler, t in (("identity", 10.0), ("openvino", tput)):
+            r = _result("resnet18", compiler, 1, t, finished_at=1_700_000_000.0 + when)
+            r.precision = "fp32" if compiler == "identity" else precision
+            rows.append(r)
+        assert store.ingest_results(run, "dev1", rows) == 2
+    energy = build_report("energy", store).tables[0]
+    ran = {(r[2], r[5]) for r in energy.rows}
+    assert ("openvino", "fp32") in ran and ("openvino", "bf16") in ran
+    bsr = _row_map(build_report("bsr", store), "model", "compiler", "batch")
+    assert ("resnet18", "openvino bf16", 1) in bsr and ("resnet18", "openvino fp32", 1) in bsr
+    assert bsr[("resnet18", "openvino bf16", 1)]["speedup"].value == pytest.approx(3.1)
+    answer = advise.advise(ReportData(store), ["resnet18"], ["dev1"], advise.Constraints())[0]
+    assert answer.choice is not None and answer.choice.label == "openvino bf16 b1"
+    assert "changes precision: runs bf16" in "\n".join(answer.lines)

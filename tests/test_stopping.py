@@ -174,6 +174,10 @@ def test_an_invalid_verdict_says_what_the_target_would_need() -> None:
     by_process = judge(processes, MeasureSettings())
     expected = stopping.processes_needed(processes, 0.02, 0.95)
     assert by_process.reason.endswith(f"at this spread the target needs ~{expected} processes")
+    # why it is wide: the processes differ (13 % CoV of their means), not their repetitions
+    spread = stopping.process_spread(processes)
+    assert spread is not None and 0.12 < spread < 0.14
+    assert f"process means spread {spread:.1%} (CoV)" in by_process.reason
     hopeless = judge([[10.0], [200.0], [5.0], [100.0], [150.0]], MeasureSettings(ci_target=0.001))
     assert "more than 10000 processes" in hopeless.reason
 
@@ -254,8 +258,11 @@ def test_adaptive_trial_runs_to_the_most_workers_and_is_invalid(
         TrialSpec(model="m", compiler="noop", compiler_options={"sleep_s": 0.001}, measure=measure)
     )
     assert result.throughput.n == 6 and result.workers == 3 and result.verdict == INVALID
-    assert "wider than the target" in result.verdict_reason
-    assert "maximum repetitions" in result.verdict_reason
+    reason = result.verdict_reason or ""
+    # a sleep-based trial on a loaded machine may also split into two speed levels, which is
+    # INVALID for its own reason; otherwise the interval stayed wider than the target
+    if "two levels between processes" not in reason:
+        assert "wider than the target" in reason and "maximum repetitions" in reason
 
 
 def test_adaptive_trial_stops_at_the_time_cap(monkeypatch: pytest.MonkeyPatch) -> None:

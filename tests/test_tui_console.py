@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from ngb.sweeps.store import Store
 from ngb.tui import results_data as rd
 from ngb.tui.app import NgbApp, build_parser
@@ -19,6 +20,7 @@ from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.sql_editor import SqlEditor
 from rich.console import Console
+from textual import events
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Label, Select, Static
 
@@ -187,7 +189,7 @@ async def test_sql_errors_clear_the_grid_history_persists_and_ctrl_space_complet
         grid = sql.query_one("#sql-results", DataGrid)
         await wait_for(pilot, lambda: grid.row_count == 1)
         row = grid.get_row_at(0)
-        assert [str(c) for c in row] == ["1.500", "22", "a"]
+        assert [str(c) for c in row] == ["1.5", "22", "a"]  # the decimals it has, not 1.500
         assert [c.justify for c in row] == ["right", "right", None]  # numbers right-aligned
         # A write on the read-only connection: one line without CLI flags, and the grid empties.
         editor.text = "DELETE FROM runs"
@@ -231,9 +233,10 @@ async def test_results_table_sorts_copies_and_charts_toggle_log_scale(tmp_path: 
         assert advice.startswith("advise: ") and " on " in advice
         assert str(screen.query_one("#results-advice", Label).render()) == advice
         app.set_focus(None)
+        shown = screen.drawn_log  # automatic at first: log where the values span a wide range
         await pilot.press("l")
-        assert screen.selection().log_y and screen.draws > 0
-        assert rd.CHARTS["throughput"].build(screen.rows, screen.selection()).log_y
+        assert screen.selection().log_y is (not shown) and screen.draws > 0
+        assert rd.CHARTS["throughput"].build(screen.rows, screen.selection()).log_y is (not shown)
         # The heatmap's compiler picker.
         screen.query_one("#results-tabs").active = "tab-ase"
         screen.query_one("#heat-ase", Select).value = "openvino"
@@ -367,3 +370,101 @@ async def test_a_second_start_on_a_busy_device_names_the_holder(tmp_path: Path) 
         assert f"busy with run {first}" in str(status.render())
         assert screen.current_run == first
         await app.backend.orchestrator().cancel(first)
+
+
+def burst(app: NgbApp, keys: str) -> None:
+    """Keys as a fast typist (or a terminal paste) sends them: all queued before the app reads
+    the first, which ``pilot.press`` (idle between keys) never does."""
+    assert app._driver is not None
+    for char in keys:
+        name = {"(": "left_parenthesis", ")": "right_parenthesis"}.get(char, char)
+        event = events.Key(name, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+async def test_the_sql_editor_owns_every_key_typed_fast_on_its_first_visit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    # The editor's first key is slow in a terminal (tree-sitter's first highlight); the app
+    # meanwhile reads the next keys, and "range(2" must not let the "2" switch screens.
+    handle_key = SqlEditor._on_key
+    keys_seen: list[str] = []
+
+    async def slow_first_key(self: SqlEditor, event: events.Key) -> None:
+        keys_seen.append(event.key)
+        if len(keys_seen) == 1:
+            await asyncio.sleep(0.3)
+        await handle_key(self, event)
+
+    monkeypatch.setattr(SqlEditor, "_on_key", slow_first_key)
+    app = make_app(tmp_path, screen="results")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen.id == "results")
+        app.set_focus(None)
+        burst(app, "4range(200000)")  # "4" opens SQL, then the query is typed at once
+        editor = await wait_for(
+            pilot, lambda: app.screen.id == "sql" and app.screen.query_one(SqlEditor)
+        )
+        await wait_for(pilot, lambda: "range(200000)" in editor.text, timeout=10)
+        assert app.screen.id == "sql" and editor.text.count("range(200000)") == 1
+        # once typed in, every digit is the editor's; escape hands the number keys back
+        burst(app, "12345")
+        await wait_for(pilot, lambda: "range(200000)12345" in editor.text, timeout=10)
+        await pilot.press("escape", "5")
+        assert app.screen.id == "runs"
+
+
+async def test_the_sweep_summary_follows_a_typed_sweep_path(tmp_path: Path) -> None:
+    sweep = write_noop_sweep(tmp_path)
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.run_screen
+        summary = screen.query_one("#sweep-summary", Label)
+        await wait_for(pilot, lambda: str(summary.render()).startswith("demo: "))
+        box = screen.query_one("#sweep-file", Input)
+        box.focus()
+        await pilot.press(*str(sweep))  # typed, no Enter
+        await wait_for(pilot, lambda: str(summary.render()).startswith("noop-tiny: "), timeout=10)
+        assert "trials per device" in str(summary.render())
+        box.value = ""  # emptied: the preset is what Start runs again
+        await wait_for(pilot, lambda: str(summary.render()).startswith("demo: "), timeout=10)
+
+
+def test_sql_grid_shows_the_decimals_a_query_asked_for() -> None:
+    import duckdb
+    from ngb.tui.screens.sql import cell, column_digits
+
+    rows = duckdb.sql(
+        "SELECT round(51.2999, 1), 1234.56789::DOUBLE, 0.000123::DOUBLE, 51.30::DECIMAL(6,2), 0.0"
+    ).fetchall()
+    shown = [cell(v, column_digits(rows, i)) for i, v in enumerate(rows[0])]
+    assert shown == ["51.3", "1234.568", "0.000123", "51.30", "0.0"]
+
+
+async def test_the_runs_table_fits_80_columns_with_every_column_whole(tmp_path: Path) -> None:
+    app = make_app(tmp_path, screen="runs")
+    app.attach_on_start = False
+    db = app.backend.db_path
+    assert db is not None
+    store = Store(db)
+    run_id = "own-models-20261126-201500-a1b2"
+    store.create_run(run_id, "own-models", "", ["localhost", "jetson-orin-nano"], 80, {})
+    store.set_run_status(run_id, "running")
+    for device in ("localhost", "jetson-orin-nano"):
+        store.upsert_run_device(run_id, device, state="running", n_trials=40, n_done=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        table = screen.query_one("#runs-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1)
+        await pilot.pause()
+        assert [str(c.label) for c in table.columns.values()][-1] == "created"
+        assert table.virtual_size.width <= table.size.width  # no column behind a scroll
+        row = screen.rows_shown()[0]
+        assert row[:4] == (run_id, "running", "2", "2/80") and len(row[5]) == len("11-26 20:15")
+        await pilot.resize_terminal(120, 40)
+        await wait_for(pilot, lambda: len(screen.rows_shown()[0]) == 8)
+        assert screen.rows_shown()[0][1] == "own-models"

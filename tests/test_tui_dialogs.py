@@ -12,7 +12,7 @@ from ngb.tui.narrow_table import narrow
 from ngb.tui.results_data import TABLE_COLUMNS, Chart
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
-from ngb.tui.widgets.result_chart import legend, style_of, y_range
+from ngb.tui.widgets.result_chart import legend, style_of, whisker, y_range
 from textual.widgets import DataTable, Input
 
 from tests.test_tui_support import make_app, wait_for
@@ -58,13 +58,13 @@ async def test_runs_keys_work_without_the_table_focused(tmp_path: Path) -> None:
 
 
 def test_the_narrow_table_keeps_the_key_columns() -> None:
-    row = ("conv w16", "onnxruntime", "8", "2", "3", "7800.0 ±193.8", "1.950 ±0.069",
+    row = ("conv w16", "onnxruntime", "8", "2", "3", "7800 [7610, 7990]", "1.95 [1.88, 2.02]",
            "5.200", "0.650", "1.170", "unstable")  # fmt: skip
     numeric = set(range(2, 10))
     columns, rows, right = narrow(TABLE_COLUMNS, [row], numeric)
-    assert columns == ["comp", "b×d", "tput ±95%", "speed-up", "RTR", "ASE", "BSR", "flags"]
-    assert rows == [["ORT", "8×2", "7800.0 ±193.8", "1.950 ±0.069", "5.200", "0.650", "1.170",
-                     "unst"]]  # fmt: skip
+    assert columns == ["comp", "b×d", "tput [95%]", "speed-up", "RTR", "ASE", "BSR", "flags"]
+    assert rows == [["ORT", "8×2", "7800 [7610, 7990]", "1.95 [1.88, 2.02]", "5.200", "0.650",
+                     "1.170", "unst"]]  # fmt: skip
     assert right == {1, 2, 3, 4, 5, 6}
 
 
@@ -75,6 +75,35 @@ def test_chart_styles_are_distinct_stable_and_the_axis_holds_the_whiskers() -> N
     assert style_of("my-compiler") == style_of("my-compiler")  # stable, not Python's hash
     text = legend(["identity", "openvino"])
     assert text.plain == "● identity  ▲ openvino"
-    chart = Chart(title="t", series={"a": [1.0, 2.0, None]}, errors={"a": [0.5, 3.0, None]},
-                  reference=1.0)  # fmt: skip
-    assert y_range(chart) == (-1.0, 5.0)
+    # whiskers are the printed bounds, asymmetric as a ratio's are
+    chart = Chart(title="t", series={"a": [1.0, 2.0, None]},
+                  errors={"a": [(0.5, 1.5), (0.4, 5.0), None]}, reference=1.0)  # fmt: skip
+    assert y_range(chart) == (0.4, 5.0)
+    # on a log axis a bound at or below zero (a slope's) never reaches the log
+    chart = Chart(title="t", series={"a": [-0.2, 2.0]}, errors={"a": [(-0.5, 0.1), (1.0, 3.0)]},
+                  log_y=True)  # fmt: skip
+    assert y_range(chart) == (0.1, 3.0) and whisker(chart, (-0.5, 0.1)) == (0.1, 0.1)
+
+
+async def test_editing_a_devices_port_drops_its_old_probe_error(tmp_path: Path) -> None:
+    from tests.test_tui_support import write_local_inventory
+
+    inventory = write_local_inventory(
+        tmp_path, '[devices.deadhost]\nhost = "127.0.0.1"\nport = 1\nuser = "nobody"\n'
+    )
+    app = make_app(tmp_path, screen="devices", inventory=inventory)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        table = screen.query_one("#devices-table", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2)
+        table.move_cursor(row=[str(r.value) for r in table.rows].index("deadhost"))
+        await pilot.press("p")
+        await wait_for(pilot, lambda: screen.status.get("deadhost", "").startswith("error"))
+        await pilot.press("e")
+        assert isinstance(app.screen, DeviceFormScreen)
+        port = app.screen.query_one("#field-port", Input)
+        port.value = "2"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "error" not in screen.status.get("deadhost", "error"))
+        row = table.get_row("deadhost")
+        assert "error" not in str(row[4]) and "127.0.0.1:2" in str(row[2])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from ngb.core.errors import NgbError
-from ngb.sweeps.numbers import format_with_interval
+from ngb.sweeps.numbers import format_interval, printed_bounds
 from ngb.sweeps.orchestrator import RunEvent
 from ngb.tui import results_data as rd
 from ngb.tui.live_run import CPU_HISTORY, RunModel
@@ -171,18 +173,22 @@ def test_table_shows_spread_significance_and_flags() -> None:
     ]
     table = {r[1]: r for r in rd.metrics_table(rd.ok_rows(rows), rd.Selection("conv"))}
     half = confidence_interval(base).half_width
-    shown = format_with_interval(100.0, half, " ±")  # the digits its interval supports
+    # the t interval carried to the log scale, printed as its bounds with the digits it supports
+    low, high = 100.0 * math.exp(-half / 100.0), 100.0 * math.exp(half / 100.0)
+    shown = format_interval(100.0, low, high)
     assert table["identity"][4:7] == ("5", shown, "1.000 (baseline)")
     assert compare(close, base).flag == "n.s." and table["noop"][6].endswith("n.s.")
     assert table["noop"][10] == "unstable"
     assert compare(fast, base).flag == "" and "n.s." not in table["openvino"][6]
-    assert table["openvino"][6].startswith("3.00 ±") and table["openvino"][10] == "INVALID"
+    assert table["openvino"][6].startswith("3.00 [") and table["openvino"][10] == "INVALID"
     # Batch 1 was never measured: speed-up is still shown, RTR/ASE/BSR cannot be told.
     assert table["openvino"][7:10] == ("--", "--", "--")
     # The charts carry the same intervals as error bars and a reference line at 1.
     sel = rd.Selection("conv", "conv w8", [])
     tp = rd.throughput_chart(rd.ok_rows(rows), sel)
-    assert tp.errors["identity"] == [pytest.approx(half)]
+    printed = printed_bounds(100.0, low, high)
+    assert printed is not None
+    assert tp.errors["identity"] == [(printed.low, printed.high)]
     sp = rd.speedup_chart(rd.ok_rows(rows), sel)
     assert sp.reference == 1.0 and sp.series["openvino"] == [pytest.approx(3.0)]
     assert "depth 1" in sp.title and "conv w8" in sp.title

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from ngb.sweeps.store import Store
 from ngb.sweeps.store_snapshot import QueryCancelled, QueryJob
 from ngb.tui.app import NgbApp
@@ -166,3 +167,96 @@ async def test_tab_leaves_the_editor_digits_switch_until_typing_and_export_path(
         await pilot.press("ctrl+e")
         await wait_for(pilot, target.exists, timeout=10)
         assert not (Path.cwd() / "ngb-export.csv").exists()
+
+
+async def test_write_mode_grants_the_store_only(tmp_path: Path) -> None:
+    """'allow writes' changes the store and nothing else (issue 31, item 1): COPY over the store,
+    its WAL, the inventory or a FIFO, ATTACH and EXPORT are refused with one line, both on the
+    console's screen and through its query jobs, and every file stays byte-identical."""
+    import os
+
+    from ngb.core.errors import NgbError
+    from textual.widgets import Switch
+
+    db = tmp_path / "r.duckdb"
+    store = seeded(db)
+    inventory = tmp_path / "devices.toml"
+    inventory.write_text("x = 1\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    before = db.read_bytes()
+    hostile = [
+        f"COPY (SELECT 1) TO '{db}' (FORMAT csv)",
+        f"COPY (SELECT 1) TO '{db}.wal' (FORMAT csv)",
+        f"COPY (SELECT 1) TO '{inventory}' (FORMAT csv)",
+        f"COPY (SELECT 1) TO '{fifo}' (FORMAT csv)",
+        f"COPY (SELECT 1) TO '{tmp_path}/leak.csv' (FORMAT csv)",
+        f"ATTACH '{db}.wal' AS w",
+        f"EXPORT DATABASE '{tmp_path}/dump'",
+        "SET enable_external_access = true",
+        f"FROM read_text('{inventory}') SELECT *",
+    ]
+    for sql in hostile:
+        for allow_write in (False, True):
+            try:
+                QueryJob(store, sql, allow_write=allow_write).run()
+                raise AssertionError(f"ran: {sql} (allow_write={allow_write})")
+            except NgbError as exc:
+                assert "\n" not in str(exc)
+    assert db.read_bytes() == before and inventory.read_text() == "x = 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["devices.toml", "fifo", "r.duckdb"]
+    # What write mode is for still works: a change to the store itself.
+    QueryJob(store, "UPDATE runs SET sweep_name = 'renamed'", allow_write=True).run()
+    assert store.run("r1")["sweep_name"] == "renamed"
+
+    backend = Backend(db_path=db, inventory_path=inventory)
+    app = NgbApp(backend, start_screen="sql", attach_on_start=False, settings_path=tmp_path / "s")
+    async with app.run_test(size=SIZE) as pilot:
+        sql = app.screen
+        assert isinstance(sql, SqlScreen)
+        sql.query_one("#sql-write", Switch).value = True
+        await pilot.pause(0.2)  # the switch's own status line first
+        sql.query_one(SqlEditor).text = f"COPY (SELECT 1) TO '{tmp_path}/leak.csv' (FORMAT csv)"
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+j")
+        await wait_for(pilot, lambda: "cannot read or write files" in status_text(sql), timeout=30)
+    assert not (tmp_path / "leak.csv").exists()
+    assert inventory.read_text() == "x = 1\n"
+
+
+def test_a_copy_is_reused_while_the_store_is_unchanged_and_renewed_after_a_write(
+    tmp_path: Path,
+) -> None:
+    """Console queries on an unchanged store share one private copy (issue 31, item 12: a
+    whole-store copy per query); a write makes the next query copy again and see it."""
+    from ngb.sweeps import store_snapshot
+
+    store = seeded(tmp_path / "r.duckdb")
+    time.sleep(2 * store_snapshot.FRESH_S)  # a file changed just now is never reused
+    sql = "SELECT run_id FROM runs ORDER BY run_id"
+    assert QueryJob(store, sql).run()[1] == [("r1",)]
+    key = str(store.path.resolve())
+    first = store_snapshot._snapshots[key]
+    assert QueryJob(store, sql).run()[1] == [("r1",)]
+    assert store_snapshot._snapshots[key] is first  # no second copy
+    store.create_run("r2", "demo", "", ["localhost"], 4, {})
+    time.sleep(2 * store_snapshot.FRESH_S)
+    assert QueryJob(store, sql).run()[1] == [("r1",), ("r2",)]
+    renewed = store_snapshot._snapshots[key]
+    assert renewed is not first
+    assert first.copy is not None and not first.copy.exists()  # the old copy is gone
+
+
+def test_two_queries_at_once_share_the_copy(tmp_path: Path) -> None:
+    from ngb.sweeps import store_snapshot
+
+    store = seeded(tmp_path / "r.duckdb")
+    time.sleep(2 * store_snapshot.FRESH_S)
+    long = QueryJob(store, LONG)
+    worker = threading.Thread(target=lambda: pytest.raises(QueryCancelled, long.run))
+    worker.start()
+    time.sleep(0.5)
+    assert QueryJob(store, "SELECT count(*) FROM runs").run()[1] == [(1,)]  # while LONG runs
+    long.cancel()
+    worker.join(5)
+    assert not worker.is_alive()

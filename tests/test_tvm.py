@@ -1,8 +1,9 @@
 """TVM backends: ``tvm`` (Relax, untuned) and ``tvm-ms`` (MetaSchedule-tuned).
 
-The untuned builds of the project's own conv and MHA blocks and one real 4-trial tuning run
-(MetaSchedule's builder and runner worker processes, its search, our task scheduler and measure
-callback; ~45 s on the shared 2-core machine) are in the fast set; the early-stop run is slow.
+The untuned builds of the project's own conv and MHA blocks, the tuning plan, milestones and
+provenance are in the fast set; every real MetaSchedule search (its builder and runner worker
+processes, our task scheduler and measure callback; ~45 s each on the shared 2-core machine) is
+slow: the 4-trial search with its reuse, the early stop, and a 3-worker trial that tunes once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import numpy as np
 import pytest
 from ngb.core.compilers import CompileContext, get_compiler
 from ngb.core.compilers.tvm_ms import TvmMetaScheduleConfig
-from ngb.core.compilers.tvm_tuning import TuningProgress, TuningStore, plan_tuning
+from ngb.core.compilers.tvm_tuning import (
+    TuningProgress,
+    TuningStore,
+    plan_tuning,
+    provenance,
+    provenance_line,
+)
 from ngb.core.errors import ConfigError, NgbError
 
 # Looked up, not imported: importing TVM costs ~1.2 s, and every pytest-xdist process collects
@@ -133,6 +140,8 @@ def test_no_early_stop_when_disabled_and_failed_tasks_rank_last() -> None:
         ({"trials": 10, "complete": True, "early_stopped": True}, 64, (10, 0)),
         ({"trials": 20, "complete": False}, 64, (20, 44)),  # interrupted: resume the rest
         ({"trials": 64, "complete": True}, 100, (64, 36)),  # bigger budget: tune the difference
+        # MetaSchedule ran out of candidates short of the budget: more trials find nothing new
+        ({"trials": 30, "complete": True, "exhausted": True}, 64, (30, 0)),
     ],
 )
 def test_plan_tuning(meta: dict, budget: int, expected: tuple[int, int]) -> None:
@@ -150,6 +159,47 @@ def test_store_meta_needs_records_and_survives_rewrites(tmp_path: Path) -> None:
     assert not list(store.dir.glob("*.tmp"))
     store.meta_path.write_text("{broken")
     assert store.meta() == {}
+
+
+def test_store_counts_records_and_clears(tmp_path: Path) -> None:
+    store = TuningStore(tmp_path / "db")
+    assert store.record_count() == 0
+    store.record_path.parent.mkdir(parents=True)
+    store.record_path.write_text('[0, ["a"]]\n[0, ["b"]]\n\n')
+    store.write_meta(trials=2, complete=True)
+    assert store.record_count() == 2 and store.meta()["trials"] == 2
+    store.clear()
+    assert store.record_count() == 0 and store.meta() == {}
+
+
+def test_provenance_says_which_run_tuned_and_how_well() -> None:
+    meta: Any = {"run_id": "paper-1", "trials": 64, "best_ms": 105.43, "updated": 0.0}
+    assert provenance_line(meta) == "tuning reused from run paper-1, 64 trials, best 105.4 ms"
+    meta = {"trials": 10, "early_stopped": True, "updated": 0.0}
+    line = provenance_line(meta)
+    assert line.startswith("tuning reused from a search of ") and line.endswith("early-stopped")
+    assert provenance(meta, True)["reused"] is True
+
+
+def test_milestones_log_quarters_new_bests_and_the_end() -> None:
+    events, emit = recorder()
+    prog = TuningProgress(["a"], [1.0], budget=8, early_stop=3, emit=emit)
+    prog.record(0, [0.010, 0.009])  # 25 %: the first best is no news
+    prog.log_milestones()
+    prog.record(0, [0.005, 0.006])  # 50 %, and a best 44 % lower
+    prog.log_milestones()
+    prog.record(0, [0.007, 0.008, 0.009])  # four without improvement (0.006 too): early stop
+    assert prog.should_stop()
+    prog.log_milestones(done=True)
+    lines = [f["msg"] for t, f in events if t == "log"]
+    assert lines[0] == "tuning 25%: 2/8 trials, best 9.000 ms"
+    assert "tuning 50%: 4/8 trials, best 5.000 ms" in lines
+    assert "tuning: new best 5.000 ms at trial 4" in lines
+    assert lines[-1].startswith("tuning early stop after 4 trials without a better one: 7/8")
+    prog.emit()
+    event = [f for t, f in events if t == "tuning"][-1]
+    assert event["since_improvement"] == 4 and event["early_stop"] == 3
+    assert event["history"] == [[2, 9.0], [4, 5.0], [7, 5.0]]
 
 
 # ---------------------------------------------------------------- untuned builds
@@ -232,6 +282,7 @@ TINY_TUNING = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_tvm_ms_tunes_reports_progress_and_reuses_its_database(tmp_path: Path) -> None:
     model, example = block("conv", 8, depth=1, batch=1)
@@ -279,3 +330,58 @@ def test_tvm_ms_early_stop_ends_the_search_before_the_budget(tmp_path: Path) -> 
     assert 0 < compiled.extra["trials_run"] < 40
     assert Path(compiled.extra["database"]).is_relative_to(tmp_path)  # reuse off: no cache
     np.testing.assert_allclose(compiled.output_numpy(), eager(model, example), rtol=RTOL, atol=ATOL)
+
+
+def _tiny_trial(options: dict, workers: int) -> Any:
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    measure = MeasureSettings(
+        warmup_iters=1, warmup_s=0.0, min_iters=1, min_duration_s=0.05, repetitions=workers,
+        workers=workers, quiet_check_s=0.0, threads=2,
+    )  # fmt: skip
+    return TrialSpec(
+        model="conv", compiler="tvm-ms", width=8, depth=1, batch=1, input_size=8,
+        compiler_options={**TINY_TUNING, **options}, measure=measure,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_trial_tunes_once_and_its_workers_measure_one_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: with workers=3 and reuse_database=false each worker searched on its own (three
+    searches, three programs); now worker 0 searches, the others build from its records."""
+    from ngb.core.measure import run_trial
+
+    # TVM loads in the workers only: this process may fork them whatever threads pytest keeps
+    monkeypatch.setenv("NGB_WORKER_START", "fork")
+
+    seen: list[dict] = []
+    spec = _tiny_trial({"reuse_database": False}, workers=3)
+    result = run_trial(spec, emit=seen.append, workdir=tmp_path / "t", cache_dir=tmp_path / "c")
+    assert result.ok, result.error
+    assert result.workers == 3 and result.tune_s and result.tune_s > 0
+    tuning = [e for e in seen if e["type"] == "tuning"]
+    assert tuning and {e["worker"] for e in tuning} == {0}  # only worker 0 searched
+    assert [e["phase"] for e in seen if e["type"] == "phase" and e["phase"] == "tune"] == ["tune"]
+    built = [e for e in seen if e["type"] == "log" and "tuned_digest" in e]
+    assert sorted(e["worker"] for e in built) == [0, 1, 2]
+    assert len({e["tuned_digest"] for e in built}) == 1  # one tuned program, three measurements
+    records = result.extra["tuning_records"]
+    assert 0 < records <= 4 and {e["records"] for e in built} == {records}  # the budget, once
+    assert Path(result.extra["database"]).is_relative_to(tmp_path / "t")  # reuse off: no cache
+    assert not (tmp_path / "c" / "tvm-ms").exists()
+
+    # reuse on: the first trial searches into the cache, the next one says it reused that search
+    first = run_trial(_tiny_trial({}, workers=2), cache_dir=tmp_path / "c")
+    assert first.ok, first.error
+    assert first.extra["tuning"]["reused"] is False and first.extra["trials_run"] > 0
+    again: list[dict] = []
+    second = run_trial(_tiny_trial({}, workers=2), emit=again.append, cache_dir=tmp_path / "c")
+    assert second.ok, second.error
+    assert second.extra["tuning"]["reused"] is True and second.extra["trials_run"] == 0
+    assert second.extra["tuning"]["trials"] == first.extra["trials_run"]
+    said = [e["msg"] for e in again if e["type"] == "log" and e.get("level") == "info"]
+    assert any(m.startswith("tvm-ms: tuning reused from ") for m in said)
+    assert second.extra["tuned_digest"] == first.extra["tuned_digest"]

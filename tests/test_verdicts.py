@@ -71,3 +71,39 @@ def test_process_spread_gives_the_processes_a_trial_needs() -> None:
     assert (
         f"median CoV of {cov:.1%}: ±2.0% needs ~{needed} processes per trial (at most 10)" in line
     )
+
+
+def test_the_report_footnote_counts_invalid_reasons_as_the_run_summary(tmp_path) -> None:
+    """Two trials INVALID for two levels between processes are said so on both surfaces, not
+    folded into "a CI wider than its target" by the report (issue 33)."""
+    from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+    from ngb.sweeps.reports import build_report
+    from ngb.sweeps.store import Store
+
+    levels = "two levels between processes: 38,000/s (3 processes) and 41,000/s (2)"
+    reasons = [("VALID", "95% CI ±1.0% within ±2.0%"), ("INVALID", WIDE), ("INVALID", levels),
+               ("INVALID", levels), ("INVALID", "disturbed: a hog")]  # fmt: skip
+    results = []
+    for batch, (verdict, why) in enumerate(reasons, start=1):
+        spec = TrialSpec(model="resnet18", compiler="identity", batch=batch,
+                         measure=MeasureSettings(repetitions=3))  # fmt: skip
+        result = TrialResult(
+            key=spec.key,
+            spec=spec.to_dict(),
+            throughput=Stats(n=3, mean=100.0 * batch, std=1.0),
+            repetitions=[{"iters": 5, "elapsed_s": 1.0, "throughput": 100.0}] * 3,
+        )
+        result.verdict, result.verdict_reason = verdict, why
+        result.disturbed = why.startswith("disturbed")
+        results.append(result)
+    store = Store(tmp_path / "r.duckdb")
+    store.create_run("r1", "t", "", ["dev1"], len(results))
+    store.ingest_results("r1", "dev1", results)
+    line = summary_line(store.trials("r1"))
+    causes = (
+        "1 with a CI wider than the target, 1 disturbed by other processes, "
+        "2 (two levels between processes)"
+    )
+    assert line == f"verdicts: 1 of 5 trials VALID; INVALID: {causes}"
+    notes = build_report("bsr", store, run_id="r1").notes
+    assert any(n.startswith(f"4 of 5 trials are INVALID ({causes})") for n in notes), notes

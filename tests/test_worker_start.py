@@ -1,6 +1,7 @@
-"""Worker processes started safely from a process with other Python threads (pytest-xdist's
-workers, notebooks): a fork copies locks that those threads hold, and the forked worker waits
-on them forever; ``ngb.core.worker_start`` switches to a fork server there."""
+"""How worker processes start (``ngb.core.worker_start``): by default each is its own fresh
+interpreter, an independent draw of a process's level (issue 30); ``auto`` forks them, and
+beside other Python threads (pytest-xdist's workers, notebooks) uses a fork server, since a fork
+copies locks that those threads hold and the forked worker waits on them forever."""
 
 from __future__ import annotations
 
@@ -81,10 +82,83 @@ def _trial_beside_a_stuck_import(tmp_path: Path, env: dict[str, str], timeout_s:
 
 
 def test_a_trial_beside_another_thread_measures_from_a_fork_server(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != START_ENV}
+    env = {**os.environ, START_ENV: "auto"}
     outcome = _trial_beside_a_stuck_import(tmp_path, env, timeout_s=180.0)
     assert outcome["method"] == "forkserver"
     assert outcome["ok"], outcome["error"]
+
+
+@pytest.mark.slow  # ~15 s quiet: the worker's interpreter imports torch
+def test_by_default_each_worker_is_a_fresh_interpreter_even_beside_a_stuck_import(
+    tmp_path: Path,
+) -> None:
+    """The users' default: a fresh interpreter inherits no lock, and imports the model itself."""
+    env = {k: v for k, v in os.environ.items() if k != START_ENV}
+    outcome = _trial_beside_a_stuck_import(tmp_path, env, timeout_s=180.0)
+    assert outcome["method"] == "fresh"
+    assert outcome["ok"], outcome["error"]
+
+
+QUICK = {
+    "warmup_iters": 0, "warmup_s": 0.0, "min_iters": 1, "min_duration_s": 0.01,
+    "quiet_check_s": 0.0,
+}  # fmt: skip
+
+
+def test_fresh_workers_are_each_their_own_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three workers, three interpreters started side by side before the first one measured,
+    each a child of the trial's process (not forked from it), none left behind."""
+    import psutil
+    from ngb.core.measure import run_trial
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    monkeypatch.setenv(START_ENV, "fresh")
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(**QUICK, repetitions=6, workers=3),
+    )  # fmt: skip
+    before = set(psutil.Process().children())
+    result = run_trial(spec)
+    assert result.ok, result.error
+    started = result.extra["worker_start"]
+    assert started["method"] == "fresh" and started["interpreters_started"] == 3
+    assert started["start_wait_s"] > 0
+    assert [r["worker"] for r in result.repetitions] == [0, 0, 1, 1, 2, 2]
+    assert "forked from one interpreter" not in (result.verdict_reason or "")
+    # every interpreter ran its worker and exited
+    assert set(psutil.Process().children()) <= before
+
+
+def test_a_failed_first_worker_takes_the_idle_interpreters_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psutil
+    from ngb.core.measure import run_trial
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    monkeypatch.setenv(START_ENV, "fresh")
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"fail": True},
+        measure=MeasureSettings(**QUICK, repetitions=2, workers=2),
+    )  # fmt: skip
+    before = set(psutil.Process().children())
+    result = run_trial(spec)
+    assert not result.ok and "asked to fail" in (result.error or "")
+    assert set(psutil.Process().children()) <= before  # the idle second one too
+
+
+def test_forked_workers_say_they_share_one_interpreter() -> None:
+    """``auto`` forks from one interpreter: the verdict says the interval has not sampled the
+    spread a re-run meets (tests/test_calibration.py: such intervals under-cover)."""
+    from ngb.core.stopping import judge
+    from ngb.core.types import MeasureSettings
+
+    groups = [[100.0, 100.2], [100.1, 99.9], [99.8, 100.0], [100.2, 100.1]]
+    forked = judge(groups, MeasureSettings(), one_interpreter=True)
+    fresh = judge(groups, MeasureSettings())
+    assert forked.verdict == fresh.verdict == "VALID"
+    assert "forked from one interpreter" in forked.reason
+    assert "forked from one interpreter" not in fresh.reason
 
 
 def test_a_forked_worker_inherits_the_stuck_import(tmp_path: Path) -> None:
@@ -99,16 +173,18 @@ def test_a_forked_worker_inherits_the_stuck_import(tmp_path: Path) -> None:
 
 
 def test_start_method_follows_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(START_ENV, raising=False)
+    monkeypatch.setenv(START_ENV, "auto")
     code = "from ngb.core.worker_start import start_method; print(start_method())"
     alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
-        k: v for k, v in os.environ.items() if k != START_ENV}, timeout=120)  # fmt: skip
+        **os.environ, START_ENV: "auto"}, timeout=120)  # fmt: skip
     assert alone.stdout.strip() == "fork", alone.stderr[-2000:]
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
     try:
         assert start_method() == "forkserver"
+        monkeypatch.delenv(START_ENV)
+        assert start_method() == "fresh"  # the users' default
         monkeypatch.setenv(START_ENV, "fork")
         assert start_method() == "fork"
         monkeypatch.setenv(START_ENV, "spawn")

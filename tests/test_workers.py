@@ -94,7 +94,13 @@ def test_a_cancel_right_after_the_fork_takes_the_worker_along(
             child.kill()
 
 
-def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["auto", "fresh"])
+def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path, start: str) -> None:
+    """A device runs the agent from a zipapp: forked workers and fresh interpreters (which must
+    find ngb in the archive: ``ngb.core.worker_start`` hands them this process's path)."""
+    import os
+
+    from ngb.core.worker_start import START_ENV
     from ngb.devices.bundle import build_agent_zipapp
 
     archive = build_agent_zipapp(tmp_path / "bundle")
@@ -108,6 +114,7 @@ def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
         text=True,
         cwd=tmp_path,
         timeout=120,
+        env={**os.environ, START_ENV: start},
     )
     lines = [events.decode(line) for line in proc.stdout.splitlines()]
     final = [e for e in lines if e and e["type"] == "trial_result"]
@@ -115,21 +122,26 @@ def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path) -> None:
     result = TrialResult.from_dict(final[0]["result"])
     assert result.ok, result.error
     assert result.workers == 2 and [r["worker"] for r in result.repetitions] == [0, 0, 1, 1]
+    assert result.extra["worker_start"]["method"] == ("fork" if start == "auto" else "fresh")
 
 
 def _trial_forever(spec_data: dict) -> None:
     run_trial(TrialSpec.from_dict(spec_data))
 
 
-def test_a_worker_dies_with_its_trial_process() -> None:
-    """kill -9 of the trial process (the OOM killer) takes its worker along: an orphan would go
-    on loading the machine and hold the agent's pipe open."""
+@pytest.mark.parametrize("start", ["auto", "fresh"])
+def test_a_worker_dies_with_its_trial_process(monkeypatch: pytest.MonkeyPatch, start: str) -> None:
+    """kill -9 of the trial process (the OOM killer) takes its worker along -- and, started
+    fresh, the interpreters still waiting for their turn: an orphan would go on loading the
+    machine and hold the agent's pipe open."""
     import contextlib
     import multiprocessing
     import time
 
     import psutil
+    from ngb.core.worker_start import START_ENV
 
+    monkeypatch.setenv(START_ENV, start)
     spec = TrialSpec(
         model="m", compiler="noop", compiler_options={"compile_s": 60},
         measure=MeasureSettings(**QUICK, repetitions=2),
@@ -141,7 +153,8 @@ def test_a_worker_dies_with_its_trial_process() -> None:
     workers: list[psutil.Process] = []
     try:
         end = time.monotonic() + 30
-        while not workers and time.monotonic() < end:
+        expected = 2 if start == "fresh" else 1  # fresh: both interpreters start at once
+        while len(workers) < expected and time.monotonic() < end:
             workers = psutil.Process(trial.pid).children()
             time.sleep(0.05)
         assert workers, "the trial forked no worker"

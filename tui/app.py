@@ -13,10 +13,11 @@ library are imported lazily by ``ngb.tui.backend`` when first needed, after the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ngb.core.errors import NgbError
 from ngb.tui.backend import Backend
@@ -207,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exit_now: bool = True) -> int:
+    """``ngb-tui``; ``exit_now=False`` returns the exit status instead of ending the process."""
     args = build_parser().parse_args(argv)
     backend = Backend(db_path=args.db, inventory_path=args.inventory)
     app = NgbApp(
@@ -217,7 +219,20 @@ def main(argv: list[str] | None = None) -> int:
         cursor_blink=not args.no_blink,
     )
     app.run()
-    return app.return_code or 0
+    code = app.return_code or 0
+    if exit_now:
+        leave_now(code)
+    return code
+
+
+def leave_now(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown of its ~700 modules, which took over
+    1 s after the console had already gone (measured in a pty: ``q`` to exit 1.2-1.7 s before,
+    0.3 s after). Safe here: the app has shut down (runs detached, queries cancelled, workers
+    ended) and the console keeps no file open; only stdout/stderr need flushing."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,43 @@ class TuningState:
     best_ms: float | None = None
     # the agent's per-task JSON objects ({name, trials, best_ms}), shown as they come
     tasks: list[Mapping[str, object]] = field(default_factory=list)
+    elapsed_s: float = 0.0  # seconds of search when the event was sent
+    seen_at: float = 0.0  # the event's time (the agent's clock)
+    early_stop: int | None = None
+    since_improvement: int = 0
+    history: list[tuple[float, float]] = field(default_factory=list)  # (trials, best ms)
+    reused: str = ""  # "tuning reused from run X, 64 trials, best 105.4 ms"
+
+    @property
+    def seconds_per_trial(self) -> float | None:
+        """This search's own rate (None until a batch was measured)."""
+        return self.elapsed_s / self.trials_done if self.trials_done and self.elapsed_s else None
+
+
+def tuning_state(e: Mapping[str, object], ts: float) -> TuningState:
+    """A ``tuning`` event (or a snapshot's copy of one) as the view keeps it."""
+    tasks = e.get("tasks")
+    history = e.get("history")
+    points = [
+        (float(p[0]), float(p[1]))
+        for p in (history if isinstance(history, list) else [])
+        if isinstance(p, list | tuple) and len(p) == 2 and _num(p[0]) is not None
+        and _num(p[1]) is not None
+    ]  # fmt: skip
+    early = _num(e.get("early_stop"))
+    return TuningState(
+        key=str(e.get("key") or ""),
+        trials_done=_count(e.get("trials_done")),
+        budget=_count(e.get("budget")),
+        best_ms=_num(e.get("best_ms")),
+        tasks=[t for t in tasks if isinstance(t, Mapping)] if isinstance(tasks, list) else [],
+        elapsed_s=_num(e.get("elapsed_s")) or 0.0,
+        seen_at=_num(e.get("ts")) or ts,
+        early_stop=int(early) if early else None,
+        since_improvement=_count(e.get("since_improvement")),
+        history=points,
+        reused=str(e.get("provenance") or "") if e.get("reused") else "",
+    )
 
 
 @dataclass
@@ -76,6 +113,8 @@ class DeviceState:
     ci_relative: float | None = None  # the trial's interval so far (half-width / mean)
     ci_target: float | None = None
     tuning: TuningState | None = None
+    # the agent's ETA inputs for the trial in flight (``ngb.core.live_state.EtaBook.inputs``)
+    eta: Mapping[str, object] | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
     started_at: float = field(default_factory=time.time)
     # The ETA's evidence: how long this run's trials took on this device (the agent's own clock,
@@ -257,27 +296,21 @@ class RunModel:
                 s.reset_meters()
                 s.ci_relative = ci
         elif kind == "tuning":
-            tasks = e.get("tasks")
-            s.tuning = TuningState(
-                key=str(e.get("key") or ""),
-                trials_done=_count(e.get("trials_done")),
-                budget=_count(e.get("budget")),
-                best_ms=_num(e.get("best_ms")),
-                tasks=[t for t in tasks if isinstance(t, Mapping)]
-                if isinstance(tasks, list)
-                else [],
-            )
+            s.tuning = tuning_state(e, ts)
+        elif kind == "state":
+            self._apply_state(s, e, ts)
         elif kind == "trial_started":
-            s.trial_started_at, s.trial_seen_at = _num(e.get("ts")), ts
-            s.trial_key = str(e.get("key") or "")
-            s.current = str(e.get("label") or e.get("key") or "")
+            self._start_trial(s, e, ts)
             s.phase, s.rep, s.reps = "", 0, 0
-            if e.get("total"):
-                s.total = max(s.total, _count(e["total"]))
+            s.tuning = None
         elif kind == "trial_done":
             self._timed(s, e)
             s.done += 1
+            result = e.get("result")
+            if isinstance(result, Mapping):
+                self.add_log(LogLine(ts, s.device, trial_line(s.current, result)))
             s.current, s.phase = "", ""
+            s.tuning = None
             s.reset_meters()
         elif kind == "trial_failed":
             self._timed(s, e)
@@ -309,10 +342,43 @@ class RunModel:
                     f"failed={e.get('failed')} skipped={e.get('skipped')}{note}",
                 )
             )
-        elif kind == "log":
+        elif kind == "log" and e.get("level") != "debug":  # debug: the agent's log file only
             self.add_log(
                 LogLine(ts, s.device, str(e.get("msg") or ""), str(e.get("level") or "info"))
             )
+
+    @staticmethod
+    def _start_trial(s: DeviceState, e: Mapping[str, object], ts: float) -> None:
+        s.trial_started_at, s.trial_seen_at = _num(e.get("ts")), ts
+        s.trial_key = str(e.get("key") or "")
+        s.current = str(e.get("label") or e.get("key") or "")
+        eta = e.get("eta")
+        s.eta = eta if isinstance(eta, Mapping) else None
+        if e.get("total"):
+            s.total = max(s.total, _count(e["total"]))
+
+    def _apply_state(self, s: DeviceState, e: Mapping[str, object], ts: float) -> None:
+        """The agent's periodic snapshot (``ngb.core.live_state``): after a re-attach it brings
+        the trial in flight, its phase, the tuning view, the meters and the ETA at once."""
+        trial = e.get("trial")
+        if not isinstance(trial, Mapping):
+            return
+        if str(trial.get("key") or "") != s.trial_key or not s.current:
+            self._start_trial(s, {**trial, "eta": e.get("eta")}, _num(trial.get("ts")) or ts)
+        elif s.eta is None and isinstance(e.get("eta"), Mapping):
+            s.eta = e.get("eta")  # type: ignore[assignment]
+        s.finished = False
+        phase = e.get("phase")
+        if phase and not s.phase:
+            s.phase = str(phase)
+        tuning = e.get("tuning")
+        if isinstance(tuning, Mapping):
+            fresh = tuning_state(tuning, ts)
+            if s.tuning is None or fresh.trials_done >= s.tuning.trials_done:
+                s.tuning = fresh
+        cpu = e.get("cpu")
+        if isinstance(cpu, Mapping) and s.cpu is None:
+            self._apply_sample(s, cpu)
 
     @staticmethod
     def _timed(s: DeviceState, e: Mapping[str, object]) -> None:
@@ -347,3 +413,32 @@ class RunModel:
                 if value is not None:
                     setattr(s, attr, value)
                     break
+
+
+def trial_line(label: str, result: Mapping[str, object]) -> str:
+    """The log's line for a finished trial: what it was, its throughput with the interval, the
+    verdict, and where the time went (tuning apart from measuring)."""
+    from ngb.sweeps.numbers import format_with_interval
+
+    spec = result.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    what = label or f"{spec.get('model')} {spec.get('compiler')} b{spec.get('batch')}"
+    thr = result.get("throughput")
+    mean = _num(thr.get("mean")) if isinstance(thr, Mapping) else None
+    half = _num(result.get("ci_half_width"))
+    rate = f"{format_with_interval(mean, half)} samples/s" if mean is not None else "no rate"
+    verdict = str(result.get("verdict") or "-")
+    if result.get("disturbed"):
+        verdict += ", disturbed"
+    parts = []
+    tune = _num(result.get("tune_s"))
+    if tune:
+        parts.append(f"tune {tune:.0f} s")
+    extra = result.get("extra")
+    measure = extra.get("measure") if isinstance(extra, Mapping) else None
+    workers = extra.get("workers") if isinstance(extra, Mapping) else None
+    if isinstance(measure, Mapping) and isinstance(workers, list):
+        timed = sum(_num(w.get("measure_s")) or 0.0 for w in workers if isinstance(w, Mapping))
+        parts.append(f"measure {timed + (_num(measure.get('warmup_s')) or 0.0):.1f} s")
+    tail = f" ({', '.join(parts)})" if parts else ""
+    return f"done {what}: {rate} [{verdict}]{tail}"

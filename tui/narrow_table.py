@@ -23,7 +23,7 @@ SHORT_NAMES = {
     "inductor": "ind",
     "tensorrt": "TRT",
 }
-HEADERS = {"compiler": "comp", "throughput ±95%": "tput ±95%", "speed-up ±95%": "speed-up"}
+HEADERS = {"compiler": "comp", "throughput [95%]": "tput [95%]", "speed-up [95%]": "speed-up"}
 SHORT_FLAGS = {"unstable": "unst", "disturbed": "dist"}
 NOTE = "80 cols: model, n hidden; b×d=batch×depth; eager=identity; unst=unstable"
 

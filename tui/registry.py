@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.devices import DevicesScreen
+from ngb.tui.screens.history import HistoryScreen
 from ngb.tui.screens.results import ResultsScreen
 from ngb.tui.screens.run import RunScreen
 from ngb.tui.screens.runs import RunsScreen
@@ -38,6 +39,9 @@ SCREENS: tuple[ScreenEntry, ...] = (
     ),
     ScreenEntry("4", "sql", "SQL", "queries over the results database, export", SqlScreen),
     ScreenEntry("5", "runs", "Runs", "every run (store and devices): attach, cancel", RunsScreen),
+    ScreenEntry(
+        "6", "history", "History", "a point's results over runs, change points", HistoryScreen
+    ),
 )
 
 BY_NAME = {entry.name: entry for entry in SCREENS}

@@ -22,6 +22,7 @@ from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
 from ngb.sweeps import derived
 from ngb.sweeps.derived import Derived
+from ngb.sweeps.report_data import series_names
 from ngb.tui.backend import TrialRow
 
 V = TypeVar("V")
@@ -34,11 +35,12 @@ class Chart:
     ylabel: str = ""
     xticks: list[int] = field(default_factory=list)  # the x values (batches or depths), in order
     series: dict[str, list[float | None]] = field(default_factory=dict)  # name -> y per xtick
-    errors: dict[str, list[float | None]] = field(default_factory=dict)  # 95 % half-widths
+    # the printed 95 % interval (low, high) of each point, as ``ngb report`` prints it
+    errors: dict[str, list[tuple[float, float] | None]] = field(default_factory=dict)
     reference: float | None = None  # a horizontal line (speed-up and BSR: 1 = as fast as eager)
     matrix: list[list[float | None]] | None = None  # heatmap rows x cols
     row_labels: list[str] = field(default_factory=list)
-    cells: list[list[str | None]] | None = None  # heatmap: each cell's text (value ± interval)
+    cells: list[list[str | None]] | None = None  # heatmap: each cell's text (value [interval])
     subtitle: str = ""
     note: str = ""  # set when there is nothing to draw, saying why
     log_y: bool = False
@@ -50,7 +52,7 @@ class Selection:
     variant: str = ""
     compilers: list[str] = field(default_factory=list)
     heat_compiler: str = ""  # the ASE heatmap's compiler ("" = the first chosen one)
-    log_y: bool = False
+    log_y: bool | None = None  # None: logarithmic where the values span more than WIDE_RANGE
 
 
 def throughput(row: TrialRow) -> float | None:
@@ -115,42 +117,63 @@ def shallowest(rows: Sequence[TrialRow], variant: str) -> int:
 def rows_by_batch(
     rows: Sequence[TrialRow], variant: str, depth: int | None = None
 ) -> dict[str, dict[int, TrialRow]]:
-    """{compiler: {batch: row}} for one variant at one depth (the shallowest by default)."""
+    """{compiler: {batch: row}} for one variant at one depth (the shallowest by default); a
+    compiler measured at two precisions for one batch is two series, "openvino bf16" and
+    "openvino fp32" (``report_data.series_names``, as the reports name them)."""
     depth = depth if depth is not None else shallowest(rows, variant)
+    mine = [r for r in rows if variant_of(r) == variant and _depth(r) == depth]
+    names = series_names(mine, BASELINE)
     out: dict[str, dict[int, TrialRow]] = {}
-    for r in rows:
-        if variant_of(r) == variant and _depth(r) == depth:
-            out.setdefault(str(r["compiler"]), {})[int(r["batch"])] = r
+    for r in mine:
+        out.setdefault(names[id(r)], {})[int(r["batch"])] = r
     return out
 
 
 def rows_by_depth(
     rows: Sequence[TrialRow], variant: str, batch: int
 ) -> dict[str, dict[int, TrialRow]]:
+    mine = [r for r in rows if variant_of(r) == variant and int(r["batch"]) == batch]
+    names = series_names(mine, BASELINE, x=_depth)
     out: dict[str, dict[int, TrialRow]] = {}
-    for r in rows:
-        if variant_of(r) == variant and int(r["batch"]) == batch:
-            out.setdefault(str(r["compiler"]), {})[_depth(r)] = r
+    for r in mine:
+        out.setdefault(names[id(r)], {})[_depth(r)] = r
     return out
 
 
 def _keep(per: Mapping[str, V], chosen: Sequence[str]) -> dict[str, V]:
     """The chosen series, the baseline first and the rest by name: a chart's series and legend
     keep one order whatever order the store returned the rows in."""
-    return {c: per[c] for c in baseline_first(per) if not chosen or c in chosen}
+    return {c: per[c] for c in baseline_first(per) if not chosen or c.split(" ")[0] in chosen}
 
 
 def _xticks(per: Mapping[str, Mapping[int, object]]) -> list[int]:
     return sorted({x for series in per.values() for x in series})
 
 
-def _fill(chart: Chart, per: Mapping[str, Mapping[int, Derived]]) -> None:
-    """Series and their error bars (the printed ± of each value), aligned on the union of x
-    values (None where missing)."""
+#: a chart whose positive values span more than this factor is drawn on a log axis unless the
+#: operator chose (``l``): on a linear axis, series 50x apart sit on one row and hide each other
+WIDE_RANGE = 20.0
+
+
+def _bounds(value: Derived) -> tuple[float, float] | None:
+    printed = value.printed
+    return (printed.low, printed.high) if printed is not None else None
+
+
+def _fill(chart: Chart, per: Mapping[str, Mapping[int, Derived]], log_y: bool | None) -> None:
+    """Series and their error bars (the printed interval of each value), aligned on the union
+    of x values (None where missing); the axis is logarithmic as chosen, or where wide."""
     chart.xticks = _xticks(per)
     for name, values in per.items():
         chart.series[name] = [values[x].value if x in values else None for x in chart.xticks]
-        chart.errors[name] = [values[x].half if x in values else None for x in chart.xticks]
+        chart.errors[name] = [_bounds(values[x]) if x in values else None for x in chart.xticks]
+    chart.log_y = wide(chart) if log_y is None else log_y
+
+
+def wide(chart: Chart) -> bool:
+    """Whether the chart's positive values span more than ``WIDE_RANGE``."""
+    values = [y for ys in chart.series.values() for y in ys if y is not None and y > 0]
+    return bool(values) and max(values) / min(values) > WIDE_RANGE
 
 
 def _fixed(sel: Selection, depth: int | None = None, batch: int | None = None) -> str:
@@ -166,12 +189,15 @@ def _fixed(sel: Selection, depth: int | None = None, batch: int | None = None) -
 def throughput_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
     per = _keep(rows_by_batch(rows, sel.variant, depth), sel.compilers)
-    chart = Chart(f"Throughput vs batch ({_fixed(sel, depth)})", "batch", "samples/s ±95% CI")
-    chart.log_y = sel.log_y
+    chart = Chart(f"Throughput vs batch ({_fixed(sel, depth)})", "batch", "samples/s [95% CI]")
     if not per:
         chart.note = "no successful trials for this selection"
         return chart
-    _fill(chart, {c: {b: derived.throughput(r) for b, r in v.items()} for c, v in per.items()})
+    _fill(
+        chart,
+        {c: {b: derived.throughput(r) for b, r in v.items()} for c, v in per.items()},
+        sel.log_y,
+    )
     return chart
 
 
@@ -190,14 +216,14 @@ def speedup_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     every = rows_by_batch(rows, sel.variant, depth)
     base = every.get(BASELINE)
     chart = Chart(
-        f"Speed-up over {BASELINE} vs batch ({_fixed(sel, depth)})", "batch", "x identity ±95%"
+        f"Speed-up over {BASELINE} vs batch ({_fixed(sel, depth)})", "batch", "x identity [95% CI]"
     )
-    chart.reference, chart.log_y = 1.0, sel.log_y
+    chart.reference = 1.0
     if not base:
         chart.note = f"no {BASELINE} (torch eager) trials to compare with"
         return chart
     per = {c: v for c, v in speedups(_keep(every, sel.compilers), base).items() if v}
-    _fill(chart, per)
+    _fill(chart, per, sel.log_y)
     return chart
 
 
@@ -215,8 +241,8 @@ def bsr_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     depth = shallowest(rows, sel.variant)
     per = rows_by_batch(rows, sel.variant, depth)
     base = per.get(BASELINE)
-    chart = Chart(f"BSR vs batch ({_fixed(sel, depth)})", "batch", "BSR ±95% (1 = as eager)")
-    chart.reference, chart.log_y = 1.0, sel.log_y
+    chart = Chart(f"BSR vs batch ({_fixed(sel, depth)})", "batch", "BSR [95% CI] (1 = as eager)")
+    chart.reference = 1.0
     if not base:
         chart.note = f"no {BASELINE} (torch eager) trials to compare with"
         return chart
@@ -234,7 +260,7 @@ def bsr_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     if not values:
         chart.note = "BSR needs a batch-1 throughput of " + (", ".join(missing) or "a compiler")
         return chart
-    _fill(chart, values)
+    _fill(chart, values, sel.log_y)
     if missing:
         chart.subtitle = f"no batch-1 throughput: {', '.join(missing)}"
     return chart
@@ -273,11 +299,11 @@ def ase_heatmap(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     chart.row_labels = list(table)
     chart.matrix = [[table[v][b].value if b in table[v] else None for b in chart.xticks]
                     for v in table]  # fmt: skip
-    chart.cells = [[table[v][b].text(" ±") if b in table[v] else None for b in chart.xticks]
+    chart.cells = [[table[v][b].text() if b in table[v] else None for b in chart.xticks]
                    for v in table]  # fmt: skip
     depths = sorted({shallowest(rows, v) for v in table})
     chart.subtitle = (
-        f"shallowest depth ({', '.join(map(str, depths))}); ±95% interval; 1 = linear scaling"
+        f"shallowest depth ({', '.join(map(str, depths))}); [95% interval]; 1 = linear scaling"
     )
     return chart
 
@@ -285,8 +311,8 @@ def ase_heatmap(rows: Sequence[TrialRow], sel: Selection) -> Chart:
 def depth_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     """Speed-up vs depth per compiler at the largest batch, with slope and retention."""
     mine = [r for r in rows if variant_of(r) == sel.variant]
-    chart = Chart(f"Speed-up vs depth ({sel.variant})", "depth", "x identity ±95%")
-    chart.reference, chart.log_y = 1.0, sel.log_y
+    chart = Chart(f"Speed-up vs depth ({sel.variant})", "depth", "x identity [95% CI]")
+    chart.reference = 1.0
     depths = {_depth(r) for r in mine}
     if len(depths) < 2:
         chart.note = "depth scaling needs a block sweep with at least two depths"
@@ -310,10 +336,10 @@ def depth_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
             shared, [values[d] for d in shared], [base[d] for d in shared]
         )
         plotted[c] = {d: derived.speedup(values[d], base[d]) for d in shared}
-        kept_text = kept.text(" ±") if kept is not None else "--"
+        kept_text = kept.text() if kept is not None else "--"
         verdict = "".join(f" {f}" for f in slope.flags)
-        notes.append(f"{c}: slope {slope.text(' ±', False)}/block{verdict}, retention {kept_text}")
-    _fill(chart, plotted)
+        notes.append(f"{c}: slope {slope.text(False)}/block{verdict}, retention {kept_text}")
+    _fill(chart, plotted, sel.log_y)
     chart.subtitle = "; ".join(notes)
     if not chart.series:
         chart.note = chart.subtitle or "nothing to plot"
@@ -344,8 +370,8 @@ TABLE_COLUMNS = (
     "batch",
     "depth",
     "n",
-    "throughput ±95%",
-    "speed-up ±95%",
+    "throughput [95%]",
+    "speed-up [95%]",
     "RTR",
     "ASE",
     "BSR",
@@ -356,7 +382,7 @@ NUMERIC_COLUMNS = frozenset(TABLE_COLUMNS[2:10])
 
 
 def _text(value: Derived | None) -> str:
-    return value.text(" ±") if value is not None and math.isfinite(value.value) else "--"
+    return value.text() if value is not None and math.isfinite(value.value) else "--"
 
 
 def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, ...]]:

@@ -74,6 +74,13 @@ class CompileContext:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per named phase
     cache_dir: Path | None = None  # long-lived cache (TVM tuning databases), survives runs
     precision: str = "default"  # ngb.core.types.PRECISIONS; checked by Compiler.check_precision
+    # which worker process compiles (``ngb.core.workers``): a compiler that tunes does so in
+    # worker 0 only, the later ones build from what it found (TVM), so all measure one program
+    worker: int = 0
+    trial_dir: Path | None = None  # scratch shared by the trial's workers (None: workdir)
+    # a profile pass (``ngb.core.profiling``), never a timed trial: runtimes whose profiler is
+    # a build option (ONNX Runtime's trace, OpenVINO's PERF_COUNT) build with it on
+    profile: bool = False
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

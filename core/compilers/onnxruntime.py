@@ -16,7 +16,9 @@ intra-op threads, not concurrent requests, fill the cores.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.compilers.base import (
@@ -33,6 +35,7 @@ from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 if TYPE_CHECKING:
     import torch
     from ngb.core.model_types import Array, Example, Model
+    from ngb.core.profiling import KernelRecord
     from onnxruntime import InferenceSession, IOBinding
 
 OPT_LEVELS = ("all", "extended", "basic", "disable")
@@ -149,6 +152,21 @@ class _OrtCompiled(Compiled):
         self._session.run_with_iobinding(self._binding)
         return self._binding.copy_outputs_to_cpu()[0]
 
+    def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
+        """``calls`` runs of a session built with ``enable_profiling`` (``ctx.profile``): its
+        trace's kernel events, the wall ms per call, the tool."""
+        from ngb.core.profiling import ort_records
+
+        start = time.perf_counter()
+        for _ in range(calls):
+            self.run()
+        wall = (time.perf_counter() - start) * 1000.0 / calls
+        trace = Path(self._session.end_profiling())
+        try:
+            return ort_records(trace, calls), wall, "onnxruntime enable_profiling"
+        finally:
+            trace.unlink(missing_ok=True)
+
     def close(self) -> None:
         self._binding = None
         self._session = None
@@ -193,6 +211,9 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 opts.intra_op_num_threads = intra
             if cfg.inter_op_threads:
                 opts.inter_op_num_threads = cfg.inter_op_threads
+            if ctx.profile:  # a profile pass (ngb.core.profiling): the trace, never when timed
+                opts.enable_profiling = True
+                opts.profile_file_prefix = str(ctx.workdir / "ort-profile")
             session = ort.InferenceSession(
                 str(path),
                 sess_options=opts,

@@ -45,6 +45,7 @@ from ngb.core.precision import from_openvino, openvino_hint
 
 if TYPE_CHECKING:
     from ngb.core.model_types import Array, Example, Model
+    from ngb.core.profiling import KernelRecord
     from openvino import AsyncInferQueue, CompiledModel, InferRequest
 
 HINTS = ("THROUGHPUT", "LATENCY")
@@ -112,6 +113,28 @@ class _OvCompiled(Compiled):
         import numpy as np
 
         return np.array(self.run(), copy=True)
+
+    def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
+        """``calls`` synchronous requests of a model compiled with ``PERF_COUNT``
+        (``ctx.profile``): each one's performance counters, summed; the wall ms per call
+        (the counters' read-out left out); the tool."""
+        from ngb.core.profiling import openvino_records
+
+        infos, spent = [], 0.0
+        for _ in range(calls):
+            start = time.perf_counter()
+            self._request.infer()
+            spent += time.perf_counter() - start
+            infos.append(self._request.get_profiling_info())
+        origins: dict[str, tuple[str, ...]] = {}
+        for op in self._model.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            # an RTMap has no .get
+            value = info["originalLayersNames"] if "originalLayersNames" in info else ""  # noqa: SIM401
+            names = str(getattr(value, "value", value))  # an OVAny: its value is the text
+            origins[op.get_friendly_name()] = tuple(n for n in names.split(",") if n)
+        records = openvino_records(infos, calls, origins)
+        return records, spent * 1000.0 / calls, "openvino PERF_COUNT"
 
     def _infer_queue(self) -> AsyncInferQueue:
         """Build the queue once, bind every request, and run each once (first-run costs)."""
@@ -238,6 +261,8 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
                 properties["INFERENCE_PRECISION_HINT"] = asked
             if ctx.threads:
                 properties["INFERENCE_NUM_THREADS"] = ctx.threads
+            if ctx.profile:  # a profile pass (ngb.core.profiling): counters, never when timed
+                properties["PERF_COUNT"] = "YES"
             compiled_model = core.compile_model(core.read_model(str(path)), cfg.device, properties)
             optimal = int(compiled_model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
             nireq = cfg.nireq or optimal

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +30,7 @@ from ngb.core.compilers.tvm import (
     tvm_version,
 )
 from ngb.core.compilers.tvm_tuning import (
+    RUN_ID_ENV,
     TuningMeta,
     TuningProgress,
     TuningStore,
@@ -35,6 +39,8 @@ from ngb.core.compilers.tvm_tuning import (
     import_tensor_intrinsics,
     plan_tuning,
     progress_callback,
+    provenance,
+    provenance_line,
     quiet_meta_schedule_console,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
@@ -107,6 +113,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import tvm
+        import tvm_ffi
         from tvm import relax
 
         cfg = self.config
@@ -123,38 +130,80 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         threads = apply_threads(spec, ctx)
         mod, digest = import_model(model, example, ctx)
         store = TuningStore(self._store_dir(model, example, spec, target, digest, ctx))
-
-        with ctx.phase("tune"):
-            with target:
-                fused = relax.pipeline.zero_pipeline()(mod)
-            database = store.open()
-            meta: TuningMeta = store.meta() if cfg.reuse_database else {}
-            before, remaining = plan_tuning(meta, cfg.max_trials_global)
-            progress = self._tune(fused, target, database, store, ctx, before, remaining)
+        with target:
+            fused = relax.pipeline.zero_pipeline()(mod)
+        if ctx.worker == 0:
+            with ctx.phase("tune"):
+                database, meta, progress = self._tune_once(fused, target, store, ctx)
+        else:
+            # One tuning per trial: worker 0 searched, the later workers build from its
+            # database, so every worker measures the same tuned program.
+            database, meta, progress = store.open(), store.meta(), None
+            if not meta.get("complete"):
+                raise NgbError(
+                    f"tvm-ms: worker {ctx.worker} found no finished tuning in {store.dir}"
+                )
 
         with ctx.phase("compile"):
             try:
                 with target, database, tvm.transform.PassContext(opt_level=cfg.opt_level):
                     tuned = relax.transform.MetaScheduleApplyDatabase()(fused)
+                    tuned_digest = tvm_ffi.structural_hash(
+                        tuned, map_free_vars=True, skip_tensor_content=True
+                    )
                     executable = tvm.compile(tuned, target=target)
             except Exception as exc:  # noqa: BLE001
                 raise NgbError(f"tvm-ms: build failed: {last_line(exc)}") from exc
 
+        records = store.record_count()
+        ctx.emit(
+            "log",
+            level="debug",
+            msg=f"tvm-ms worker {ctx.worker}: built tuned program {int(tuned_digest):x} "
+            f"from {records} tuning records",
+            tuned_digest=f"{int(tuned_digest):x}",
+            records=records,
+        )
         compiled = TvmCompiled(executable, example, spec["kind"])
+        before = int(meta.get("trials_before", 0) or 0) if progress else int(meta.get("trials", 0))
         compiled.extra.update(
             target=str(target),
             opt_level=cfg.opt_level,
             threads=threads,
             database=str(store.dir),
-            tuning_reused=before > 0,
+            tuning_reused=progress is None or before > 0,
             trials_before=before,
             trials_run=progress.trials_done if progress else 0,
             trials_valid=progress.valid_trials if progress else 0,
-            early_stopped=bool(progress and progress.stopped_early),
-            tasks=len(progress.tasks) if progress else None,
-            est_latency_ms=progress.estimated_ms if progress else None,
+            early_stopped=bool(progress.stopped_early if progress else meta.get("early_stopped")),
+            tasks=len(meta.get("tasks") or []) or None,
+            est_latency_ms=progress.estimated_ms if progress else meta.get("best_ms"),
+            tuning_records=records,
+            tuned_digest=f"{int(tuned_digest):x}",
+            tuning=provenance(meta, reused=progress is None),
         )
         return compiled
+
+    def _tune_once(
+        self, fused: IRModule, target: Target, store: TuningStore, ctx: CompileContext
+    ) -> tuple[JSONDatabase, TuningMeta, TuningProgress | None]:
+        """Worker 0: reuse, resume or start the search; the database and what it holds."""
+        cfg = self.config
+        meta = store.meta()
+        if not cfg.reuse_database and meta.get("trial_pid") != os.getppid():
+            # a fresh search for this trial: what a killed earlier attempt left is not ours
+            store.clear()
+            meta = {}
+        database = store.open()
+        before, remaining = plan_tuning(meta, cfg.max_trials_global)
+        progress = self._tune(fused, target, database, store, ctx, before, remaining, meta)
+        meta = store.meta()
+        if progress is None:
+            line = provenance_line(meta)
+            ctx.emit("log", level="info", msg=f"tvm-ms: {line}", tuning=provenance(meta, True))
+        else:
+            meta = {**meta, "trials_before": before}
+        return database, meta, progress
 
     def _store_dir(
         self,
@@ -177,7 +226,9 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             f"{type(model).__name__}-b{first.shape[0]}-{spec['kind']}-"
             f"{hashlib.sha256(blob).hexdigest()[:16]}"
         )
-        root = ctx.cache_dir if (cfg.reuse_database and ctx.cache_dir) else ctx.workdir
+        # not reused: a fresh database in the trial's folder, which its workers share
+        shared = ctx.trial_dir or ctx.workdir
+        root = ctx.cache_dir if (cfg.reuse_database and ctx.cache_dir) else shared
         return Path(root) / "tvm-ms" / name
 
     def _tune(
@@ -189,6 +240,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         ctx: CompileContext,
         before: int,
         remaining: int,
+        meta: TuningMeta,
     ) -> TuningProgress | None:
         """Run MetaSchedule for ``remaining`` trials; ``None`` when nothing is left to do."""
         from tvm.s_tir import meta_schedule as ms
@@ -204,12 +256,25 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
                 "tuning",
                 trials_done=0,
                 budget=0,
-                best_ms=None,
+                best_ms=meta.get("best_ms"),
                 reused=True,
                 trials_before=before,
                 tasks=[{"name": n, "trials": 0, "best_ms": None} for n in names],
+                provenance=provenance_line(meta),
             )
             return None
+        stop = (
+            f"early stop after {cfg.early_stop} trials without a better one"
+            if cfg.early_stop
+            else "no early stop"
+        )
+        ctx.emit(
+            "log",
+            level="info",
+            msg=f"tvm-ms: tuning {len(names)} task(s), budget {remaining} trials"
+            + (f" ({before} already in the database)" if before else "")
+            + f", {stop}, {cfg.num_trials_per_iter} a batch",
+        )
 
         log_dir = Path(ctx.workdir) / "tvm-ms-logs"
         import_tensor_intrinsics()  # MetaSchedule's TuneContext imports it the slow way
@@ -230,15 +295,29 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             trials_before=before,
         )
 
+        earlier_s = float(meta.get("tune_s", 0.0) or 0.0)
+        best_before = meta.get("best_ms")
+
         def checkpoint(complete: bool) -> None:
-            meta: TuningMeta = {
+            best = progress.estimated_ms
+            facts_now: TuningMeta = {
                 **facts,
                 "trials": before + progress.trials_done,
                 "budget": cfg.max_trials_global,
                 "complete": complete,
                 "early_stopped": progress.stopped_early,
+                # MetaSchedule ended short of the budget without our early stop: the search
+                # space is spent, more trials would find nothing new
+                "exhausted": complete
+                and not progress.stopped_early
+                and progress.trials_done < remaining,
+                "best_ms": best if math.isfinite(best) else best_before,
+                "tune_s": round(earlier_s + progress.elapsed_s, 3),
+                "run_id": os.environ.get(RUN_ID_ENV) or None,
+                "trial_pid": os.getppid(),
+                "created": meta.get("created") or time.time(),
             }
-            store.write_meta(**meta)
+            store.write_meta(**facts_now)
 
         callbacks = [
             *ms.MeasureCallback.create("default"),
@@ -272,4 +351,5 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             )
         checkpoint(complete=True)
         progress.emit()
+        progress.log_milestones(done=True)
         return progress

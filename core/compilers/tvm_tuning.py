@@ -68,14 +68,24 @@ class TaskEvent(TypedDict):
     best_ms: float | None
 
 
+#: the environment variable the agent sets to the run's id: a tuning database records which run
+#: searched it, so a later run can say where its tuning came from
+RUN_ID_ENV = "NGB_RUN_ID"
+
+
 class TuningEvent(TypedDict):
-    """The fields of a ``tuning`` progress event."""
+    """The fields of a ``tuning`` progress event (what the console's tuning view draws, and the
+    ETA's inputs: the budget, the early-stop window and how far the search is into it)."""
 
     trials_done: int
     budget: int
     best_ms: float
     trials_before: int
     elapsed_s: float
+    started_at: float  # time.time() when this search began (re-attached views count from it)
+    early_stop: int | None
+    since_improvement: int  # measured trials since the best last improved
+    history: list[list[float]]  # [trials done, best ms] after each batch that measured one
     tasks: list[TaskEvent]
 
 
@@ -89,11 +99,21 @@ class TuningMeta(TypedDict, total=False):
     budget: int
     complete: bool
     early_stopped: bool
+    exhausted: bool  # MetaSchedule ended short of the budget: nothing left to search
+    best_ms: float | None  # MetaSchedule's estimate of the tuned model's latency
+    tune_s: float  # seconds of search, all runs together
+    run_id: str | None  # the run that searched it (None: ``ngb measure``)
+    trial_pid: int  # the trial process of the last search (its later workers reuse it)
+    trials_before: int  # (not stored) trials in the database before this trial's search
+    created: float  # time.time() of the first write
     updated: float  # time.time() of the last write
 
 
 # --------------------------------------------------------------------------------------------
 # Tuning progress and early stop (plain Python: testable without TVM)
+
+#: best-so-far points a tuning event carries for the console's curve (the latest ones)
+HISTORY_POINTS = 200
 
 
 @dataclass
@@ -129,6 +149,14 @@ class TuningProgress:
         self.first_error: str | None = None
         self._emit = emit
         self._started = time.monotonic()
+        self.started_at = time.time()
+        self.history: list[list[float]] = []  # [trials done, best ms] per batch
+        self._quarters = 0  # 25 % milestones logged so far
+        self._best_logged = math.nan
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
 
     def record(
         self, task_id: int, latencies_s: list[float | None], error: str | None = None
@@ -149,6 +177,9 @@ class TuningProgress:
         if error and self.first_error is None:
             self.first_error = error
         task.best_history.append(task.best_s)
+        best = self.estimated_ms
+        if math.isfinite(best):
+            self.history.append([self.trials_done, round(best, 4)])
 
     def should_stop(self) -> bool:
         if self.early_stop is not None and self.since_improvement >= self.early_stop:
@@ -182,13 +213,49 @@ class TuningProgress:
             slope = 0.0
         return task.weight * (alpha * slope + (1 - alpha) * best / len(hist))
 
+    def milestones(self, done: bool = False) -> list[str]:
+        """Lines for the operator's log since the last call: each 25 % of the budget, a best
+        that improved by 2 % or more, the early stop and the end (start: the compiler's line)."""
+        lines = []
+        best = self.estimated_ms
+        best_text = f"best {best:.3f} ms" if math.isfinite(best) else "no valid trial yet"
+        quarter = min(3, self.trials_done * 4 // max(1, self.budget))  # 100 %: the end's line
+        if not done and quarter > self._quarters:
+            self._quarters = quarter
+            lines.append(
+                f"tuning {quarter * 25}%: {self.trials_done}/{self.budget} trials, {best_text}"
+            )
+        if math.isfinite(best) and not (best >= self._best_logged * 0.98):
+            if math.isfinite(self._best_logged):  # the first best is no news
+                lines.append(f"tuning: new best {best:.3f} ms at trial {self.trials_done}")
+            self._best_logged = best
+        if done:
+            how = (
+                f"early stop after {self.since_improvement} trials without a better one"
+                if self.stopped_early
+                else "done"
+            )
+            lines.append(
+                f"tuning {how}: {self.trials_done}/{self.budget} trials in "
+                f"{self.elapsed_s:.0f} s, {best_text}"
+            )
+        return lines
+
+    def log_milestones(self, done: bool = False) -> None:
+        for line in self.milestones(done):
+            self._emit("log", level="info", msg=line)
+
     def event(self) -> TuningEvent:
         return {
             "trials_done": self.trials_done,
             "budget": self.budget,
             "best_ms": self.estimated_ms,
             "trials_before": self.trials_before,
-            "elapsed_s": round(time.monotonic() - self._started, 3),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "started_at": round(self.started_at, 3),
+            "early_stop": self.early_stop,
+            "since_improvement": self.since_improvement,
+            "history": self.history[-HISTORY_POINTS:],
             "tasks": [
                 {
                     "name": t.name,
@@ -227,6 +294,20 @@ class TuningStore:
         # written by write_meta alone, so a dict found there has its shape
         return cast(TuningMeta, data) if isinstance(data, dict) else {}
 
+    def clear(self) -> None:
+        """Forget the records and meta (a search that must start from nothing)."""
+        for path in (self.workload_path, self.record_path, self.meta_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def record_count(self) -> int:
+        """Tuning records in the database (one JSON line each)."""
+        try:
+            with self.record_path.open("rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except OSError:
+            return 0
+
     def write_meta(self, **facts: Unpack[TuningMeta]) -> None:
         """Atomic replace, so a kill mid-write leaves the previous meta intact."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -257,9 +338,39 @@ def plan_tuning(meta: TuningMeta, budget: int) -> tuple[int, int]:
     (more trials would not have helped); otherwise the search resumes for the remainder.
     """
     before = int(meta.get("trials", 0) or 0)
-    if meta.get("complete") and (meta.get("early_stopped") or before >= budget):
+    finished = meta.get("early_stopped") or meta.get("exhausted") or before >= budget
+    if meta.get("complete") and finished:
         return before, 0
     return before, max(budget - before, 0)
+
+
+def provenance(meta: TuningMeta, reused: bool) -> dict[str, object]:
+    """Where a trial's tuning came from, as stored in the result's ``extra["tuning"]``."""
+    return {
+        "reused": reused,
+        "run_id": meta.get("run_id"),
+        "trials": meta.get("trials"),
+        "best_ms": meta.get("best_ms"),
+        "tune_s": meta.get("tune_s"),
+        "early_stopped": meta.get("early_stopped"),
+        "updated": meta.get("updated"),  # when it was tuned
+    }
+
+
+def provenance_line(meta: TuningMeta) -> str:
+    """What the CLI and console show: "tuning reused from run X, 64 trials, best 105.4 ms"."""
+    run = meta.get("run_id")
+    when = meta.get("updated")
+    if run:
+        origin = f"run {run}"
+    elif isinstance(when, int | float):
+        origin = f"a search of {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}"
+    else:
+        origin = "an earlier search"
+    best = meta.get("best_ms")
+    best_text = f", best {best:.1f} ms" if isinstance(best, int | float) else ""
+    stop = ", early-stopped" if meta.get("early_stopped") else ""
+    return f"tuning reused from {origin}, {meta.get('trials', 0)} trials{best_text}{stop}"
 
 
 def build_candidate(mod: IRModule, target: Target, params: object) -> Module:
@@ -373,6 +484,7 @@ def progress_callback(
             progress.record(int(task_id), latencies, error)
             checkpoint(False)  # a killed run resumes from here
             progress.emit()
+            progress.log_milestones()
 
     return ProgressCallback()
 

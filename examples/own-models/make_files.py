@@ -1,4 +1,6 @@
-"""Write the example's model files: tiny_cnn.onnx (ONNX) and tiny_text.pt2 (torch.export).
+"""Write the example's model files: tiny_cnn.onnx (ONNX), the same model as tiny_cnn_ext.onnx
+with its weights in an external data file (tiny_cnn_ext.onnx.data, as torch's exporter writes
+models over 2 GB), and tiny_text.pt2 (torch.export).
 
     python examples/own-models/make_files.py [OUT_DIR]      # default: this folder
 
@@ -33,13 +35,23 @@ def main(out: Path) -> None:
         output_names=["logits"],
         dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
     )
+    import onnx
+
+    onnx.save_model(
+        onnx.load(str(out / "tiny_cnn.onnx")),
+        str(out / "tiny_cnn_ext.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="tiny_cnn_ext.onnx.data",
+        size_threshold=0,
+    )
     text = text_classifier().eval()
     batch = torch.export.Dim("batch", min=1, max=1024)
     program = torch.export.export(
         text, (torch.randint(0, 1000, (2, 16)),), dynamic_shapes=({0: batch},)
     )
     torch.export.save(program, str(out / "tiny_text.pt2"))
-    print(f"wrote {out / 'tiny_cnn.onnx'} and {out / 'tiny_text.pt2'}")
+    print(f"wrote tiny_cnn.onnx, tiny_cnn_ext.onnx (+ .data) and tiny_text.pt2 in {out}")
 
 
 if __name__ == "__main__":

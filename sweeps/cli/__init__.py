@@ -49,6 +49,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "advise": ("ngb.sweeps.cli.advise", "advise", "What to deploy on a device, from the results."),
     "figures": ("ngb.sweeps.cli.figures", "figures", "Write the paper's figures (PNG/SVG/PDF)."),
     "bench": ("ngb.sweeps.cli.bench", "bench", "Run ngb's own benchmarks and print figures."),
+    "compare": (
+        "ngb.sweeps.cli.compare",
+        "compare",
+        "Compare two runs point by point; --fail-above gates on slowdowns.",
+    ),
+    "history": (
+        "ngb.sweeps.cli.history",
+        "history",
+        "A point's results over every run, with change points.",
+    ),
+    "import": ("ngb.sweeps.cli.store_import", "import_", "Merge another results file's runs."),
+    "profile": (
+        "ngb.sweeps.cli.profile",
+        "profile",
+        "Where a model's time goes per operator, compilers side by side.",
+    ),
 }
 
 

@@ -6,7 +6,7 @@ The ranking, ties and constraints are ``ngb.sweeps.advise``'s; this module only 
 from __future__ import annotations
 
 import click
-from ngb.sweeps.cli.options import results_db_options
+from ngb.sweeps.cli.options import NON_NEGATIVE, results_db_options
 
 
 @click.command("advise")
@@ -14,9 +14,9 @@ from ngb.sweeps.cli.options import results_db_options
 @click.option("--sweep", "sweep_run", default=None, help="Every model of this run (a run id).")
 @click.option("--device", default=None, help="The device to deploy on.")
 @click.option("--group", default=None, help="Each device of this inventory group.")
-@click.option("--p99-ms", type=float, default=None, help="p99 latency per call at most (ms).")
-@click.option("--max-err", type=float, default=None, help="Max abs error against eager at most.")
-@click.option("--max-mem-mb", type=float, default=None, help="Peak memory at most (MB).")
+@click.option("--p99-ms", type=NON_NEGATIVE, help="p99 latency per call at most (ms).")
+@click.option("--max-err", type=NON_NEGATIVE, help="Max abs error against eager at most.")
+@click.option("--max-mem-mb", type=NON_NEGATIVE, help="Peak memory at most (MB).")
 @click.option(
     "--objective", type=click.Choice(("throughput", "energy", "cost")), default="throughput",
     show_default=True, help="What to maximise (throughput) or minimise (energy, cost).",
@@ -53,8 +53,17 @@ def advise(
     data = ReportData(store, run_id=sweep_run)
     known_devices = sorted({r["device"] for r in data.trials()})
     if device is not None and device not in known_devices:
-        from ngb.core.errors import UnknownNameError
+        from ngb.core.errors import NgbError, UnknownNameError
 
+        # a device whose every trial failed is known, with nothing to rank: say that
+        _, counted = store.query("SELECT count(*) FROM trials WHERE device = ?", [device])
+        failed = int(counted[0][0]) if counted else 0
+        if failed:
+            raise NgbError(
+                f"no successful results on {device}: its {failed} stored trial"
+                f"{'s' if failed != 1 else ''} failed (their errors: the failures view, "
+                "through ngb query)"
+            )
         raise UnknownNameError("device with results", device, known_devices)
     models = [str(model)] if model is not None else advice.models_in_scope(data)
-    click.echo(advice.render(advice.advise(data, models, devices, limits), limits), nl=False)
+    click.echo(advice.render(advice.advise(data, models, devices, limits), limits, data), nl=False)

@@ -58,8 +58,23 @@ def bench(name: str | None, args: tuple[str, ...]) -> None:
             from ngb.core.errors import UnknownNameError
 
             raise UnknownNameError("benchmark", bench_name, list(names))
-        click.echo(f"== {bench_name}", err=True)
-        script = benchmarks_dir() / f"{bench_name}.py"
-        rc = subprocess.call([sys.executable, str(script), *args])
-        if rc != 0:
-            raise NgbError(f"benchmark {bench_name} exited with status {rc}")
+        click.echo(f"== {bench_name}")
+        run_script(bench_name, benchmarks_dir() / f"{bench_name}.py", args)
+
+
+def run_script(name: str, script: Path, args: tuple[str, ...]) -> None:
+    """Run one benchmark; its figures go to stdout as they come. Its stderr is held back: a
+    failure is one line (argparse's usage and error, a traceback's last line), a success passes
+    what it said on."""
+    proc = subprocess.Popen(  # noqa: S603 - our own script, this interpreter
+        [sys.executable, str(script), *args], stderr=subprocess.PIPE, text=True, errors="replace"
+    )
+    _, said = proc.communicate()
+    if proc.returncode == 0:
+        sys.stderr.write(said)
+        return
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    last = lines[-1] if lines else f"exited with status {proc.returncode}"
+    # argparse: "parity.py: error: argument --rounds: '0' must be at least 1"
+    last = last.removeprefix(f"{script.name}: error: ")
+    raise NgbError(f"benchmark {name}: {last}")

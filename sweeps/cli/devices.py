@@ -29,6 +29,7 @@ from ngb.devices.inventory import (
 from ngb.devices.paths import get_paths
 from ngb.devices.transport import TransportError
 from ngb.sweeps.cli import safe_text
+from ngb.sweeps.cli.options import POSITIVE
 from ngb.sweeps.rows import StoreRow, mapping
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ def _render(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _address(dev: Device) -> str:
+    if dev.transport == "slurm" and dev.slurm:
+        return f"slurm:{dev.slurm.get('partition')} via {dev.host}"
     if dev.is_local:
         return "(local)"
     user = f"{dev.user}@" if dev.user else ""
@@ -388,7 +391,7 @@ def _summary(facts: Mapping[str, object]) -> str:
 @devices.command("probe")
 @click.argument("targets", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print every answer as JSON.")
-@click.option("--timeout", type=float, default=180.0, show_default=True, help="Per device (s).")
+@click.option("--timeout", type=POSITIVE, default=180.0, show_default=True, help="Per device (s).")
 def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
     """Deploy the agent and probe devices (NAME..., GROUP or A,B; default: all) concurrently."""
     inv = load_inventory()
@@ -403,7 +406,7 @@ def probe(targets: tuple[str, ...], as_json: bool, timeout: float) -> None:
             out[dev.name] = {"error": error}
             if not as_json:
                 msg = error if error.startswith(f"{dev.name}:") else f"{dev.name}: {error}"
-                click.echo(safe_text(f"FAIL {msg}"), err=True)
+                click.echo(safe_text(f"error: {msg}"), err=True)  # as every error (README)
             continue
         assert facts is not None
         out[dev.name] = facts
@@ -473,40 +476,70 @@ def _show_tune(name: str, answer: Mapping[str, object]) -> None:
 @click.option("--apply", "do_apply", is_flag=True, help="Make the changes (asks first).")
 @click.option("--undo", "do_undo", is_flag=True, help="Restore what --apply changed.")
 @click.option("--yes", is_flag=True, help="Do not ask (scripts; check the plan first).")
-@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True, help="Per device (s).")
 def tune(name: str, do_apply: bool, do_undo: bool, yes: bool, timeout: float) -> None:
-    """Show what would make device NAME measure more quietly (governor, boost, GPU clocks, Jetson
-    clocks); --apply makes the changes after you confirm, --undo restores them. Every result
-    records the state it ran under."""
+    """Show what would make NAME measure more quietly (governor, boost, GPU clocks, Jetson
+    clocks); --apply makes the changes after you confirm, --undo restores them. NAME is a device,
+    a group, `all` or A,B: each device is tuned. Every result records the state it ran under."""
     if do_apply and do_undo:
         raise NgbError("give --apply or --undo, not both")
     inv = load_inventory()
-    dev = next(iter(inv.resolve([name])), None)
-    if dev is None:
-        raise NgbError(f"no device named {name!r}")
-    try:
-        plan = asyncio.run(_tune_one(inv, dev, "show", timeout))
-    except (TransportError, OSError) as exc:
-        raise NgbError(first_line(exc)) from None
-    _show_tune(dev.name, plan)
-    if not (do_apply or do_undo):
-        return
-    action = "apply" if do_apply else "undo"
-    if do_apply and not plan.get("plan"):
-        return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise NgbError(f"refusing to {action} without confirmation (stdin is not a "
-                           "terminal); check the plan above and re-run with --yes")  # fmt: skip
-        if not click.confirm(f"{action.capitalize()} these changes on {dev.name}?", default=False):
-            raise NgbError(f"nothing changed on {dev.name}")
-    try:
-        answer = asyncio.run(_tune_one(inv, dev, action, timeout))
-    except (TransportError, OSError) as exc:
-        raise NgbError(first_line(exc)) from None
-    errors = answer.get("errors")
-    for error in errors if isinstance(errors, list) else []:
-        click.echo(safe_text(f"error: {dev.name}: {error}"), err=True)
-    _show_tune(dev.name, answer)
-    if answer.get("errors"):
+    devs = inv.resolve([name])  # a device, a group, `all` or A,B (unknown: close matches)
+    if not devs:
+        raise NgbError(f"{name!r} names no device")
+    plans = {dev.name: _tune_step(inv, dev, "show", timeout, len(devs)) for dev in devs}
+    for dev in devs:
+        if plans[dev.name] is not None:
+            _show_tune(dev.name, plans[dev.name] or {})
+    failed = [d for d in devs if plans[d.name] is None]
+    if do_apply or do_undo:
+        action = "apply" if do_apply else "undo"
+        # what to change: with --apply only the devices that have a plan
+        todo = [d for d in devs if plans[d.name] is not None
+                and (do_undo or (plans[d.name] or {}).get("plan"))]  # fmt: skip
+        if todo:
+            _confirm(action, [d.name for d in todo], yes)
+        for dev in todo:
+            answer = _tune_step(inv, dev, action, timeout, len(devs))
+            if answer is None:
+                failed.append(dev)
+                continue
+            errors = answer.get("errors")
+            for error in errors if isinstance(errors, list) else []:
+                click.echo(safe_text(f"error: {dev.name}: {error}"), err=True)
+            _show_tune(dev.name, answer)
+            if errors:
+                failed.append(dev)
+    if failed:
         raise click.exceptions.Exit(1)
+
+
+def _tune_step(
+    inv: Inventory, dev: Device, action: str, timeout: float, how_many: int
+) -> Mapping[str, object] | None:
+    """One device's answer; a device that cannot be reached is one line (an error for one
+    device, a line on stderr and None when several are tuned, so the others still are)."""
+    try:
+        return asyncio.run(_tune_one(inv, dev, action, timeout))
+    except (TransportError, OSError, NgbError) as exc:
+        if how_many == 1:
+            raise NgbError(first_line(exc)) from None
+        click.echo(safe_text(f"error: {dev.name}: {first_line(exc)}"), err=True)
+        return None
+
+
+def _confirm(action: str, names: list[str], yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise NgbError(f"refusing to {action} without confirmation (stdin is not a "
+                       "terminal); check the plan above and re-run with --yes")  # fmt: skip
+    where = ", ".join(names)
+    if not click.confirm(f"{action.capitalize()} these changes on {where}?", default=False):
+        raise NgbError(f"nothing changed on {where}")
+
+
+# `ngb devices add-slurm` lives in its own module (a Slurm partition's options)
+from ngb.sweeps.cli.devices_slurm import add_slurm  # noqa: E402
+
+devices.add_command(add_slurm)

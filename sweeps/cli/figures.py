@@ -42,6 +42,8 @@ def figures(
     wanted = figs.resolve(names)  # bad names and formats fail before the database is opened
     chosen = figs.check_formats([f.strip() for f in formats.split(",") if f.strip()])
     from ngb.core.errors import NgbError
+
+    check_out_dir(out_dir)
     from ngb.sweeps.figures_data import FigureData
     from ngb.sweeps.store import Store
 
@@ -62,3 +64,32 @@ def figures(
         click.echo(f"{item.name}: " + ", ".join(str(p) for p in item.paths))
     if not drawn:
         raise NgbError("no figure had data to draw (see the reasons above)")
+
+
+def check_out_dir(out_dir: str) -> None:
+    """Refuse a ``-o`` that is not a folder (or a place for one) in words: a FIFO, a device or a
+    dangling link gave "File exists" from ``mkdir``."""
+    import os
+    import stat
+
+    from ngb.core.errors import NgbError
+    from ngb.core.safe_files import kind_name, shorten
+
+    shown = shorten(out_dir)
+    try:
+        link = os.lstat(out_dir)
+    except FileNotFoundError:
+        return  # made when the figures are written
+    except OSError as exc:
+        raise NgbError(f"cannot write figures to {shown}: {exc.strerror or exc}") from None
+    try:
+        mode = os.stat(out_dir).st_mode
+    except OSError:
+        if stat.S_ISLNK(link.st_mode):
+            target = shorten(os.readlink(out_dir))
+            raise NgbError(
+                f"cannot write figures to {shown}: it is a link to {target}, which does not exist"
+            ) from None
+        raise
+    if not stat.S_ISDIR(mode):
+        raise NgbError(f"cannot write figures to {shown}: it is a {kind_name(mode)}, not a folder")

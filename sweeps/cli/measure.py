@@ -17,11 +17,16 @@ from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import ConfigError
+from ngb.core.types import MeasureSettings
 from ngb.sweeps.cli import safe_text, short_words
+from ngb.sweeps.cli.options import FINITE
 from ngb.sweeps.rows import JsonValue, json_object
 
 if TYPE_CHECKING:
     from ngb.core.types import TrialResult, TrialSpec
+
+# --help states the defaults a run records, read from the settings (not copied into the text)
+_DEFAULT = MeasureSettings()
 
 
 def parse_option(text: str) -> tuple[str, JsonValue]:
@@ -102,26 +107,62 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option(
     "--repetitions", type=int, help="Fixed count of timed loops (default: stop on confidence)."
 )
-@click.option("--ci-target", type=float, help="Stop when the 95% CI is within ± this (0.02).")
-@click.option("--min-repetitions", type=int, help="Adaptive: at least this many (6).")
-@click.option("--max-repetitions", type=int, help="Adaptive: at most this many (40).")
 @click.option(
-    "--max-measure-s", type=float, help="Adaptive: seconds of warm-up + timed loops, at most (12)."
+    "--ci-target",
+    type=FINITE,
+    help=f"Stop when the 95% CI is within ± this x the mean ({_DEFAULT.ci_target:g}).",
 )
 @click.option(
-    "--workers", type=int, help="Worker processes, at least (adaptive; 4) or exactly (fixed)."
+    "--min-repetitions",
+    type=int,
+    help=f"Adaptive: at least this many ({_DEFAULT.min_repetitions}).",
 )
-@click.option("--max-workers", type=int, help="Adaptive: worker processes, at most (10).")
 @click.option(
-    "--values-per-worker", type=int, help="Adaptive: timed repetitions per worker process (3)."
+    "--max-repetitions", type=int, help=f"Adaptive: at most this many ({_DEFAULT.max_repetitions})."
 )
-@click.option("--retry-disturbed", type=int, help="Times to wait and retry a disturbed share.")
-@click.option("--min-duration", type=float, help="Seconds per timed loop, at least.")
-@click.option("--min-iters", type=int, help="Calls per timed loop, at least.")
-@click.option("--warmup-iters", type=int)
-@click.option("--warmup-s", type=float)
+@click.option(
+    "--max-measure-s",
+    type=FINITE,
+    help=f"Adaptive: seconds of warm-up + timed loops, at most ({_DEFAULT.max_measure_s:g}).",
+)
+@click.option(
+    "--workers",
+    type=int,
+    help=f"Worker processes, at least (adaptive; {_DEFAULT.workers}) or exactly (fixed).",
+)
+@click.option(
+    "--max-workers",
+    type=int,
+    help=f"Adaptive: worker processes, at most ({_DEFAULT.max_workers}).",
+)
+@click.option(
+    "--values-per-worker",
+    type=int,
+    help=f"Adaptive: timed repetitions per worker process ({_DEFAULT.values_per_worker}).",
+)
+@click.option(
+    "--retry-disturbed",
+    type=int,
+    help=f"Times to wait and retry a disturbed share ({_DEFAULT.disturbed_retries}).",
+)
+@click.option(
+    "--min-duration",
+    type=FINITE,
+    help=f"Seconds per timed loop, at least ({_DEFAULT.min_duration_s:g}).",
+)
+@click.option(
+    "--min-iters", type=int, help=f"Calls per timed loop, at least ({_DEFAULT.min_iters})."
+)
+@click.option(
+    "--warmup-iters", type=int, help=f"Warm-up calls, at least ({_DEFAULT.warmup_iters})."
+)
+@click.option(
+    "--warmup-s", type=FINITE, help=f"CPU warm-up seconds, at least ({_DEFAULT.warmup_s:g})."
+)
 @click.option("--threads", type=int, help="Intra-op threads for the runtime.")
-@click.option("--timeout", "timeout_s", type=float, help="Per-trial limit in seconds (agent only).")
+@click.option(
+    "--timeout", "timeout_s", type=FINITE, help="Per-trial limit in seconds (agent only)."
+)
 @click.option("--no-verify", is_flag=True, help="Skip the comparison with torch eager.")
 @click.option(
     "--precision",
@@ -132,6 +173,19 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     type=click.Choice(["retain", "system"]),
     help="system (default: glibc's defaults, as a plain python deployment and timm's "
     "benchmark.py run) or retain (glibc keeps memory freed between calls).",
+)
+@click.option(
+    "--db",
+    metavar="FILE",
+    help="Store the result in this results file (default with --run: the data dir's), where "
+    "`ngb report`, `ngb query` and ngb.open_results find it.",
+)
+@click.option(
+    "--run",
+    "run_id",
+    metavar="ID",
+    help="Run id to store the result under (default with --db: measure-<time>); an existing "
+    "run collects one more trial.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def measure(
@@ -166,6 +220,8 @@ def measure(
     no_verify: bool,
     precision: str | None,
     allocator: str | None,
+    db: str | None,
+    run_id: str | None,
     as_json: bool,
 ) -> None:
     """Measure MODEL compiled by one compiler, here.
@@ -220,6 +276,14 @@ def measure(
         source=source,
     )
     check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
+    store, stored = None, ""
+    if db is not None or run_id is not None:
+        from ngb.sweeps import measure_store
+
+        if run_id is not None and not run_id.strip():
+            raise ConfigError("--run wants a non-empty run id")
+        store = measure_store.writable_store(db)  # refused now, not after the measurement
+        run_id = run_id or measure_store.default_run_id("measure")
 
     # Progress lines are for a person watching: only on a terminal, so that a failed trial
     # leaves exactly its one `error:` line in a log or a pipe.
@@ -232,6 +296,17 @@ def measure(
             click.echo(f"  {event['phase']} ...", err=True)
         elif event["type"] == events.TUNING:
             click.echo(f"  tuning {event.get('trials_done')}/{event.get('budget')}", err=True)
+        elif event["type"] == events.LOG and event.get("level") != "debug":
+            click.echo(f"  {event.get('msg')}", err=True)  # budgets, tuning milestones
+
+    if interactive and spec.measure.repetitions is None:  # what the run will spend, up front
+        m = spec.measure
+        click.echo(
+            f"  budget: {m.max_measure_s:g} s of warm-up and timed loops over "
+            f"{m.workers}-{max(m.workers, m.max_workers)} processes; "
+            f"trial timeout {m.timeout_s:g} s",
+            err=True,
+        )
 
     from ngb.devices.paths import get_paths
 
@@ -248,10 +323,16 @@ def measure(
             result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
     else:
         result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
+    if store is not None and run_id is not None:
+        from ngb.sweeps import measure_store
+
+        stored = measure_store.save(store, run_id, result, "ngb measure")
     if as_json:
         click.echo(events.encode(result.to_dict()))
     elif result.ok:
         _print_summary(spec, result)
+    if store is not None:
+        click.echo(stored, err=True)
     if not result.ok:
         # The CLI's one format: `error: <kind>: <reason>` (kind kept when it says more); with
         # --json too, on stderr, so a failed trial is never silent (stdout stays one object).
@@ -296,6 +377,10 @@ def _model_source(
     )
     if parsed.kind == "python" and not parsed.inputs:
         raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
+    from ngb.core.model_inputs import assumed_ranges
+
+    for line in assumed_ranges(parsed.inputs):  # a guess is stated, never silent
+        click.echo(safe_text(f"warning: {model}: {line}"), err=True)
     return json_object(parsed.to_dict())
 
 
@@ -308,8 +393,19 @@ def _reference_name(spec: TrialSpec) -> str:
     return "eager"
 
 
+def _as_row(result: TrialResult) -> dict[str, object]:
+    """The columns of a stored result that ``derived.throughput`` reads (the store's names)."""
+    return {
+        "throughput_mean": result.throughput.mean,
+        "throughput_ci_half": result.ci_half_width,
+        "repetitions": result.throughput.n,
+        "extra": result.extra,
+    }
+
+
 def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
-    from ngb.sweeps.numbers import format_with_interval
+    from ngb.sweeps import derived
+    from ngb.sweeps.numbers import format_value
     from rich.console import Console
     from rich.table import Table
 
@@ -320,7 +416,8 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
     table.add_column("throughput (samples/s)", justify="right")
     table.add_column("latency (ms/call)", justify="right")
     for stat in ("mean", "std", "median", "p90", "p99", "min", "max"):
-        table.add_row(stat, _fmt(getattr(t, stat), ".4g"), _fmt(getattr(lat, stat), ".4g"))
+        # 4 significant digits, never in exponent form (38360, not 3.836e+04), as elsewhere
+        table.add_row(stat, format_value(getattr(t, stat)), format_value(getattr(lat, stat)))
     table.add_row("CoV", _fmt(t.cov, ".2%"), _fmt(lat.cov, ".2%"))
     table.add_row("n", str(t.n), str(lat.n))
     console.print(table)
@@ -334,9 +431,10 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         # as every report and the console print it)
         (
             "throughput",
-            f"{format_with_interval(t.mean, result.ci_half_width)} samples/s "
+            f"{derived.throughput(_as_row(result)).number()} samples/s "
             f"(95 % interval over {result.workers} process(es))",
         ),
+        ("latency per call", _tails_line(result)),
         ("verdict", f"{result.verdict}: {result.verdict_reason}"),
         ("disturbed", "YES" if result.disturbed else "no"),
         ("unstable", "YES (CoV above threshold)" if result.unstable else "no"),
@@ -346,14 +444,18 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
                 _fmt(v, ".3g", " s") for v in (result.export_s, result.compile_s, result.tune_s)
             ),
         ),
+        ("measure (warm-up + timed loops)", _measure_seconds(result)),
         ("first call", _fmt(result.first_call_s, ".3g", " s")),
         (
             "cpu (system mean / max)",
             f"{_fmt(result.cpu_percent_mean, '.0f', '%')} / "
             f"{_fmt(result.cpu_percent_max, '.0f', '%')}",
         ),
-        ("cpu (this process)", _fmt(result.proc_cpu_percent_mean, ".0f", "%")),
-        ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB")),
+        (
+            "cpu (this process)",
+            _fmt(result.proc_cpu_percent_mean, ".0f", " % (100 % = one core)"),
+        ),
+        ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB") + _phases_text(result)),
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("allocator", str(result.extra.get("allocator", "-"))),
         (f"max |err| vs {_reference_name(spec)}", _fmt(result.max_abs_err, ".3g")),
@@ -362,10 +464,44 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
         ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),
     ]
+    tuning = result.extra.get("tuning")
+    if isinstance(tuning, dict) and tuning.get("reused"):
+        from ngb.core.compilers.tvm_tuning import provenance_line
+
+        facts.append(("tuning", provenance_line(tuning)))  # type: ignore[arg-type]
     if result.gpu_mem_mb is not None:
-        facts.append(("GPU memory", _fmt(result.gpu_mem_mb, ".0f", " MiB")))
+        facts.append(
+            ("GPU memory", f"{_fmt(result.gpu_mem_mb, '.0f', ' MiB')} ({result.gpu_mem_source})")
+        )
     for name, value in facts:
         console.print(f"[bold]{name}:[/] {value}", highlight=False)
+
+
+def _tails_line(result: TrialResult) -> str:
+    """p50/p90/p99 with their order-statistic intervals, or why one is not claimed."""
+    from ngb.core.percentiles import describe_all
+
+    lat = result.latency_ms
+    values = {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99}
+    return describe_all(values, result.latency_ci_ms, result.latency_calls) + " (95 %)"
+
+
+def _phases_text(result: TrialResult) -> str:
+    """`` (compile 410 / warmup 420 / timed 430 MiB, vmhwm-per-phase)`` where recorded."""
+    phases = result.peak_rss_phase_mb
+    if not phases:
+        return ""
+    body = " / ".join(f"{name} {mb:.0f}" for name, mb in phases.items())
+    return f" ({body} MiB, {result.rss_source})"
+
+
+def _measure_seconds(result: TrialResult) -> str:
+    """Seconds of warm-up and timed loops over every worker (apart from compile and tuning)."""
+    workers = result.extra.get("workers")
+    if not isinstance(workers, list):
+        return "-"
+    total = sum(float(w.get("measure_s") or 0) + float(w.get("warmup_s") or 0) for w in workers)
+    return f"{total:.3g} s in {len(workers)} process(es)"
 
 
 def _energy_line(result: TrialResult) -> str:

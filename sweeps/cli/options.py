@@ -1,7 +1,8 @@
-"""Click options shared by the commands that read the results file."""
+"""Click options and value types shared by the commands."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -10,11 +11,40 @@ import click
 F = TypeVar("F", bound=Callable[..., object])
 
 
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses NaN and the infinities (``--wait nan`` waited forever: NaN
+    passes every range comparison), with an optional range as ``click.FloatRange`` has.
+
+    Every float option of the CLI uses it (``tests/test_cli_options.py`` checks).
+    """
+
+    name = "number"
+
+    def convert(
+        self, value: float | str, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a valid float.", param, ctx)  # click's own words
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return float(super().convert(number, param, ctx))  # the range
+
+
+#: any finite float (the command checks its own range)
+FINITE = FiniteFloat()
+#: a finite float >= 0
+NON_NEGATIVE = FiniteFloat(min=0)
+#: a finite float > 0 (time limits)
+POSITIVE = FiniteFloat(min=0, min_open=True)
+
+
 def results_db_options(fn: F) -> F:
     """``--db`` and ``--wait``: which results file, and how long to wait while another has it."""
     fn = click.option(
         "--wait",
-        type=click.FloatRange(min=0),
+        type=NON_NEGATIVE,
         default=5.0,
         show_default=True,
         help="Seconds to wait while another ngb process is writing the results file.",

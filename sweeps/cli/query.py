@@ -1,7 +1,10 @@
 """``ngb query``: SQL over the results database, read-only unless ``--write``.
 
 It opens the results file only for as long as it needs it, so it works from another terminal
-while a run is writing (see ``ngb.sweeps.store``). The statement helpers here are shared with
+while a run is writing (see ``ngb.sweeps.store``); a read-only query still running after
+``HOLD_S`` lets the file go and finishes on a private copy (``store_snapshot.QueryJob``), so
+the run's writer waits seconds, not for the query. Which files SQL may reach, with and without
+``--allow-files``: ``ngb.sweeps.sql_files``. The statement helpers here are shared with
 ``ngb export`` (``sweeps/cli/export.py``).
 """
 
@@ -10,7 +13,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import signal
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import click
@@ -20,6 +25,7 @@ from ngb.sweeps.cli.options import results_db_options
 if TYPE_CHECKING:
     import duckdb
     from ngb.sweeps.store import Store
+    from ngb.sweeps.store_snapshot import QueryJob, SqlAnswer
 
 
 def open_store(db: str | None, wait: float) -> Store:
@@ -52,8 +58,50 @@ def one_statement(sql: str) -> duckdb.Statement | None:
     return statements[0] if statements else None
 
 
+#: seconds a read-only query holds the results file before it goes on on a copy of it
+HOLD_S = 2.0
+FILES_HINT = "without --allow-files"
+
 # Statement kinds that return rows to export (PIVOT parses as MULTI).
 ROW_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "MULTI")
+
+
+def run_interruptibly(job: QueryJob) -> SqlAnswer:
+    """``job`` in a thread, so ctrl+c (or SIGTERM) reaches it: a signal waits for DuckDB's
+    loop to return to Python, which a long query does not do. The query is then cancelled
+    and its copy removed, and the command ends with one line."""
+    answer: list[SqlAnswer] = []
+    failed: list[BaseException] = []
+
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            answer.append(job.run())
+        except BaseException as exc:  # handed to the main thread as it is
+            failed.append(exc)
+        finally:
+            finished.set()
+
+    worker = threading.Thread(target=work, name="ngb-query", daemon=True)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        worker.start()
+        # an Event, not Thread.join: a join interrupted by ctrl+c returns at once ever after
+        while not finished.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        job.cancel()
+        finished.wait(30)  # DuckDB stops within milliseconds; its copy goes with it
+        raise NgbError("query cancelled") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise failed[0]
+    return answer[0]
 
 
 def _plain(value: object) -> object:
@@ -92,9 +140,19 @@ def query(sql: str, fmt: str, write: bool, allow_files: bool, db: str | None, wa
     """
     one_statement(sql)
     store = open_store(db, wait)
-    if not write:
+    if write:
+        columns, rows = store.query(sql, allow_write=True, allow_files=allow_files)
+    else:
+        from ngb.sweeps.store_snapshot import QueryJob
+
         store.require_file()  # read-only SQL on a missing file: say so, create nothing
-    columns, rows = store.query(sql, allow_write=write, allow_files=allow_files)
+        # Past HOLD_S the query lets the file go and finishes on a private copy, so a live
+        # run's writer in another process waits seconds, not for the whole query.
+        job = QueryJob(
+            store, sql, allow_files=allow_files, hold_s=HOLD_S, hint=FILES_HINT, threads=None,
+            keep_copy=False,
+        )  # fmt: skip
+        columns, rows = run_interruptibly(job)
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)

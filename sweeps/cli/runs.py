@@ -138,6 +138,8 @@ class _Progress:
                     self.console.print(f"[red]{item.device}[/]: {item.message}")
             elif item.state in ("finished", "cancelled"):
                 fields["current"] = item.message
+            elif item.message.startswith("slurm: "):  # the job's queue state (device_queue)
+                fields["current"] = item.message[:70]
         elif item.kind == "agent":
             event = item.event or {}
             etype = event.get("type")
@@ -268,6 +270,11 @@ def _console() -> Console:
 @click.option("--keep", is_flag=True, help="Keep the run directory on the devices after ingest.")
 @click.option("--detach", is_flag=True, help="Return once the agents run; follow with `attach`.")
 @click.option(
+    "--resume", is_flag=True,
+    help="Go on with the newest unfinished run of SWEEP on these devices (`attach` it): devices "
+    "that failed start again (a Slurm slot asks for a new allocation); nothing is run twice.",
+)  # fmt: skip
+@click.option(
     "--isolate", type=click.Choice(["subprocess", "inprocess"]), default=None,
     help="How the agent runs each trial (default: subprocess, so a crash fails one trial only).",
 )  # fmt: skip
@@ -278,6 +285,7 @@ def run(
     devices: str,
     keep: bool,
     detach: bool,
+    resume: bool,
     isolate: str | None,
     db: str | None,
     inventory_path: str | None,
@@ -301,10 +309,28 @@ def run(
     console = _console()
     start: StartArgs = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
     store = _store(db)
+    if resume:
+        names = {d.name for d in inventory.resolve(devices)}
+        state, summary = asyncio.run(
+            _drive(store, inventory, console, attach=_to_resume(store, spec.name, names))
+        )
+        _finish(console, state, summary, store)
+        return
     state, summary = asyncio.run(
         _drive(store, inventory, console, start=start, detach_after_start=detach)
     )
     _finish(console, state, summary, store)
+
+
+def _to_resume(store: Store, sweep_name: str, devices: set[str]) -> str:
+    """The newest run of the sweep on exactly these devices that did not finish."""
+    for info in store.runs() if store.path.exists() else []:
+        run_id = str(info["run_id"])
+        if info["sweep_name"] != sweep_name or info["status"] == "finished":
+            continue
+        if {str(r["device"]) for r in store.run_devices(run_id)} == devices:
+            return run_id
+    raise NgbError(f"no unfinished run of sweep {sweep_name!r} on {', '.join(sorted(devices))}")
 
 
 @click.command("attach")
@@ -406,6 +432,7 @@ def status(
         })  # fmt: skip
         if live:
             records[-1]["agent"] = agents.get(device, "-")
+    queue = _queue_states(inventory_path, run_id, [r for r in records if r["state"] != "finished"])
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "status": info["status"],
                                "sweep": info["sweep_name"], "devices": records},
@@ -415,18 +442,47 @@ def status(
     cols = ["device", "state", "done", "total", "failed", "message", "updated"]
     if live:
         cols.append("agent")
-    _table(cols, [[r[c] for c in cols] for r in records])
+    cols += ["queue"] if queue else []
+    _table(cols, [[r.get(c) for c in cols] for r in records])
+
+
+def _queue_states(path: str | None, run_id: str, records: list[dict[str, object]]) -> bool:
+    """Ask the scheduler about the run's Slurm devices (``queue`` in their records); whether any
+    is one. The inventory may have changed since the run: a device it no longer has is skipped."""
+    from ngb.sweeps.device_queue import job_states
+
+    try:
+        inventory = _inventory(path)
+    except NgbError:
+        return False
+    names = [str(r["device"]) for r in records]
+    states = asyncio.run(job_states(inventory, run_id, names)) if names else {}
+    for r in records:
+        if str(r["device"]) in states:
+            r["queue"] = states[str(r["device"])]
+    return bool(states)
 
 
 def _table(cols: list[str], rows: Sequence[Sequence[object]]) -> None:
+    """Rows under a rule, columns one space apart: at 80 columns (a pipe) words are never cut
+    ("fini…" read as another word): each column is as wide as its longest word, long text (a
+    device's message) wraps between words."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table()
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    table = Table(box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     for i, col in enumerate(cols):
-        table.add_column(col, no_wrap=i == 0)  # ids must stay copy-pasteable
-    for row in rows:
-        table.add_row(*["" if v is None else str(v) for v in row])
+        words = [w for text in [col, *(row[i] for row in cells)] for w in text.split()]
+        longest = min(max((len(w) for w in words), default=1), 40)
+        numbers = [row[i] for row in cells if row[i]]
+        right = bool(numbers) and all(v.isdigit() for v in numbers)
+        table.add_column(  # ids stay copy-pasteable
+            col, no_wrap=i == 0, min_width=longest, justify="right" if right else "left"
+        )
+    for row in cells:
+        table.add_row(*row)
     Console().print(table)
 
 

@@ -83,8 +83,8 @@ class DeviceFormScreen(ModalScreen["Device | None"]):
                         yield Input(self._initial(key), placeholder=placeholder, id=f"field-{key}")
                 with Horizontal(classes="form-row"):
                     yield Label("Transport", classes="form-label")
-                    yield Select(
-                        [("ssh", "ssh"), ("local", "local")],
+                    yield Select(  # a Slurm entry keeps its kind (its table is edited in the file)
+                        [("ssh", "ssh"), ("local", "local"), *self._slurm_choice()],
                         allow_blank=False,
                         value=getattr(self.device, "transport", "ssh"),
                         id="field-transport",
@@ -130,11 +130,15 @@ class DeviceFormScreen(ModalScreen["Device | None"]):
         raw = {key: self.query_one(f"#field-{key}", Input).value for key, _, _ in TEXT_FIELDS}
         transport = str(self.query_one("#field-transport", Select).value)
         try:
-            device = self.make_device(form_values(raw, transport))
+            slurm = self.device.slurm if self.device and transport == "slurm" else None
+            device = self.make_device({**form_values(raw, transport), "slurm": slurm})
         except NgbError as exc:
             self.query_one("#form-error", Label).update(f"[red]{exc}[/]")
             return
         self.dismiss(device)
+
+    def _slurm_choice(self) -> list[tuple[str, str]]:
+        return [("slurm", "slurm")] if self.device and self.device.transport == "slurm" else []
 
     def values(self) -> dict[str, str]:
         """What the form holds now (the text fields and the transport)."""

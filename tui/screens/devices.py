@@ -235,8 +235,19 @@ class DevicesScreen(ConsoleScreen):
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
         self.app.call_from_thread(self.notify, f"saved device {device.name}")
+        self.app.call_from_thread(self._forget_status, device.name, replace)
         self.load_devices()
         self.app.call_from_thread(self._refresh_run_choices)
+
+    def _forget_status(self, name: str, replaced: str | None) -> None:
+        """An edited device is a new connection: its old probe error (or "ok") says nothing
+        about the new port or host until it is probed again."""
+        for old in {name, replaced} - {None}:
+            self.status.pop(str(old), None)
+            self.compilers.pop(str(old), None)
+            self.probes.pop(str(old), None)
+        if replaced is not None:
+            self.status[name] = "changed: p probes it"
 
     def _refresh_run_choices(self) -> None:
         run = self.app.get_screen("run")

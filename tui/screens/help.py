@@ -21,7 +21,7 @@ GLOBAL_KEYS = (
     ("q", "quit (runs go on on their devices; restart re-attaches)"),
     ("escape", "leave a text box or editor (then the keys above work again)"),
     ("tab", "next field (also out of the SQL editor; ctrl+space completes there)"),
-    ("1-5", "switch screens; in the SQL editor only until you type there, then they are digits"),
+    ("1-N", "switch screens; in the SQL editor only until you type there, then they are digits"),
     ("/", "filter the table on Devices and Results"),
 )
 
@@ -36,7 +36,8 @@ def help_markdown() -> str:
     lines = ["# ngb-tui", "", "| key | what |", "|---|---|"]
     for entry in SCREENS:
         lines.append(f"| `{entry.key}` | {entry.title}: {entry.summary} |")
-    lines += [f"| `{key}` | {what} |" for key, what in GLOBAL_KEYS]
+    last = SCREENS[-1].key  # "1-N": as many screen keys as the registry has
+    lines += [f"| `{key.replace('N', last)}` | {what} |" for key, what in GLOBAL_KEYS]
     for entry in SCREENS:
         screen_keys = [
             f"`{key_text(b)}` {b.description.lower()}"

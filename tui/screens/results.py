@@ -54,7 +54,10 @@ def trials_note(run_id: str, rows: Sequence[TrialRow], failed: int) -> str:
         parts.append(f"[yellow]{unstable} unstable (CoV above the limit)[/]")
     if flagged:
         parts.append(f"[yellow]{flagged} not VALID or disturbed[/]")
-    return ", ".join(parts) + "  (± = 95% CI; n.s. = not significantly different from identity)"
+    return (
+        ", ".join(parts)
+        + "  ([low, high] = 95% CI; n.s. = not significantly different from identity)"
+    )
 
 
 def _options(values: list[str]) -> list[tuple[str, str]]:
@@ -73,7 +76,8 @@ class ResultsScreen(ConsoleScreen):
 
     run_id: reactive[str] = reactive("")
     filter_text: reactive[str] = reactive("")
-    log_y: reactive[bool] = reactive(False)
+    # None: a chart whose values span a wide range is drawn on a log axis (results_data.wide)
+    log_y: reactive[bool | None] = reactive(None)
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="results")
@@ -83,6 +87,7 @@ class ResultsScreen(ConsoleScreen):
         self._want_run: str | None = None
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
+        self.drawn_log = False  # whether the chart shown has a log axis (``l`` flips it)
         self._stamp: tuple[object, ...] = ()  # what the last poll answered (unchanged: no redraw)
         self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
         self._advice_signature: tuple[str, str | None, int] | None = None
@@ -370,6 +375,7 @@ class ResultsScreen(ConsoleScreen):
         view = self.query_one(f"#chart-{tab}")
         if isinstance(view, ResultChart | HeatmapView):
             view.draw(chart)
+        self.drawn_log = chart.log_y
         self.draws += 1
 
     def _fill_table(self, sel: rd.Selection) -> None:
@@ -398,7 +404,7 @@ class ResultsScreen(ConsoleScreen):
 
     def action_toggle_log(self) -> None:
         """Logarithmic y axis on the charts (throughputs that span orders of magnitude)."""
-        self.log_y = not self.log_y
+        self.log_y = not self.drawn_log  # from what is shown, whether chosen or automatic
         self.notify(f"log scale {'on' if self.log_y else 'off'}", timeout=2)
         self.redraw()
 

@@ -36,6 +36,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select
 if TYPE_CHECKING:  # loaded lazily, through the backend
     from ngb.devices.inventory import Device
     from ngb.sweeps.run_events import RunEvent
+    from textual.timer import Timer
 
 REFRESH_HZ = 2
 #: the panels of a running device redraw at least this often (their ETA counts down)
@@ -45,6 +46,8 @@ LOG_S = 1.0
 #: a run that took at least this long rings the terminal bell when it ends
 BELL_AFTER_S = 60.0
 DEFAULT_SWEEP = "demo"
+#: a sweep path is described once typing has paused this long (not a file read per key)
+DESCRIBE_AFTER_S = 0.3
 
 
 class RunScreen(ConsoleScreen):
@@ -85,6 +88,7 @@ class RunScreen(ConsoleScreen):
         self._known_runs: set[str] = set()  # runs whose events came outside a start (or started)
         self._unconfirmed: dict[str, str] = {}  # ends of runs that appeared during the start
         self._previous_run = ""  # the run shown before the one being started
+        self._describe_timer: Timer | None = None  # describes the typed sweep path
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -152,6 +156,14 @@ class RunScreen(ConsoleScreen):
     def _sweep_changed(self) -> None:
         self.describe_sweep(self.sweep_choice())
 
+    @on(Input.Changed, "#sweep-file")
+    def _sweep_path_typed(self) -> None:
+        """The summary follows the path box as it is typed (not only on Enter), so it never
+        describes the preset while a file is what Start would run; described once typing pauses."""
+        if self._describe_timer is not None:
+            self._describe_timer.stop()
+        self._describe_timer = self.set_timer(DESCRIBE_AFTER_S, self._sweep_changed)
+
     def sweep_choice(self) -> str:
         path = self.query_one("#sweep-file", Input).value.strip()
         if path:
@@ -161,7 +173,8 @@ class RunScreen(ConsoleScreen):
 
     @work(thread=True, group="describe", exclusive=True, exit_on_error=False)
     def describe_sweep(self, choice: str) -> None:
-        if not choice:
+        if not choice:  # nothing chosen (a path box emptied with no preset): nothing described
+            self.app.call_from_thread(self.query_one("#sweep-summary", Label).update, "")
             return
         try:
             sweep = self.backend.load_sweep_sync(choice)

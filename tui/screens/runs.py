@@ -34,7 +34,15 @@ COLUMNS = ("run", "sweep", "status", "devices", "done", "failed", "created", "he
 LIVE_STATES = frozenset({"running", "starting", "created", "paused"})
 
 
-def overview_row(run: RunOverview) -> tuple[str, ...]:
+# Below 120 columns: the sweep is left out (a run id starts with its sweep's name), devices are
+# counted, "created" loses its year and seconds, and "here" becomes a mark after the status (the
+# note line says what the marks mean), so 80 columns show every column a run is chosen by.
+NARROW_COLUMNS = ("run", "status", "devs", "done", "failed", "created")
+WIDE_FROM = 120
+MARKS = "* followed here, ? not in this store"
+
+
+def overview_row(run: RunOverview, narrow: bool = False) -> tuple[str, ...]:
     """One table row of ``Orchestrator.list_runs``: counts summed over the run's devices, and
     what the devices said when asked (``p``): ``dev: agent running`` / ``not running``."""
     done = sum(d.done for d in run.devices)
@@ -45,14 +53,20 @@ def overview_row(run: RunOverview) -> tuple[str, ...]:
         for d in run.devices
     )
     here = "followed" if run.followed else ("" if run.in_store else "not in this store")
+    progress = f"{done}/{total}" if total else str(done)
+    created = str(run.created_at or "")
+    if narrow:
+        mark = " *" if run.followed else ("" if run.in_store else " ?")
+        short = created[5:16] if len(created) >= 16 else created  # "11-26 20:15"
+        return (run.run_id, run.status + mark, str(len(run.devices)), progress, str(failed), short)
     return (
         run.run_id,
         run.sweep_name,
         run.status,
         names,
-        f"{done}/{total}" if total else str(done),
+        progress,
         str(failed),
-        str(run.created_at or "")[:19],
+        created[:19],
         here,
     )
 
@@ -127,19 +141,31 @@ class RunsScreen(ConsoleScreen):
 
     def _show_runs(self, runs: list[RunOverview]) -> None:
         self.runs = runs
-        rows = [overview_row(r) for r in runs]
+        self._fill()
+        self._rearm()
+
+    def on_resize(self) -> None:
+        if self.runs:
+            self._fill()
+
+    def _fill(self) -> None:
+        runs = self.runs
+        narrow = self.size.width < WIDE_FROM
+        rows = [overview_row(r, narrow) for r in runs]
         table = self.query_one("#runs-table", DataTable)
         cursor = table.cursor_row
-        fill_table(table, COLUMNS, rows, keys=[row[0] for row in rows])
+        columns = NARROW_COLUMNS if narrow else COLUMNS
+        fill_table(table, columns, rows, keys=[row[0] for row in rows])
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
         live = sum(1 for r in runs if r.live or r.status in LIVE_STATES)
+        marked = narrow and any(r.followed or not r.in_store for r in runs)
         self.query_one("#runs-note", Label).update(
             f"{len(runs)} run(s), {live} going; a attach, c cancel, p ask the devices"
+            + (f" ({MARKS})" if marked else "")
             if runs
             else "No runs in the database yet: start one on the Run screen (2) or with `ngb run`."
         )
-        self._rearm()
 
     def selected(self) -> str | None:
         table = self.query_one("#runs-table", DataTable)

@@ -83,14 +83,25 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
+def _decimals(value: float | Decimal) -> int:
+    """The decimals a value has: 51.3 (``round(x, 1)``) has 1, an unrounded mean many."""
+    if isinstance(value, Decimal):
+        exponent = value.as_tuple().exponent
+        return -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    text = repr(value)
+    return 99 if "e" in text else len(text.partition(".")[2])
+
+
 def column_digits(rows: Sequence[SqlRow], index: int) -> int:
-    """One precision per column: enough decimals for its smallest non-zero magnitude (max 6)."""
-    values = [abs(float(v)) for r in rows if isinstance(v := r[index], float | Decimal) and v]
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return 3
-    smallest = min(finite)
-    return 3 if smallest >= 0.01 else min(6, 2 - math.floor(math.log10(smallest)))
+    """One precision per column: enough decimals for its smallest non-zero magnitude (max 6),
+    and no more than its values have (``round(x, 1)`` shows 51.3, not 51.300)."""
+    values = [v for r in rows if isinstance(v := r[index], float | Decimal) and math.isfinite(v)]
+    nonzero = [abs(float(v)) for v in values if v]
+    if not nonzero:
+        return 3 if not values else min(3, max(_decimals(v) for v in values))
+    smallest = min(nonzero)
+    enough = 3 if smallest >= 0.01 else min(6, 2 - math.floor(math.log10(smallest)))
+    return min(enough, max(_decimals(v) for v in values))
 
 
 def friendly_error(message: str) -> str:

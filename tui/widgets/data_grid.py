@@ -20,11 +20,12 @@ from textual import on
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+TABLE_KEYS = Binding.Group("sort/copy ", compact=True)  # the space: a gap to the next key
 _NUMBER = re.compile(r"^\s*[-+]?(\d[\d,]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def number_in(cell: str) -> float | None:
-    """The number a cell starts with (``1,234.5 ±3`` -> 1234.5), or None."""
+    """The number a cell starts with (``1,234.5 [1,230, 1,240]`` -> 1234.5), or None."""
     match = _NUMBER.match(cell)
     if not match:
         return None
@@ -42,10 +43,12 @@ def sort_key(cell: str) -> tuple[int, float, str]:
 
 
 class DataGrid(DataTable[Text]):
+    # One footer entry for the three ("oyY sort/copy"; the help says which is which): with a grid
+    # focused at 80 columns the screen's keys, q Quit and ? Help still fit beside it.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("o", "sort_column", "Sort by column"),
-        Binding("y", "copy_cell", "Copy cell"),
-        Binding("Y", "copy_row", "Copy row", key_display="Y"),
+        Binding("o", "sort_column", "Sort by column", group=TABLE_KEYS),
+        Binding("y", "copy_cell", "Copy cell", group=TABLE_KEYS),
+        Binding("Y", "copy_row", "Copy row", key_display="Y", group=TABLE_KEYS),
     ]
 
     def __init__(

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ngb.tui.live_run import DeviceState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
-from ngb.tui.widgets.tuning_panel import tuning_lines
+from ngb.tui.widgets.tuning_panel import clock, tuning_lines
 from rich.text import Text
 from textual.widget import Widget
 
@@ -78,25 +78,77 @@ def meter_lines(state: DeviceState, width: int, cores: bool = False) -> list[str
 
 
 def eta_text(state: DeviceState, now: float) -> str:
-    """Remaining time from the durations of this run's trials measured on this device.
+    """Remaining time, from this run's own trials on this device (see ``eta_seconds``).
 
-    ``ETA ?`` until one trial has been timed from its start to its end (a guess from elapsed time
-    over a count that includes trials done before a re-attach said 0:00:01 at 8/20). The trial in
-    flight counts with what is left of an average one.
+    ``ETA ?`` until there is evidence: a trial timed from its start to its end, or the agent's
+    inputs with a tuning rate where tuning lies ahead (a guess from elapsed time over a count that
+    includes trials done before a re-attach said 0:00:01 at 8/20).
     """
     if state.finished or not state.total:
         return ""
-    remaining = state.total - state.done
-    if remaining <= 0:
+    if state.total - state.done <= 0:
         return ""
+    secs = eta_seconds(state, now)
+    return "ETA ?" if secs is None else f"ETA {clock(secs)}"
+
+
+def eta_seconds(state: DeviceState, now: float) -> float | None:
+    """Seconds left on this device, weighted by what each remaining trial is.
+
+    With the agent's inputs (``ngb.core.live_state``, sent with each trial's start and in every
+    snapshot): the trial in flight's tuning still to run (budget minus trials done, at this
+    search's own rate) and its predicted non-tuning seconds minus what it has spent outside the
+    search, plus the remaining trials' predicted non-tuning seconds and tuning budgets at the best
+    known rate. Without them (an older agent): the mean of the finished trials' durations.
+    """
+    remaining = state.total - state.done
+    eta, tuning = state.eta, state.tuning
+    if eta is None:
+        return _mean_eta(state, now, remaining)
+    rate = tuning.seconds_per_trial if tuning is not None else None
+    rate = rate or _num(eta.get("s_per_tune_trial"))
+    elapsed = max(0.0, now - state.trial_seen_at) if state.trial_seen_at is not None else 0.0
+    budget = int(_num(eta.get("current_tune_budget")) or 0)
+    tune_left, tune_spent = 0.0, 0.0
+    if tuning is not None and not tuning.reused and state.phase in ("", "tune"):  # searching
+        since = max(0.0, now - tuning.seen_at)
+        tune_spent = tuning.elapsed_s + since
+        if rate:
+            tune_left = max(0.0, max(0, tuning.budget - tuning.trials_done) * rate - since)
+    elif tuning is not None:  # the search is over (or was reused): the rest is building and timing
+        tune_spent = tuning.elapsed_s
+    elif budget and state.phase in ("", "build", "optimise", "compile", "export", "tune"):
+        if not rate:
+            return None  # a search lies ahead and nothing says how fast it goes
+        tune_left = budget * rate
+    other = max(0.0, (_num(eta.get("current_other_s")) or 0.0) - (elapsed - tune_spent))
+    post = _num(eta.get("current_post_s"))
+    if tuning is not None and not tuning.reused and post is not None:
+        # what a search of this compiler left to do after it, in this run: the workers' builds
+        # and timed loops (what came before the search is behind us)
+        after = max(0.0, now - tuning.seen_at) if state.phase not in ("", "tune") else 0.0
+        other = max(0.0, post - after)
+    rest_budget = _num(eta.get("rest_tune_budget")) or 0.0
+    if rest_budget and not rate:
+        return None
+    rest = (_num(eta.get("rest_other_s")) or 0.0) + rest_budget * (rate or 0.0)
+    if not state.current:  # between trials: the inputs were for the one that just ended
+        return _mean_eta(state, now, remaining)
+    return tune_left + other + rest
+
+
+def _mean_eta(state: DeviceState, now: float, remaining: int) -> float | None:
     if not state.trial_seconds:
-        return "ETA ?"
+        return None
     mean = sum(state.trial_seconds) / len(state.trial_seconds)
     secs = mean * remaining
     if state.trial_seen_at is not None and state.current:
         secs -= min(mean, max(0.0, now - state.trial_seen_at))
-    secs = int(max(0.0, secs))
-    return f"ETA {secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+    return max(0.0, secs)
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def progress_line(state: DeviceState, width: int, now: float) -> Text:
@@ -149,7 +201,20 @@ class DevicePanel(Widget):
 
     def _tuning_lines(self) -> list[str]:
         t = self.state.tuning
-        return tuning_lines(t.trials_done, t.budget, t.best_ms, t.tasks) if t else []
+        if t is None:
+            return []
+        return tuning_lines(
+            t.trials_done,
+            t.budget,
+            t.best_ms,
+            t.tasks,
+            seconds_per_trial=t.seconds_per_trial,
+            early_stop=t.early_stop,
+            since_improvement=t.since_improvement,
+            history=t.history,
+            reused=t.reused,
+            width=max(40, self.content_size.width or self.app.size.width - 4),
+        )
 
     def _lines(self, width: int) -> list[Text]:
         state = self.state

@@ -4,7 +4,11 @@ reference line where 1 means "as fast as eager", and bars when a series has a si
 Batches and depths are drawn at evenly spaced positions labelled with their values: batch sizes
 grow geometrically (1, 8, 32 ...), and even spacing keeps every point readable on a terminal. A
 single batch would be one dot per compiler, so it is drawn as bars named by compiler instead.
-The y axis goes logarithmic when the operator asks (``l`` on the Results screen).
+The y axis goes logarithmic where the values span more than ``results_data.WIDE_RANGE`` (series
+50x apart would share the bottom row of a linear axis) or when the operator asks (``l`` on the
+Results screen flips it). Every point's whisker runs between its printed 95 % bounds (asymmetric:
+a ratio's or a throughput's interval is built on the log scale), and a log axis never sees a
+value at or below zero.
 
 Readable by everyone: each series has its own colour from the Okabe-Ito palette (told apart with
 the common colour-vision deficiencies; plotext's defaults gave two near-identical reds) and its
@@ -61,20 +65,40 @@ def legend(names: list[str]) -> Text:
 
 
 def y_range(chart: Chart) -> tuple[float, float] | None:
-    """Low and high of every point and whisker (with the reference line), None without data."""
+    """Low and high of every point and whisker (with the reference line), None without data;
+    on a log axis only the positive ones (a log of zero or less is undefined)."""
     values: list[float] = []
     for name, ys in chart.series.items():
         errs = chart.errors.get(name) or [None] * len(ys)
         for y, e in zip(ys, errs, strict=False):
             if y is None or not math.isfinite(y):
                 continue
-            half = e if e is not None and math.isfinite(e) else 0.0
-            values += [y - half, y + half]
+            values += [y, *(e or ())]
     if chart.reference is not None:
         values.append(chart.reference)
+    if chart.log_y:
+        values = [v for v in values if v > 0]
+    values = [v for v in values if math.isfinite(v)]
     if not values:
         return None
     return min(values), max(values)
+
+
+def drawable(chart: Chart, y: float | None) -> bool:
+    """A value the axis can show (a log axis takes positive values only)."""
+    return y is not None and math.isfinite(y) and (y > 0 or not chart.log_y)
+
+
+def whisker(chart: Chart, bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A point's interval as drawn: on a log axis a bound at or below zero (a slope's, say)
+    stops at the smallest positive value shown, so the log never sees it."""
+    if bounds is None:
+        return None
+    low, high = bounds
+    if chart.log_y:
+        floor = (y_range(chart) or (1.0, 1.0))[0]
+        low, high = max(low, floor), max(high, floor)
+    return (low, high)
 
 
 class ResultChart(Vertical):
@@ -107,11 +131,11 @@ class ResultChart(Vertical):
         if chart.log_y:
             plt.yscale("log")
         if len(chart.xticks) == 1:
+            if chart.reference is not None:
+                plt.hline(chart.reference, "gray")
             self._bars(chart, names)
         else:
             self._lines(chart, names)
-        if chart.reference is not None:
-            plt.hline(chart.reference, "gray")
         self._fit_y(chart)
         plt.ylabel(chart.ylabel + (" (log)" if chart.log_y else ""))
         plot.refresh()
@@ -133,33 +157,58 @@ class ResultChart(Vertical):
     def _lines(self, chart: Chart, names: list[str]) -> None:
         plt = self.plt
         positions = [float(i) for i in range(1, len(chart.xticks) + 1)]
-        for name in names:
+        drawn: list[tuple[list[float], list[float], tuple[int, int, int], str]] = []
+        if chart.reference is not None and drawable(chart, chart.reference):
+            # as data, first: plotext draws an hline over everything, and the baseline's own
+            # markers sit on it
+            ends = [0.5, len(positions) + 0.5]
+            plt.plot(ends, [chart.reference] * 2, marker="─", color="gray")
+        # each series a little to the side of the batch it belongs to (a dodge), so two series
+        # with close values never share one character cell and hide a marker or a whisker
+        step = min(0.12, 0.6 / max(len(names), 1))
+        for i, name in enumerate(names):
             ys = chart.series[name]
             color, marker = style_of(name)
             errs = chart.errors.get(name) or [None] * len(ys)
+            shift = (i - (len(names) - 1) / 2) * step
             points = [
-                (x, y, e) for x, y, e in zip(positions, ys, errs, strict=False) if y is not None
+                (x + shift, y, e)
+                for x, y, e in zip(positions, ys, errs, strict=False)
+                if y is not None and drawable(chart, y)
             ]
-            xs, vals, halves = (list(t) for t in zip(*points, strict=True))
-            # whiskers, then the line, then the markers: each drawn over the one before
-            if any(h is not None for h in halves):
-                plt.error(xs, vals, yerr=[h or 0.0 for h in halves], color=color)
+            if not points:
+                continue
+            # whiskers, then the line: every series' before any marker, so no line of a later
+            # series paints over an earlier series' marker
+            for x, _, bounds in points:
+                self._whisker(chart, x, bounds, color)
+            xs, vals = [p[0] for p in points], [p[1] for p in points]
             if len(points) > 1:
                 plt.plot(xs, vals, marker="braille", color=color)
-            plt.scatter(xs, vals, marker=marker, color=color)
+            drawn.append((xs, vals, color, marker))
+        for xs, vals, rgb, mark in drawn:
+            plt.scatter(xs, vals, marker=mark, color=rgb)
         plt.xlim(0.5, len(positions) + 0.5)  # whiskers at the ends stay inside the frame
         plt.xticks(positions, [str(x) for x in chart.xticks])
         plt.xlabel(chart.xlabel)
 
+    def _whisker(
+        self, chart: Chart, x: float, bounds: tuple[float, float] | None, color: object
+    ) -> None:
+        """One point's interval as a vertical line from its lower to its upper bound (plotext's
+        ``error`` draws a symmetric one)."""
+        drawn = whisker(chart, bounds)
+        if drawn is not None and drawn[1] > drawn[0]:
+            self.plt.plot([x, x], list(drawn), marker="│", color=color)
+
     def _bars(self, chart: Chart, names: list[str]) -> None:
         plt = self.plt
-        named = [(n, chart.series[n][0]) for n in names if chart.series[n][0] is not None]
+        named = [(n, chart.series[n][0]) for n in names if drawable(chart, chart.series[n][0])]
         if not named:
             return
         labels, vals = [n for n, _ in named], [v for _, v in named]
         colors = [style_of(n)[0] for n in labels]
         plt.bar(labels, vals, color=colors)
-        halves = [(chart.errors.get(n) or [None])[0] for n in labels]
-        if any(h is not None for h in halves):
-            plt.error(list(range(1, len(labels) + 1)), vals, yerr=[h or 0.0 for h in halves])
+        for i, label in enumerate(labels, start=1):
+            self._whisker(chart, float(i), (chart.errors.get(label) or [None])[0], "white")
         plt.xlabel(f"compiler ({chart.xlabel} {chart.xticks[0]})")

@@ -33,6 +33,8 @@ KEYWORDS = (
     "PARTITION", "arg_max", "arg_min", "median", "stddev", "quantile_cont",
 )
 # fmt: on
+# keys that leave the editor: pressing them is not typing (the next digit still switches screens)
+LEAVE_KEYS = ("tab", "shift+tab", "escape")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -110,8 +112,18 @@ class SqlEditor(TextArea):
             return False
         return super().check_consume_key(key, character)
 
+    def _forward_event(self, event: events.Event) -> None:
+        """The app hands this editor a key it did not bind: from now on the editor owns the keys.
+
+        Set here, while the app still holds the key, not when the editor gets to it: keys typed
+        fast queue up in the app, which checks its digit bindings for ``range(2`` before the
+        editor has read the ``r``; ``typed`` set any later lets the "2" switch screens."""
+        if isinstance(event, events.Key) and event.key not in LEAVE_KEYS:
+            self.typed = True
+        super()._forward_event(event)
+
     async def _on_key(self, event: events.Key) -> None:
-        if event.key not in ("tab", "shift+tab", "escape"):
+        if event.key not in LEAVE_KEYS:
             self.typed = True
         await super()._on_key(event)
 

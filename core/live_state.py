@@ -1,0 +1,228 @@
+"""What a console that attaches mid-run needs at once: the run's last state, and the ETA's inputs.
+
+The workstation follows the agent's event log from the byte offset it last stored, so a console
+re-opened during a trial sees only the events after that offset: not the ``trial_started`` of the
+trial in flight, not the last ``tuning`` event (MetaSchedule may send the next one a minute
+later), and none of the earlier trials' durations. So the agent keeps the last of each
+(``LastState.observe``, fed every event it writes) and, while a trial runs, writes it again as
+one ``state`` event at most every ``SNAPSHOT_S`` seconds, right after an event it writes anyway
+(``LastState.due``; a worker sends a CPU sample every second through every phase, so no thread
+is needed -- a thread in the trial's process would make its workers' fork unsafe): whatever
+offset a follower resumes from, the replayed tail or the next live seconds carry a snapshot,
+and the console draws the trial, its phase, the tuning view, the meters and the ETA from it.
+The snapshot is not stored (the writer ignores the type) and is kept small (no per-core list, a
+thinned best-so-far curve): under 1 KB every 1.5 s while a trial runs.
+
+ETA inputs (``EtaBook``): a trial's remaining time is predicted from what it *is* -- its compiler,
+and for ``tvm-ms`` its tuning budget -- and this run's own evidence: the mean non-tuning seconds
+of finished trials of the same compiler (else of any compiler, else the trial's measurement cap)
+and the seconds per tuning trial seen so far. The agent knows every trial of the run; the console
+knows only counts, so the agent sends the sums (``eta`` in ``trial_started`` and ``state``).
+Standard library only: this module is shipped to devices.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ngb.core import events
+from ngb.core.types import TrialSpec
+
+#: the event type of a snapshot (not in ``events.ALL_TYPES``: readers that do not know it skip it)
+STATE = "state"
+#: seconds between snapshots while a trial runs (a re-attached console shows it within this)
+SNAPSHOT_S = 1.5
+#: best-so-far points a snapshot keeps of the tuning curve
+SNAPSHOT_HISTORY = 40
+#: tasks a snapshot keeps of a tuning event (the console's table shows four)
+SNAPSHOT_TASKS = 8
+#: the event fields a snapshot keeps of a ``cpu`` event (not the per-core list)
+_CPU_FIELDS = ("percent", "proc_percent", "others_percent", "mem_percent", "mem_used_mb",
+               "mem_total_mb", "worker")  # fmt: skip
+#: the default tuning budget of ``tvm-ms`` (``TvmMetaScheduleConfig.max_trials_global``)
+TVM_MS_DEFAULT_BUDGET = 1500
+
+
+def tuning_budget(compiler: str, options: Mapping[str, object]) -> int:
+    """Tuning trials a trial may run: its ``max_trials_global`` option (``tvm-ms``'s name; a
+    test's fake tuner takes it too), ``tvm-ms``'s default, else 0 (no search)."""
+    default = TVM_MS_DEFAULT_BUDGET if compiler == "tvm-ms" else 0
+    budget = options.get("max_trials_global", default)
+    return int(budget) if isinstance(budget, int | float) and not isinstance(budget, bool) else 0
+
+
+@dataclass
+class EtaBook:
+    """This run's evidence on how long trials take, and what the remaining ones are."""
+
+    other_s: dict[str, list[float]] = field(default_factory=dict)  # compiler -> non-tuning s
+    # compiler -> seconds from the end of a search to the trial's end (each worker's build and
+    # timed loops): the part of a tuning trial still to come once its search is over
+    post_s: dict[str, list[float]] = field(default_factory=dict)
+    tune_s: float = 0.0  # seconds of tuning seen in finished trials
+    tune_trials: int = 0  # tuning trials those ran
+
+    def finished(
+        self,
+        compiler: str,
+        seconds: float,
+        tune_s: float | None,
+        trials: int,
+        post_s: float | None = None,
+    ) -> None:
+        """A trial of ``compiler`` took ``seconds``, ``tune_s`` of them tuning ``trials``, and
+        ``post_s`` after its search ended (None: not seen)."""
+        tuning = max(0.0, tune_s or 0.0) if trials else 0.0
+        self.other_s.setdefault(compiler, []).append(max(0.0, seconds - tuning))
+        if post_s is not None:
+            self.post_s.setdefault(compiler, []).append(max(0.0, post_s))
+        if trials > 0 and tuning > 0:
+            self.tune_s += tuning
+            self.tune_trials += trials
+
+    def post(self, compiler: str) -> float | None:
+        """Predicted seconds after a ``compiler`` trial's search (None without evidence)."""
+        same = self.post_s.get(compiler)
+        return sum(same) / len(same) if same else None
+
+    def other(self, compiler: str, cap_s: float) -> float:
+        """Predicted non-tuning seconds of a trial of ``compiler``."""
+        same = self.other_s.get(compiler)
+        if same:
+            return sum(same) / len(same)
+        every = [s for values in self.other_s.values() for s in values]
+        return sum(every) / len(every) if every else cap_s
+
+    def inputs(
+        self, current: tuple[str, int, float], remaining: Iterable[tuple[str, int, float]]
+    ) -> dict[str, object]:
+        """The ``eta`` fields: for the trial in flight and the ones after it, each given as
+        (compiler, tuning budget, measurement cap in seconds)."""
+        rest = list(remaining)
+        return {
+            "current_other_s": round(self.other(current[0], current[2]), 2),
+            "current_post_s": self.post(current[0]),
+            "current_tune_budget": current[1],
+            "rest_other_s": round(sum(self.other(c, cap) for c, _, cap in rest), 2),
+            "rest_tune_budget": sum(b for _, b, _ in rest),
+            "s_per_tune_trial": (
+                round(self.tune_s / self.tune_trials, 4) if self.tune_trials else None
+            ),
+            "rest_trials": len(rest),
+        }
+
+
+def eta_item(spec: TrialSpec) -> tuple[str, int, float]:
+    """What the ETA weighs a trial by: its compiler, tuning budget and measurement cap."""
+    budget = tuning_budget(spec.compiler, spec.compiler_options)
+    return spec.compiler, budget, float(spec.measure.max_measure_s)
+
+
+def book_result(
+    book: EtaBook, record: Mapping[str, object], search_ended: float | None = None
+) -> None:
+    """Add a finished trial (a checkpoint record) to the ETA's evidence; ``search_ended``: the
+    time of its last tuning event, where one was seen."""
+    start, end = record.get("started_at"), record.get("finished_at")
+    spec, extra = record.get("spec"), record.get("extra")
+    if not isinstance(start, int | float) or not isinstance(end, int | float):
+        return
+    compiler = str(spec.get("compiler")) if isinstance(spec, Mapping) else "?"
+    trials = extra.get("trials_run") if isinstance(extra, Mapping) else None
+    tune_s = record.get("tune_s")
+    book.finished(
+        compiler,
+        float(end) - float(start),
+        float(tune_s) if isinstance(tune_s, int | float) else None,
+        int(trials) if isinstance(trials, int) else 0,
+        float(end) - search_ended if search_ended is not None else None,
+    )
+
+
+def eta_book(records: Iterable[Mapping[str, object]]) -> EtaBook:
+    """The evidence so far: the trials a resumed run already has in its checkpoint."""
+    book = EtaBook()
+    for record in records:
+        book_result(book, record)
+    return book
+
+
+def _thin(points: object, keep: int) -> list[object]:
+    if not isinstance(points, list) or len(points) <= keep:
+        return points if isinstance(points, list) else []
+    step = len(points) / keep
+    thinned = [points[int(i * step)] for i in range(keep - 1)]
+    return [*thinned, points[-1]]
+
+
+class LastState:
+    """The last trial start, phase, tuning event and CPU sample the agent wrote (thread-safe:
+    the event writer is called from the trial's reader thread and sampler threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.trial: dict[str, object] | None = None
+        self.phase: str | None = None
+        self.tuning: dict[str, object] | None = None
+        self.cpu: dict[str, object] | None = None
+        self.eta: dict[str, object] | None = None
+        self._last_snapshot = 0.0
+
+    def due(self, now: float) -> dict[str, object] | None:
+        """A ``state`` event when one is due (a trial in flight, ``SNAPSHOT_S`` since the last)."""
+        if now - self._last_snapshot < SNAPSHOT_S:
+            return None
+        snap = self.snapshot()
+        if snap is None:
+            return None
+        self._last_snapshot = now
+        return events.make_event(STATE, **snap)
+
+    def observe(self, event: Mapping[str, object]) -> None:
+        kind = event.get("type")
+        with self._lock:
+            if kind == events.TRIAL_STARTED:
+                self.trial = {k: v for k, v in event.items() if k not in ("v", "type", "eta")}
+                eta = event.get("eta")
+                self.eta = dict(eta) if isinstance(eta, Mapping) else None
+                self.phase, self.tuning, self.cpu = None, None, None
+            elif kind in (events.TRIAL_DONE, events.TRIAL_FAILED, events.RUN_DONE):
+                self.trial = self.tuning = self.cpu = self.phase = None
+            elif kind == events.PHASE:
+                self.phase = str(event.get("phase") or "")
+            elif kind == events.TUNING:
+                self.tuning = {k: v for k, v in event.items() if k not in ("v", "type")}
+            elif kind == events.CPU:
+                self.cpu = {k: event[k] for k in ("ts", *_CPU_FIELDS) if k in event}
+
+    def search_ended(self, key: str) -> float | None:
+        """When trial ``key``'s last tuning event was written (None: it did not tune)."""
+        with self._lock:
+            tuning, trial = self.tuning, self.trial
+            if tuning is None or trial is None or trial.get("key") != key:
+                return None
+            ts = tuning.get("ts")
+            return float(ts) if isinstance(ts, int | float) and tuning.get("budget") else None
+
+    def snapshot(self) -> dict[str, object] | None:
+        """The ``state`` event's fields, or None between trials (nothing to replay then)."""
+        with self._lock:
+            if self.trial is None:
+                return None
+            tuning = None
+            if self.tuning is not None:
+                tasks = self.tuning.get("tasks")
+                tuning = {
+                    **self.tuning,
+                    "history": _thin(self.tuning.get("history"), SNAPSHOT_HISTORY),
+                    "tasks": tasks[:SNAPSHOT_TASKS] if isinstance(tasks, list) else [],
+                }
+            return {
+                "trial": dict(self.trial),
+                "phase": self.phase,
+                "tuning": tuning,
+                "cpu": dict(self.cpu) if self.cpu else None,
+                "eta": dict(self.eta) if self.eta else None,
+            }

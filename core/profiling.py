@@ -1,0 +1,323 @@
+"""Per-operator profiles: where a compiled model's time goes, in one vocabulary for every runtime.
+
+A profile pass is apart from the timed measurement (profilers slow a run: ONNX Runtime's trace
+costs several times a plain call on small kernels): a process builds the model, compiles it with
+the runtime's own profiler switched on (``CompileContext.profile``), runs ``warmup`` calls, then
+``calls`` profiled calls, and reads what the runtime recorded:
+
+- eager (identity), TorchScript: ``torch.profiler`` (CPU activity), each op's *self* time, so the
+  records add up to the time spent inside the profiled calls without double counting a parent op;
+  TorchScript's fusion groups (``prim::FusionGroup``, ``prim::TensorExprGroup``,
+  ``prim::DifferentiableGraph``) and Inductor's generated kernels (``cpp_fused_*``,
+  ``triton_*``) count as fused kernels;
+- ONNX Runtime: its JSON trace (``SessionOptions.enable_profiling``), the ``Node`` events of the
+  last ``calls`` runs: each kernel's node name (the ONNX node it runs, after ORT's graph
+  optimisations) and op type; ``Fused*`` op types are fused kernels;
+- OpenVINO: the infer request's performance counters (``PERF_COUNT``) summed over the profiled
+  calls: each executed node's real time, its layer type and the kernel that ran
+  (``exec_type``); the runtime model's ``originalLayersNames`` name the source operators of a
+  node that fused several.
+
+Every record gets an operator class (``classify``: convolution, matmul/linear, attention,
+normalisation, activation/elementwise, pooling, layout/copy, other) and whether it is a fused
+kernel; the kernel count per inference is itself a figure (fusion shows as fewer kernels). The
+profiled latency (wall time per call with the profiler on) is reported beside the plain latency
+(the same compiled model's calls without it, measured first), so the profiler's overhead is
+visible rather than hidden in the shares.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ngb.core.errors import CompilerUnavailable, UnsupportedTrial
+
+if TYPE_CHECKING:
+    from ngb.core.compilers.base import Compiled
+    from ngb.core.types import TrialSpec
+
+#: compilers whose compiled model runs torch operators, so torch.profiler sees its kernels
+TORCH_PROFILED = ("identity", "torchscript", "inductor")
+#: compilers whose ``Compiled`` reads its runtime's own profiler (``profile_records``)
+HOOKED = ("onnxruntime", "openvino")
+
+OP_CLASSES = (
+    "convolution",
+    "matmul/linear",
+    "attention",
+    "normalisation",
+    "activation/elementwise",
+    "pooling",
+    "layout/copy",
+    "other",
+)
+
+#: (class, words that name it in an op type or kernel name, compared in lower case); the first
+#: class with a matching word wins, so "attention" is tried before "matmul"
+_CLASS_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attention", "sdpa", "scaled_dot_product", "_flash", "softmax")),
+    ("convolution", ("conv", "convolution", "mkldnn_convolution", "brgconv")),
+    ("matmul/linear", ("matmul", "gemm", "addmm", "linear", "::mm", "bmm", "fullyconnected",
+                       "innerproduct", "einsum", "baddbmm")),
+    ("normalisation", ("norm", "batchnorm", "layernorm", "layer_norm", "batch_norm",
+                       "instancenorm", "mvn", "rmsnorm", "normalize")),
+    ("pooling", ("pool", "reducemean", "globalaverage", "adaptive_avg", "mean")),
+    ("layout/copy", ("reorder", "transpose", "permute", "reshape", "view", "copy", "contiguous",
+                     "concat", "cat", "split", "slice", "gather", "flatten", "squeeze",
+                     "unsqueeze", "expand", "clone", "to_dense", "to_mkldnn", "memcpy", "pad",
+                     "as_strided", "select", "stack", "chunk", "narrow", "_to_copy", "convert",
+                     "shapeof", "broadcast", "tile")),
+    ("activation/elementwise", ("relu", "gelu", "silu", "sigmoid", "tanh", "hardswish", "add",
+                                "mul", "sub", "div", "eltwise", "erf", "exp", "clamp", "clip",
+                                "pow", "sqrt", "where", "hardsigmoid", "swish", "elu", "neg",
+                                "subgraph", "fused")),
+)  # fmt: skip
+
+#: fused kernels: what a compiler made of several operators
+_FUSED = re.compile(
+    r"(^|::|_)(fused|fusiongroup|tensorexprgroup|differentiablegraph)|^cpp_fused|^triton_|"
+    r"^Fused|subgraph",
+    re.IGNORECASE,
+)
+
+
+def classify(*names: str) -> str:
+    """The operator class of a kernel from its op type and name (the first that says)."""
+    for name in names:
+        lowered = name.lower()
+        if "convert" in lowered:  # a precision conversion (OpenVINO's Convert), not a conv
+            return "layout/copy"
+        for cls, words in _CLASS_WORDS:
+            if any(w in lowered for w in words):
+                return cls
+    return "other"
+
+
+def is_fused(*names: str) -> bool:
+    return any(_FUSED.search(n) for n in names if n)
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel (or operator) as the runtime reports it, per inference."""
+
+    name: str  # the runtime's kernel or node name
+    op_type: str  # the runtime's operator type (aten::conv2d, Conv, Convolution ...)
+    op_class: str  # one of OP_CLASSES
+    fused: bool
+    us_per_inference: float  # time spent in it per inference (self time for torch ops)
+    calls_per_inference: float
+    source_ops: tuple[str, ...] = ()  # the model's operators it came from, where said
+    kernel: str = ""  # the implementation that ran (OpenVINO's exec_type), where said
+
+
+@dataclass
+class Profile:
+    """A profile pass of one compiled model."""
+
+    compiler: str
+    profiler: str  # which tool recorded it
+    calls: int
+    plain_ms: float  # wall ms per call with the profiler off (the same compiled model)
+    profiled_ms: float  # wall ms per call with it on
+    records: list[KernelRecord] = field(default_factory=list)
+    note: str = ""
+    precision: str = ""  # what ran (``Compiled.precision``); "" when not read back
+
+    @property
+    def kernel_ms(self) -> float:
+        """Time per inference the records account for."""
+        return sum(r.us_per_inference for r in self.records) / 1000.0
+
+    @property
+    def kernels_per_inference(self) -> float:
+        return sum(r.calls_per_inference for r in self.records)
+
+    def by_class(self) -> dict[str, float]:
+        """Milliseconds per inference per operator class (every class present, 0 where none)."""
+        out = dict.fromkeys(OP_CLASSES, 0.0)
+        for r in self.records:
+            out[r.op_class] += r.us_per_inference / 1000.0
+        return out
+
+    def top(self, n: int = 10) -> list[KernelRecord]:
+        return sorted(self.records, key=lambda r: -r.us_per_inference)[:n]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "compiler": self.compiler, "profiler": self.profiler, "calls": self.calls,
+            "plain_ms": self.plain_ms, "profiled_ms": self.profiled_ms, "note": self.note,
+            "precision": self.precision,
+            "records": [asdict(r) for r in self.records],
+        }  # fmt: skip
+
+
+# ---------------------------------------------------------------- per runtime
+
+
+def _wall_ms(run: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - start) * 1000.0 / calls
+
+
+def torch_records(run: Callable[[], object], calls: int) -> tuple[list[KernelRecord], float]:
+    """``torch.profiler`` over ``calls`` calls: each op's self CPU time per inference, and the
+    wall ms per call under the profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall = _wall_ms(run, calls)
+    records = []
+    for event in prof.key_averages():
+        self_us = float(event.self_cpu_time_total)
+        if self_us <= 0:
+            continue
+        name = str(event.key)
+        records.append(
+            KernelRecord(
+                name=name, op_type=name, op_class=classify(name), fused=is_fused(name),
+                us_per_inference=self_us / calls, calls_per_inference=event.count / calls,
+            )
+        )  # fmt: skip
+    return records, wall
+
+
+def ort_records(trace: Path, calls: int) -> list[KernelRecord]:
+    """ONNX Runtime's JSON trace: the ``Node`` kernel events of the last ``calls`` runs."""
+    events = json.loads(trace.read_text())
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: e["ts"],
+    )
+    if not runs:
+        return []
+    start = runs[-calls]["ts"] if len(runs) >= calls else runs[0]["ts"]
+    total: dict[str, list[float]] = {}
+    kinds: dict[str, str] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time") or e["ts"] < start:
+            continue
+        node = name.removesuffix("_kernel_time")
+        kinds[node] = str(e.get("args", {}).get("op_name", ""))
+        total.setdefault(node, []).append(float(e.get("dur", 0.0)))
+    counted = min(calls, len(runs))
+    return [
+        KernelRecord(
+            name=node, op_type=kinds[node], op_class=classify(kinds[node], node),
+            # ORT names a node that absorbed the ones after it by its last output ("a Conv
+            # called .../Relu_output_0_nchwc": the ReLU was fused into the convolution)
+            fused=is_fused(kinds[node]) or classify(node) not in (classify(kinds[node]), "other"),
+            us_per_inference=sum(durs) / counted,
+            calls_per_inference=len(durs) / counted, source_ops=(node,),
+        )
+        for node, durs in total.items()
+    ]  # fmt: skip
+
+
+def openvino_records(
+    infos: Iterable[Sequence[object]], calls: int, origins: dict[str, tuple[str, ...]]
+) -> list[KernelRecord]:
+    """OpenVINO's performance counters of each profiled call (``get_profiling_info``), summed:
+    executed nodes only (an ``OPTIMIZED_OUT`` node was fused into another)."""
+    total: dict[str, float] = {}
+    facts: dict[str, tuple[str, str]] = {}
+    runs: dict[str, int] = {}
+    for info in infos:
+        for item in info:
+            if "EXECUTED" not in str(getattr(item, "status", "")):
+                continue
+            name = str(getattr(item, "node_name", ""))
+            real = getattr(item, "real_time", None)
+            seconds = getattr(real, "total_seconds", None)  # a datetime.timedelta
+            us = float(seconds()) * 1e6 if callable(seconds) else 0.0
+            total[name] = total.get(name, 0.0) + us
+            runs[name] = runs.get(name, 0) + 1
+            facts[name] = (str(getattr(item, "node_type", "")), str(getattr(item, "exec_type", "")))
+    out = []
+    for name, us in total.items():
+        node_type, exec_type = facts[name]
+        sources = origins.get(name, ())
+        out.append(
+            KernelRecord(
+                name=name, op_type=node_type, op_class=classify(node_type, name),
+                fused=len(sources) > 1 or is_fused(node_type), us_per_inference=us / calls,
+                calls_per_inference=runs[name] / calls, source_ops=sources, kernel=exec_type,
+            )
+        )  # fmt: skip
+    return out
+
+
+def profile_compiled(
+    compiler: str, compiled: Compiled, calls: int, warmup: int, plain: Compiled | None = None
+) -> Profile:
+    """Profile one compiled model (built with ``CompileContext.profile`` for ONNX Runtime and
+    OpenVINO); ``plain`` (the same model compiled without the profiler) gives the latency the
+    profiler is compared against, else ``compiled``'s own calls before profiling do."""
+    reference = plain or compiled
+    for _ in range(warmup):
+        reference.run()
+    plain_ms = _wall_ms(reference.run, calls)
+    hook = getattr(compiled, "profile_records", None)
+    if callable(hook):
+        for _ in range(warmup):
+            compiled.run()
+        records, profiled_ms, tool = hook(calls)
+        return Profile(compiler, tool, calls, plain_ms, profiled_ms, list(records))
+    if compiler not in TORCH_PROFILED:
+        raise UnsupportedTrial(f"{compiler}: no profiler is wired to this runtime yet")
+    records, profiled_ms = torch_records(compiled.run, calls)
+    return Profile(compiler, "torch.profiler", calls, plain_ms, profiled_ms, records)
+
+
+def profile_trial(
+    spec: TrialSpec, workdir: Path, calls: int = 20, warmup: int = 5, cache_dir: Path | None = None
+) -> Profile:
+    """The profile pass of one trial in this process (call it in a child: it builds and runs
+    the model): build, compile without and with the profiler, profile (see module)."""
+    from ngb.core import models
+    from ngb.core.compilers import get_compiler
+    from ngb.core.compilers.base import CompileContext
+    from ngb.core.model_sources import check_compiler_takes, source_of
+
+    compiler = get_compiler(spec.compiler, spec.compiler_options)
+    if spec.compiler not in (*TORCH_PROFILED, *HOOKED):
+        raise UnsupportedTrial(f"{spec.compiler}: no profiler is wired to this runtime yet")
+    ok, why = compiler.available()
+    if not ok:
+        raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {why}")
+    compiler.check_precision(spec.measure.precision, spec.device)
+    check_compiler_takes(source_of(spec), compiler, spec)
+    model, example = models.create_model(spec, cache_dir)
+
+    def build(profiled: bool) -> Compiled:
+        where = workdir / ("profiled" if profiled else "plain")
+        where.mkdir(parents=True, exist_ok=True)
+        ctx = CompileContext(
+            workdir=where, device=spec.device, cache_dir=cache_dir,
+            precision=spec.measure.precision, profile=profiled,
+        )  # fmt: skip
+        return compiler.compile(model, example, ctx)
+
+    plain = build(False)
+    try:
+        own_hook = callable(getattr(plain, "profile_records", None))
+        compiled = build(True) if own_hook else plain
+        try:
+            result = profile_compiled(spec.compiler, compiled, calls, warmup, plain)
+            result.precision = compiled.precision or ""
+            return result
+        finally:
+            if compiled is not plain:
+                compiled.close()
+    finally:
+        plain.close()

@@ -1,0 +1,285 @@
+"""A Slurm partition as devices: the inventory's ``slurm`` table, its checks, and the commands.
+
+An inventory entry with ``transport = "slurm"`` is a partition, not a machine::
+
+    [devices.gpu]
+    transport = "slurm"
+    host = "login1"             # how to reach the scheduler: "localhost" (this workstation) or
+                                # the name of an SSH device of the inventory (the login host)
+    python = "/shared/me/venv/bin/python"   # the interpreter on the nodes
+    workdir = "/shared/me/ngb"              # on a file system the login host and nodes share
+
+    [devices.gpu.slurm]
+    partition = "gpu"
+    gres = "gpu:1"
+    constraint = "a100"
+    account = "proj42"
+    qos = "normal"
+    time_limit = "02:00:00"
+    nodes = 2                   # nodes wanted: one job (and one device in the results) each
+    cpus_per_task = 16
+    mem = "64G"
+    exclusive = true            # the default: timing needs the node to itself
+
+Each wanted node is a *slot* device of its own (``gpu`` for one node, ``gpu.1``, ``gpu.2``...
+for more), with its own work dir under the entry's, so one node = one device in the results and
+the reports compare them. A slot's agent runs as the one task of a ``srun`` that asks for its
+own one-node allocation (``ngb.devices.slurm_transport``). This module knows no ``Device``: it
+checks the table and builds argv lists, so the inventory can use it without an import loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from ngb.core.errors import ConfigError
+
+#: a value of the ``slurm`` table as TOML gives it
+SlurmValue = str | int | bool
+SlurmTable = dict[str, SlurmValue]
+
+_TEXT_KEYS = ("partition", "gres", "constraint", "account", "qos", "time_limit", "mem")
+_INT_KEYS = ("nodes", "cpus_per_task")
+KEYS = (*_TEXT_KEYS, *_INT_KEYS, "exclusive")
+# Slurm's own spellings of these values use no spaces or shell characters; refusing the rest keeps
+# an inventory typo from becoming an srun option of its own (``--gres="gpu:1 --uid=0"``).
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:,=+\-*/|&!()\[\]]+$")
+MAX_NODES = 256
+
+# Job states in which the scheduler (not the agent) ended the job: its trial in flight is failed
+# with the reason and the slot is not restarted until the operator resumes the run.
+SCHEDULER_ENDS = frozenset({
+    "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+    "REVOKED",
+})  # fmt: skip
+ACTIVE = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
+    "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "REQUEUE_HOLD",
+})  # fmt: skip
+
+
+def check_table(table: object, where: str) -> None:
+    """Raise ``ConfigError`` (one line) for the first bad key or value of a ``slurm`` table."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}slurm must be a table (partition = ..., nodes = ...)")
+    for key in table:
+        if key not in KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}unknown slurm key {key!r}{hint}")
+    if not table.get("partition"):
+        raise ConfigError(f"{where}slurm.partition is missing (the partition to run on)")
+    for key in _TEXT_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not _VALUE_RE.match(value):
+            raise ConfigError(f"{where}slurm.{key} {value!r}: one word of Slurm's syntax")
+    for key in _INT_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        top = MAX_NODES if key == "nodes" else 4096
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ConfigError(f"{where}slurm.{key} must be an integer 1-{top}, got {value!r}")
+    if "exclusive" in table and not isinstance(table["exclusive"], bool):
+        raise ConfigError(f"{where}slurm.exclusive must be true or false")
+    if table.get("time_limit") is not None and not re.match(
+        r"^(\d+-)?\d+(:\d+){0,2}$|^UNLIMITED$|^INFINITE$", str(table["time_limit"])
+    ):
+        raise ConfigError(
+            f"{where}slurm.time_limit {table['time_limit']!r}: minutes, [D-]HH:MM:SS or MM:SS"
+        )
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """A checked ``slurm`` table."""
+
+    partition: str
+    gres: str | None = None
+    constraint: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str | None = None
+    mem: str | None = None
+    nodes: int = 1
+    cpus_per_task: int | None = None
+    exclusive: bool = True
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, SlurmValue], where: str = "") -> SlurmSettings:
+        check_table(table, where)
+
+        def text(key: str) -> str | None:
+            value = table.get(key)
+            return None if value is None else str(value)
+
+        cpus = table.get("cpus_per_task")
+        return cls(
+            partition=str(table["partition"]),
+            gres=text("gres"), constraint=text("constraint"), account=text("account"),
+            qos=text("qos"), time_limit=text("time_limit"), mem=text("mem"),
+            nodes=int(table.get("nodes", 1)),
+            cpus_per_task=int(cpus) if cpus is not None else None,
+            exclusive=bool(table.get("exclusive", True)),
+        )  # fmt: skip
+
+    def allocation_options(self, job_name: str) -> list[str]:
+        """``srun`` options asking for one node of the partition for one task (the agent)."""
+        opts = [f"--job-name={job_name}", f"--partition={self.partition}", "--nodes=1",
+                "--ntasks=1", "--unbuffered", "--kill-on-bad-exit=1"]  # fmt: skip
+        for flag, value in (
+            ("--gres", self.gres), ("--constraint", self.constraint), ("--account", self.account),
+            ("--qos", self.qos), ("--time", self.time_limit), ("--mem", self.mem),
+            ("--cpus-per-task", self.cpus_per_task),
+        ):  # fmt: skip
+            if value is not None:
+                opts.append(f"{flag}={value}")
+        if self.exclusive:
+            opts.append("--exclusive")
+        return opts
+
+
+class Entry(Protocol):
+    """What this module reads of an inventory ``Device`` (it cannot import the inventory)."""
+
+    name: str
+    host: str
+    transport: str
+    workdir: str
+    slurm: SlurmTable | None
+
+
+E = TypeVar("E", bound=Entry)
+
+
+def check_entry(transport: str, table: object, where: str) -> None:
+    """A ``slurm`` table belongs to a ``transport = "slurm"`` entry, which must have one."""
+    if transport == "slurm":
+        check_table(table, where)
+    elif table is not None:
+        raise ConfigError(f'{where}a slurm table needs transport = "slurm"')
+
+
+def check_login(dev: Entry, devices: Mapping[str, Entry], where: str) -> None:
+    """The scheduler is reached on this workstation or through an SSH device (the login host)."""
+    if dev.transport != "slurm" or dev.host == "localhost":
+        return
+    login = devices.get(dev.host)
+    if login is None or login.transport != "ssh":
+        raise ConfigError(
+            f"{where}host {dev.host!r} must be 'localhost' or an SSH device of the inventory "
+            "(the cluster's login host)"
+        )
+
+
+def slots(dev: E) -> list[E]:
+    """A Slurm entry as the devices a run uses, one per wanted node (any other device as is).
+
+    One node keeps the entry's name and work dir; several are ``name.1``, ``name.2``... each with
+    its own work dir below the entry's (its own claim, runs and cache) and ``nodes = 1``, so a
+    slot is never expanded again.
+    """
+    nodes = int((dev.slurm or {}).get("nodes", 1))
+    if dev.transport != "slurm" or nodes <= 1:
+        return [dev]
+    out = []
+    for i in range(1, nodes + 1):
+        slot = copy.copy(dev)
+        slot.name = f"{dev.name}.{i}"
+        slot.workdir = f"{dev.workdir.rstrip('/')}/{slot.name}"
+        slot.slurm = {**(dev.slurm or {}), "nodes": 1}
+        out.append(slot)
+    return out
+
+
+def slot_named(devices: Mapping[str, E], name: str) -> list[E] | None:
+    """``[the slot]`` for a slot name such as ``gpu.2`` (a run's device), else None."""
+    entry = devices.get(name.rpartition(".")[0])
+    found = [s for s in slots(entry) if s.name == name] if entry is not None else []
+    return found or None
+
+
+def job_name(run_id: str, device: str) -> str:
+    """The Slurm job name of a slot in a run (how ngb finds its jobs again, from any process)."""
+    return f"ngb-{run_id}-{device}"
+
+
+# -- the scheduler's answers ------------------------------------------------------------------
+
+_SQUEUE_FORMAT = "%i|%T|%r|%L|%N|%P|%M"
+
+
+def squeue_argv(name: str) -> list[str]:
+    """Every job of that name the controller still knows (ended ones for ``MinJobAge``)."""
+    return ["squeue", "-h", "-t", "all", f"--name={name}", "-o", _SQUEUE_FORMAT]
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: int
+    state: str  # PENDING, RUNNING, CANCELLED, TIMEOUT...
+    reason: str  # Resources, Priority, PartitionConfig, None...
+    time_left: str  # [D-]HH:MM:SS, UNLIMITED, INVALID
+    node: str
+    partition: str
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def scheduler_ended(self) -> bool:
+        return self.state in SCHEDULER_ENDS
+
+    def text(self) -> str:
+        """One line for the console and ``ngb status``: ``PENDING (Resources)``,
+        ``RUNNING on node1@gpu, 1:59:10 left``, ``TIMEOUT (job 12)``."""
+        if self.state == "PENDING":
+            return f"PENDING ({self.reason})"
+        where = f"{self.node}@{self.partition}" if self.node else self.partition
+        if self.state == "RUNNING":
+            left = (
+                "no time limit"
+                if self.time_left in ("UNLIMITED", "INVALID")
+                else (f"{self.time_left} left")
+            )
+            return f"RUNNING on {where}, {left} (job {self.job_id})"
+        reason = f", {self.reason}" if self.reason and self.reason != "None" else ""
+        return f"{self.state} (job {self.job_id} on {where}{reason})"
+
+
+def parse_squeue(out: str) -> JobState | None:
+    """The newest job in ``squeue_argv``'s answer (a resumed run has had several)."""
+    newest: JobState | None = None
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 7 or not parts[0].isdigit():
+            continue
+        job = JobState(int(parts[0]), parts[1], parts[2], parts[3], parts[4], parts[5])
+        if newest is None or job.job_id > newest.job_id:
+            newest = job
+    return newest
+
+
+_KILL_AGENT = (
+    'pid=$(cat "$1") || exit 3; case $pid in ""|*[!0-9]*) exit 3;; esac; kill -TERM "$pid"'
+)
+
+
+def cancel_argv(job: JobState, node_pidfile: str) -> list[str]:
+    """ngb's own cancel: a pending job leaves the queue (``scancel``); a running one's agent,
+    and only it, gets SIGTERM from a step of its own allocation on its node (``scancel
+    --signal`` would signal every process of the step: the trial's too, which then counts as a
+    crash), so it stops as a cancelled agent does and the allocation ends with it."""
+    if job.state == "PENDING":
+        return ["scancel", str(job.job_id)]
+    return ["srun", f"--jobid={job.job_id}", "--overlap", "--nodes=1", "--ntasks=1", "sh", "-c",
+            _KILL_AGENT, "ngb-kill", node_pidfile]  # fmt: skip

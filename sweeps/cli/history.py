@@ -1,0 +1,92 @@
+"""``ngb history``: a point's (or a filter's) results over every run, with change points.
+
+Each matching point is one series, oldest run first, each result with its 95 % interval, its
+compiler's version and what differs from the run before; change points (``sweeps/changepoints``)
+are marked and named with the fields that changed there. ``--figure BASE`` also writes the
+series as ``BASE.png`` (``.svg``, ``.pdf`` with ``--figure-format``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from ngb.sweeps.cli.compare import emit
+from ngb.sweeps.cli.options import results_db_options
+
+FORMATS = ("table", "markdown", "csv", "html")
+
+
+@click.command("history")
+@click.option("--device", default=None, help="Only this testbed device.")
+@click.option("--model", "-m", default=None, help="Only this model (as in the results).")
+@click.option("--compiler", "-c", default=None, help="Only this compiler.")
+@click.option("--batch", "-b", type=int, default=None, help="Only this batch size.")
+@click.option("--precision", default=None, help="Only this precision asked for.")
+@click.option("--optimisation", default=None, help="Only this optimisation.")
+@click.option(
+    "--min-change", default="0%", show_default=True, metavar="PCT",
+    help="Report change points of at least this size only (e.g. 2%).",
+)  # fmt: skip
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="Output format (html: a self-contained page).",
+)  # fmt: skip
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+    help="Write to this file instead of stdout.",
+)  # fmt: skip
+@click.option(
+    "--figure", "figure", type=click.Path(dir_okay=False), default=None, metavar="BASE",
+    help="Also draw the series to BASE.png (time series, intervals, change points).",
+)  # fmt: skip
+@click.option(
+    "--figure-format", "figure_formats", multiple=True, type=click.Choice(("png", "svg", "pdf")),
+    default=("png",), show_default=True, help="Figure file format (repeat for several).",
+)  # fmt: skip
+@results_db_options
+def history(
+    device: str | None, model: str | None, compiler: str | None, batch: int | None,
+    precision: str | None, optimisation: str | None, min_change: str, fmt: str,
+    output: str | None, figure: str | None, figure_formats: tuple[str, ...], db: str | None,
+    wait: float,
+) -> None:  # fmt: skip
+    """Every run's result of the matching points over time, with change points."""
+    from ngb.core.errors import ConfigError
+    from ngb.sweeps import history as hist
+    from ngb.sweeps.compare_runs import parse_threshold
+    from ngb.sweeps.report_render import render
+    from ngb.sweeps.store import Store
+
+    try:
+        min_effect = 0.0 if min_change.strip() in ("0", "0%") else parse_threshold(min_change)
+    except ValueError as exc:
+        raise ConfigError(f"--min-change: {exc}") from None
+    filters = {
+        "device": device, "model": model, "compiler": compiler, "batch": batch,
+        "precision_asked": precision, "optimisation": optimisation,
+    }  # fmt: skip
+    store = Store(db, busy_timeout_s=wait)
+    series = hist.series_of(hist.load(store, filters), min_effect=min_effect)
+    if not series:
+        shown = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
+        raise ConfigError(f"no successful result matches {shown or 'anything'} in the store")
+    built = hist.report(series, hist.package_lookup(store))
+    if fmt == "html":
+        from ngb.sweeps.report_html import single_report_page
+
+        text = single_report_page(built)
+    else:
+        text = render(built, fmt)
+    emit(text, output, store.path)
+    if figure is not None:
+        from ngb.core.safe_files import refuse_protected
+        from ngb.devices.paths import get_paths
+        from ngb.sweeps.history_figure import write
+
+        formats = tuple(dict.fromkeys(figure_formats))
+        own = {**get_paths().own_files(), "results database being read": store.path}
+        for fmt in formats:
+            refuse_protected(f"{figure}.{fmt}", own)
+        for path in write(series, Path(figure), formats):
+            click.echo(f"wrote {path}", err=True)
