@@ -332,3 +332,38 @@ def test_host_key_modal(snap_compare, tmp_path: Path, frozen, size: str) -> None
 
     app = snapshot_app(tmp_path, "devices")
     assert snap_compare(app, terminal_size=SIZES[size], run_before=ready)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_screen_slurm_queue(snap_compare, tmp_path: Path, frozen, size: str) -> None:
+    """Slurm devices on the Run screen: one node's job waits in the queue with Slurm's reason
+    (as ``sweeps/device_queue`` words it); the other runs a trial, whose label holds the panel's
+    line -- its node and time left show there between trials and in ``ngb status`` (issue 36:
+    a line of their own while a trial runs is still to do)."""
+    events = [
+        RunEvent(
+            "slurm-snap", "a100", "connection", state="running", ts=1.7e9,
+            message="slurm: PENDING (Resources)",
+        ),
+        RunEvent(
+            "slurm-snap", "a100.1", "agent", state="running", total=12, done=3, ts=1.7e9 + 1,
+            event={"type": "trial_started", "label": "resnet50/onnxruntime/b32"},
+        ),
+        # the queue poll (every 3 s) after the trial started
+        RunEvent(
+            "slurm-snap", "a100.1", "connection", state="running", ts=1.7e9 + 2,
+            message="slurm: RUNNING on gpu07@a100, 1:59:10 left (job 4242)",
+        ),
+    ]  # fmt: skip
+
+    async def ready(pilot) -> None:
+        screen = pilot.app.run_screen
+        await wait_for(pilot, lambda: screen.sweep_choice() == "demo")
+        for ev in events:
+            screen.handle_run_event(ev)
+        await wait_for(pilot, lambda: len(screen._panels) == 2)
+        pilot.app.set_focus(None)
+        await pilot.pause(0.3)
+        no_blink(pilot.app)
+
+    assert snap_compare(snapshot_app(tmp_path, "run"), terminal_size=SIZES[size], run_before=ready)
