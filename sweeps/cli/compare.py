@@ -8,10 +8,8 @@ B, with one line on stderr naming the points; the table is printed first either 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
-from ngb.sweeps.cli.options import results_db_options
+from ngb.sweeps.cli.options import emit_text, results_db_options
 
 FORMATS = ("table", "markdown", "csv", "html")
 GATE_FAILED = 2  # exit status of a failed --fail-above (1 stays "error")
@@ -69,7 +67,7 @@ def compare(
         text = single_report_page(built)
     else:
         text = render(built, fmt)
-    emit(text, output, store.path)
+    emit_text(text, output, store.path)
     if threshold is not None:
         failing, _ = compare_runs.regressions(comparison, threshold)
         if failing or comparison.broken:
@@ -81,17 +79,3 @@ def compare(
                 err=True,
             )
             raise SystemExit(GATE_FAILED)
-
-
-def emit(text: str, output: str | None, store: Path) -> None:
-    """Print ``text``, or write it atomically to ``output`` -- never over ngb's own files nor
-    over the results file being read (``--db`` may name any path)."""
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    from ngb.core.safe_files import refuse_protected, write_atomic
-    from ngb.devices.paths import get_paths
-
-    refuse_protected(output, {**get_paths().own_files(), "results database being read": store})
-    write_atomic(output, text, what="report")
-    click.echo(f"wrote {output}", err=True)

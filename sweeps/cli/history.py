@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from ngb.sweeps.cli.compare import emit
-from ngb.sweeps.cli.options import results_db_options
+from ngb.sweeps.cli.options import emit_text, results_db_options
 
 FORMATS = ("table", "markdown", "csv", "html")
 
@@ -78,7 +77,7 @@ def history(
         text = single_report_page(built)
     else:
         text = render(built, fmt)
-    emit(text, output, store.path)
+    emit_text(text, output, store.path)
     if figure is not None:
         from ngb.core.safe_files import refuse_protected
         from ngb.devices.paths import get_paths

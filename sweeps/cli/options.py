@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import click
@@ -55,3 +56,21 @@ def results_db_options(fn: F) -> F:
         default=None,
         help="Results file (default: the data dir's results.duckdb, or $NGB_DB).",
     )(fn)
+
+
+def emit_text(text: str, output: str | None, reading: Path | None = None) -> None:
+    """Print ``text``, or write it atomically to ``output`` -- never over ngb's own files, nor
+    over ``reading`` (the results file a command reads: ``--db`` may name any path). One door
+    for ``ngb report -o``, ``ngb compare -o`` and ``ngb history -o``."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from ngb.core.safe_files import refuse_protected, write_atomic
+    from ngb.devices.paths import get_paths
+
+    protected: dict[str, Path] = dict(get_paths().own_files())
+    if reading is not None:
+        protected["results database being read"] = reading
+    refuse_protected(output, protected)
+    write_atomic(output, text, what="report")
+    click.echo(f"wrote {output}", err=True)

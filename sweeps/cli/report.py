@@ -9,7 +9,7 @@ the whole-run report with figures, testbed and failures, with NAME that report's
 from __future__ import annotations
 
 import click
-from ngb.sweeps.cli.options import results_db_options
+from ngb.sweeps.cli.options import emit_text, results_db_options
 
 ALL = "all"
 FORMATS = ("table", "markdown", "csv", "latex", "html")
@@ -61,7 +61,7 @@ def report(
         from ngb.sweeps.report_html import run_report
 
         data = FigureData(store, run_id=run_id, device=device, family=family, precision=precision)
-        _emit(run_report(data, figures=not no_figures), output)
+        emit_text(run_report(data, figures=not no_figures), output)
         return
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
     built = [reports.build_report(n, store, run_id=run_id, device=device) for n in names]
@@ -71,16 +71,4 @@ def report(
         text = single_report_page(built[0])
     else:
         text = "\n".join(reports.render(b, fmt) for b in built)
-    _emit(text, output)
-
-
-def _emit(text: str, output: str | None) -> None:
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    from ngb.core.safe_files import refuse_protected, write_atomic
-    from ngb.devices.paths import get_paths
-
-    refuse_protected(output, get_paths().own_files())
-    write_atomic(output, text, what="report")
-    click.echo(f"wrote {output}", err=True)
+    emit_text(text, output)
