@@ -35,6 +35,7 @@ from ngb.core.model_basics import (
     count_torch_params,
     resolve_model,
 )
+from ngb.core.model_inputs import index_range
 from ngb.core.model_sources import (
     BATCH,
     DEFAULT_INT_RANGE,
@@ -213,15 +214,7 @@ def _program_inputs(program: torch.export.ExportedProgram, where: str) -> tuple[
         dtype = str(value.dtype).removeprefix("torch.")
         rng, note = None, None
         if DTYPES.get(dtype) and dtype != "bool":
-            rows = _index_bound(node)
-            if rows is not None:
-                rng, note = (0, rows), f"from the {rows}-row table it indexes"
-            else:
-                rng = DEFAULT_INT_RANGE
-                note = (
-                    f"assumed {DEFAULT_INT_RANGE[0]}..{DEFAULT_INT_RANGE[1] - 1}: the program "
-                    "does not bound it; declare inputs with a range"
-                )
+            rng, note = index_range(_index_bound(node), "the program")
         found.append(InputSpec(node.name, tuple(shape), dtype, rng, note))
     return tuple(found)
 

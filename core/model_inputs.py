@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 from ngb.core.errors import ConfigError
 
-__all__ = ["BATCH", "DEFAULT_INT_RANGE", "DTYPES", "InputSpec", "assumed_ranges", "parse_input"]
+__all__ = [
+    "BATCH", "DEFAULT_INT_RANGE", "DTYPES", "InputSpec", "assumed_ranges", "index_range",
+    "parse_input",
+]  # fmt: skip
 
 BATCH = "batch"
 # dtype name -> is it an integer type (needs a value range)
@@ -127,3 +130,15 @@ def assumed_ranges(inputs: tuple[InputSpec, ...] | list[InputSpec]) -> list[str]
         for i in inputs
         if i.range_note and i.range_note.startswith("assumed")
     ]
+
+
+def index_range(rows: int | None, source: str) -> tuple[tuple[int, int], str]:
+    """An integer input's range and the note that says where it came from: the rows of the table
+    it indexes, else ``DEFAULT_INT_RANGE`` with the ``source`` (the program, the graph) named as
+    not bounding it."""
+    if rows is not None:
+        return (0, rows), f"from the {rows}-row table it indexes"
+    low, high = DEFAULT_INT_RANGE
+    return DEFAULT_INT_RANGE, (
+        f"assumed {low}..{high - 1}: {source} does not bound it; declare inputs with a range"
+    )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, one_line
-from ngb.core.model_inputs import BATCH, DEFAULT_INT_RANGE, DTYPES, InputSpec
+from ngb.core.model_inputs import BATCH, DTYPES, InputSpec, index_range
 
 if TYPE_CHECKING:
     import onnx
@@ -187,14 +187,7 @@ def _from_graph(
             )
     rng, note = None, None
     if DTYPES[dtype] and dtype != "bool":
-        if rows is not None:
-            rng, note = (0, rows), f"from the {rows}-row table it indexes"
-        else:
-            rng = DEFAULT_INT_RANGE
-            note = (
-                f"assumed {DEFAULT_INT_RANGE[0]}..{DEFAULT_INT_RANGE[1] - 1}: the graph does not "
-                "bound it; declare inputs with a range"
-            )
+        rng, note = index_range(rows, "the graph")
     return InputSpec(name, tuple(shape), dtype, rng, note)
 
 
