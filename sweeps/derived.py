@@ -197,11 +197,13 @@ def energy(row: ResultRow, scale: float = 1.0) -> Derived:
 
 
 def cost(row: ResultRow, price_per_hour: float) -> Derived:
-    """Cost per million inferences at the result's throughput: ``price / 3600 * 1e6 / T``, the
-    throughput's log-scale interval carried over (its bounds swap)."""
-    return judge(
-        intervals.power_product([(mean_of(row), -1.0)], scale=price_per_hour / 3.6e-3), None
-    )
+    """Cost per million inferences at the result's throughput (``pricing.cost_per_million``:
+    ``price / 3600 * 1e6 / T``), the throughput's interval carried over (its bounds swap)."""
+    from ngb.devices.pricing import cost_per_million
+
+    tput = intervals.positive(mean_of(row))
+    low, high = (tput.lo, tput.hi) if tput.known else (None, None)
+    return judge(cost_per_million(price_per_hour, tput.value, low, high), None)
 
 
 def ratio(a: Mean, b: Mean, scale: float = 1.0) -> Derived:

@@ -81,12 +81,6 @@ def format_with_interval(value: float | None, half: float | None, sep: str = " Â
     return f"{_text(v, places)}{sep}{_text(float(h or 0.0), places)}"
 
 
-def printed_interval(value: float, half: float) -> tuple[float, float]:
-    """The (low, high) a reader computes from the printed ``value Â± half``."""
-    v, h, _ = round_with_interval(value, half)
-    return v - float(h or 0.0), v + float(h or 0.0)
-
-
 def _own_places(x: float) -> int:
     """Decimal places that keep two significant digits of ``x`` itself."""
     return HALF_DIGITS - 1 - math.floor(math.log10(abs(x)))

@@ -418,15 +418,21 @@ class RunModel:
 def trial_line(label: str, result: Mapping[str, object]) -> str:
     """The log's line for a finished trial: what it was, its throughput with the interval, the
     verdict, and where the time went (tuning apart from measuring)."""
-    from ngb.sweeps.numbers import format_with_interval
+    from ngb.sweeps import derived
 
     spec = result.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     what = label or f"{spec.get('model')} {spec.get('compiler')} b{spec.get('batch')}"
     thr = result.get("throughput")
     mean = _num(thr.get("mean")) if isinstance(thr, Mapping) else None
-    half = _num(result.get("ci_half_width"))
-    rate = f"{format_with_interval(mean, half)} samples/s" if mean is not None else "no rate"
+    # the stored columns derived.throughput reads: the same number and interval as the reports
+    row = {
+        "throughput_mean": mean,
+        "throughput_ci_half": _num(result.get("ci_half_width")),
+        "extra": result.get("extra"),
+        "key": result.get("key"),
+    }
+    rate = f"{derived.throughput(row).number()} samples/s" if mean is not None else "no rate"
     verdict = str(result.get("verdict") or "-")
     if result.get("disturbed"):
         verdict += ", disturbed"
