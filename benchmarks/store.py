@@ -8,12 +8,18 @@ the trials table:
 - first: the first run on a newly opened connection (buffer pool empty)
 - warm: the median of repeated runs on that connection
 
+Then, on a generated store of ``--size-gb`` (``_store_scale``): console query latency, peak RSS
+of ``ngb report energy`` and ``ngb advise`` (child processes), and how long a live run's writes
+wait while a ``--query-s`` query and an export of every repetition run in other processes.
+
 Usage: python benchmarks/store.py [--trials 10000] [--reps 100] [--batch 1000] [--db PATH]
+       [--size-gb 0.1] [--store DB] [--query-s 60] [--scale-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -106,12 +112,29 @@ def main() -> int:
         "--console", type=Path, default=None, metavar="DB",
         help="only time the console's SQL queries on this existing results file",
     )  # fmt: skip
+    parser.add_argument(
+        "--size-gb", type=_positive, default=0.1,
+        help="size of the generated store the scale figures are measured on (GiB)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--store", type=Path, default=None, metavar="DB",
+        help="generate the scale store here once and reuse it (default: a temporary file)",
+    )  # fmt: skip
+    parser.add_argument("--points", type=int, default=4000, help="points per run in it")
+    parser.add_argument(
+        "--query-s", type=_positive, default=60.0, help="length of the long query (seconds)"
+    )
+    parser.add_argument(
+        "--scale-only", action="store_true", help="only the figures on the generated store"
+    )
     args = parser.parse_args()
 
     from ngb.sweeps.store import Store
 
     if args.console is not None:
         return console_latency(Store(args.console)) + ingest_delay(Store(args.console))
+    if args.scale_only:
+        return scale(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "bench.duckdb"
@@ -169,25 +192,42 @@ def main() -> int:
                 f"(goal < 200 ms: {verdict})"
             )
         print(f"file size: {db.stat().st_size / 2**20:.1f} MiB")
-    return 0
+    return scale(args)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def scale(args: argparse.Namespace) -> int:
+    """Console latency, peak RSS of report energy and advise, a live run's ingest delay during
+    a long query and an export: on a generated store of ``--size-gb`` (issue 31)."""
+    from _store_scale import main as scale_main
+
+    if args.store is not None:
+        return scale_main(args.store, args.size_gb, args.points, args.query_s, console_latency)
+    with tempfile.TemporaryDirectory(prefix="ngb-bench-store-") as tmp:
+        db = Path(tmp) / "results.duckdb"
+        return scale_main(db, args.size_gb, args.points, args.query_s, console_latency)
 
 
 def console_latency(store, queries: int = 5) -> int:
     """The console's SQL screen (``QueryJob``): each query copied the whole file under the
-    store's lock (issue 31, item 12); now a copy is reused while the file is unchanged. Timed
-    both ways on the same file: per-query copies (reuse off) and reuse."""
-    from ngb.sweeps import store_snapshot
+    store's lock (issue 31, item 12); now a copy is taken without the lock and reused while
+    the file is unchanged. Timed both ways on the same file: a copy per query and reuse."""
     from ngb.sweeps.store_snapshot import QueryJob
 
     size = store.path.stat().st_size / 2**30
     print(f"console queries on {store.path} ({size:.2f} GiB), load {os.getloadavg()[0]:.1f}")
     sql = "SELECT count(*) FROM runs"
-    for label, fresh_s in (("copy per query (before)", float("inf")), ("reused copy", 0.05)):
-        store_snapshot.FRESH_S = fresh_s
+    for label, keep in (("copy per query", False), ("reused copy", True)):
         times = []
         for _ in range(queries):
             t0 = time.perf_counter()
-            QueryJob(store, sql).run()
+            QueryJob(store, sql, keep_copy=keep).run()
             times.append((time.perf_counter() - t0) * 1000)
         print(
             f"  {label}: first {times[0]:.0f} ms, then median {statistics.median(times[1:]):.0f}"

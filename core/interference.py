@@ -17,7 +17,7 @@
   every GPU trial was once flagged "disturbed" by its own parent's CUDA context), sampled
   through NVML (``nvidia-ml-py``, imported as ``pynvml``) on a side thread of the trial's process
   while a worker runs its timed loop. No package, no driver or no GPU: the monitor is simply off.
-  ``sm_clock`` is the clock source the GPU warm-up settles on (``ngb.core.stopping.settle``).
+  ``sm_clock`` is the clock source the GPU warm-up settles on (``ngb.core.warmup.settle``).
 - Jetson boards (``TegraStats``): the ``tegrastats`` tool's lines during the timed loop (GR3D load
   and frequency, RAM, input power); absent elsewhere.
 Every probe here is best-effort: a missing file or library gives None, never a failed trial.

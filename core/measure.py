@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ngb.core import allocator, events, stopping
+from ngb.core import allocator, budget, events, profile_pass, reruns, stopping
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -110,8 +110,17 @@ def run_trial(
             # packages (hashed), kernel, container: what else may explain a change (issue 35)
             result.extra["provenance"] = provenance.read()
             preload(spec, compiler.needs_model or spec.device == "cuda")
-            parts, stopped = _run_workers(spec, result, sink, Path(workdir), cache, deadline)
-            merge(result, parts, spec, stopped)
+            # this host's re-runs: what time adds to the interval (ngb.core.reruns)
+            allow = reruns.allowance(reruns.load(cache, result.host), spec.key)
+            parts, stopped = _run_workers(
+                spec, result, sink, Path(workdir), cache, deadline, allow.design_effect
+            )
+            merge(result, parts, spec, stopped, allow)
+            now = reruns.log_spread([p.throughputs for p in parts if p.repetitions])
+            if now is not None:
+                reruns.append(cache, result.host, spec.key, now)
+            # after the timing, never beside it: one more process under the runtime's profiler
+            profile_pass.run_pass(spec, result, Path(workdir), cache, deadline, sink)
         except WorkerFailed as exc:
             result.status = "failed"
             result.error = one_line(exc)
@@ -163,6 +172,7 @@ def _run_workers(
     workdir: Path,
     cache_dir: Path | None,
     deadline: float,
+    design_effect: float = 1.0,
 ) -> tuple[list[Part], str | None]:
     """Fork workers until ``stopping.next_worker`` says the interval is settled (or a cap)."""
     settings = spec.measure
@@ -171,9 +181,10 @@ def _run_workers(
     spent = 0.0
     stopped: str | None = None
     worker = 0
+    slow: budget.SlowPlan | None = None  # worker 0's calibration found slow calls (core.budget)
     while True:
         groups = [p.throughputs for p in parts]
-        share = stopping.plan(settings, worker, groups, spent)
+        share = stopping.plan(slow.settings(settings) if slow else settings, worker, groups, spent)
         outcome: Outcome | None = None
         for attempt in range(settings.disturbed_retries + 1):
             if attempt and outcome is not None:
@@ -189,6 +200,7 @@ def _run_workers(
                     workdir / f"worker{worker}",
                     cache_dir,
                     deadline=deadline,
+                    slow=slow,
                 )
             except WorkerFailed as exc:
                 if worker == 0:  # the build or compile failed: the trial failed
@@ -203,14 +215,21 @@ def _run_workers(
         if outcome is not None:
             if worker == 0:
                 copy_recorded(result, outcome.result)
+                slow = budget.recorded(result.extra)
             parts.append(outcome.part)
             spent += outcome.part.measure_s + outcome.part.warmup_s
-        more, stopped = stopping.next_worker(settings, [p.throughputs for p in parts], spent)
+        groups = [p.throughputs for p in parts]
+        in_force = slow.settings(settings) if slow else settings
+        more, stopped = stopping.next_worker(in_force, groups, spent, design_effect)
         worker += 1
         if not more or time.monotonic() > deadline or len(errors) > 2:
             break
     if errors:
         result.extra["worker_errors"] = errors
+    if slow is not None and isinstance(result.extra.get("budget"), dict):
+        result.extra["budget"]["spent_s"] = round(spent, 3)  # beside what it planned
+        if stopped == stopping.STOP_MAX:  # the verdict says which maximum: the plan's
+            stopped = f"slow calls: the {slow.workers} x {slow.reps} planned"
     return parts, stopped or (stopping.STOP_TIME if time.monotonic() > deadline else None)
 
 
@@ -221,13 +240,15 @@ def run_share(
     workdir: Path,
     cache_dir: Path | None,
     result: TrialResult,
+    slow: budget.SlowPlan | None = None,
 ) -> Part:
     """A worker process's job: build, compile and time ``share`` into ``result`` (raises on
-    failure, leaving in ``result`` what it had recorded: a failed compile's time)."""
+    failure, leaving in ``result`` what it had recorded: a failed compile's time). ``slow``:
+    the trial's plan for calls of seconds (``ngb.core.budget``), from worker 0's calibration."""
     workdir.mkdir(parents=True, exist_ok=True)
     memory = _phase_memory(spec)
     try:
-        part = _measure(spec, result, emit, workdir, cache_dir, share, memory)
+        part = _measure(spec, result, emit, workdir, cache_dir, share, memory, slow)
     finally:
         memory.close()
     part.memory = memory.to_dict()
@@ -267,8 +288,11 @@ def _measure(
     cache_dir: Path | None,
     share: stopping.Plan,
     memory: PhaseMemory,
+    slow: budget.SlowPlan | None = None,
 ) -> Part:
     settings = spec.measure
+    began = time.perf_counter()  # what a later worker spends before it times: the budget's
+    checked = 0.0  # ... overhead, less worker 0's own check against eager
     # Worker 0 is the trial's own process: it verifies and its compile is the one recorded.
     verify = settings.verify and share.worker == 0
     # Before anything allocates: the model's weights and every call's buffers follow the setting.
@@ -328,8 +352,10 @@ def _measure(
         # strict fp32 whatever the trial's precision: the error is measured against real fp32.
         from ngb.core.precision import strict_fp32
 
+        checked = time.perf_counter()
         with strict_fp32():
             reference = _eager_output(model, example, spec.model)
+        checked = time.perf_counter() - checked
 
     if spec.device == "cuda":
         import torch
@@ -364,7 +390,10 @@ def _measure(
         result.export_s = export_s
         result.compile_s = total - (export_s or 0.0)
         result.tune_s = ctx.phases.get("tune")
-        part = _time_compiled(spec, result, compiled, reference, share, ctx_emit, memory)
+        setup_s = time.perf_counter() - began - checked - (result.tune_s or 0.0)
+        part = _time_compiled(
+            spec, result, compiled, reference, share, ctx_emit, memory, slow, setup_s
+        )
         result.extra.update(compiled.extra)
         result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
@@ -400,6 +429,8 @@ def _time_compiled(
     share: stopping.Plan,
     ctx_emit: Callable[..., None],
     memory: PhaseMemory,
+    slow: budget.SlowPlan | None = None,
+    setup_s: float = 0.0,
 ) -> Part:
     sync = _synchronizer(spec.device)
 
@@ -411,7 +442,25 @@ def _time_compiled(
     if reference is not None:
         result.max_abs_err = _max_abs_err(reference, out, result)
     del out
-    return time_share(spec, compiled, share, sync, ctx_emit, memory)
+
+    def call() -> float:
+        begin = time.perf_counter()
+        compiled.run()
+        sync()
+        return time.perf_counter() - begin
+
+    # a slow first call asks for a calibration call: calls of seconds get a plan that holds the
+    # budget, said before anything is warmed up or timed (ngb.core.budget)
+    overhead_s = setup_s + result.first_call_s
+    timed = budget.timed_share(spec, share, slow, result.first_call_s, overhead_s, call)
+    if timed.calibration_s is not None:
+        result.extra["calibration_call_s"] = round(timed.calibration_s, 6)
+    if timed.slow is not None and share.worker == 0:
+        result.extra["budget"] = timed.slow.to_dict()
+        ctx_emit(events.LOG, level="info", msg=timed.slow.line, worker=0)
+    part = time_share(timed.spec, compiled, timed.share, sync, ctx_emit, memory)
+    part.warmup_s += timed.calibration_s or 0.0  # a warm-up call too: in the budget's seconds
+    return part
 
 
 def _build_model(

@@ -44,6 +44,7 @@ from ngb.core.model_sources import (
     ModelSource,
     locate,
 )
+from ngb.core.onnx_model import OnnxModel as OnnxModel  # re-exported (the compilers import it here)
 
 if TYPE_CHECKING:
     import torch
@@ -77,34 +78,6 @@ def map_inputs(example: Example, fn: Callable[[torch.Tensor], torch.Tensor]) -> 
     if isinstance(example, tuple | list):
         return tuple(fn(t) for t in example)
     return fn(example)
-
-
-class OnnxModel:
-    """A model given as an ONNX file: compilers that take ONNX read ``path`` directly."""
-
-    def __init__(self, path: Path, inputs: tuple[InputSpec, ...]) -> None:
-        self.onnx_path = Path(path)
-        self.inputs = inputs
-
-    def eval(self) -> OnnxModel:
-        return self
-
-    def __repr__(self) -> str:
-        return f"OnnxModel({self.onnx_path.name})"
-
-    def reference(self, example: Sequence[torch.Tensor]) -> Array:
-        """First output from ONNX Runtime's CPU provider, graph optimisations off."""
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(
-            str(self.onnx_path), opts, providers=["CPUExecutionProvider"]
-        )
-        feeds = {
-            i.name: t.detach().cpu().numpy() for i, t in zip(self.inputs, example, strict=True)
-        }
-        return session.run(None, feeds)[0]
 
 
 class _ProgramModule:

@@ -1,7 +1,7 @@
 """Names for what the model modules and the compilers hand each other (for annotations only).
 
 A model reaches a compiler as a torch module or, for a user's ONNX file, an ``OnnxModel`` handle
-(``ngb.core.model_build``); its example batch is one tensor or a tuple of positional tensors
+(``ngb.core.onnx_model``); its example batch is one tensor or a tuple of positional tensors
 (``NamedInputs`` is such a tuple). torch is imported for the type checker only, so importing this
 module stays as cheap as the rest of ``ngb.core``.
 """
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     import torch
-    from ngb.core.model_build import OnnxModel
+    from ngb.core.onnx_model import OnnxModel
 
 #: a model as a compiler receives it
 Model: TypeAlias = "torch.nn.Module | OnnxModel"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,7 +45,10 @@ if TYPE_CHECKING:
 #: compilers whose compiled model runs torch operators, so torch.profiler sees its kernels
 TORCH_PROFILED = ("identity", "torchscript", "inductor")
 #: compilers whose ``Compiled`` reads its runtime's own profiler (``profile_records``)
-HOOKED = ("onnxruntime", "openvino")
+HOOKED = ("onnxruntime", "openvino", "tvm", "tvm-ms")
+#: of those, the ones whose profiler is a build option: the profiled model is a second build
+#: (TVM's VM takes its instrument on the model already built)
+REBUILT = ("onnxruntime", "openvino")
 
 OP_CLASSES = (
     "convolution",
@@ -79,10 +82,14 @@ _CLASS_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                 "subgraph", "fused")),
 )  # fmt: skip
 
+#: precision conversions: OpenVINO's Convert; int8's quantise steps (torch's, ONNX's Q/DQ nodes)
+_CONVERSIONS = ("convert", "quantize_per", "dequantize", "quantizelinear", "fake_quant")
+
 #: fused kernels: what a compiler made of several operators
 _FUSED = re.compile(
     r"(^|::|_)(fused|fusiongroup|tensorexprgroup|differentiablegraph)|^cpp_fused|^triton_|"
-    r"^Fused|subgraph",
+    r"^Fused|subgraph|"
+    r"(conv\w*|linear|add|addmm|bn)_relu",  # torch's quantised kernels with the ReLU folded in
     re.IGNORECASE,
 )
 
@@ -91,7 +98,7 @@ def classify(*names: str) -> str:
     """The operator class of a kernel from its op type and name (the first that says)."""
     for name in names:
         lowered = name.lower()
-        if "convert" in lowered:  # a precision conversion (OpenVINO's Convert), not a conv
+        if any(w in lowered for w in _CONVERSIONS):  # not a conv, not a linear layer
             return "layout/copy"
         for cls, words in _CLASS_WORDS:
             if any(w in lowered for w in words):
@@ -129,6 +136,24 @@ class Profile:
     records: list[KernelRecord] = field(default_factory=list)
     note: str = ""
     precision: str = ""  # what ran (``Compiled.precision``); "" when not read back
+    # the timed trial's ms per call (batch / throughput) where the pass followed one, so the
+    # profiled latency is read beside what the timed workers measured, overhead in view
+    timed_ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Profile:
+        """What ``to_dict`` wrote (a trial's ``extra["profile"]``, through JSON)."""
+        records = data.get("records")
+        timed = data.get("timed_ms")
+        return cls(
+            compiler=str(data["compiler"]), profiler=str(data["profiler"]),
+            calls=_int(data["calls"]), plain_ms=_float(data["plain_ms"]),
+            profiled_ms=_float(data["profiled_ms"]), note=str(data.get("note") or ""),
+            precision=str(data.get("precision") or ""),
+            timed_ms=None if timed is None else _float(timed),
+            records=[_record(r) for r in records if isinstance(r, Mapping)]
+            if isinstance(records, list) else [],
+        )  # fmt: skip
 
     @property
     def kernel_ms(self) -> float:
@@ -153,9 +178,30 @@ class Profile:
         return {
             "compiler": self.compiler, "profiler": self.profiler, "calls": self.calls,
             "plain_ms": self.plain_ms, "profiled_ms": self.profiled_ms, "note": self.note,
-            "precision": self.precision,
+            "precision": self.precision, "timed_ms": self.timed_ms,
             "records": [asdict(r) for r in self.records],
         }  # fmt: skip
+
+
+def _float(value: object) -> float:
+    if not isinstance(value, int | float | str):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _int(value: object) -> int:
+    return int(_float(value))
+
+
+def _record(data: Mapping[str, object]) -> KernelRecord:
+    sources = data.get("source_ops")
+    return KernelRecord(
+        name=str(data["name"]), op_type=str(data["op_type"]), op_class=str(data["op_class"]),
+        fused=bool(data["fused"]), us_per_inference=_float(data["us_per_inference"]),
+        calls_per_inference=_float(data["calls_per_inference"]),
+        source_ops=tuple(str(s) for s in sources) if isinstance(sources, list | tuple) else (),
+        kernel=str(data.get("kernel") or ""),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- per runtime
@@ -257,6 +303,44 @@ def openvino_records(
     return out
 
 
+def tvm_records(
+    vm: object, run: Callable[[], object], calls: int, sync: Callable[[], None] | None = None
+) -> tuple[list[KernelRecord], float]:
+    """TVM's Relax VM: its instrument hook (``VirtualMachine.set_instrument``, called before and
+    after each Call instruction) times each called function -- a TIR kernel (``conv2d``,
+    ``fused_conv2d_add_relu``) or a VM builtin (allocation, reshape) -- over ``calls`` calls;
+    the records and the wall ms per call under the hook. (TVM 0.2x has no ``profile=True`` VM
+    any more; on a GPU ``sync`` waits for each kernel, so its time is the kernel's.)"""
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    started: list[float] = []  # a stack: a closure may call functions of its own
+
+    def instrument(func: object, symbol: str, before: bool, ret: object, *args: object) -> int:
+        if before:
+            started.append(time.perf_counter())
+            return 0  # VMInstrumentReturnKind.NO_OP: run the call as it is
+        if sync is not None:
+            sync()
+        took = time.perf_counter() - started.pop()
+        name = str(symbol)
+        total[name] = total.get(name, 0.0) + took
+        count[name] = count.get(name, 0) + 1
+        return 0
+
+    setter = getattr(vm, "set_instrument", None)
+    if not callable(setter):
+        raise UnsupportedTrial("tvm: this VM has no instrument hook to profile with")
+    setter(instrument)
+    wall = _wall_ms(run, calls)
+    return [
+        KernelRecord(
+            name=name, op_type=name, op_class=classify(name), fused=is_fused(name),
+            us_per_inference=seconds * 1e6 / calls, calls_per_inference=count[name] / calls,
+        )
+        for name, seconds in total.items()
+    ], wall  # fmt: skip
+
+
 def profile_compiled(
     compiler: str, compiled: Compiled, calls: int, warmup: int, plain: Compiled | None = None
 ) -> Profile:
@@ -280,10 +364,18 @@ def profile_compiled(
 
 
 def profile_trial(
-    spec: TrialSpec, workdir: Path, calls: int = 20, warmup: int = 5, cache_dir: Path | None = None
+    spec: TrialSpec,
+    workdir: Path,
+    calls: int = 20,
+    warmup: int = 5,
+    cache_dir: Path | None = None,
+    trial_dir: Path | None = None,
 ) -> Profile:
     """The profile pass of one trial in this process (call it in a child: it builds and runs
-    the model): build, compile without and with the profiler, profile (see module)."""
+    the model): build, compile without and with the profiler, profile (see module). The trial's
+    threads and optimisation apply as in its timed workers; ``trial_dir`` (the timed trial's
+    scratch) lets a tuning compiler build from what its worker 0 searched instead of searching
+    again."""
     from ngb.core import models
     from ngb.core.compilers import get_compiler
     from ngb.core.compilers.base import CompileContext
@@ -297,21 +389,38 @@ def profile_trial(
         raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {why}")
     compiler.check_precision(spec.measure.precision, spec.device)
     check_compiler_takes(source_of(spec), compiler, spec)
+    threads = spec.measure.threads
+    if threads and compiler.needs_model:  # as the timed workers run (ngb.core.measure)
+        import torch
+
+        torch.set_num_threads(threads)
     model, example = models.create_model(spec, cache_dir)
+    if spec.optimisation != "none":  # the DLAS question: where int8 or pruning changed the time
+        import torch
+        from ngb.core import optimise
+
+        optimise.check_supported(spec.optimisation, spec.compiler, spec.device)
+        if not isinstance(model, torch.nn.Module):  # a user's ONNX file: nothing to transform
+            raise UnsupportedTrial(f"{spec.optimisation} applies to a torch model only")
+        changed, changed_example = optimise.apply(model, example, spec.optimisation)
+        if changed is None or changed_example is None:
+            raise UnsupportedTrial(f"{spec.optimisation} left no model to profile")
+        model, example = changed, changed_example
 
     def build(profiled: bool) -> Compiled:
         where = workdir / ("profiled" if profiled else "plain")
         where.mkdir(parents=True, exist_ok=True)
         ctx = CompileContext(
-            workdir=where, device=spec.device, cache_dir=cache_dir,
+            workdir=where, device=spec.device, cache_dir=cache_dir, threads=threads,
             precision=spec.measure.precision, profile=profiled,
+            # not worker 0: a tuning compiler builds from the trial's search, never searches
+            worker=1 if trial_dir is not None else 0, trial_dir=trial_dir,
         )  # fmt: skip
         return compiler.compile(model, example, ctx)
 
     plain = build(False)
     try:
-        own_hook = callable(getattr(plain, "profile_records", None))
-        compiled = build(True) if own_hook else plain
+        compiled = build(True) if spec.compiler in REBUILT else plain
         try:
             result = profile_compiled(spec.compiler, compiled, calls, warmup, plain)
             result.precision = compiled.precision or ""

@@ -19,8 +19,10 @@ Either way the trial ends with a verdict (``judge``): VALID when it has >= 2 rep
 disturbed by other processes, and its interval is within the target; otherwise INVALID with the
 reason. A fixed count is judged the same way, so a 100-repetition run still says how sure it is.
 
-``settle`` is the warm-up for devices whose clocks ramp (GPUs): warm-up windows repeat until both
-throughput and the clock reading of the last two windows agree within a tolerance, or a time cap.
+Time adds to the interval what one trial's processes cannot see (the machine's speed wanders
+between minutes): ``ngb.core.reruns`` widens it by the design effect this host's re-runs showed,
+and ``judge`` and ``next_worker`` take that factor, so a trial stops and is judged on the interval
+it states.
 
 The t quantile uses scipy where installed and a Cornish-Fisher expansion otherwise (devices carry
 no scipy; the expansion is within 0.13 % of scipy for a 95 % interval, exact below 3 degrees of
@@ -31,9 +33,8 @@ from __future__ import annotations
 
 import functools
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -406,16 +407,21 @@ def max_total(settings: MeasureSettings) -> int:
 
 
 def next_worker(
-    settings: MeasureSettings, groups: Sequence[Sequence[float]], spent_s: float
+    settings: MeasureSettings,
+    groups: Sequence[Sequence[float]],
+    spent_s: float,
+    design_effect: float = 1.0,
 ) -> tuple[bool, str | None]:
-    """After the workers that produced ``groups``: (start another?, why the trial stopped)."""
+    """After the workers that produced ``groups``: (start another?, why the trial stopped).
+    ``design_effect``: the factor time adds to the interval's variance (``ngb.core.reruns``)."""
     k = len(groups)
     if settings.repetitions is not None:
         more = k < worker_count(settings)
         return more, None if more else STOP_FIXED
     n = sum(len(g) for g in groups)
     enough = k >= settings.workers and n >= settings.min_repetitions
-    if enough and process_interval(groups, settings.confidence).relative <= settings.ci_target:
+    relative = process_interval(groups, settings.confidence).relative * math.sqrt(design_effect)
+    if enough and relative <= settings.ci_target:
         return False, STOP_CI
     most = max(settings.max_workers, settings.workers)
     if k >= most or n + settings.values_per_worker > max_total(settings):
@@ -448,14 +454,21 @@ def judge(
     disturbed: str | None = None,
     stopped: str | None = None,
     one_interpreter: bool = False,
+    stated_half: float | None = None,
+    design_effect: float = 1.0,
+    stated_note: str = "",
 ) -> Verdict:
     """VALID or INVALID (with the reason) for a trial's repetitions, one group per worker process;
     see the module docstring. ``one_interpreter``: the workers were forked from one interpreter
     (``NGB_WORKER_START=auto``), so they share its level and the verdict says that the interval
-    has not sampled the spread between interpreters that a re-run meets."""
+    has not sampled the spread between interpreters that a re-run meets. ``stated_half``: the
+    interval the trial states with time's part added (``ngb.core.reruns.widen``: the process
+    interval's variance x ``design_effect``, or its own re-runs' spread), ``stated_note`` why."""
     ci = process_interval(groups, settings.confidence)
     half = ci.half_width if ci.n >= 2 and math.isfinite(ci.half_width) else None
-    rel = ci.relative if math.isfinite(ci.relative) else None
+    if half is not None and stated_half is not None and math.isfinite(stated_half):
+        half = max(half, stated_half)
+    rel = half / ci.mean if half is not None and ci.mean > 0 else None
     levels = two_levels(groups)
     moved = drift(groups, settings.confidence)
 
@@ -469,6 +482,8 @@ def judge(
         ci.inflation > 1
     ):  # say that, and how much, the interval was widened (ngb.core.autocorrelation)
         level += f" (x{math.sqrt(ci.inflation):.1f} for serial correlation {ci.rho:.2f})"
+    if stated_note:
+        level += f", {stated_note},"
     if ci.n < 2:
         return verdict(INVALID, f"{ci.n} repetition(s): no interval")
     if disturbed:
@@ -484,7 +499,8 @@ def judge(
     if rel > settings.ci_target:
         why = f" (stopped: {stopped})" if stopped else ""
         if ci.workers >= 2:
-            needed = processes_needed(groups, settings.ci_target, settings.confidence)
+            target = settings.ci_target / math.sqrt(max(1.0, design_effect))
+            needed = processes_needed(groups, target, settings.confidence)
             unit = "processes"
         else:
             needed = repetitions_needed(
@@ -524,74 +540,3 @@ def process_spread(groups: Sequence[Sequence[float]]) -> float | None:
     means = [_mean(g) for g in kept]
     grand = _mean(means)
     return math.sqrt(_var(means)) / grand if grand > 0 else None
-
-
-# ------------------------------------------------------------------ warm-up until clocks settle
-
-
-@dataclass
-class Settled:
-    """How a warm-up ended: windows run, seconds, whether it settled, the readings seen."""
-
-    windows: int = 0
-    seconds: float = 0.0
-    settled: bool = False
-    throughputs: list[float] = field(default_factory=list)
-    clocks: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "windows": self.windows,
-            "seconds": round(self.seconds, 3),
-            "settled": self.settled,
-            "throughputs": [round(v, 3) for v in self.throughputs],
-            "clocks_mhz": self.clocks,
-        }
-
-
-def _close(a: float, b: float, tolerance: float) -> bool:
-    scale = max(abs(a), abs(b))
-    return scale == 0 or abs(a - b) / scale <= tolerance
-
-
-def settle(
-    window: Callable[[], float],
-    *,
-    clock: Callable[[], float | None] | None = None,
-    tolerance: float = 0.03,
-    max_s: float = 30.0,
-    min_s: float = 0.0,
-    min_windows: int = 3,
-    now: Callable[[], float] = time.monotonic,
-) -> Settled:
-    """Run warm-up ``window``s (each returns its throughput) until at least ``min_s`` seconds have
-    passed and the last ``min_windows`` agree within ``tolerance`` in throughput and in ``clock``
-    (e.g. the GPU's SM clock in MHz; None readings are ignored), or ``max_s`` has passed.
-
-    Why several windows and a floor: two 0.4 s windows agreeing said "settled" on an H100 whose
-    plain loop still ran ~15 % slow for its first ~3 s; a drift shows over three windows where
-    two adjacent ones can agree by chance.
-    """
-    out = Settled()
-    start = now()
-    while True:
-        out.throughputs.append(float(window()))
-        if clock is not None:
-            reading = clock()
-            if reading is not None:
-                out.clocks.append(float(reading))
-        out.windows += 1
-        out.seconds = now() - start
-        if out.windows >= min_windows and out.seconds >= min_s:
-            steady = _agree(out.throughputs[-min_windows:], tolerance)
-            if steady and len(out.clocks) >= min_windows:
-                steady = _agree(out.clocks[-min_windows:], tolerance)
-            if steady:
-                out.settled = True
-                return out
-        if out.seconds >= max_s:
-            return out
-
-
-def _agree(values: Sequence[float], tolerance: float) -> bool:
-    return all(_close(a, b, tolerance) for a in values for b in values)

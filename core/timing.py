@@ -7,7 +7,7 @@ adds CPU, GPU and board telemetry and the disturbance check to the part. ``merge
 worker's part into the result: statistics, the process-level interval and the verdict.
 
 Order inside a share: quiet check (``quiet_check_s`` of sleep while sampling others' CPU) ->
-warm-up (``stopping.settle``: windows until the last three agree, after a floor of ``warmup_s``
+warm-up (``warmup.settle``: windows until the last three agree, after a floor of ``warmup_s``
 on a CPU or ``gpu_warmup_min_s`` on a GPU, where the SM clock must settle too) -> the ``measure``
 phase event (the parent starts its samplers) -> timed repetitions, with nothing in between.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ngb.core import energy, events, interference, percentiles, stopping
+from ngb.core import energy, events, interference, percentiles, reruns, stopping, warmup
 from ngb.core.compilers.base import Compiled
 from ngb.core.cpu import CpuTick
 from ngb.core.memory import PhaseMemory
@@ -141,7 +141,7 @@ def _warm_up(
         sync()
         return loop.iters / loop.elapsed_s if loop.elapsed_s > 0 else 0.0
 
-    settled = stopping.settle(
+    settled = warmup.settle(
         window,
         clock=monitor.sm_clock if monitor is not None and monitor.available else None,
         tolerance=settings.warmup_tolerance,
@@ -232,8 +232,16 @@ class NoTimedCalls(Exception):
     """The timed loops ran no call at all: there is no number to report."""
 
 
-def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str | None) -> None:
-    """Fold every worker's part into ``result``: stats, verdict, CPU and telemetry."""
+def merge(
+    result: TrialResult,
+    parts: list[Part],
+    spec: TrialSpec,
+    stopped: str | None,
+    allowance: reruns.Allowance | None = None,
+) -> None:
+    """Fold every worker's part into ``result``: stats, verdict, CPU and telemetry.
+    ``allowance``: what this host's re-runs say about the interval (``ngb.core.reruns``; without
+    one, the default design effect)."""
     settings = spec.measure
     if not parts or sum(p.calls for p in parts) == 0:
         raise NoTimedCalls(
@@ -258,11 +266,15 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
     # worker 0 recorded how the workers started (ngb.core.worker_start): forked ones share a level
     started = result.extra.get("worker_start")
     forked = isinstance(started, dict) and started.get("method") in ("fork", "forkserver")
+    ci = stopping.process_interval(groups, settings.confidence)
+    allow = allowance or reruns.Allowance()
+    stated = reruns.widen(ci, allow, reruns.log_spread(groups), settings.confidence)
     verdict = stopping.judge(
         groups, settings, disturbed="; ".join(disturbed) or None, stopped=stopped,
-        one_interpreter=forked,
+        one_interpreter=forked, design_effect=allow.design_effect,
+        stated_half=stated.half_width if stated else None,
+        stated_note=stated.note if stated else "",
     )  # fmt: skip
-    ci = stopping.process_interval(groups, settings.confidence)
     if ci.workers >= 2:  # each process weighs the same: the interval is centred on this mean
         result.throughput.mean = ci.mean
     result.verdict, result.verdict_reason = verdict.verdict, verdict.reason
@@ -275,7 +287,9 @@ def merge(result: TrialResult, parts: list[Part], spec: TrialSpec, stopped: str 
         "interval": "processes" if ci.workers >= 2 else "one process",
         # the interval's degrees of freedom: derived metrics (ngb.core.intervals) rebuild it from
         # the stored mean and half-width with the same t, so every surface prints one interval
-        "df": ci.workers - 1 if ci.workers >= 2 else max(ci.n - 1, 0),
+        "df": stated.df if stated else max(ci.n - 1, 0),
+        # what time added: the design effect of this host's re-runs, or this trial's own re-runs
+        "reruns": stated.to_dict() if stated else allow.to_dict(),
         "stopped": stopped,
         # one process only: the lag-1 autocorrelation and the variance factor its CI was widened by
         "serial_rho": round(verdict.rho, 4),

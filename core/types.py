@@ -96,6 +96,9 @@ class MeasureSettings:
     # seconds of idle power measured before each worker's warm-up, where a power meter is
     # readable (ngb.core.energy); 0 = no idle reading
     energy_idle_s: float = 0.5
+    # one more process after the timed workers runs the compiled model under the runtime's own
+    # profiler (ngb.core.profile_pass); it never touches the timed numbers, so it is not in the key
+    profile: bool = False
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "min_iters", "disturbed_retries"):
@@ -220,6 +223,7 @@ class TrialSpec:
         for name, default in _KEY_OMITS_AT_DEFAULT.items():
             if measure.get(name) == default:
                 del measure[name]
+        measure.pop("profile", None)  # a profile pass after the timed workers changes no number
         data["measure"] = measure
         canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]

@@ -42,6 +42,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from ngb.core import events
+from ngb.core.budget import SlowPlan
 from ngb.core.errors import NgbError, one_line
 from ngb.core.stopping import Plan, t_quantile, worker_count
 from ngb.core.telemetry import LiveMeter, WorkerWatch
@@ -89,10 +90,11 @@ class WorkerFailed(NgbError):
 @dataclass(frozen=True)
 class ShareJob:
     """What a forked worker runs, handed in by the trial (``ngb.core.measure``) so this module
-    needs nothing from it: time the share into the result, name a failure's kind, and pick the
-    result fields worth sending back. Forked, not pickled: plain functions are fine."""
+    needs nothing from it: time the share into the result (under the trial's slow-call plan,
+    ``ngb.core.budget``, once worker 0 has made one), name a failure's kind, and pick the result
+    fields worth sending back. Forked, not pickled: plain functions are fine."""
 
-    run: Callable[[TrialSpec, Plan, Emit, Path, Path | None, TrialResult], Part]
+    run: Callable[[TrialSpec, Plan, Emit, Path, Path | None, TrialResult, SlowPlan | None], Part]
     classify: Callable[[BaseException], str]
     recorded: Callable[[TrialResult], dict[str, object]]
 
@@ -206,10 +208,12 @@ def run_worker(
     cache_dir: Path | None,
     *,
     deadline: float,
+    slow: SlowPlan | None = None,
 ) -> Outcome:
     """Start a worker for ``share`` (``ngb.core.worker_start``), forward its events, watch it
-    from outside; its outcome."""
-    args = (spec, share, str(workdir), cache_dir)
+    from outside; its outcome. ``slow``: the trial's plan for calls of seconds, which a later
+    worker follows (worker 0 makes it: ``ngb.core.budget``)."""
+    args = (spec, share, str(workdir), cache_dir, slow)
     fresh = start_method() == FRESH
     proc: Interpreter | BaseProcess
     if fresh:
@@ -336,7 +340,7 @@ def _signal_name(num: int) -> str:
 
 def _worker_main(
     job: ShareJob, conn: Connection, spec: TrialSpec, share: Plan, workdir: str,
-    cache_dir: Path | None,
+    cache_dir: Path | None, slow: SlowPlan | None = None,
 ) -> None:  # fmt: skip
     """The forked worker: time one share, send everything back, exit."""
     _die_with_parent()
@@ -352,7 +356,7 @@ def _worker_main(
 
     result = TrialResult(key=spec.key, spec=spec.to_dict())
     try:
-        part = job.run(spec, share, send, Path(workdir), cache_dir, result)
+        part = job.run(spec, share, send, Path(workdir), cache_dir, result, slow)
         report = WorkerReport(part, job.recorded(result))
     except Exception as exc:  # run_share's failures: one line and a kind, like a trial's
         report = WorkerReport(None, job.recorded(result), one_line(exc), job.classify(exc))

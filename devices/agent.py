@@ -35,15 +35,23 @@ import threading
 import time
 import uuid
 import zipimport
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from ngb.core import events
 from ngb.core.artifact_hashes import verify_shipped
+
+# the agent's two outputs live in ngb.core (shipped with it); re-exported here, where the
+# workstation's callers and the tests have always imported them
+from ngb.core.checkpoint import append_checkpoint as append_checkpoint
+from ngb.core.checkpoint import lock_checkpoint as lock_checkpoint
+from ngb.core.checkpoint import read_checkpoint as read_checkpoint
 from ngb.core.errors import NgbError
-from ngb.core.live_state import LastState, book_result, eta_book, eta_item
+from ngb.core.event_stream import EventWriter as EventWriter
+from ngb.core.event_stream import claim_stdout as claim_stdout
+from ngb.core.live_state import book_result, eta_book, eta_item
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.core.versions import library_versions
 
@@ -57,113 +65,6 @@ EXIT_GRACE_S = 10.0  # a child that sent its result but hangs on exit is killed 
 class Cancelled(BaseException):
     """Raised in the main thread by SIGTERM during an in-process trial (not an ``Exception``, so
     ``run_trial``'s failure handling does not swallow it)."""
-
-
-# --------------------------------------------------------------------------- event output
-
-
-class EventWriter:
-    """Writes one JSON event per line and flushes it; safe to call from the CPU sampler thread.
-
-    If the reader goes away (an SSH link dropped under a run that was not detached), events are
-    dropped and the run carries on: the checkpoint, not the event stream, is the record.
-    """
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
-        self.broken = False
-        self.state = LastState()  # what a console attaching mid-trial is sent again
-
-    def write_line(self, line: str) -> None:
-        with self._lock:
-            if self.broken:
-                return
-            try:
-                self._stream.write(line.rstrip("\n") + "\n")
-                self._stream.flush()
-            except (BrokenPipeError, OSError, ValueError):
-                self.broken = True
-
-    def emit(self, event: dict[str, object]) -> None:
-        self.state.observe(event)
-        self.write_line(events.encode(event))
-        self._snapshot()
-
-    def forward(self, line: str, event: Mapping[str, object]) -> None:
-        """A trial process's event line, passed on as it came (and remembered)."""
-        self.state.observe(event)
-        self.write_line(line)
-        self._snapshot()
-
-    def _snapshot(self) -> None:
-        """The last state again, when due (``ngb.core.live_state``: for a console that attaches
-        mid-trial)."""
-        snap = self.state.due(time.monotonic())
-        if snap is not None:
-            self.write_line(events.encode(snap))
-
-    def __call__(self, type_: str, **fields: object) -> None:
-        self.emit(events.make_event(type_, **fields))
-
-
-def claim_stdout() -> IO[str]:
-    """Keep the real stdout for events and point fd 1 at stderr.
-
-    Compiler libraries (TVM, OpenVINO, C++ loggers) sometimes print to stdout; with fd 1 redirected
-    their chatter lands in the error log instead of corrupting the JSON-lines event stream.
-    """
-    sys.stdout.flush()
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
-
-
-# --------------------------------------------------------------------------- checkpoint
-
-
-def read_checkpoint(path: Path | str) -> dict[str, dict[str, object]]:
-    """Finished trials by key. Blank, torn (kill -9 mid-write) or foreign lines are ignored."""
-    done: dict[str, dict[str, object]] = {}
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return done
-    for raw in data.splitlines():
-        try:
-            record = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if (
-            isinstance(record, dict)
-            and isinstance(record.get("key"), str)
-            and record.get("status") in ("ok", "failed")
-        ):
-            done[record["key"]] = record
-    return done
-
-
-def append_checkpoint(path: Path | str, record: dict[str, object]) -> None:
-    """Append one record as a line, durably (flush + fsync) before returning.
-
-    If the file ends in a torn line (no trailing newline), a newline is written first so the new
-    record starts on a line of its own and stays readable.
-    """
-    path = Path(path)
-    line = (events.encode(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    line = b"\n" + line
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- trial runners
@@ -559,23 +460,6 @@ def die_with_parent(parent_pid: int | None) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     if os.getppid() != parent_pid:  # the agent died before the death signal was armed
         os._exit(EXIT_CANCELLED)
-
-
-def lock_checkpoint(checkpoint: Path) -> IO[bytes] | None:
-    """Hold an exclusive lock for this checkpoint for the life of the process; None if taken.
-
-    The kernel drops the lock when the process dies, however it dies, so no stale lock survives
-    a ``kill -9``.
-    """
-    import fcntl
-
-    handle = open(checkpoint.with_name(checkpoint.name + ".lock"), "wb")  # noqa: SIM115
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        return None
-    return handle
 
 
 def _cmd_trial(args: argparse.Namespace) -> int:

@@ -22,130 +22,39 @@ temporary file and renames it, so a malformed or half-written inventory is never
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import tomllib
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.safe_files import read_text, write_atomic
 from ngb.devices import slurm
+
+# One device's record and checks live in device_entry (below this module and ngb.devices.pricing);
+# they are re-exported here, where callers have always imported them.
+from ngb.devices.device_entry import ALL_GROUP as ALL_GROUP
+from ngb.devices.device_entry import DEVICE_KEYS as DEVICE_KEYS
+from ngb.devices.device_entry import GROUP_KEYS as GROUP_KEYS
+from ngb.devices.device_entry import LOCALHOST as LOCALHOST
+from ngb.devices.device_entry import MAX_PRICE_PER_HOUR as MAX_PRICE_PER_HOUR
+from ngb.devices.device_entry import NAME_RE as NAME_RE
+from ngb.devices.device_entry import TRANSPORTS as TRANSPORTS
+from ngb.devices.device_entry import Device as Device
+from ngb.devices.device_entry import FieldValue as FieldValue
+from ngb.devices.device_entry import Group as Group
+from ngb.devices.device_entry import Price as Price
+from ngb.devices.device_entry import builtin_localhost as builtin_localhost
+from ngb.devices.device_entry import check_device as check_device
+from ngb.devices.device_entry import check_price as check_price
+from ngb.devices.device_entry import device_from_table as device_from_table
+from ngb.devices.device_entry import suggestion as suggestion
+from ngb.devices.device_entry import with_changes as with_changes
 from ngb.devices.paths import get_paths
-
-NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
-TRANSPORTS = ("ssh", "local", "slurm")  # slurm: a partition (ngb.devices.slurm)
-LOCALHOST = "localhost"
-ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
-
-#: a device or group field's value as TOML and JSON write it (``Device.to_dict``/``to_table``)
-FieldValue = str | int | float | list[str] | slurm.SlurmTable | None
 
 HEADER = (
     "# ngb device inventory. Edit by hand or with `ngb devices add/edit/remove/import`;\n"
     "# check it with `ngb devices check`. One [devices.NAME] table per device.\n\n"
 )
-
-
-@dataclass
-class Device:
-    """One device of the testbed. Only ``name`` and ``host`` are required.
-
-    ``port`` 22, ``user`` None and ``identity_file`` None mean "let ~/.ssh/config (and ssh-agent)
-    decide", so host aliases from the operator's ssh config keep working.
-    """
-
-    name: str
-    host: str
-    port: int = 22
-    user: str | None = None
-    identity_file: str | None = None
-    jump_host: str | None = None  # another device's name, or [user@]host[:port]
-    python: str = "python3"  # the interpreter on the device (one argv word, never a shell string)
-    workdir: str = "~/.ngb"
-    groups: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    notes: str = ""
-    transport: str = "ssh"
-    # what an hour of this device costs (any currency, the reports say "per hour's price");
-    # None: the device's groups may give one (ngb.devices.pricing)
-    price_per_hour: float | None = None
-    # transport "slurm" only: partition, gres, nodes... (checked by ngb.devices.slurm)
-    slurm: slurm.SlurmTable | None = None
-
-    @property
-    def is_local(self) -> bool:
-        return self.transport == "local"
-
-    def to_dict(self) -> dict[str, FieldValue]:
-        """All fields, JSON/TOML friendly (for ``--json`` output and the store)."""
-        return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
-
-    def to_table(self) -> dict[str, FieldValue]:
-        """The TOML table for this device: only fields that differ from the defaults."""
-        default = Device(name=self.name, host="")
-        table: dict[str, FieldValue] = {"host": self.host}
-        for f in fields(self):
-            if f.name in ("name", "host"):
-                continue
-            value = getattr(self, f.name)
-            if value != getattr(default, f.name) and value is not None:
-                table[f.name] = _copy(value)
-        return table
-
-
-def _copy(value: FieldValue) -> FieldValue:
-    if isinstance(value, dict):
-        return dict(value)
-    return list(value) if isinstance(value, list) else value
-
-
-DEVICE_KEYS = tuple(f.name for f in fields(Device) if f.name != "name")
-GROUP_KEYS = ("members", "children", "notes", "price_per_hour")
-
-
-def builtin_localhost() -> Device:
-    """The embedded default device: this machine, reached without SSH.
-
-    Its python is the interpreter running ngb, which has the agent's dependencies (psutil, numpy),
-    whereas a bare ``python3`` on PATH may not. Its work directory sits in ngb's own data dir
-    (so ``NGB_HOME`` keeps a throwaway setup, and the tests, out of the operator's home).
-    """
-    from ngb.devices.paths import get_paths
-
-    return Device(
-        name=LOCALHOST,
-        host=LOCALHOST,
-        transport="local",
-        python=sys.executable,
-        workdir=str(get_paths().data / "localhost"),
-        notes="built-in",
-    )
-
-
-@dataclass
-class Group:
-    name: str
-    members: list[str] = field(default_factory=list)
-    children: list[str] = field(default_factory=list)
-    notes: str = ""
-    price_per_hour: float | None = None  # for members without a price of their own
-
-    def to_table(self) -> dict[str, FieldValue]:
-        table: dict[str, FieldValue] = {}
-        if self.price_per_hour is not None:
-            table["price_per_hour"] = self.price_per_hour
-        if self.members:
-            table["members"] = list(self.members)
-        if self.children:
-            table["children"] = list(self.children)
-        if self.notes:
-            table["notes"] = self.notes
-        return table
 
 
 class Inventory:
@@ -302,11 +211,11 @@ class Inventory:
                 raise ConfigError(f"{gwhere}'all' is the implicit group of every device")
             for member in group.members:
                 if member not in self.devices:
-                    hint = _hint(member, self.devices)
+                    hint = suggestion(member, self.devices)
                     raise ConfigError(f"{gwhere}unknown device {member!r} in members{hint}")
             for child in group.children:
                 if child not in self.group_names():
-                    hint = _hint(child, self.group_names())
+                    hint = suggestion(child, self.group_names())
                     raise ConfigError(f"{gwhere}unknown group {child!r} in children{hint}")
             if group.name in self._expand_groups(group.name)[1:] or any(
                 group.name in self._expand_groups(c) for c in group.children
@@ -321,7 +230,7 @@ class Inventory:
             jump = dev.jump_host
             if jump and NAME_RE.match(jump) and "." not in jump and jump not in self.devices:
                 # A bare word is meant as a device name; a dotted one may be a host name.
-                hint = _hint(jump, self.devices)
+                hint = suggestion(jump, self.devices)
                 raise ConfigError(
                     f"{where}device {dev.name!r}: unknown jump_host {jump!r}{hint} (a bare word "
                     "names a device; write [user@]host:port for a host outside the inventory)"
@@ -329,9 +238,38 @@ class Inventory:
             if jump == dev.name:
                 raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
             slurm.check_login(dev, self.devices, f"{where}device {dev.name!r}: ")
-        from ngb.devices.pricing import check_prices  # here: pricing reads an Inventory
+        for name in self.devices:  # two unrelated groups pricing a device differently
+            try:
+                self.price_of(name)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}{exc}") from None
 
-        check_prices(self, where)
+    def price_of(self, device: str) -> Price | None:
+        """The price per hour of ``device`` (``ngb.devices.pricing`` says how), or None when none
+        is set. Raises ``ConfigError`` when two unrelated groups give it different prices."""
+        dev = self.devices.get(device)
+        if dev is None:
+            return None
+        if dev.price_per_hour is not None:
+            return Price(float(dev.price_per_hour), "device")
+        priced = [
+            g
+            for g in self.groups_of(device)
+            if g in self.groups and self.groups[g].price_per_hour is not None
+        ]
+        # a group whose descendant also prices the device gives way to that descendant
+        nested = self.subgroups  # every group below one, itself first
+        specific = [g for g in priced if not any(o != g and o in nested(g) for o in priced)]
+        values = {self.groups[g].price_per_hour for g in specific}
+        if not specific:
+            return None
+        if len(values) > 1:
+            named = ", ".join(f"{g} = {self.groups[g].price_per_hour}" for g in specific)
+            raise ConfigError(
+                f"device {device!r}: its groups give different prices per hour ({named}); set "
+                "price_per_hour on the device"
+            )
+        return Price(float(values.pop() or 0.0), f"group {specific[0]}")
 
     def _tables(self) -> dict[str, dict[str, dict[str, FieldValue]]]:
         doc: dict[str, dict[str, dict[str, FieldValue]]] = {}
@@ -414,109 +352,12 @@ def _find_casefold(names: Iterable[str], name: str) -> str | None:
     return None
 
 
-def _hint(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-
-
-def check_device(dev: Device, where: str) -> None:
-    dwhere = f"{where}device {dev.name!r}: "
-    if not isinstance(dev.name, str) or not NAME_RE.match(dev.name):
-        raise ConfigError(
-            f"{where}bad device name {dev.name!r} (use letters, digits, '.', '_', '-'; "
-            "not starting with '-')"
-        )
-    if not isinstance(dev.host, str):
-        raise ConfigError(f"{dwhere}host must be a string, got {dev.host!r}")
-    if not dev.host.strip():
-        raise ConfigError(f"{dwhere}host is empty")
-    if any(c.isspace() for c in dev.host):
-        raise ConfigError(f"{dwhere}host {dev.host!r} contains whitespace")
-    if isinstance(dev.port, bool) or not isinstance(dev.port, int) or not 1 <= dev.port <= 65535:
-        raise ConfigError(f"{dwhere}bad port {dev.port!r} (must be an integer 1-65535)")
-    if dev.transport not in TRANSPORTS:
-        raise ConfigError(
-            f"{dwhere}bad transport {dev.transport!r} (one of: {', '.join(TRANSPORTS)})"
-        )
-    for key in ("user", "identity_file", "jump_host"):
-        value = getattr(dev, key)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ConfigError(f"{dwhere}{key} must be a non-empty string")
-    for key in ("python", "workdir"):
-        value = getattr(dev, key)
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{dwhere}{key} must be a non-empty string")
-    if not isinstance(dev.notes, str):
-        raise ConfigError(f"{dwhere}notes must be a string")
-    check_price(dev.price_per_hour, dwhere)
-    slurm.check_entry(dev.transport, dev.slurm, dwhere)
-    for key in ("groups", "tags"):
-        value = getattr(dev, key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{dwhere}{key} must be a list of strings")
-    for g in dev.groups:
-        if not NAME_RE.match(g):
-            raise ConfigError(f"{dwhere}bad group name {g!r} (use letters, digits, '.', '_', '-')")
-    # Values that reach ssh, shell scripts and terminals: a newline in workdir was read as two
-    # lines by the remote script. Notes are free text (escaped when shown), so they may.
-    for key in ("host", "user", "identity_file", "jump_host", "python", "workdir"):
-        _refuse_control(getattr(dev, key), f"{dwhere}{key}")
-    for key in ("groups", "tags"):
-        for value in getattr(dev, key):
-            _refuse_control(value, f"{dwhere}{key}")
-
-
-#: a price per hour above this is a typo, and its costs would overflow (any currency)
-MAX_PRICE_PER_HOUR = 1e9
-
-
-def check_price(value: object, where: str) -> None:
-    """A price per hour is a finite number >= 0 (or absent)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}price_per_hour must be a number, got {value!r}")
-    if value < 0:
-        raise ConfigError(f"{where}price_per_hour must be >= 0, got {value!r}")
-    if value > MAX_PRICE_PER_HOUR:  # 1e308 overflowed every cost to a 309-digit number
-        raise ConfigError(
-            f"{where}price_per_hour must be at most {MAX_PRICE_PER_HOUR:g}, got {value!r}"
-        )
-
-
-def _refuse_control(value: str | None, where: str) -> None:
-    if value is not None and not value.isprintable():
-        bad = next(c for c in value if not c.isprintable())
-        raise ConfigError(f"{where}: control character {bad!r} in {value!r}")
-
-
-# Any: a TOML table read from disk (or form/CLI values): Device(**table) takes it unchecked and
-# check_device then checks every field's type and value
-def device_from_table(name: str, table: Mapping[str, Any], *, where: str = "") -> Device:
-    """Build a Device from one TOML table, refusing unknown keys (typos) with a suggestion."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where}device {name!r}: expected a table, got {type(table).__name__}")
-    for key in table:
-        if key not in DEVICE_KEYS:
-            hint = _hint(key, DEVICE_KEYS)
-            raise ConfigError(f"{where}device {name!r}: unknown key {key!r}{hint}")
-    if name == LOCALHOST:  # an override of the built-in: unspecified fields keep its values
-        base = builtin_localhost().to_dict()
-        del base["name"]
-        table = {**base, **table}
-    if "host" not in table:
-        raise ConfigError(f"{where}device {name!r}: host is missing")
-    dev = Device(name=name, **dict(table))
-    check_device(dev, where)
-    return dev
-
-
 def inventory_from_dict(doc: Mapping[str, object], *, path: Path | None = None) -> Inventory:
     where = f"{path}: " if path else ""
     for key in doc:
         if key not in ("devices", "groups"):
             raise ConfigError(
-                f"{where}unknown top-level key {key!r}{_hint(key, ['devices', 'groups'])}"
+                f"{where}unknown top-level key {key!r}{suggestion(key, ['devices', 'groups'])}"
             )
     devices_doc = doc.get("devices", {})
     groups_doc = doc.get("groups", {})
@@ -532,7 +373,7 @@ def inventory_from_dict(doc: Mapping[str, object], *, path: Path | None = None) 
         for key in table:
             if key not in GROUP_KEYS:
                 raise ConfigError(
-                    f"{where}group {name!r}: unknown key {key!r}{_hint(key, GROUP_KEYS)}"
+                    f"{where}group {name!r}: unknown key {key!r}{suggestion(key, GROUP_KEYS)}"
                 )
         members, children = table.get("members", []), table.get("children", [])
         for label, value in (("members", members), ("children", children)):
@@ -579,16 +420,6 @@ def atomic_write_text(target: Path, text: str) -> None:
     stays), a FIFO or device in its place is refused, a full disk is an error.
     """
     write_atomic(target, text, make_parent=True)
-
-
-def with_changes(device: Device, **changes: object) -> Device:
-    """A copy of ``device`` with some fields changed (None values are ignored), checked like a
-    table of the inventory file (unknown keys and bad values raise ``ConfigError``)."""
-    table = device.to_dict()
-    del table["name"]
-    return device_from_table(
-        device.name, {**table, **{k: v for k, v in changes.items() if v is not None}}
-    )
 
 
 def merge_devices(

@@ -14,56 +14,23 @@ taken as exact.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError
 from ngb.core.intervals import Estimate
 
-if TYPE_CHECKING:  # inventory.py calls check_prices while it validates: no import back
+# Price and the resolution through groups sit below this module (device_entry,
+# Inventory.price_of): the inventory checks prices while it validates and this module reads an
+# Inventory, so the shared part lives where both reach it and no import points back up
+from ngb.devices.device_entry import Price as Price
+
+if TYPE_CHECKING:
     from ngb.devices.inventory import Inventory
 
 
-@dataclass(frozen=True)
-class Price:
-    per_hour: float
-    source: str  # "device" or "group NAME"
-
-
 def price_of(inventory: Inventory, device: str) -> Price | None:
-    """The price per hour of ``device`` (see the module docstring), or None when none is set."""
-    dev = inventory.devices.get(device)
-    if dev is None:
-        return None
-    if dev.price_per_hour is not None:
-        return Price(float(dev.price_per_hour), "device")
-    priced = [
-        g
-        for g in inventory.groups_of(device)
-        if g in inventory.groups and inventory.groups[g].price_per_hour is not None
-    ]
-    # a group whose descendant also prices the device gives way to that descendant
-    nested = inventory.subgroups  # every group below one, itself first
-    specific = [g for g in priced if not any(o != g and o in nested(g) for o in priced)]
-    values = {inventory.groups[g].price_per_hour for g in specific}
-    if not specific:
-        return None
-    if len(values) > 1:
-        named = ", ".join(f"{g} = {inventory.groups[g].price_per_hour}" for g in specific)
-        raise ConfigError(
-            f"device {device!r}: its groups give different prices per hour ({named}); set "
-            "price_per_hour on the device"
-        )
-    return Price(float(values.pop() or 0.0), f"group {specific[0]}")
-
-
-def check_prices(inventory: Inventory, where: str = "") -> None:
-    """Raise ``ConfigError`` for a device its groups price differently."""
-    for name in inventory.devices:
-        try:
-            price_of(inventory, name)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}{exc}") from None
+    """The price per hour of ``device`` (see the module docstring), or None when none is set
+    (``Inventory.price_of``, which the inventory's own validation calls)."""
+    return inventory.price_of(device)
 
 
 def load_prices(inventory: Inventory) -> dict[str, Price]:

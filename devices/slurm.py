@@ -214,7 +214,7 @@ def job_name(run_id: str, device: str) -> str:
 
 # -- the scheduler's answers ------------------------------------------------------------------
 
-_SQUEUE_FORMAT = "%i|%T|%r|%L|%N|%P|%M"
+_SQUEUE_FORMAT = "%i|%T|%r|%L|%N|%P|%M|%h"  # %h: may others share the node
 
 
 def squeue_argv(name: str) -> list[str]:
@@ -230,6 +230,12 @@ class JobState:
     time_left: str  # [D-]HH:MM:SS, UNLIMITED, INVALID
     node: str
     partition: str
+    oversubscribe: str = ""  # NO: the node is the job's alone; OK, YES, USER: others may run there
+
+    @property
+    def shared(self) -> bool | None:
+        """Whether other jobs may run on the job's node (None: the scheduler did not say)."""
+        return None if not self.oversubscribe else self.oversubscribe != "NO"
 
     @property
     def active(self) -> bool:
@@ -256,14 +262,52 @@ class JobState:
         return f"{self.state} (job {self.job_id} on {where}{reason})"
 
 
+_LEFT_RE = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+) left")
+
+
+def time_left_s(text: str) -> int | None:
+    """Seconds in a queue line's ``1:59:10 left`` (``JobState.text``); None when it has none."""
+    found = _LEFT_RE.search(text)
+    if found is None:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in found.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as Slurm writes a duration: ``59:58``, ``1:59:10``, ``2-00:00:00``."""
+    secs = max(0, int(seconds))
+    days, rest = divmod(secs, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def counted_down(text: str, elapsed: float) -> str:
+    """A queue line as it reads ``elapsed`` seconds after the scheduler said it: its time left
+    counted down (never below 0:00), so a view between two polls of ``squeue`` stays current."""
+    left = time_left_s(text)
+    if left is None:
+        return text
+    return _LEFT_RE.sub(f"{duration_text(left - elapsed)} left", text, count=1)
+
+
+def steady_part(text: str) -> str:
+    """A queue line without its time left: what a change of the job's state changes."""
+    return _LEFT_RE.sub("left", text, count=1)
+
+
 def parse_squeue(out: str) -> JobState | None:
     """The newest job in ``squeue_argv``'s answer (a resumed run has had several)."""
     newest: JobState | None = None
     for line in out.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 7 or not parts[0].isdigit():
+        if len(parts) not in (7, 8) or not parts[0].isdigit():
             continue
-        job = JobState(int(parts[0]), parts[1], parts[2], parts[3], parts[4], parts[5])
+        over = parts[7] if len(parts) == 8 else ""
+        job = JobState(int(parts[0]), parts[1], parts[2], parts[3], parts[4], parts[5], over)
         if newest is None or job.job_id > newest.job_id:
             newest = job
     return newest

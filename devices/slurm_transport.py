@@ -27,7 +27,7 @@ import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from ngb.core.errors import NgbError
-from ngb.devices import slurm
+from ngb.devices import slurm, slurm_nodes
 from ngb.devices.inventory import LOCALHOST, Device, Inventory, load_inventory
 from ngb.devices.local import LocalTransport
 from ngb.devices.slurm import JobState, SlurmSettings
@@ -39,9 +39,10 @@ _AGENT_START = (
 )
 # srun's pid is the job's handle on the login host: written to the pid file the protocol reads
 # (the start script's "agent already alive" check, kill, the claim), then printed as the pid.
+# On the node, slurm_nodes.NODE_SCRIPT records the job's node, then becomes the agent (exec).
 _SRUN_START = (
-    'nohup setsid srun {options} "$py" "$agent" "$@" >> events.jsonl 2>> agent.err '
-    "< /dev/null &\necho $! > agent.pid\necho $!\n"
+    'nohup setsid srun {options} sh -c {node_script} ngb-node {slot} {claims} "$py" "$agent" "$@" '
+    ">> events.jsonl 2>> agent.err < /dev/null &\necho $! > agent.pid\necho $!\n"
 )
 NODE_PIDFILE = "agent.node-pid"
 _ON_NODE = ("probe", "tune")  # agent commands that must describe or change the node
@@ -94,7 +95,11 @@ class SlurmTransport(Transport):
         except (ValueError, IndexError):
             raise NgbError(f"{self.name}: an agent start without --run-id/--pidfile") from None
         options = self.settings.allocation_options(slurm.job_name(run_id, self.device.name))
-        start = _SRUN_START.format(options=shlex.join(options))
+        claims = slurm_nodes.claims_dir(self.device.name, self.device.workdir, run_id)
+        start = _SRUN_START.format(
+            options=shlex.join(options), node_script=shlex.quote(slurm_nodes.NODE_SCRIPT),
+            slot=shlex.quote(self.device.name), claims=shlex.quote(claims),
+        )  # fmt: skip
         argv[2] = argv[2].replace(_AGENT_START, start)
         head, _, tail = argv[pidfile].rpartition("/")
         if tail != "agent.pid":
@@ -128,7 +133,9 @@ class SlurmQueue(JobQueue):
         job = await self.job(run_id)
         if job is None:
             return ""
-        if job.state == "RUNNING" and not self.transport.settings.exclusive:
+        # the scheduler's word on sharing (squeue's OverSubscribe) over the inventory's setting
+        shared = job.shared if job.shared is not None else not self.transport.settings.exclusive
+        if job.state == "RUNNING" and shared:
             return f"{job.text()}; shared node: others may disturb the timings"
         return job.text()
 

@@ -213,11 +213,8 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
     """The answer for one model on one device (see the module docstring)."""
     objective = limits.objective
     advice = Advice(device, model, objective)
-    rows = [
-        r
-        for r in data.trials()
-        if r["device"] == device and r["label"] == model and finite(r.get("throughput_mean"))
-    ]
+    # this model on this device only, filtered in SQL: a store is never read whole here
+    rows = [r for r in data.trials_of(device, model) if finite(r.get("throughput_mean"))]
     if not rows:
         advice.lines.append(f"{model} on {device}: nothing measured in the store")
         return advice
@@ -307,7 +304,7 @@ def _unit(objective: str) -> str:
 
 
 def models_in_scope(data: ReportData) -> list[str]:
-    return sorted({r["label"] for r in data.trials()})
+    return data.labels()  # from the label columns: the trials are read per model and device
 
 
 def advise(

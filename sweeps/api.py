@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from ngb.sweeps.derived import Derived
     from ngb.sweeps.store import Store
 
-__all__ = ["Comparison", "Result", "Samples", "compare", "measure", "open_results"]
+__all__ = [
+    "Comparison", "Result", "ResultFrames", "Samples", "compare", "measure", "open_results",
+]  # fmt: skip
 
 #: the device name results measured through the API are stored under (as `ngb measure` runs: here)
 HERE = "localhost"
@@ -40,13 +42,24 @@ HERE = "localhost"
 
 class Samples(list[float]):
     """Per-repetition throughputs that remember the worker process each came from, so
-    ``compare`` computes from them exactly the interval the trial computed (between processes)."""
+    ``compare`` computes from them exactly the interval the trial computed (between processes,
+    times the ``widening`` the trial's re-run history added, with its ``df``: ngb.core.reruns)."""
 
     workers: tuple[int, ...]
+    widening: float
+    df: int | None
 
-    def __init__(self, values: Sequence[float], workers: Sequence[int]) -> None:
+    def __init__(
+        self,
+        values: Sequence[float],
+        workers: Sequence[int],
+        widening: float = 1.0,
+        df: int | None = None,
+    ) -> None:
         super().__init__(values)
         self.workers = tuple(workers)
+        self.widening = widening
+        self.df = df
 
 
 @dataclass(frozen=True)
@@ -93,8 +106,15 @@ class Result:
     def samples(self) -> Samples:
         """Per-repetition throughputs, each with its worker process (``Samples.workers``)."""
         reps = [r for r in self.trial.repetitions if "throughput" in r]
+        measured = self.trial.extra.get("measure")
+        said = measured.get("reruns") if isinstance(measured, Mapping) else None
+        widening = said.get("widening") if isinstance(said, Mapping) else None
+        df = said.get("df") if isinstance(said, Mapping) else None
         return Samples(
-            [float(r["throughput"]) for r in reps], [int(r.get("worker") or 0) for r in reps]
+            [float(r["throughput"]) for r in reps],
+            [int(r.get("worker") or 0) for r in reps],
+            float(widening) if isinstance(widening, (int, float)) else 1.0,
+            int(df) if isinstance(df, int) else None,
         )
 
     @property
@@ -295,15 +315,39 @@ def _in_fresh_process(spec: TrialSpec, cache: Path, shown: Progress) -> TrialRes
     return outcome
 
 
-def open_results(
-    db: str | Path | None = None, run: str | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+class ResultFrames(tuple["pd.DataFrame", "pd.DataFrame"]):
+    """What ``open_results`` gives: it unpacks as ``results, samples``; ``profiles`` is the
+    run's per-operator profile frame beside them (``ngb.sweeps.store_profiles.profile_frame``:
+    one row per kernel record of each profile pass, empty where none was taken)."""
+
+    profiles: pd.DataFrame
+
+    def __new__(
+        cls, results: pd.DataFrame, samples: pd.DataFrame, profiles: pd.DataFrame
+    ) -> ResultFrames:
+        frames = super().__new__(cls, (results, samples))
+        frames.profiles = profiles
+        return frames
+
+    @property
+    def results(self) -> pd.DataFrame:
+        return self[0]
+
+    @property
+    def samples(self) -> pd.DataFrame:
+        return self[1]
+
+
+def open_results(db: str | Path | None = None, run: str | None = None) -> ResultFrames:
     """``(results, samples)`` of a run as pandas DataFrames: one row per finished trial (the
     ``results`` view) and one per timed repetition (the ``measurements`` table, with the worker
-    process it came from). ``db``: the results file (default: ngb's own); ``run``: a run id
-    (default: the newest run that has results, named on stderr). The run id is in each
-    frame's ``attrs["run_id"]``."""
+    process it came from); ``.profiles`` of what it returns is the third frame, one row per
+    kernel of each per-operator profile pass (a sweep's ``profile = true``, ``ngb profile
+    --db --run``). ``db``: the results file (default: ngb's own); ``run``: a run id (default:
+    the newest run that has results, named on stderr). The run id is in each frame's
+    ``attrs["run_id"]``."""
     from ngb.sweeps.store import Store
+    from ngb.sweeps.store_profiles import profile_frame
 
     store = Store(check.path_text("db", db))
     run = check.optional_text("run", run)
@@ -320,15 +364,22 @@ def open_results(
         "WHERE r.run_id = ? ORDER BY r.device, r.key",
         [run],
     )
+    # ci_widening / ci_df: what the trial's re-run history added to its interval
+    # (ngb.core.reruns), so ``compare`` on a key's repetitions rebuilds the interval it stated
     samples = store.frame(
-        "SELECT * FROM measurements WHERE run_id = ? ORDER BY device, key, rep", [run]
+        "SELECT m.*, TRY_CAST(json_extract_string(t.extra, '$.measure.reruns.widening') AS DOUBLE)"
+        " AS ci_widening, TRY_CAST(json_extract_string(t.extra, '$.measure.df') AS DOUBLE) AS ci_df"
+        " FROM measurements m LEFT JOIN trials t USING (run_id, device, key)"
+        " WHERE m.run_id = ? ORDER BY m.device, m.key, m.rep",
+        [run],
     )
     if results.empty:
         status = store.run(run).get("status")
         print(f"ngb: run {run} ({status}) has no finished trials", file=sys.stderr)
-    for frame in (results, samples):
+    profiles = profile_frame(store, run)
+    for frame in (results, samples, profiles):
         frame.attrs["run_id"] = run
-    return results, samples
+    return ResultFrames(results, samples, profiles)
 
 
 def _newest_with_results(store: Store) -> str:
@@ -382,7 +433,12 @@ def _row(x: object, side: str) -> dict[str, object]:
     if pandas is not None and isinstance(x, pandas.DataFrame) and "throughput" in x.columns:
         # a samples frame (one key's repetitions)
         workers = [int(w) for w in x["worker"]] if "worker" in x.columns else None
-        return _from_samples(side, [number(v) for v in x["throughput"]], workers)
+        values = [number(v) for v in x["throughput"]]
+        widening = _first_number(x, "ci_widening")
+        df = _first_number(x, "ci_df")
+        if widening is None:
+            return _from_samples(side, values, workers)
+        return _from_samples(side, values, workers, widening, None if df is None else int(df))
     series = pandas is not None and isinstance(x, pandas.Series) and "throughput_mean" in x.index
     if isinstance(x, Mapping) or series:
         # a pandas cell that is missing reads NaN: None, as the store gives it
@@ -400,7 +456,19 @@ def _row(x: object, side: str) -> dict[str, object]:
             f"got {type(x).__name__}"
         )
     values = [number(v) for v in x]
-    return _from_samples(side, values, list(x.workers) if isinstance(x, Samples) else None)
+    if isinstance(x, Samples):
+        return _from_samples(side, values, list(x.workers), x.widening, x.df)
+    return _from_samples(side, values, None)
+
+
+def _first_number(frame: pd.DataFrame, column: str) -> float | None:
+    """The column's first finite value, None where the frame has none (an older store)."""
+    if column not in frame.columns:
+        return None
+    for value in frame[column]:
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return float(value)
+    return None
 
 
 def _cell(value: object) -> object:
@@ -408,10 +476,15 @@ def _cell(value: object) -> object:
 
 
 def _from_samples(
-    side: str, values: list[float | None], workers: list[int] | None
+    side: str,
+    values: list[float | None],
+    workers: list[int] | None,
+    widening: float = 1.0,
+    stated_df: int | None = None,
 ) -> dict[str, object]:
     """The trial's own interval from its repetitions (``stopping.process_interval``): between
-    the worker processes' means (k - 1 df) when there were several, else over the repetitions."""
+    the worker processes' means (k - 1 df) when there were several, else over the repetitions;
+    for an ngb trial's ``Samples``, times the widening its re-run history added, at its df."""
     from ngb.core.stopping import process_interval
 
     if any(v is None or not math.isfinite(v) or v <= 0 for v in values):
@@ -426,12 +499,14 @@ def _from_samples(
         groups.setdefault(worker, []).append(value)
     ci = process_interval(list(groups.values()))
     df = ci.workers - 1 if ci.workers >= 2 else max(ci.n - 1, 0)
+    if stated_df is not None:
+        df = stated_df
     return _checked_row(
         side,
         {
             "key": f"samples-{side}-{id(values)}",
             "throughput_mean": ci.mean,
-            "throughput_ci_half": ci.half_width,
+            "throughput_ci_half": ci.half_width * widening,
             "extra": {"measure": {"df": df}},
         },
     )

@@ -160,7 +160,7 @@ async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, object]]:
     assert dev.paths is not None
     text = await fetch_text(dev, dev.paths.checkpoint)
     text = await device_queue.scheduler_end(dev, text or "")
-    return remote.parse_checkpoint(text)
+    return await device_queue.stamped(dev, remote.parse_checkpoint(text))  # a Slurm job's node
 
 
 async def read_trial_keys(dev: DeviceRun) -> set[str]:
@@ -233,8 +233,8 @@ async def follow_events(
         async for line in stream:
             last_line = loop.time()
             event = reader.feed(line)
-            if event is not None and event.get("type") == ev.TRIAL_FAILED:
-                event = await device_queue.amend_failure(dev, event)  # the scheduler's reason
+            if event is not None:  # a scheduler's reason for a failure, a result's node
+                event = await device_queue.amend(dev, event)
             dev.offset = reader.offset
             if event is not None and not await device_queue.foreign_cancel(dev, event):
                 on_event(dev, event)

@@ -2,8 +2,12 @@
 device side adds there. Every function is a no-op for a device without a queue.
 
 - While the agent's event log is followed, the job's queue state (``PENDING (Resources)``,
-  ``RUNNING on node1@gpu, 1:59:10 left``) is polled and sent on as a log event and, while no
-  trial is in flight, as the device's message (the ``run_devices`` row: ``ngb status``).
+  ``RUNNING on node1@gpu, 1:59:10 left``) is polled and sent on when it changes, as a log event
+  (the console's queue line) and, while no trial is in flight, as the device's message (the
+  ``run_devices`` row: ``ngb status``).
+- Each result is named by the node that ran it (``amend``, ``stamped``:
+  ``ngb.devices.slurm_nodes``), from the line each job writes on its node into the run dir, so
+  it is stored as ``node@partition`` whenever it is read (events, checkpoint, a resume).
 - A job the scheduler ends (time limit, preemption, someone's ``scancel``) signals the agent,
   which stops as if ngb had cancelled it. That is not ngb's cancel: its ``run_done`` is not
   passed on (``foreign_cancel``), and once the agent is gone its trial in flight is failed with
@@ -25,12 +29,15 @@ from ngb.core import events as ev
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.devices import protocol as remote
+from ngb.devices import slurm, slurm_nodes
 from ngb.devices.inventory import Inventory
 from ngb.devices.transport import JobQueue, TransportError
 from ngb.sweeps.run_state import DeviceRun
 
 POLL_S = 3.0
+DRIFT_S = 15.0  # a running job's time left is said again when off the counted-down one by more
 CANCEL_MARKER = "ngb-cancel"  # in the run dir: ngb's own cancel went through the scheduler
+STORED_AS = "stored_as"  # on a live sample event: the device name its trial's result gets
 QUEUE_PREFIX = "slurm: "  # the queue state's messages (the CLI's progress shows them)
 _LAST_STARTED = 'test -f "$1" || exit 0; grep -F trial_started "$1" | tail -n 1'
 _APPEND = 'printf "%s\\n" "$2" >> "$1"'
@@ -65,22 +72,36 @@ async def _ngb_cancelled(dev: DeviceRun) -> bool:
 
 
 async def poll(dev: DeviceRun, say: Callable[[str], None] | None, every: float = POLL_S) -> None:
-    """Say the job's queue state (``slurm: PENDING (Resources)``) whenever it changes, as the
-    device's connection message (the console's device row shows it between trials) and, while no
-    trial is in flight, as its current line (the ``run_devices`` row); runs until cancelled."""
+    """Say the job's queue state (``slurm: PENDING (Resources)``) when it changes, as the
+    device's connection message (the console keeps it on a line of its own) and, while no trial
+    is in flight, as its current line (the ``run_devices`` row); runs until cancelled.
+
+    A running job's time left changes at every poll; the console counts it down itself, so it
+    is said again only when the scheduler's figure leaves that count by ``DRIFT_S`` (a
+    suspended job, a changed limit), not every few seconds into the log."""
     queue = queue_of(dev)
     if queue is None or say is None:
         return
-    last = ""
+    loop = asyncio.get_running_loop()
+    last, said_at = "", 0.0
     while True:
         with contextlib.suppress(TransportError, NgbError, OSError):
             text = await queue.state(dev.run_id)
-            if text and f"{QUEUE_PREFIX}{text}" != last:
+            line = f"{QUEUE_PREFIX}{text}" if text else ""
+            if line and line != last and _news(line, last, loop.time() - said_at):
                 if not dev.current or dev.current == last:  # no trial in flight: say why
-                    dev.current = f"{QUEUE_PREFIX}{text}"
-                last = f"{QUEUE_PREFIX}{text}"
-                say(last)
+                    dev.current = line
+                last, said_at = line, loop.time()
+                say(line)
         await asyncio.sleep(every)
+
+
+def _news(line: str, last: str, since: float) -> bool:
+    """Whether a queue line says more than ``last`` did ``since`` seconds ago, counted down."""
+    if slurm.steady_part(line) != slurm.steady_part(last):
+        return True
+    now, then = slurm.time_left_s(line), slurm.time_left_s(last)
+    return now is None or then is None or abs((then - since) - now) > DRIFT_S
 
 
 async def scheduler_end(dev: DeviceRun, checkpoint_text: str) -> str:
@@ -113,12 +134,77 @@ async def scheduler_end(dev: DeviceRun, checkpoint_text: str) -> str:
         if spec is not None:
             error = why if prior is None else f"{why} ({prior.get('error')})"
             result = TrialResult.failed(spec, error, "error", finished_at=time.time())
+            result.extra["slurm"] = {"job": job_id}  # its node: that job's (slurm_nodes)
             line = json.dumps({**result.to_dict(), "run_id": dev.run_id}, sort_keys=True)
             await _checked(dev, ["sh", "-c", _APPEND, "ngb-append", paths.checkpoint, line],
                            "record the failed trial")  # fmt: skip
     await _checked(dev, ["sh", "-c", _APPEND, "ngb-mark", marker, why], "mark the job as seen")
     queue.ended_by_scheduler = why
     return checkpoint_text + (line + "\n" if line else "")
+
+
+async def amend(dev: DeviceRun, event: dict[str, object]) -> dict[str, object]:
+    """An agent event as the workstation takes it from a scheduler's device: a trial failed by
+    the job's end says so (``amend_failure``), and a result names the node that ran it
+    (``ngb.devices.slurm_nodes``). A new agent start (a new job) reads the node lines again."""
+    if queue_of(dev) is None:
+        return event
+    kind = event.get("type")
+    if kind == ev.RUN_STARTED:
+        _NODES.pop((dev.run_id, dev.name), None)
+    if kind == ev.TRIAL_FAILED:
+        event = await amend_failure(dev, event)
+    result = event.get("result")
+    if kind in (ev.TRIAL_DONE, ev.TRIAL_FAILED) and isinstance(result, dict):
+        return {**event, "result": await _named(dev, result)}
+    if kind in (ev.CPU, ev.TUNING):  # a trial's live samples: stored beside its result
+        facts = _NODES.get((dev.run_id, dev.name))
+        facts = facts if facts is not None else await _read_facts(dev)  # once per job
+        if facts:  # the agent runs in the newest job
+            newest = max(facts, key=lambda f: (f.started, f.job_id))
+            return {**event, STORED_AS: newest.device(dev.name)}
+    return event
+
+
+async def stamped(
+    dev: DeviceRun, checkpoint: dict[str, dict[str, object]]
+) -> dict[str, dict[str, object]]:
+    """The checkpoint's results, each named by the node that ran it (see ``amend``)."""
+    if queue_of(dev) is None or not checkpoint:
+        return checkpoint
+    _NODES.pop((dev.run_id, dev.name), None)  # read afresh: a job may have started since
+    return {key: await _named(dev, record) for key, record in checkpoint.items()}
+
+
+# (run, slot) -> its jobs' node lines, read from the run dir (dropped when a job may have begun)
+_NODES: dict[tuple[str, str], list[slurm_nodes.NodeFact]] = {}
+
+
+async def _named(dev: DeviceRun, record: dict[str, object]) -> dict[str, object]:
+    """``record`` stamped with its node (``slurm_nodes.stamp``); as it is when no job line
+    matches (a run started before ngb recorded nodes: it stays under the slot's name)."""
+    facts = _NODES.get((dev.run_id, dev.name))
+    fact = slurm_nodes.fact_for(facts, record) if facts is not None else None
+    if fact is None:  # not read yet, or a job this list does not know yet
+        fact = slurm_nodes.fact_for(await _read_facts(dev), record)
+    if fact is None:
+        return record
+    exclusive = bool((dev.device.slurm or {}).get("exclusive", True))
+    return slurm_nodes.stamp(record, fact, dev.name, exclusive)
+
+
+async def _read_facts(dev: DeviceRun) -> list[slurm_nodes.NodeFact]:
+    """The slot's node lines, read from its run dir (and kept until a job may have begun)."""
+    transport, paths = dev.transport, dev.paths
+    if transport is None or paths is None:
+        return []
+    path = f"{paths.run_dir}/{slurm_nodes.FACTS_FILE}"
+    res = await transport.run(remote.read_file_argv(path), timeout=60)
+    if res.returncode not in (0, 3):  # 3: no such file; else never guess a name
+        raise TransportError(f"{dev.name}: could not read {slurm_nodes.FACTS_FILE}")
+    facts = slurm_nodes.parse_facts(res.stdout if res.returncode == 0 else "")
+    _NODES[(dev.run_id, dev.name)] = facts
+    return facts
 
 
 async def amend_failure(dev: DeviceRun, event: dict[str, object]) -> dict[str, object]:

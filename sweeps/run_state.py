@@ -190,6 +190,7 @@ def resumed_run(
         devices={},
     )
     trials_text: str | None = None
+    owners = [run_device_of(t) for t in stored]
     for row in rows:
         name = str(row["device"])
         if row.get("state") in (FINISHED, CANCELLED):
@@ -197,7 +198,9 @@ def resumed_run(
         dev = DeviceRun.from_row(run_id, resolve([name])[0], row)
         dev.cancel_requested = cancel
         dev.results = {
-            str(t["key"]): t.get("status") == "ok" for t in stored if t["device"] == name
+            str(t["key"]): t.get("status") == "ok"
+            for t, owner in zip(stored, owners, strict=True)
+            if owner == name
         }
         if not dev.started:
             trials_text = trials_text or _trials_text(info)
@@ -205,6 +208,15 @@ def resumed_run(
             dev.keys = {TrialSpec.from_dict(d).key for d in remote.parse_jsonl(trials_text)}
         run.devices[name] = dev
     return run
+
+
+def run_device_of(trial: Mapping[str, object]) -> str:
+    """The run device a stored trial counts for: its device, or for a result stored under the
+    name of the node a scheduler handed out (``node@partition``), the slot that ran it."""
+    name = str(trial["device"])
+    if "@" not in name:
+        return name
+    return str(json_field(trial.get("extra")).get("run_device") or name)
 
 
 def started_devices(

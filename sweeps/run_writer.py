@@ -99,12 +99,12 @@ class PendingWrites:
     def add_to(self, batch: IngestBatch, run_id: str, device: str, results: bool = True) -> None:
         if results:
             for result in self.results.values():
-                batch.add_result(run_id, device, result)
+                batch.add_result(run_id, stored_as(result, device), result)
         for event in self.cpu:
-            batch.add_cpu_sample(run_id, device, event)
+            batch.add_cpu_sample(run_id, str(event.get("stored_as") or device), event)
         for key, events in self.tuning.items():
-            for event in events:
-                batch.add_tuning(run_id, device, key, event)
+            for event in events:  # stored_as: beside the result (a Slurm job's node@partition)
+                batch.add_tuning(run_id, str(event.get("stored_as") or device), key, event)
         for trial_key, kind, message in self.errors:
             batch.add_error(run_id, device, trial_key, kind, message)
 
@@ -350,7 +350,8 @@ class RunWriter:
         for dev, pending, _ in batch:
             for result in pending.results.values():
                 try:
-                    self.store.write_batch(IngestBatch(results=[(dev.run_id, dev.name, result)]))
+                    name = stored_as(result, dev.name)
+                    self.store.write_batch(IngestBatch(results=[(dev.run_id, name, result)]))
                 except RowRejected as exc:
                     reason = first_line(exc)
                     self._store_stand_in(dev, result, reason)
@@ -373,16 +374,24 @@ class RunWriter:
             started_at=result.started_at, finished_at=result.finished_at,
         )  # fmt: skip
         text_only = {k: v for k, v in result.spec.items() if k in _TEXT_AXES}
+        name = stored_as(result, dev.name)
         for spec in (result.spec, text_only):  # the axes themselves may be what does not fit
             candidate = dataclasses.replace(failed, spec=spec, extra={"spec": result.spec})
             try:
-                self.store.write_batch(IngestBatch(results=[(dev.run_id, dev.name, candidate)]))
+                self.store.write_batch(IngestBatch(results=[(dev.run_id, name, candidate)]))
                 return
             except RowRejected:
                 continue
         self.store.write_batch(
             IngestBatch(errors=[(dev.run_id, dev.name, result.key, time.time(), "ingest", reason)])
         )
+
+
+def stored_as(result: TrialResult, device: str) -> str:
+    """The device name a result is stored under: the run's device, or the node a scheduler
+    handed it (``extra["stored_device"]``, ``node@partition``: ``ngb.devices.slurm_nodes``)."""
+    name = result.extra.get("stored_device") if isinstance(result.extra, dict) else None
+    return name if isinstance(name, str) and name else device
 
 
 def record_agent_event(dev: DeviceRun, pending: PendingWrites, event: Event) -> None:

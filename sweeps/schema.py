@@ -360,6 +360,17 @@ PROFILE_KERNEL_COLUMNS: tuple[tuple[str, str], ...] = (
 
 _V8 = [_ddl("profiles", PROFILE_COLUMNS), _ddl("profile_kernels", PROFILE_KERNEL_COLUMNS)]
 
+# a sweep's profile pass (MeasureSettings.profile): the trial it followed and its timed latency;
+# the optimisation makes DLAS rows (int8, pruning) distinct points
+PROFILE_COLUMNS_V9: tuple[tuple[str, str], ...] = (
+    ("optimisation", "VARCHAR"), ("key", "VARCHAR"), ("timed_ms", "DOUBLE"),
+)  # fmt: skip
+PROFILE_KERNEL_COLUMNS_V9 = PROFILE_COLUMNS_V9[:2]
+_V9 = [
+    *(f"ALTER TABLE profiles ADD COLUMN {n} {t}" for n, t in PROFILE_COLUMNS_V9),
+    *(f"ALTER TABLE profile_kernels ADD COLUMN {n} {t}" for n, t in PROFILE_KERNEL_COLUMNS_V9),
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
@@ -369,6 +380,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("provenance: environment hash and package lists, kernel, container, model git", _V6),
     ("latency percentiles with bounds, kept per-call latencies; memory per phase, sources", _V7),
     ("per-operator profiles: one row per profile pass and per kernel", _V8),
+    ("profiles keyed to the trial they followed, its timed latency, the optimisation", _V9),
 ]
 
 

@@ -2,7 +2,8 @@
 
 How the file is opened, shared with other processes and what failures mean: ``store_connect``.
 How results become rows (idempotent per run, device and key): ``store_ingest``. Schema steps:
-``schema`` (the tables) and ``store_migrations`` (applying them). Export: ``store_query``.
+``schema`` (the tables) and ``store_migrations`` (applying them). Export: ``store_snapshot.export``
+(from a copy, streamed).
 
 Reading never creates anything: a missing file reads as an empty database (``runs()`` is
 ``[]``), except that free SQL (``query``) says the file is missing; a file that is not an ngb
@@ -35,14 +36,12 @@ from ngb.sweeps.store_connect import (
     read_errors,
     write_errors,
 )
+from ngb.sweeps.store_devices import DEVICE_INSERT, PROBE_INSERT, device_row, probe_row
 from ngb.sweeps.store_errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
-from ngb.sweeps.store_ingest import as_int, now, num, to_datetime, to_json, write_batch
-from ngb.sweeps.store_migrations import migrate, read_version
+from ngb.sweeps.store_ingest import now, to_datetime, to_json, write_batch
+from ngb.sweeps.store_migrations import empty_database, migrate, read_version
 from ngb.sweeps.store_query import (
-    EXPORT_FORMATS,
-    check_export_destination,
     sql_error,
-    write_export,
 )
 
 if TYPE_CHECKING:
@@ -55,8 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["BUSY_MESSAGE", "DatabaseBusy", "RowRejected", "Store", "StoreUnwritable"]
 
 TERMINAL_RUN_STATES = ("done", "failed", "cancelled", "finished", "error")
-# Inventory fields that must never reach the database (key material, passwords, tokens).
-_SECRET_FIELD = re.compile(r"pass|secret|token|private|key_data|identity|credential", re.I)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _JSON_COLUMNS = {
@@ -142,7 +139,7 @@ class Store:
         """A read-only connection; a missing file reads as an empty database (nothing created)."""
         with read_errors(self.path):
             if not self.path.exists():
-                empty = _empty_database()
+                empty = empty_database()
                 apply_grant(empty, external_access)  # no file, yet none of the operator's either
                 yield empty
                 return
@@ -321,63 +318,14 @@ class Store:
 
     def upsert_device(self, device: Event) -> None:
         """Store an inventory entry (no secrets: key material and passwords are dropped)."""
-        data = {k: v for k, v in dict(device).items() if not _SECRET_FIELD.search(k)}
-        name = data.pop("name", None)
-        if not name:
-            raise NgbError("a device needs a name")
-        columns = ("host", "port", "user", "jump_host", "python", "workdir", "notes")
-        values = [data.pop(c, None) for c in columns]
-        groups = data.pop("groups", None)
+        row = device_row(device)
         with self._writer() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    name,
-                    *values[:6],
-                    to_json(list(groups) if isinstance(groups, Iterable) and groups else []),
-                    values[6],
-                    to_json(data),
-                    now(),
-                ],
-            )
+            conn.execute(DEVICE_INSERT, row)
 
     def record_probe(self, device_name: str, probe: Event) -> None:
         """Store one probe answer (the whole JSON, plus the facts the paper's tables need)."""
-        probe = dict(probe)
-
-        def pick(*names: str) -> object:
-            for name in names:
-                node: object = probe
-                for part in name.split("."):
-                    node = node.get(part) if isinstance(node, Mapping) else None
-                if node is not None:
-                    return node
-            return None
-
-        # The agent's probe (ngb.devices.probe) reports ram_mb and cores_logical; older or
-        # hand-written probes may use the other names.
-        ram_mb = pick("ram_mb")
-        ram = ram_mb / 1024 if isinstance(ram_mb, int | float) else pick("ram_gb", "memory_gb")
-        cores = pick("cores_logical", "cpu_cores", "cores", "cpu_count")
-        gpu = pick("gpu", "gpus")
         with self._writer() as conn:
-            conn.execute(
-                "INSERT INTO probes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    device_name,
-                    now(),
-                    pick("hostname", "host"),
-                    pick("cpu_model", "cpu.model"),
-                    as_int(cores) if isinstance(cores, int) else None,
-                    num(ram) if isinstance(ram, int | float) else None,
-                    gpu if isinstance(gpu, str) or gpu is None else to_json(gpu),
-                    pick("os", "platform"),
-                    pick("python", "python_version"),
-                    to_json(pick("compilers", "available")),
-                    to_json(pick("versions")),
-                    to_json(probe),
-                ],
-            )
+            conn.execute(PROBE_INSERT, probe_row(device_name, probe))
 
     def write_batch(self, batch: IngestBatch) -> int:
         """Write a live run's flush in one transaction; returns the number of new trials.
@@ -570,45 +518,6 @@ class Store:
             except duckdb.Error as exc:
                 raise sql_error(exc, False) from None
 
-    def export(
-        self,
-        dest: str | Path,
-        fmt: str = "parquet",
-        table_or_sql: str = "trials",
-        *,
-        overwrite: bool = False,
-    ) -> int:
-        """Write a table, view or read-only query to Parquet or CSV; returns rows written.
-
-        The query runs on the locked-down read-only connection and pyarrow writes the file, so
-        an exported query cannot touch any file but ``dest``. The file appears complete or not
-        at all (written next to ``dest``, then renamed). ``dest`` is never the results database,
-        and an existing file is replaced only with ``overwrite``.
-        """
-        import duckdb
-
-        if fmt not in EXPORT_FORMATS:
-            raise NgbError(f"unknown export format {fmt!r}; use parquet or csv")
-        dest = Path(dest).expanduser()
-        check_export_destination(dest, self.path, overwrite=overwrite)
-        self.require_file()
-        source = table_or_sql.strip()
-        if _IDENTIFIER.match(source):
-            tables = self.tables()
-            if source not in tables:
-                raise UnknownNameError("table", source, tables)
-            source = f'SELECT * FROM "{source}"'  # noqa: S608 - a checked table name
-        plan_files(source, allow_files=False, store=self.path)  # no COPY/ATTACH: rows only
-        with self._reader(external_access=False) as conn:
-            try:
-                table = conn.sql(source).to_arrow_table()
-            except duckdb.Error as exc:
-                raise sql_error(exc, False) from None
-            except AttributeError:  # a statement without a result (e.g. SET)
-                raise NgbError("export needs a query that returns rows") from None
-        write_export(table, dest, fmt, self.path, overwrite=overwrite)
-        return int(table.num_rows)
-
     def require_file(self) -> None:
         """Raise a one-line NgbError when the results file does not exist."""
         if not self.path.exists():
@@ -620,14 +529,3 @@ def _filters(**columns: object) -> tuple[str, list[object]]:
     if not given:
         return "", []
     return " WHERE " + " AND ".join(f"{k} = ?" for k in given), list(given.values())
-
-
-def _empty_database() -> duckdb.DuckDBPyConnection:
-    """An in-memory database with the current schema: what a file not yet written reads as."""
-    import duckdb
-
-    conn = duckdb.connect(":memory:", config=BASE_CONFIG)
-    for _description, statements in schema.MIGRATIONS:
-        for statement in statements:
-            conn.execute(statement)
-    return conn

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
 from ngb.core.types import BLOCK_MODELS, TrialResult
-from ngb.sweeps import provenance_rows, schema
+from ngb.sweeps import profile_rows, provenance_rows, schema
 from ngb.sweeps.result_store import ErrorRow, IngestBatch
 from ngb.sweeps.rows import Event
 
@@ -169,6 +169,8 @@ def ingest_results(
     now_us = _ts(time.time())
     # package lists leave the trials' extra for `environments`, once per hash (issue 35)
     provenance_rows.insert_environments(conn, provenance_rows.take_environments(fresh))
+    # a sweep's profile passes leave the trials' extra for `profiles` (issue 34)
+    profile_rows.take_profiles(conn, run_id, device, fresh)
     trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
     for r in fresh:
         for name, value in _trial_row(run_id, device, r, now_us).items():

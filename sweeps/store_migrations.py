@@ -65,3 +65,15 @@ def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def empty_database() -> duckdb.DuckDBPyConnection:
+    """An in-memory database with the current schema: what a file not yet written reads as."""
+    import duckdb
+    from ngb.sweeps.sql_files import BASE_CONFIG
+
+    conn = duckdb.connect(":memory:", config=BASE_CONFIG)
+    for _description, statements in schema.MIGRATIONS:
+        for statement in statements:
+            conn.execute(statement)
+    return conn

@@ -7,6 +7,7 @@ never be the destination, and an existing file is replaced only when the caller 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,19 +79,37 @@ def _own_files() -> dict[str, Path]:
     return get_paths().own_files()
 
 
-def write_export(table: pa.Table, dest: Path, fmt: str, database: Path, *, overwrite: bool) -> None:
-    """Write an Arrow table to ``dest`` atomically (beside it, fsync, rename; a full disk is an
-    error), checking the destination again right before the rename."""
+def write_export(
+    rows: pa.Table | pa.RecordBatchReader, dest: Path, fmt: str, database: Path, *, overwrite: bool
+) -> int:
+    """Write an Arrow table or a stream of record batches to ``dest`` atomically (beside it,
+    fsync, rename; a full disk is an error), checking the destination again right before the
+    rename; returns the rows written. A stream is written batch by batch, never held whole."""
+    import pyarrow as pa
+
+    written = [0]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        if isinstance(rows, pa.Table):
+            yield from rows.to_batches()
+        else:
+            yield from rows
 
     def writer(tmp: Path) -> None:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, str(tmp))
+            with pq.ParquetWriter(str(tmp), rows.schema) as out:
+                for batch in batches():
+                    out.write_batch(batch)
+                    written[0] += batch.num_rows
         else:
             import pyarrow.csv as pcsv
 
-            pcsv.write_csv(table, str(tmp))
+            with pcsv.CSVWriter(str(tmp), rows.schema) as out:
+                for batch in batches():
+                    out.write_batch(batch)
+                    written[0] += batch.num_rows
         # Checked again right before the rename: the file may have appeared meanwhile.
         check_export_destination(dest, database, overwrite=overwrite)
 
@@ -98,3 +117,4 @@ def write_export(table: pa.Table, dest: Path, fmt: str, database: Path, *, overw
         write_atomic(dest, writer, what="export", overwrite=overwrite, make_parent=True)
     except NgbError as exc:
         raise NgbError(str(exc).replace("cannot write", "cannot export to", 1)) from None
+    return written[0]

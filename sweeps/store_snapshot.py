@@ -3,15 +3,17 @@
 A live run's writer (the orchestrator's ingest) and a long query of the operator must not share a
 connection or the store's per-file lock: DuckDB lets a process hold a file either read-write or
 read-only, so a query held open on the results file would stall every ingest behind it (and a
-quit that flushes them). A read-only ``QueryJob`` therefore copies the file under the lock (a
-read-only connection is open meanwhile, so no other process is half-way through a write), lets
-the lock go, and runs the query on its own connection to the private copy. The writer waits only
-for the copy, never for the query. The copy is reused by the next queries while the file stays
-unchanged (``_Snapshot``: on a 1.1 GB store, 2.5 s per query copying each time and 0.15 s
-reusing, on the loaded 2-core VM: ``ngb bench store --console DB``); a write makes the next
-query copy again. ``ngb query`` uses the same job with ``hold_s``: it runs on the file itself
-(a short query needs no copy) and, still running after ``hold_s``, lets the file go and runs
-again on a copy, so a live run's writer in another process waits seconds, not for the query.
+quit that flushes them). A read-only ``QueryJob`` therefore runs on a private copy of the file
+(``take_snapshot``), copied without holding the file: the copy is kept only when nothing wrote
+to the file while it was read, so a writer in another process never waits for the copy nor for
+the query (a store written to throughout is copied under the lock after a few tries). The copy
+is reused by the next queries while the file stays unchanged (``_Snapshot``: on a 1.1 GB store,
+2.5 s per query copying each time and 0.15 s reusing, on the loaded 2-core VM:
+``ngb bench store --console DB``); a write makes the next query copy again. ``ngb query`` uses
+the same job with ``hold_s``: it runs on the file itself (a short query needs no copy) and,
+still running after ``hold_s``, lets the file go and runs again on a copy, so a live run's
+writer in another process waits ``hold_s`` at most, not for the query. ``ngb export`` reads a
+copy too (``export_rows``), streaming its rows to the file in batches.
 
 The job can be stopped from another thread (``cancel``: ``connection.interrupt()``) and stops
 itself after ``timeout_s``; either way the query ends within milliseconds and the next job does not
@@ -27,16 +29,20 @@ and DuckDB's settings are locked.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngb.core.errors import NgbError
+from ngb.core.errors import NgbError, UnknownNameError
 from ngb.sweeps.sql_files import BASE_CONFIG, apply_grant, plan_files
-from ngb.sweeps.store_connect import lock_for, read_errors, write_errors
-from ngb.sweeps.store_query import sql_error
+from ngb.sweeps.store_connect import connection, lock_for, read_errors, write_errors
+from ngb.sweeps.store_query import EXPORT_FORMATS, check_export_destination, sql_error
+
+#: a bare table or view name (anything else is a query)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 if TYPE_CHECKING:
     import duckdb
@@ -53,6 +59,10 @@ FILES_HINT = "from the console (ngb query --allow-files can)"
 
 class QueryCancelled(NgbError):
     """The operator cancelled the query, or it ran past its time limit."""
+
+
+class CopyFailed(NgbError):
+    """No private copy of the store could be made (a full disk or temporary folder)."""
 
 
 class QueryJob:
@@ -136,33 +146,23 @@ class QueryJob:
         """A private copy of the results file, taken now or reused while the file is unchanged
         (``copy`` None: no file yet, an empty database answers)."""
         path = self.store.path
-        with lock_for(path), self.store._reader():  # noqa: SLF001 - checks version and integrity
-            if not path.exists():
-                return _Snapshot("", None, None)
-            # The read-only connection is open: no process is half-way through a write.
-            key, signature = str(path.resolve()), _signature(path)
-            with _snapshots_guard:
-                current = _snapshots.get(key)
-                if current is not None and signature is not None and current.signature == signature:
-                    current.users += 1
-                    return current
-            folder = tempfile.TemporaryDirectory(prefix="ngb-query-")
-            copy = Path(folder.name) / "results.duckdb"
-            try:
-                shutil.copyfile(path, copy)
-                wal = Path(f"{path}.wal")
-                if wal.exists():
-                    shutil.copyfile(wal, Path(f"{copy}.wal"))
-            except OSError as exc:
-                folder.cleanup()
-                raise NgbError(f"cannot read results database {path}: {exc.strerror}") from None
-            fresh = _Snapshot(key, signature, folder, users=1)
-            with _snapshots_guard:
-                old = _snapshots.get(key)
-                _snapshots[key] = fresh
-                if old is not None and old.users == 0:
-                    old.drop()
-            return fresh
+        check_once(self.store)
+        if not path.exists():
+            return _Snapshot("", None, None)
+        key = str(path.resolve())
+        with _snapshots_guard:
+            current = _snapshots.get(key)
+            signature = _signature(path)
+            if current is not None and signature is not None and current.signature == signature:
+                current.users += 1
+                return current
+        fresh = take_snapshot(path, key, timeout=self.store.busy_timeout_s)
+        with _snapshots_guard:
+            old = _snapshots.get(key)
+            _snapshots[key] = fresh
+            if old is not None and old.users == 0:
+                old.drop()
+        return fresh
 
     def _run_on_file(self, hold_s: float) -> SqlAnswer | None:
         """The query on the results file itself, stopped after ``hold_s`` (None then: the
@@ -196,9 +196,9 @@ class QueryJob:
             config["threads"] = self.threads
         with read_errors(self.store.path):
             if copy is None:
-                from ngb.sweeps.store import _empty_database
+                from ngb.sweeps.store_migrations import empty_database
 
-                conn = _empty_database()
+                conn = empty_database()
                 if self.threads is not None:
                     conn.execute(f"SET threads = {int(self.threads)}")
             else:
@@ -307,6 +307,78 @@ def _signature(path: Path) -> Signature | None:
     return main, wal
 
 
+def take_snapshot(path: Path, key: str = "", *, timeout: float = 5.0) -> _Snapshot:
+    """A private copy of the results file (and its WAL), taken without holding the file when
+    it can be: a writer in another process then never waits for the copy (issue 31: a live
+    run's ingest waited ~8 s behind a query that copied a 1 GB store under the lock).
+
+    Why a copy taken without the lock is consistent: it is kept only when the file and its WAL
+    kept their signature (inode, size, modification time, neither written within ``FRESH_S``)
+    from before the copy to after it, so no byte changed while it was read and the copy is the
+    file at one instant -- what a crash would leave, which DuckDB recovers from (its header is
+    written last, the WAL replayed on open), and every block carries a checksum DuckDB checks on
+    read. A store written to all along (a copy never gets through unchanged) is copied under the
+    lock after ``UNLOCKED_TRIES`` tries, as before."""
+    folder = tempfile.TemporaryDirectory(prefix="ngb-query-")
+    copy = Path(folder.name) / "results.duckdb"
+    try:
+        signature = _copy_unlocked(path, copy)
+        if signature is None:
+            with lock_for(path), read_errors(path), connection(path, write=False, timeout=timeout):
+                # the read-only connection is open: no process is half-way through a write
+                signature = _signature(path)
+                _copy_files(path, copy)
+    except OSError as exc:
+        folder.cleanup()
+        raise CopyFailed(
+            f"cannot copy results database {path} to read it: {exc.strerror}"
+        ) from None
+    except BaseException:
+        folder.cleanup()
+        raise
+    return _Snapshot(key, signature, folder, users=1)
+
+
+def check_once(store: Store) -> None:
+    """The file's version and integrity, checked on the file itself (opened and closed at once)
+    the first time this ``Store`` reads it, before a copy of it is trusted."""
+    if not store._schema_checked:  # noqa: SLF001 - the store's own once-only check
+        with lock_for(store.path), store._reader():  # noqa: SLF001
+            pass
+
+
+#: copies tried without the lock before one is taken under it (each restarts on a write)
+UNLOCKED_TRIES = 6
+
+
+def _copy_unlocked(path: Path, copy: Path) -> Signature | None:
+    """Copy ``path`` and its WAL to ``copy`` without the lock; the signature they kept
+    throughout, or None when every try saw a write."""
+    import time
+
+    for _ in range(UNLOCKED_TRIES):
+        before = _signature(path)
+        for _wait in range(20):  # a write just now: start right after it, not during the next
+            if before is not None:
+                break
+            time.sleep(FRESH_S)
+            before = _signature(path)
+        if before is None:
+            continue
+        _copy_files(path, copy)
+        if _signature(path) == before:
+            return before
+    return None
+
+
+def _copy_files(path: Path, copy: Path) -> None:
+    Path(f"{copy}.wal").unlink(missing_ok=True)
+    shutil.copyfile(path, copy)
+    wal = Path(f"{path}.wal")
+    if wal.exists():
+        shutil.copyfile(wal, Path(f"{copy}.wal"))
+
+
 def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:
     with _snapshots_guard:
         snapshot.users -= 1
@@ -317,3 +389,85 @@ def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:
             del _snapshots[snapshot.key]
         if not (current and keep):
             snapshot.drop()
+
+
+# -- export -----------------------------------------------------------------------------------
+#: rows per Arrow record batch an export holds at once
+EXPORT_BATCH_ROWS = 65_536
+
+
+def export_rows(store: Store, source: str, dest: Path, fmt: str, *, overwrite: bool) -> int:
+    """Write the rows of read-only SQL ``source`` to ``dest`` (Parquet or CSV); returns rows
+    written. Read from a private copy of the store (``take_snapshot``), so a long export never
+    holds the file a live run writes to (issue 31, item 3), and streamed in record batches, so
+    a table larger than memory exports too. ``dest`` was checked by the caller; it is written
+    beside itself and renamed into place (``store_query.write_export``)."""
+    import duckdb
+
+    check_once(store)
+    try:
+        snapshot = take_snapshot(store.path, timeout=store.busy_timeout_s)
+    except CopyFailed:
+        # no room for a copy: read the file itself, holding it while the rows are written
+        with store._reader(external_access=False) as conn:  # noqa: SLF001
+            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite)
+    try:
+        # DuckDB's buffers bounded: the copy is read once, front to back
+        config = {**BASE_CONFIG, "enable_external_access": False, "memory_limit": "256MB"}
+        with read_errors(store.path):
+            conn = duckdb.connect(str(snapshot.copy), read_only=True, config=config)
+            apply_grant(conn, False)
+        try:
+            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite)
+        finally:
+            conn.close()
+    finally:
+        snapshot.drop()
+
+
+def _export_from(
+    conn: duckdb.DuckDBPyConnection, source: str, dest: Path, fmt: str, store: Store, *,
+    overwrite: bool,
+) -> int:  # fmt: skip
+    import duckdb
+    from ngb.sweeps.store_query import write_export
+
+    try:
+        relation = conn.sql(source)
+        if relation is None:  # a statement without a result (e.g. SET)
+            raise NgbError("export needs a query that returns rows")
+        reader = relation.to_arrow_reader(EXPORT_BATCH_ROWS)
+        return write_export(reader, dest, fmt, store.path, overwrite=overwrite)
+    except duckdb.Error as exc:
+        raise sql_error(exc, False) from None
+
+
+def export(
+    store: Store,
+    dest: str | Path,
+    fmt: str = "parquet",
+    table_or_sql: str = "trials",
+    *,
+    overwrite: bool = False,
+) -> int:
+    """Write a table, view or read-only query to Parquet or CSV; returns rows written.
+
+    The query runs on the locked-down read-only connection and pyarrow writes the file, so
+    an exported query cannot touch any file but ``dest``. The file appears complete or not
+    at all (written next to ``dest``, then renamed). ``dest`` is never the results database,
+    and an existing file is replaced only with ``overwrite``.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise NgbError(f"unknown export format {fmt!r}; use parquet or csv")
+    dest = Path(dest).expanduser()
+    check_export_destination(dest, store.path, overwrite=overwrite)
+    store.require_file()
+    source = table_or_sql.strip()
+    if _IDENTIFIER.match(source):
+        tables = store.tables()
+        if source not in tables:
+            raise UnknownNameError("table", source, tables)
+        source = f'SELECT * FROM "{source}"'  # noqa: S608 - a checked table name
+    plan_files(source, allow_files=False, store=store.path)  # no COPY/ATTACH: rows only
+    # from a copy, streamed: a long export never holds the file a live run writes to
+    return export_rows(store, source, dest, fmt, overwrite=overwrite)

@@ -26,24 +26,25 @@ def register(monkeypatch: pytest.MonkeyPatch) -> None:
 class _Sleeping(Compiled):
     """A call that sleeps ``call_s`` (the trial itself leaves the CPU to its helper)."""
 
-    def __init__(self, call_s: float, helper: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(self, call_s: float, helpers: list[subprocess.Popen[bytes]] | None = None) -> None:
         super().__init__()
-        self.call_s, self.helper = call_s, helper
+        self.call_s, self.helpers = call_s, helpers or []
 
     def run(self) -> object:
         time.sleep(self.call_s)
         return None
 
     def close(self) -> None:
-        if self.helper is not None:
-            self.helper.kill()
-            self.helper.wait()
-            self.helper = None
+        for helper in self.helpers:
+            helper.kill()
+            helper.wait()
+        self.helpers = []
 
 
 @dataclass(frozen=True)
 class BusyChildConfig(CompilerConfig):
     call_s: float = 0.01
+    helpers: int = 1  # busy helper processes (one per core: they get a share even under load)
 
 
 class BusyChildCompiler(Compiler[BusyChildConfig]):
@@ -52,8 +53,10 @@ class BusyChildCompiler(Compiler[BusyChildConfig]):
     needs_model = False
 
     def compile(self, model: object, example: object, ctx: CompileContext) -> Compiled:
-        helper = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        return _Sleeping(self.config.call_s, helper)
+        busy = [sys.executable, "-c", "while True: pass"]
+        return _Sleeping(
+            self.config.call_s, [subprocess.Popen(busy) for _ in range(self.config.helpers)]
+        )
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,22 @@ def test_loops_are_strongly_connected_components() -> None:
     assert hs.strongly_connected(graph) == [["a", "b", "c"]]
 
 
+def test_a_type_checking_import_is_kept_apart_and_counted(tmp_path: Path) -> None:
+    hs = _module()
+    source = tmp_path / "a.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import ngb.x\n"
+        "if TYPE_CHECKING:\n"
+        "    from ngb.y import Y\n"
+        "else:\n"
+        "    import ngb.z\n"
+    )
+    facts = hs.read_module("ngb.a", source)
+    assert {"ngb.x", "ngb.z"} <= facts.top_imports and "ngb.y" not in facts.top_imports
+    assert {"ngb.y", "ngb.y.Y"} <= facts.type_only
+
+
 def test_the_house_has_no_import_loops_and_the_share_is_printed() -> None:
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "--json"], capture_output=True, text=True, check=True
@@ -48,6 +64,7 @@ def test_the_house_has_no_import_loops_and_the_share_is_printed() -> None:
     assert stats["functions_with_any"] == sum(n for _, n in stats["any_by_module"])
     assert stats["module_level_loops"] == []
     assert stats["loops_with_function_imports"] == [], stats["loops_hidden_in_functions"]
+    assert stats["loops_with_type_imports"] == []  # issue 33: type-only imports count too
     text = subprocess.run(
         [sys.executable, str(SCRIPT), "--max-loops", "0"], capture_output=True, text=True
     )

@@ -1,13 +1,17 @@
 """A Slurm partition as devices, against a real one-machine Slurm cluster (``tests/slurm.py``).
 
-The inventory's ``slurm`` table and the start's rewrite into ``srun`` are checked without a
-cluster; the rest runs ngb's real agent in real Slurm jobs. In the CI subset: a queued job
-shows its reason (in the console's device row too) and ``ngb cancel``'s path removes it. In the
-slow tier: a two-slot sweep completes (and prints the time to the first result); an external
-``scancel`` fails the trial in flight with the scheduler's reason and ``ngb run --resume``
-finishes the rest; a time limit does the same with TIMEOUT; ``ngb cancel`` of a running job
-stops only the agent; ``kill -9`` of ``ngb run`` then ``ngb attach`` loses and repeats nothing;
-``ngb devices probe`` describes a node through ``srun``.
+The inventory's ``slurm`` table, the start's rewrite into ``srun``, the node line each job
+writes (``NODE_SCRIPT`` run by ``sh``), results named by node, a resume's count of them and the
+console's counted-down queue line are checked without a cluster; the rest runs ngb's real agent
+in real Slurm jobs. In the CI subset: a queued job shows its reason (on the console's queue line
+too) and ``ngb cancel``'s path removes it. In the slow tier: a two-slot sweep completes on the
+one node (``<node>@debug`` and ``<node>@debug#part.N``, every trial flagged as measured on a
+shared node; it prints the time to the first result); an external ``scancel`` fails the trial
+in flight with the scheduler's reason and ``ngb run --resume`` finishes the rest, both
+allocations' results under the node's name; a time limit does the same with TIMEOUT;
+``ngb cancel`` of a running job stops only the agent; ``kill -9`` of ``ngb run`` then
+``ngb attach`` loses and repeats nothing; ``ngb devices probe`` describes a node through
+``srun``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,15 +29,16 @@ from pathlib import Path
 import pytest
 from ngb.core import events as ev
 from ngb.core.errors import ConfigError
-from ngb.devices import protocol
+from ngb.devices import protocol, slurm_nodes
 from ngb.devices.inventory import Device, Inventory, inventory_from_dict
 from ngb.devices.slurm import JobState, SlurmSettings, parse_squeue
 from ngb.devices.slurm_transport import _AGENT_START, NODE_PIDFILE, SlurmTransport
-from ngb.sweeps.device_queue import job_states
+from ngb.sweeps.device_queue import _news, job_states
 from ngb.sweeps.orchestrator import Orchestrator
+from ngb.sweeps.run_state import resumed_run
 from ngb.sweeps.store import Store
-from ngb.tui.live_run import RunModel
-from ngb.tui.widgets.device_panel import current_line
+from ngb.tui.live_run import DeviceState, RunModel
+from ngb.tui.widgets.device_panel import current_line, queue_line
 
 from tests.noop_sweeps import noop_sweep
 from tests.slurm import PARTITION, SlurmCluster
@@ -103,6 +109,117 @@ def test_queue_answers_read_as_one_line():
     assert parse_squeue("garbage\n") is None
 
 
+def test_the_node_script_records_its_job_and_the_first_slot_there_holds_the_name(tmp_path):
+    # NODE_SCRIPT as srun runs it: in the slot's run dir, the job's variables set (no cluster
+    # needed: the script reads only its environment), on a node without squeue ("?")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "uname", "date", "mkdir", "ln", "readlink", "head", "timeout", "echo"):
+        (bin_dir / tool).symlink_to(str(shutil.which(tool)))
+
+    def start(slot: str, job: int) -> str:
+        run_dir = tmp_path / "w" / slot / "runs" / "r1"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        claims = slurm_nodes.claims_dir(slot, str(tmp_path / "w" / slot), "r1")
+        env = {
+            "PATH": str(bin_dir),
+            "SLURM_JOB_ID": str(job),
+            "SLURMD_NODENAME": "gpu07",
+            "SLURM_JOB_PARTITION": "a100",
+        }
+        res = subprocess.run(["sh", "-c", slurm_nodes.NODE_SCRIPT, "ngb-node", slot, claims,
+                              "echo", "agent"], cwd=run_dir, env=env, capture_output=True,
+                             text=True, timeout=30, check=True)  # fmt: skip
+        assert res.stdout == "agent\n"  # then it became the agent
+        return (run_dir / slurm_nodes.FACTS_FILE).read_text()
+
+    start("part.1", 11)
+    facts = slurm_nodes.parse_facts(start("part.2", 12))  # the same node, later
+    assert [(f.job_id, f.node, f.partition, f.mine) for f in facts] == [
+        (12, "gpu07", "a100", False)
+    ]
+    assert facts[0].device("part.2") == "gpu07@a100#part.2" and facts[0].oversubscribe == "?"
+    assert facts[0].host == os.uname().nodename
+    again = slurm_nodes.parse_facts(start("part.1", 13))  # a resume of part.1 on that node
+    assert [f.device("part.1") for f in again] == ["gpu07@a100", "gpu07@a100"]
+    assert os.readlink(tmp_path / "w" / "slurm-nodes" / "r1" / "gpu07@a100") == "part.1"
+
+
+def test_a_result_is_named_by_the_job_that_ran_it():
+    facts = slurm_nodes.parse_facts(
+        "7\tn1\tgpu\thost1\t1000\tNO\t1\n"
+        "9\tn2\tgpu\thost2\t2000\tOK\t1\n"
+        "torn line\n"
+        "10\tn1\tgpu\thost1\t3000\t?\t0\n"
+    )
+    assert [f.job_id for f in facts] == [7, 9, 10]
+    pick = slurm_nodes.fact_for
+    assert pick(facts, {"host": "host1", "started_at": 1500.5}).job_id == 7
+    assert pick(facts, {"host": "host1", "started_at": 3001.0}).job_id == 10
+    assert pick(facts, {"host": "host2", "started_at": 2500.0}).job_id == 9
+    assert pick(facts, {"host": "", "extra": {"slurm": {"job": 9}}}).job_id == 9  # by job id
+    assert pick(facts, {"host": "elsewhere", "started_at": 1.0}) is None  # stays the slot's
+    ok = {"key": "k", "status": "ok", "host": "host2", "disturbed": False, "extra": {"a": 1}}
+    named = slurm_nodes.stamp(ok, facts[1], "gpu.2", exclusive=True)
+    assert named["extra"] == {"a": 1, "stored_device": "n2@gpu", "run_device": "gpu.2",
+                              "slurm": {"job": 9, "node": "n2", "partition": "gpu",
+                                        "shared": True}}  # fmt: skip
+    assert named["disturbed"] is True  # OverSubscribe=OK: others may share the node
+    assert named["verdict_reason"] == slurm_nodes.SHARED_NOTE
+    again = slurm_nodes.stamp(named, facts[1], "gpu.2", exclusive=True)  # read again: same
+    assert again["verdict_reason"] == slurm_nodes.SHARED_NOTE and again["extra"] == named["extra"]
+    assert slurm_nodes.stamp(ok, facts[0], "gpu.1", exclusive=False)["disturbed"] is False
+    # the scheduler did not say: the inventory's setting decides
+    assert slurm_nodes.stamp(ok, facts[2], "gpu.1", exclusive=False)["disturbed"] is True
+    assert slurm_nodes.stamp(ok, facts[2], "gpu.1", exclusive=True)["extra"]["stored_device"] == (
+        "n1@gpu#gpu.1"
+    )
+    failed = {**ok, "status": "failed"}
+    assert slurm_nodes.stamp(failed, facts[1], "gpu.2", exclusive=True)["disturbed"] is False
+    assert slurm_nodes.claims_dir("gpu", "/s/ngb", "r") == "../../slurm-nodes/r"
+    assert slurm_nodes.claims_dir("gpu.2", "/s/ngb/gpu.2", "r") == "../../../slurm-nodes/r"
+
+
+def test_a_resume_counts_the_results_stored_under_node_names_for_their_slot(tmp_path):
+    # `ngb attach` rebuilds each slot's finished trials from the store (what it must not repeat
+    # or count twice): those stored as node@partition name their slot in extra.run_device
+    stored = [
+        {"device": "n1@gpu", "key": "k1", "status": "ok",
+         "extra": json.dumps({"run_device": "gpu.1"})},
+        {"device": "n1@gpu#gpu.2", "key": "k1", "status": "ok",
+         "extra": json.dumps({"run_device": "gpu.2"})},
+        {"device": "gpu.1", "key": "k2", "status": "failed", "extra": None},  # before names
+        {"device": "localhost", "key": "k1", "status": "ok", "extra": "{}"},
+    ]  # fmt: skip
+    rows = [{"device": d, "state": "running", "workdir": "/w",
+             "extra": {"started": True, "run_dir": "/w/runs/r1"}}
+            for d in ("gpu.1", "gpu.2", "localhost")]  # fmt: skip
+    run = resumed_run({"run_id": "r1"}, rows, stored,
+                      lambda names: [slurm_device(names[0], tmp_path)])  # fmt: skip
+    assert {n: d.results for n, d in run.devices.items()} == {
+        "gpu.1": {"k1": True, "k2": False}, "gpu.2": {"k1": True}, "localhost": {"k1": True},
+    }  # fmt: skip
+
+
+def test_the_queue_line_counts_down_and_is_said_again_only_with_news():
+    state = DeviceState("r", "gpu.1", current="resnet50/onnxruntime/b32")
+    state.message = state.queue = "slurm: RUNNING on n1@gpu, 1:59:10 left (job 3)"
+    state.queue_at = 1000.0
+    line = queue_line(state, 1000.0 + 70)
+    assert line is not None and line.plain == "slurm: RUNNING on n1@gpu, 1:58:00 left (job 3)"
+    assert queue_line(state, 1000.0 + 9000).plain.endswith(" 0:00 left (job 3)")  # never below
+    assert current_line(state) == "resnet50/onnxruntime/b32"  # the trial keeps its own line
+    state.current = ""
+    assert current_line(state) == "waiting for the next trial"  # not the queue line twice
+    state.finished = True
+    assert queue_line(state, 1000.0) is None
+    said = "slurm: RUNNING on n1@gpu, 1:59:10 left (job 3)"
+    assert not _news("slurm: RUNNING on n1@gpu, 1:59:07 left (job 3)", said, 3.0)
+    assert _news("slurm: RUNNING on n1@gpu, 1:59:07 left (job 3)", said, 60.0)  # suspended?
+    assert _news("slurm: COMPLETING (job 3 on n1@gpu)", said, 3.0)
+    assert _news(said, "", 0.0)
+
+
 # ---------------------------------------------------------------- a real cluster
 
 
@@ -145,7 +262,9 @@ async def test_a_queued_job_shows_its_reason_and_is_cancelled(cluster, tmp_path)
 
     await asyncio.wait_for(queued(), 60)
     row = console.device(run_id, "big")
-    assert current_line(row) == "slurm: PENDING (PartitionConfig)"  # the console's device row
+    assert current_line(row) == "waiting for the allocation"  # the console's device panel
+    line = queue_line(row, time.time())
+    assert line is not None and line.plain == "slurm: PENDING (PartitionConfig)"
     assert orch.device_states(run_id)["big"]["current"] == "slurm: PENDING (PartitionConfig)"
     assert await job_states(inventory, run_id, ["big"]) == {"big": "PENDING (PartitionConfig)"}
     summary = await asyncio.wait_for(orch.cancel(run_id), 60)
@@ -182,7 +301,22 @@ async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path
     assert summary["status"] == "finished", summary
     rows = trial_rows(store, run_id)
     assert len(rows) == 6 and {r[2] for r in rows} == {"ok"}
-    assert {r[0] for r in rows} == {"part.1", "part.2"}
+    # named by node and partition; both slots ran on the one node: the first there holds the
+    # name, the other's results carry its slot (a run's results are keyed by device and trial)
+    node = f"{cluster.node}@{PARTITION}"
+    names = {r[0] for r in rows}
+    assert names in ({node, f"{node}#part.1"}, {node, f"{node}#part.2"}), names
+    _, flags = store.query(
+        "SELECT device, disturbed, verdict_reason, extra FROM trials WHERE run_id = ?", [run_id]
+    )
+    for device, disturbed, reason, extra in flags:  # a shared node flags each trial measured there
+        facts = json.loads(extra)
+        assert disturbed is True and facts["slurm"]["shared"] is True, (device, extra)
+        assert slurm_nodes.SHARED_NOTE in reason
+        assert facts["slurm"]["node"] == cluster.node and facts["slurm"]["partition"] == PARTITION
+        assert device == node or device == f"{node}#{facts['run_device']}"
+    _, samples = store.query("SELECT DISTINCT device FROM cpu_samples WHERE run_id = ?", [run_id])
+    assert samples and {d for (d,) in samples} <= names  # live samples beside their results
     assert any("shared node" in m for m in messages), messages
     print(f"\nslurm: first result {first[0]:.1f} s after start, run {time.monotonic() - t0:.1f} s")
 
@@ -234,6 +368,13 @@ async def test_an_external_scancel_fails_the_trial_in_flight_and_the_resume_fini
     assert sorted(r[1] for r in rows) == sorted(t.key for t in sweep.trials())  # each once
     assert [r[1] for r in rows if r[2] == "failed"] == in_flight  # not run again
     assert len(jobs_named(cluster, run_id)) == 2
+    # both allocations' results (and the trial failed by the first's end) under the node's name,
+    # not exclusive-flagged: the job had the node to itself
+    assert {r[0] for r in rows} == {f"{cluster.node}@{PARTITION}"}
+    _, jobs = store.query("SELECT extra FROM trials WHERE run_id = ?", [run_id])
+    facts = [json.loads(e)["slurm"] for (e,) in jobs]
+    assert {f["job"] for f in facts} == {int(j["id"]) for j in jobs_named(cluster, run_id)}
+    assert not any(f["shared"] for f in facts)
 
 
 @pytest.mark.slow
@@ -266,6 +407,7 @@ def test_kill_9_of_ngb_run_then_attach_loses_and_repeats_nothing(cluster, tmp_pa
     rows = trial_rows(Store(db), run_id)
     assert sorted(r[1] for r in rows) == sorted(t.key for t in sweep.trials())
     assert {r[2] for r in rows} == {"ok"}
+    assert {r[0] for r in rows} == {f"{cluster.node}@{PARTITION}"}  # read again: same name
     assert len(jobs_named(cluster, run_id)) == 1  # one allocation from start to end
 
 

@@ -9,8 +9,9 @@ import pytest
 from ngb.core import stopping
 from ngb.core.errors import ConfigError
 from ngb.core.measure import run_trial
-from ngb.core.stopping import INVALID, VALID, Plan, interval, judge, plan, settle, split
+from ngb.core.stopping import INVALID, VALID, Plan, interval, judge, plan, split
 from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.warmup import settle
 
 QUICK = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 1, "min_duration_s": 0.01}
 

@@ -23,6 +23,7 @@ from ngb.core.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps import schema
 from ngb.sweeps.result_store import IngestBatch
 from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, RowRejected, Store, StoreUnwritable
+from ngb.sweeps.store_snapshot import export
 
 NGB = str(Path(sys.executable).with_name("ngb"))
 
@@ -380,22 +381,22 @@ def test_query_with_parameters(store: Store) -> None:
 
 def test_export_parquet_and_csv_read_back(store: Store, tmp_path: Path) -> None:
     store.ingest_results("r1", "a", [make_result(i, reps=5) for i in range(4)])
-    n = store.export(tmp_path / "out" / "trials.parquet", "parquet", "trials")
+    n = export(store, tmp_path / "out" / "trials.parquet", "parquet", "trials")
     table = pq.read_table(tmp_path / "out" / "trials.parquet")
     assert n == 4 and table.num_rows == 4
     assert sorted(table.column("width").to_pylist()) == [8, 9, 10, 11]
     sql = "SELECT key, avg(throughput) AS thr FROM measurements GROUP BY key ORDER BY key"
-    n = store.export(tmp_path / "m.csv", "csv", sql)
+    n = export(store, tmp_path / "m.csv", "csv", sql)
     with open(tmp_path / "m.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert n == 4 and len(rows) == 4 and set(rows[0]) == {"key", "thr"}
     assert math.isclose(sum(float(r["thr"]) for r in rows), sum(100 + i + 2 for i in range(4)))
     with pytest.raises(UnknownNameError, match="unknown table 'trial'; did you mean: trials"):
-        store.export(tmp_path / "x.csv", "csv", "trial")
+        export(store, tmp_path / "x.csv", "csv", "trial")
     with pytest.raises(NgbError, match="unknown export format"):
-        store.export(tmp_path / "x.json", "json", "trials")
+        export(store, tmp_path / "x.json", "json", "trials")
     with pytest.raises(NgbError, match="read-only"):
-        store.export(tmp_path / "x.csv", "csv", "DELETE FROM trials RETURNING *")
+        export(store, tmp_path / "x.csv", "csv", "DELETE FROM trials RETURNING *")
     assert not (tmp_path / "x.csv").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -587,7 +588,7 @@ def test_export_never_overwrites_the_store_or_an_existing_file(store: Store, tmp
         assert_one_line_error(res, "results database itself")
     assert store.path.read_bytes() == before and count(store, "trials") == 2
     with pytest.raises(NgbError, match="results database itself"):
-        store.export(tmp_path / "." / "results.duckdb.wal", "csv", overwrite=True)
+        export(store, tmp_path / "." / "results.duckdb.wal", "csv", overwrite=True)
 
     other = tmp_path / "mine.csv"
     other.write_text("keep me\n")
@@ -607,7 +608,7 @@ def test_export_to_an_impossible_destination_is_one_line(store: Store, tmp_path:
     assert_one_line_error(res, "cannot export to")
     assert blocker.read_text() == "x"
     with pytest.raises(NgbError, match="is a directory"):
-        store.export(tmp_path, "csv", overwrite=True)
+        export(store, tmp_path, "csv", overwrite=True)
 
 
 def test_read_only_commands_create_no_files(tmp_path: Path) -> None:

@@ -337,9 +337,9 @@ def test_host_key_modal(snap_compare, tmp_path: Path, frozen, size: str) -> None
 @pytest.mark.parametrize("size", SIZES)
 def test_run_screen_slurm_queue(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     """Slurm devices on the Run screen: one node's job waits in the queue with Slurm's reason
-    (as ``sweeps/device_queue`` words it); the other runs a trial, whose label holds the panel's
-    line -- its node and time left show there between trials and in ``ngb status`` (issue 36:
-    a line of their own while a trial runs is still to do)."""
+    (as ``sweeps/device_queue`` words it); the other runs a trial, and its job's line (node,
+    time left) stays under the trial's label, counted down from the poll 598 s before the
+    frozen clock: 1:59:10 then, 1:49:12 now (issue 36)."""
     events = [
         RunEvent(
             "slurm-snap", "a100", "connection", state="running", ts=1.7e9,

@@ -377,7 +377,9 @@ class Backend:
     def export_sync(self, dest: str | Path, fmt: str, table_or_sql: str) -> ExportResult:
         """Write a table or query to ``dest``."""
         path = Path(dest).expanduser()
-        rows = self.store().export(path, fmt=fmt, table_or_sql=table_or_sql)
+        from ngb.sweeps.store_snapshot import export
+
+        rows = export(self.store(), path, fmt=fmt, table_or_sql=table_or_sql)
         return ExportResult(path, int(rows or 0))
 
     # -- orchestrator ----------------------------------------------------------------------------

@@ -116,6 +116,10 @@ class DeviceState:
     # the agent's ETA inputs for the trial in flight (``ngb.core.live_state.EtaBook.inputs``)
     eta: Mapping[str, object] | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
+    # a scheduler's queue state ("slurm: RUNNING on n1@gpu, 1:59:10 left ...", from
+    # ``ngb.sweeps.device_queue``) and when it came: kept while trials replace ``message``
+    queue: str = ""
+    queue_at: float = 0.0
     started_at: float = field(default_factory=time.time)
     # The ETA's evidence: how long this run's trials took on this device (the agent's own clock,
     # so replayed events after a re-attach count with their real durations, not the replay's).
@@ -250,6 +254,8 @@ class RunModel:
             # "paused"/"resumed" confirm a request; the agent logs the pause itself when it holds.
             if ev.message and ev.message not in QUIET_MESSAGES:
                 state.message = ev.message
+                if ev.message.startswith("slurm: "):  # device_queue.QUEUE_PREFIX
+                    state.queue, state.queue_at = ev.message, ts
                 level = "error" if ev.state in ("failed", "lost") else "info"
                 self.add_log(LogLine(ts, device, f"[{ev.state}] {ev.message}", level))
             if ev.state in TERMINAL_STATES:

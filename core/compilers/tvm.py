@@ -29,6 +29,7 @@ from ngb.core.model_build import OnnxModel
 
 if TYPE_CHECKING:
     from ngb.core.model_types import Array, Example, Model
+    from ngb.core.profiling import KernelRecord
     from tvm.ir import IRModule
     from tvm.relax import VMExecutable
     from tvm.target import Target
@@ -235,6 +236,15 @@ class TvmCompiled(Compiled):
         if not hasattr(out, "numpy") and first is not None:
             out = first(0)
         return to_numpy(out)
+
+    def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
+        """``calls`` runs under the VM's instrument hook (``ngb.core.profiling.tvm_records``):
+        the time of each called kernel, the wall ms per call, the tool."""
+        from ngb.core.profiling import tvm_records
+
+        sync = self._dev.sync if self._sync else None
+        records, wall = tvm_records(self._vm, self.run, calls, sync)
+        return records, wall, "tvm relax VM instrument"
 
     def close(self) -> None:
         self._inputs = []

@@ -51,7 +51,7 @@ def advise(
         devices = [str(device)]
     store = Store(db, busy_timeout_s=wait)
     data = ReportData(store, run_id=sweep_run)
-    known_devices = sorted({r["device"] for r in data.trials()})
+    known_devices = data.devices()  # no trial read: advise reads one model and device at once
     if device is not None and device not in known_devices:
         from ngb.core.errors import NgbError, UnknownNameError
 

@@ -59,5 +59,7 @@ def export(
     source = sql or table or "trials"
     dest = Path(output) if output else Path(f"{table or ('query' if sql else 'trials')}.{fmt}")
     _check_destination(dest.expanduser())
-    n = open_store(db, wait).export(dest, fmt, source, overwrite=force)
+    from ngb.sweeps.store_snapshot import export
+
+    n = export(open_store(db, wait), dest, fmt, source, overwrite=force)
     click.echo(f"wrote {n} rows to {dest}")

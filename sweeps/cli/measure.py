@@ -377,9 +377,9 @@ def _model_source(
     )
     if parsed.kind == "python" and not parsed.inputs:
         raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
-    from ngb.core.model_inputs import assumed_ranges
+    from ngb.sweeps.model_ranges import guessed_ranges
 
-    for line in assumed_ranges(parsed.inputs):  # a guess is stated, never silent
+    for line in guessed_ranges(parsed):  # a guess is stated, never silent (.pt2 too)
         click.echo(safe_text(f"warning: {model}: {line}"), err=True)
     return json_object(parsed.to_dict())
 
@@ -432,7 +432,7 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         (
             "throughput",
             f"{derived.throughput(_as_row(result)).number()} samples/s "
-            f"(95 % interval over {result.workers} process(es))",
+            f"(95 % interval over {result.workers} process(es){_time_part(result)})",
         ),
         ("latency per call", _tails_line(result)),
         ("verdict", f"{result.verdict}: {result.verdict_reason}"),
@@ -475,6 +475,14 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         )
     for name, value in facts:
         console.print(f"[bold]{name}:[/] {value}", highlight=False)
+
+
+def _time_part(result: TrialResult) -> str:
+    """What re-runs added to the interval (ngb.core.reruns), as the trial recorded it."""
+    measure = result.extra.get("measure")
+    said = measure.get("reruns") if isinstance(measure, dict) else None
+    note = said.get("note") if isinstance(said, dict) else None
+    return f", {note}" if note else ""
 
 
 def _tails_line(result: TrialResult) -> str:

@@ -8,8 +8,13 @@ the whole-run report with figures, testbed and failures, with NAME that report's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from ngb.sweeps.cli.options import emit_text, results_db_options
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store import Store
 
 ALL = "all"
 FORMATS = ("table", "markdown", "csv", "latex", "html")
@@ -34,10 +39,15 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 @click.option(
     "--no-figures", is_flag=True, help="html whole-run report: leave the figures out (faster)."
 )
+@click.option(
+    "--figure", "figure_dir", type=click.Path(file_okay=False), default=None,
+    help="ops: also draw a stacked bar per compiler for each model into this folder.",
+)  # fmt: skip
 @results_db_options
 def report(
     name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
-    family: str | None, precision: str | None, no_figures: bool, db: str | None, wait: float,
+    family: str | None, precision: str | None, no_figures: bool, figure_dir: str | None,
+    db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Print report NAME (or `all`); without NAME, list the reports."""
     from ngb.sweeps import reports
@@ -50,6 +60,10 @@ def report(
         return
     from ngb.sweeps.store import Store
 
+    if figure_dir is not None and name != "ops":
+        from ngb.core.errors import ConfigError
+
+        raise ConfigError("--figure applies to `ngb report ops` only")
     store = Store(db, busy_timeout_s=wait)
     whole = fmt == "html" and name in (None, ALL)
     if (family is not None or precision is not None) and not whole:
@@ -63,6 +77,8 @@ def report(
         data = FigureData(store, run_id=run_id, device=device, family=family, precision=precision)
         emit_text(run_report(data, figures=not no_figures), output)
         return
+    if figure_dir is not None:  # the per-operator figures (ngb.sweeps.profile_figure)
+        _ops_figures(store, figure_dir, run_id, device)
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
     built = [reports.build_report(n, store, run_id=run_id, device=device) for n in names]
     if fmt == "html":
@@ -72,3 +88,18 @@ def report(
     else:
         text = "\n".join(reports.render(b, fmt) for b in built)
     emit_text(text, output)
+
+
+def _ops_figures(store: Store, out_dir: str, run_id: str | None, device: str | None) -> None:
+    from pathlib import Path
+
+    from ngb.core.errors import NgbError
+    from ngb.sweeps.cli.figures import check_out_dir
+    from ngb.sweeps.profile_figure import write_figures
+
+    check_out_dir(out_dir)
+    try:
+        written = write_figures(store, Path(out_dir), run_id=run_id, device=device)
+    except OSError as exc:
+        raise NgbError(f"cannot write figures to {out_dir}: {exc.strerror or exc}") from None
+    click.echo(f"figures: {len(written)} file(s) in {out_dir}", err=True)

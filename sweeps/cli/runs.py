@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -278,6 +279,11 @@ def _console() -> Console:
     "--isolate", type=click.Choice(["subprocess", "inprocess"]), default=None,
     help="How the agent runs each trial (default: subprocess, so a crash fails one trial only).",
 )  # fmt: skip
+@click.option(
+    "--profile", is_flag=True,
+    help="After each trial's timing, one more process profiles it per operator (`ngb report ops`); "
+    "the timed numbers are not touched. Same as `profile = true` in the sweep's [measure].",
+)  # fmt: skip
 @_db_option
 @_inventory_option
 def run(
@@ -287,6 +293,7 @@ def run(
     detach: bool,
     resume: bool,
     isolate: str | None,
+    profile: bool,
     db: str | None,
     inventory_path: str | None,
 ) -> None:
@@ -300,6 +307,13 @@ def run(
         # An empty list must not mean "every device" (it did: `-d ''` ran the sweep everywhere).
         raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
+    from ngb.sweeps.cli import safe_text
+    from ngb.sweeps.model_ranges import sweep_warnings
+
+    for line in sweep_warnings(spec.model_sources):  # a guessed input range is said
+        click.echo(safe_text(f"warning: {line}"), err=True)
+    if profile:  # the sweep's [measure]; a matrix's own `profile = false` still wins
+        spec = dataclasses.replace(spec, measure={**spec.measure, "profile": True})
     if spec.models():
         from ngb.sweeps.spec_checks import check_timm_names
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from ngb.core.errors import NgbError
-from ngb.tui import narrow_table
+from ngb.tui import narrow_table, ops_view
 from ngb.tui import results_data as rd
 from ngb.tui.backend import Backend, RunRow, TrialRow
 from ngb.tui.screens.base import ConsoleScreen
@@ -91,6 +91,7 @@ class ResultsScreen(ConsoleScreen):
         self._stamp: tuple[object, ...] = ()  # what the last poll answered (unchanged: no redraw)
         self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
         self._advice_signature: tuple[str, str | None, int] | None = None
+        self.profiles: ops_view.Stored = []  # the run's per-operator profiles (the Ops tab)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -118,6 +119,9 @@ class ResultsScreen(ConsoleScreen):
                 yield Input(placeholder="filter rows", id="results-filter", classes="filter")
                 yield Label("", id="results-table-note")
                 yield DataGrid(id="results-table")
+            with TabPane("Ops", id="tab-ops"):  # per-operator profiles (tui/ops_view.py)
+                yield Label(ops_view.NOTE, id="results-ops-note")
+                yield DataGrid(id="results-ops")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -250,6 +254,8 @@ class ResultsScreen(ConsoleScreen):
                 if signature != self._advice_signature
                 else self.advice
             )
+            fresh = signature != self._advice_signature
+            profiles = ops_view.load(backend.store(), run_id, device) if fresh else self.profiles
             self._advice_signature = signature
         except NgbError as exc:
             self.app.call_from_thread(self._poll_failed, str(exc))
@@ -261,6 +267,7 @@ class ResultsScreen(ConsoleScreen):
             for t in trials
         ]
         self.app.call_from_thread(self._set_advice, advice)
+        self.app.call_from_thread(setattr, self, "profiles", profiles)
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
 
     # -- rendering -------------------------------------------------------------------------------
@@ -364,6 +371,13 @@ class ResultsScreen(ConsoleScreen):
         )
         if tab == "table":
             self._fill_table(sel)
+            return
+        if tab == "ops":
+            columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
+            self.query_one("#results-ops-note", Label).update(
+                ops_view.NOTE if rows else ops_view.NO_PROFILES
+            )
+            self.query_one("#results-ops", DataGrid).fill(columns, rows)
             return
         kind = rd.CHARTS.get(tab)
         if kind is None:

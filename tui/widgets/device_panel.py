@@ -1,6 +1,7 @@
 """One device's live view in the Run screen: connection state, progress with ETA, the trial in
-flight, a CPU meter with sparkline fed by the device's own samples, and (while TVM tunes) the
-tuning progress with a per-task table.
+flight, a scheduler's queue line (a Slurm slot: its job's state, node and time left), a CPU meter
+with sparkline fed by the device's own samples, and (while TVM tunes) the tuning progress with a
+per-task table.
 
 One widget that renders its lines itself, rather than a tree of labels and bars: the Run screen
 may show hundreds of devices redrawn ten times a second, and a single fixed-height widget costs a
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
+from ngb.devices.slurm import SCHEDULER_ENDS, counted_down
 from ngb.tui.live_run import DeviceState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
 from ngb.tui.widgets.tuning_panel import clock, tuning_lines
@@ -51,6 +53,8 @@ def current_line(state: DeviceState) -> str:
     if state.finished:
         return state.message or "done"
     if not state.current:
+        if state.queue and state.message == state.queue:  # the queue line below says it
+            return "waiting for the allocation" if _pending(state) else "waiting for the next trial"
         return state.message or "waiting for the next trial"
     reps = f" rep {state.rep}/{state.reps}" if state.reps else ""
     phase = f" [{state.phase}]" if state.phase else ""
@@ -59,6 +63,31 @@ def current_line(state: DeviceState) -> str:
         target = f" (target ±{state.ci_target * 100:.0f}%)" if state.ci_target else ""
         ci = f"  95% CI ±{state.ci_relative * 100:.1f}%{target}"
     return f"{state.current}{phase}{reps}{ci}"
+
+
+def queue_line(state: DeviceState, now: float) -> Text | None:
+    """The job's queue state on a line of its own, also while a trial runs (its label holds
+    the line above); the time left counts down from the scheduler's last word between polls.
+    None for a device no scheduler hands out, and once the device is done."""
+    if not state.queue or state.finished:
+        return None
+    text = counted_down(state.queue, max(0.0, now - state.queue_at))
+    job_state = _job_state(state)
+    style = "red" if job_state in SCHEDULER_ENDS else QUEUE_STYLE.get(job_state, "")
+    return Text(text, style)
+
+
+QUEUE_STYLE = {"PENDING": "yellow", "RUNNING": "cyan"}
+
+
+def _job_state(state: DeviceState) -> str:
+    """The job's state word in the queue line (``slurm: PENDING (Resources)`` -> PENDING)."""
+    words = state.queue.split(": ", 1)[-1].split()
+    return words[0] if words else ""
+
+
+def _pending(state: DeviceState) -> bool:
+    return _job_state(state) == "PENDING"
 
 
 def meter_lines(state: DeviceState, width: int, cores: bool = False) -> list[str]:
@@ -197,7 +226,8 @@ class DevicePanel(Widget):
         s = self.state
         meters = 1 + (s.mem_percent is not None) + s.has_gpu + self.show_cores
         tuning = len(self._tuning_lines()) if s.tuning is not None and not s.finished else 0
-        return 3 + meters + tuning
+        queue = bool(s.queue) and not s.finished
+        return 3 + queue + meters + tuning
 
     def _tuning_lines(self) -> list[str]:
         t = self.state.tuning
@@ -217,11 +247,13 @@ class DevicePanel(Widget):
         )
 
     def _lines(self, width: int) -> list[Text]:
-        state = self.state
+        state, now = self.state, type(self).clock()
+        queue = queue_line(state, now)
         lines = [
             headline(state),
-            progress_line(state, width, type(self).clock()),
+            progress_line(state, width, now),
             Text(current_line(state), "italic"),
+            *([queue] if queue is not None else []),
             *(Text(line) for line in meter_lines(state, width, self.show_cores)),
         ]
         if state.tuning is not None and not state.finished:

@@ -1,0 +1,44 @@
+"""Say so when ngb guesses an integer input's range, before a measurement uses the guess.
+
+A ``.pt2`` program's inputs are read from the program when the model is built (on the device),
+so the guess ``model_inputs.index_range`` makes ("assumed 0..1: the program does not bound it")
+was said by ``ngb models --file`` only: ``ngb measure`` and a sweep ran on it silently (issue 31,
+item 8). ``guessed_ranges`` reads the program's inputs here, the way the build does, and returns
+the same one-line notes; declared inputs (``--input``, a sweep's ``inputs = [...]``) are checked
+as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ngb.core.errors import NgbError
+from ngb.core.model_inputs import assumed_ranges
+from ngb.core.model_sources import ModelSource, locate
+
+
+def guessed_ranges(source: ModelSource) -> list[str]:
+    """One line per integer input whose range ngb assumed (empty when none was)."""
+    if source.inputs or source.kind != "pt2":
+        return assumed_ranges(source.inputs)
+    import torch
+    from ngb.core.model_build import _program_inputs  # the build's own reading of the program
+
+    try:
+        path = locate(source.artifacts[0], None)
+        program = torch.export.load(str(path))
+    except NgbError:
+        raise
+    except Exception:  # noqa: BLE001 - the build says why, with its own one line
+        return []
+    return assumed_ranges(_program_inputs(program, Path(path).name))
+
+
+def sweep_warnings(sources: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """``model: note`` lines for a sweep's own models (``Sweep.model_sources``)."""
+    lines = []
+    for name, raw in sources.items():
+        source = ModelSource.from_dict(raw)
+        lines += [f"{name}: {line}" for line in guessed_ranges(source)]
+    return lines
