@@ -46,7 +46,7 @@ def sweep_ref(text: str) -> str:
     if not text:
         return text  # the default: the script's own no-op sweep (argparse converts it too)
     from ngb.core.errors import NgbError
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     try:
         load_sweep(text)

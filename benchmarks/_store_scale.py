@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
 COMPILERS = ("identity", "torchscript", "onnxruntime", "openvino", "tvm")
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -36,7 +36,7 @@ def generate(path: Path, size_gb: float, points: int, reps: int = 60) -> None:
     """Write a store of about ``size_gb`` at ``path``: ``points`` points per run, as many runs as
     the size needs (every run measures every point again)."""
     import duckdb
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     Store(path).create_run("seed", "seed", "", list(DEVICES), 0)  # the schema, as ngb makes it
     trials = max(points, int(size_gb * TRIALS_PER_GB))
@@ -173,7 +173,7 @@ def ingest_delay(path: Path, reader: list[str], label: str, every_s: float) -> N
     """A live run's writes (one small transaction every ``every_s``: a run's flush interval is
     1 s, 10 s on localhost) while ``reader`` runs in another process: the longest a write
     took, against the same write on a quiet store."""
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     writer = Store(path, write_timeout_s=600)
     quiet = sorted(_one_write(writer) for _ in range(3))[1]
@@ -242,7 +242,7 @@ def main(
 ) -> int:
     """Generate (or reuse) the store at ``path``, then every figure; ``console`` times the
     console's queries (``store.console_latency``)."""
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     ensure_store(path, size_gb, points)
     print(f"uptime: {_uptime()}")

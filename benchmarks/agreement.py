@@ -52,8 +52,8 @@ class Run:
     """One run's successful trials (newest per point), their samples and the depth table."""
 
     def __init__(self, db: Path, run_id: str | None) -> None:
-        from ngb.sweeps.report_data import ReportData
-        from ngb.sweeps.store import Store
+        from ngb.sweeps.report.data import ReportData
+        from ngb.sweeps.store.database import Store
 
         store = Store(db)
         if run_id is None:
@@ -78,8 +78,8 @@ class Run:
 
     def slopes(self) -> dict[tuple[Any, ...], Any]:
         """``(device, block, width, batch, compiler) -> Estimate`` of the depth slope."""
-        from ngb.sweeps import derived
-        from ngb.sweeps.report_data import group
+        from ngb.sweeps.report import derived
+        from ngb.sweeps.report.data import group
 
         base = self.data.baseline
         rows = [

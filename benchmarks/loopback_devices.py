@@ -63,9 +63,9 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
     """One run of the sweep on all devices; prints the figures, returns the efficiency."""
     sys.path.insert(0, str(ROOT))
     from ngb.devices.inventory import Inventory, load_inventory
-    from ngb.sweeps.orchestrator import Orchestrator
-    from ngb.sweeps.spec import loads_sweep
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.run.orchestrator import Orchestrator
+    from ngb.sweeps.spec.sweep import loads_sweep
+    from ngb.sweeps.store.database import Store
 
     from tests.sshd import SshdServer
 

@@ -79,7 +79,7 @@ def make_results(n_trials: int, reps: int) -> list:
 
 def time_query(store, db: Path, sql: str) -> tuple[float, float, float, float, int]:
     import duckdb
-    from ngb.sweeps.sql_files import BASE_CONFIG
+    from ngb.sweeps.store.sql_files import BASE_CONFIG
 
     fresh = type(store)(db)  # a new Store: checks the schema and opens the file, like the CLI
     t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     if args.console is not None:
         return console_latency(Store(args.console)) + ingest_delay(Store(args.console))
@@ -218,7 +218,7 @@ def console_latency(store, queries: int = 5) -> int:
     """The console's SQL screen (``QueryJob``): each query copied the whole file under the
     store's lock (issue 31, item 12); now a copy is taken without the lock and reused while
     the file is unchanged. Timed both ways on the same file: a copy per query and reuse."""
-    from ngb.sweeps.store_snapshot import QueryJob
+    from ngb.sweeps.store.snapshot import QueryJob
 
     size = store.path.stat().st_size / 2**30
     print(f"console queries on {store.path} ({size:.2f} GiB), load {os.getloadavg()[0]:.1f}")
@@ -253,7 +253,7 @@ def ingest_delay(store) -> int:
     it go after HOLD_S (now)."""
     import subprocess
 
-    from ngb.sweeps.store import DatabaseBusy, Store
+    from ngb.sweeps.store.database import DatabaseBusy, Store
 
     print(f"a write during a long ngb query ({LONG_QUERY})")
     for label, hold in (("query holds the file (before)", "1e9"), ("as shipped", "default")):

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 

@@ -15,9 +15,9 @@ to four means (BSR, retention) with one formula and never gives an unbounded int
 linear delta method because a ratio's sampling distribution is skewed and a linear interval
 crosses zero once the relative error nears 1 (a negative speed-up was printed that way). The
 log-scale interval is asymmetric, and every surface prints its two bounds as they are,
-``6.3 [4.1, 9.6]`` (``ngb.sweeps.numbers``); "n.s." is decided on those printed bounds. (Until
-2026-11 the larger side was printed as ``value ± half``; that widening, not the interval, then
-decided verdicts: 1.38 ± 0.44 read as a tie while [1.046, 1.814] excludes 1.) A result's own
+``6.3 [4.1, 9.6]`` (``ngb.sweeps.report.numbers``); "n.s." is decided on those printed bounds.
+(Until 2026-11 the larger side was printed as ``value ± half``; that widening, not the interval,
+then decided verdicts: 1.38 ± 0.44 read as a tie while [1.046, 1.814] excludes 1.) A result's own
 mean -- a throughput, an energy per sample -- is positive too: ``positive`` carries its stored
 Student-t half-width to the log scale with the same relative standard error, so no bound of a
 positive quantity is at or below zero. A result that appears in both numerator and denominator

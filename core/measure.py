@@ -87,7 +87,7 @@ def run_trial(
 
     Call it from a process that has not run parallel torch ops yet (the agent's trial process,
     ``ngb measure``): the workers are forked, and OpenMP's pool does not survive a fork
-    (``ngb.sweeps.api.measure`` moves to a fresh process where that is not so)."""
+    (``ngb.sweeps.api.notebook.measure`` moves to a fresh process where that is not so)."""
 
     sink: Emit = emit or (lambda event: None)
     result = TrialResult(

@@ -7,7 +7,7 @@ the timing, never beside it, so the timed numbers are the same with profiling on
 costs is the trial's wall time. Its answer goes into ``result.extra["profile"]``
 (``Profile.to_dict`` with the trial's timed ms per call beside the profiled one); the store takes
 it out of ``extra`` into ``profiles`` / ``profile_kernels`` keyed by run and trial key
-(``ngb.sweeps.profile_rows.take_profiles``).
+(``ngb.sweeps.store.profile_rows.take_profiles``).
 
 A pass that fails, or has no profiler wired for its runtime, leaves ``{"error": "one line"}``
 and the trial stays what its timing made it: a profile is an explanation, never a verdict. The

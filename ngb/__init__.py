@@ -14,8 +14,8 @@ top-level folders (links here, real files in the wheel). The public Python API, 
     ngb.compare(onnx, mine)                              # speed-up, interval, "n.s."
     results, samples = ngb.open_results("results.duckdb", run="exp1")  # pandas DataFrames
 
-The names are loaded on first use (PEP 562) from ``ngb.sweeps.api``, so ``import ngb`` imports no
-torch, duckdb or pandas.
+The names are loaded on first use (PEP 562) from ``ngb.sweeps.api.notebook``, so ``import ngb``
+imports no torch, duckdb or pandas.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Result", "compare", "measure", "open_results", "__version__"]
 
 if TYPE_CHECKING:
-    from ngb.sweeps.api import Comparison, Result, compare, measure, open_results
+    from ngb.sweeps.api.notebook import Comparison, Result, compare, measure, open_results
 
 _API = {"Comparison", "Result", "compare", "measure", "open_results"}
 
 
 def __getattr__(name: str) -> object:
     if name in _API:
-        from ngb.sweeps import api
+        from ngb.sweeps.api import notebook as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'ngb' has no attribute {name!r}")

@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 
 NOISE = (-0.01, 0.01, -0.005, 0.005, 0.0)
 INVENTORY = """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ngb.core.provenance import packages_sha
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 
 START = 1_790_000_000.0
 BASE_PACKAGES = ["numpy==2.1.0", "onnxruntime==1.20.0", "psutil==6.0.0"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ngb.sweeps.spec import Sweep, loads_sweep
+from ngb.sweeps.spec.sweep import Sweep, loads_sweep
 
 
 def noop_sweep(n: int, *, compile_s: float = 0.05, failing: int = 0, name: str = "noop") -> Sweep:

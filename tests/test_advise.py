@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError
-from ngb.sweeps import advise
 from ngb.sweeps.cli import cli
-from ngb.sweeps.report_data import ReportData
-from ngb.sweeps.reports import build_report
-from ngb.sweeps.spec import loads_sweep
-from ngb.sweeps.store import Store
+from ngb.sweeps.report import advise
+from ngb.sweeps.report.catalog import build_report
+from ngb.sweeps.report.data import ReportData
+from ngb.sweeps.spec.sweep import loads_sweep
+from ngb.sweeps.store.database import Store
 
 from tests import deploy_store
 

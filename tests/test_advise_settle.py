@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-from ngb.sweeps.advise import Candidate, _settle
 from ngb.sweeps.cli import cli
-from ngb.sweeps.report_data import Cell
+from ngb.sweeps.report.advise import Candidate, _settle
+from ngb.sweeps.report.data import Cell
 from ngb.sweeps.rows import TrialRow
-from ngb.sweeps.spec import loads_sweep
+from ngb.sweeps.spec.sweep import loads_sweep
 
 
 def _row(compiler: str, batch: int, **point: object) -> TrialRow:
@@ -51,7 +51,7 @@ def test_an_input_size_override_is_kept() -> None:
 
 def test_a_device_whose_trials_all_failed_is_named_as_such(tmp_path: Path) -> None:
     from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r", "allfail", "", ["localhost"], 1)

@@ -13,7 +13,8 @@ import ngb
 import pytest
 from ngb.core.errors import NgbError
 from ngb.core.types import TrialResult, TrialSpec
-from ngb.sweeps import api, derived
+from ngb.sweeps.api import notebook as api
+from ngb.sweeps.report import derived
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"repetitions": 4, "workers": 2, "min_duration_s": 0.02, "warmup_s": 0.0,
@@ -222,7 +223,7 @@ def test_measure_takes_your_own_model(tmp_path: Path) -> None:
 def test_open_results_names_its_run_and_passes_over_empty_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     db = tmp_path / "r.duckdb"
     r = ngb.measure("conv", compiler="noop", width=8, db=db, run="full", progress=False, **QUICK)

@@ -28,8 +28,8 @@ from ngb.devices.artifacts import (
 )
 from ngb.devices.inventory import load_inventory
 from ngb.devices.ssh import SshTransport
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.store.database import Store
 
 from tests.sshd import SshdServer
 
@@ -312,7 +312,7 @@ async def test_own_models_run_from_the_device_cache_over_sshd(
     after the workstation's copies are gone, so the device used what was shipped."""
     import shutil
 
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     src = tmp_path / "mine"
     shutil.copytree(OWN_MODELS / "tiny_nets", src / "tiny_nets")

@@ -11,9 +11,9 @@ import pytest
 from ngb.core import breakeven
 from ngb.core.breakeven import Uncertain
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps.report_data import Cell
-from ngb.sweeps.reports import build_report
-from ngb.sweeps.store import Store
+from ngb.sweeps.report.catalog import build_report
+from ngb.sweeps.report.data import Cell
+from ngb.sweeps.store.database import Store
 
 
 def _throughput(rng: np.random.Generator, mean: float, cv: float, workers: int) -> Uncertain:

@@ -4,7 +4,7 @@ from the console's Start (issue 20, point 6)."""
 
 from __future__ import annotations
 
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from textual.widgets import Input, Label

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 
 MESSAGE = "trial 4/40 resnet18 onnxruntime b8: compiling the model, a long message"
 

@@ -282,8 +282,8 @@ def test_precision_travels_to_the_store_and_older_files_migrate(tmp_path: Path) 
     """A real trial into a real DuckDB file, one made at schema version 2 and upgraded."""
     needs("identity")
     duckdb = pytest.importorskip("duckdb")
-    from ngb.sweeps import schema
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store import schema
+    from ngb.sweeps.store.database import Store
 
     path = tmp_path / "v2.duckdb"
     conn = duckdb.connect(str(path))
@@ -309,7 +309,7 @@ def test_precision_travels_to_the_store_and_older_files_migrate(tmp_path: Path) 
 
 
 def test_sweeps_set_precision_in_measure_and_per_matrix() -> None:
-    from ngb.sweeps.spec import loads_sweep
+    from ngb.sweeps.spec.sweep import loads_sweep
 
     text = """
         [measure]

@@ -12,9 +12,9 @@ from ngb.core.errors import ConfigError
 from ngb.devices.inventory import inventory_from_dict, load_inventory
 from ngb.devices.pricing import cost_per_million, load_prices, price_of
 from ngb.sweeps.cli import cli
-from ngb.sweeps.report_data import Cell
-from ngb.sweeps.reports import build_report, render
-from ngb.sweeps.store import Store
+from ngb.sweeps.report.catalog import build_report, render
+from ngb.sweeps.report.data import Cell
+from ngb.sweeps.store.database import Store
 
 from tests import deploy_store
 

@@ -360,7 +360,7 @@ def test_a_trial_without_a_meter_says_so_in_one_line_and_in_the_store(tmp_path: 
         return
     assert result.energy_note and result.energy_note.startswith("no power meter: ")
     assert "\n" not in result.energy_note
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("e1", "energy", "", ["localhost"], 1)

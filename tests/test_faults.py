@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from ngb.devices.inventory import load_inventory
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.spec import Sweep
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.spec.sweep import Sweep
+from ngb.sweeps.store.database import Store
 
 from tests.noop_sweeps import noop_sweep
 
@@ -184,8 +184,8 @@ async def test_a_device_past_its_restart_limit_is_resumed_later(sshd_home, tmp_p
 KILLED_BEFORE_LAUNCH = """
 import asyncio, sys
 from ngb.devices.inventory import load_inventory
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.store.database import Store
 from tests.noop_sweeps import noop_sweep
 
 class NeverConnects:

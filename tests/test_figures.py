@@ -34,14 +34,14 @@ from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures import FIGURES, build_figure, caption, save_figure, write_figures
-from ngb.sweeps.figures_data import FigureData, derived_bar
-from ngb.sweeps.figures_spec import HeatPanel, LinePanel
-from ngb.sweeps.numbers import printed_bounds
-from ngb.sweeps.report_latex import escape, inline
-from ngb.sweeps.report_paper import UNCERTAINTY_NOTE
-from ngb.sweeps.reports import build_report, render
-from ngb.sweeps.store import Store
+from ngb.sweeps.figures.catalog import FIGURES, build_figure, caption, save_figure, write_figures
+from ngb.sweeps.figures.data import FigureData, derived_bar
+from ngb.sweeps.figures.spec import HeatPanel, LinePanel
+from ngb.sweeps.report.catalog import build_report, render
+from ngb.sweeps.report.latex import escape, inline
+from ngb.sweeps.report.numbers import printed_bounds
+from ngb.sweeps.report.paper import UNCERTAINTY_NOTE
+from ngb.sweeps.store.database import Store
 
 NOISE = (
     -0.01,
@@ -209,7 +209,7 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
 
 def test_derived_bars_never_cross_zero_and_need_an_interval() -> None:
     from ngb.core.intervals import Estimate
-    from ngb.sweeps.derived import Derived
+    from ngb.sweeps.report.derived import Derived
 
     bar = derived_bar(Derived(Estimate(0.25, 0.0012, 52.0, 4.0)))  # a huge log-scale interval
     assert bar is not None
@@ -303,7 +303,7 @@ def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) 
     everything = FigureData(store, run_id="r1")
     conv = _line(_panel(build_figure("fig05", everything), "conv64x1"), "openvino")
     assert conv.weak == [True, True]  # INVALID trials are drawn hollow
-    from ngb.sweeps.figures import caption
+    from ngb.sweeps.figures.catalog import caption
 
     text = caption(build_figure("fig05", everything), everything)
     assert "Precision: bf16, fp32" in text and "Error bars: stored 95% CI" in text
@@ -313,7 +313,7 @@ def test_stored_interval_verdict_and_precision_columns_are_used(tmp_path: Path) 
 
 
 def test_adaptive_stopping_rule_in_words() -> None:
-    from ngb.sweeps.figures_data import stopping_rule
+    from ngb.sweeps.figures.data import stopping_rule
 
     adaptive = {
         "repetitions": None, "confidence": 0.95, "ci_target": 0.02, "min_repetitions": 6,
@@ -544,7 +544,7 @@ def test_missing_matplotlib_is_one_line(monkeypatch) -> None:
     """A workstation without matplotlib gets a sentence naming the fix, not a traceback."""
     import importlib.util as iu
 
-    from ngb.sweeps import figures_plot
+    from ngb.sweeps.figures import plot as figures_plot
 
     real = iu.find_spec
     monkeypatch.setattr(

@@ -15,12 +15,13 @@ import sys
 import pytest
 from click.testing import CliRunner
 from ngb.core.intervals import t_quantile
-from ngb.sweeps import compare_runs, history
-from ngb.sweeps.changepoints import detect
 from ngb.sweeps.cli import cli
-from ngb.sweeps.run_points import differences, point_of, swept_settings
-from ngb.sweeps.store import Store
-from ngb.sweeps.store_import import import_store
+from ngb.sweeps.report import compare as compare_runs
+from ngb.sweeps.report import history
+from ngb.sweeps.report.changepoints import detect
+from ngb.sweeps.report.points import differences, point_of, swept_settings
+from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.merge import import_store
 
 from tests.history_store import BASE_PACKAGES, seed_runs
 from tests.test_tui_support import wait_for
@@ -262,7 +263,7 @@ def test_import_refuses_a_run_id_that_names_different_runs(tmp_path):
 
 
 def _sweep(sleep_s: float):
-    from ngb.sweeps.spec import loads_sweep
+    from ngb.sweeps.spec.sweep import loads_sweep
 
     return loads_sweep(f"""
 name = "gate"
@@ -289,7 +290,7 @@ async def test_compare_names_the_changed_points_and_the_field_and_gates(tmp_path
     runtime takes 10 ms in the first run and 50 ms in the second (its ``sleep_s`` option): long
     enough calls that a loaded 2-core CI machine's scheduling jitter stays a small share."""
     from ngb.devices.inventory import Device, Inventory
-    from ngb.sweeps.orchestrator import Orchestrator
+    from ngb.sweeps.run.orchestrator import Orchestrator
 
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
     inventory = Inventory(
@@ -340,8 +341,8 @@ async def test_compare_names_a_thread_count_change_on_a_real_runtime(tmp_path, m
     """1 vs 2 ONNX Runtime intra-op threads on a small conv: the field is named whatever the
     machine makes of it (a loaded 2-core machine may show no gain, so no verdict is asserted)."""
     from ngb.devices.inventory import Device, Inventory
-    from ngb.sweeps.orchestrator import Orchestrator
-    from ngb.sweeps.spec import loads_sweep
+    from ngb.sweeps.run.orchestrator import Orchestrator
+    from ngb.sweeps.spec.sweep import loads_sweep
 
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
     inventory = Inventory(
@@ -421,7 +422,7 @@ def test_provenance_reads_packages_container_and_model_git(tmp_path, monkeypatch
 
     # at ingest, on the workstation: the commit of the checkout holding the model's files
     from ngb.core.types import TrialResult
-    from ngb.sweeps.provenance_rows import trial_columns
+    from ngb.sweeps.store.provenance import trial_columns
 
     artifact = {"name": "code", "sha256": "0" * 64, "local": str(code), "role": "folder"}
     result = TrialResult(key="k", spec={"model": "net", "source": {"artifacts": [artifact]}})

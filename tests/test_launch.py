@@ -20,9 +20,9 @@ from ngb.core.errors import NgbError
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh import make_transport
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.spec import loads_sweep
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.spec.sweep import loads_sweep
+from ngb.sweeps.store.database import Store
 
 FAKE_AGENT = "import sys, json; print(json.dumps({'type': 'log', 'argv': sys.argv}))\n"
 

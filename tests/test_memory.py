@@ -14,7 +14,7 @@ from ngb.core import memory
 from ngb.core.memory import PhaseMemory
 from ngb.core.timing import Part, _memory
 from ngb.core.types import TrialResult
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 
 MIB = 2**20
 

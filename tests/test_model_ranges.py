@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 from ngb.core.model_sources import parse_source
 from ngb.sweeps.cli import cli
-from ngb.sweeps.model_ranges import guessed_ranges, sweep_warnings
+from ngb.sweeps.spec.model_ranges import guessed_ranges, sweep_warnings
 
 
 class _Counts(torch.nn.Module):

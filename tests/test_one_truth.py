@@ -21,10 +21,10 @@ from click.testing import CliRunner
 from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures import build_figure
-from ngb.sweeps.figures_data import FigureData
-from ngb.sweeps.numbers import format_interval, format_with_interval, round_with_interval
-from ngb.sweeps.store import Store
+from ngb.sweeps.figures.catalog import build_figure
+from ngb.sweeps.figures.data import FigureData
+from ngb.sweeps.report.numbers import format_interval, format_with_interval, round_with_interval
+from ngb.sweeps.store.database import Store
 from ngb.tui import results_data as rd
 
 MEASURE = MeasureSettings(repetitions=6, min_iters=5, min_duration_s=0.3)
@@ -310,7 +310,7 @@ def test_console_and_report_agree_without_a_stored_interval(tmp_path: Path) -> N
 def test_a_throughput_whose_interval_reaches_zero_prints_a_positive_bound(tmp_path: Path) -> None:
     """700 samples/s with a stored half-width of 2300 (two processes far apart): every surface
     shows a lower bound above zero and the console draws it on a log axis."""
-    from ngb.sweeps import derived
+    from ngb.sweeps.report import derived
 
     row = {"throughput_mean": 700.0, "throughput_ci_half": 2300.0, "key": "k",
            "extra": {"measure": {"df": 1}}}  # fmt: skip

@@ -21,9 +21,9 @@ from ngb.core import events as ev
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.run_events import RunEvent, Subscription
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.events import RunEvent, Subscription
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.store.database import Store
 
 from tests.noop_sweeps import noop_sweep
 
@@ -556,8 +556,8 @@ def test_liveness_check_calls_a_zombie_dead():
 
 async def test_a_result_that_can_never_be_stored_becomes_a_failed_trial(tmp_path):
     from ngb.core.types import Stats, TrialResult, TrialSpec
-    from ngb.sweeps.run_state import DeviceRun
-    from ngb.sweeps.run_writer import RunWriter
+    from ngb.sweeps.run.state import DeviceRun
+    from ngb.sweeps.run.writer import RunWriter
 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r1", "demo", "", ["d"], 2)
@@ -720,7 +720,7 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
 
 
 async def test_a_busy_device_is_refused_in_process_and_every_run_is_listed(env, tmp_path):
-    from ngb.sweeps.device_claim import DeviceBusy
+    from ngb.sweeps.run.device_claim import DeviceBusy
 
     inventory, store, _ = env
     orch = Orchestrator(store, inventory)
@@ -754,7 +754,7 @@ async def test_a_busy_device_is_refused_in_process_and_every_run_is_listed(env, 
 
 
 async def test_a_refused_start_does_not_keep_the_device_claimed(tmp_path, monkeypatch):
-    from ngb.sweeps.device_claim import CLAIM_FILE
+    from ngb.sweeps.run.device_claim import CLAIM_FILE
 
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
     workdir = tmp_path / "device"
@@ -777,9 +777,9 @@ async def test_a_refused_start_does_not_keep_the_device_claimed(tmp_path, monkey
 
 def test_writes_are_spaced_out_while_this_machine_measures(tmp_path):
     """A local device's trials share the CPU with the writer: it flushes every 10 s, not 1 s."""
-    from ngb.sweeps.run_events import FINISHED
-    from ngb.sweeps.run_state import DeviceRun
-    from ngb.sweeps.run_writer import RunWriter
+    from ngb.sweeps.run.events import FINISHED
+    from ngb.sweeps.run.state import DeviceRun
+    from ngb.sweeps.run.writer import RunWriter
 
     local = DeviceRun("r1", Device(name="here", host="localhost", transport="local"), {"a"})
     remote_dev = DeviceRun("r1", Device(name="gpu", host="gpu.lab", transport="ssh"), {"a"})
@@ -801,8 +801,8 @@ async def test_a_timed_flush_waits_while_a_local_worker_times(tmp_path):
     import asyncio
 
     from ngb.core import events as ev
-    from ngb.sweeps.run_state import DeviceRun
-    from ngb.sweeps.run_writer import RunWriter, record_agent_event
+    from ngb.sweeps.run.state import DeviceRun
+    from ngb.sweeps.run.writer import RunWriter, record_agent_event
 
     local = DeviceRun("r1", Device(name="here", host="localhost", transport="local"), {"a"})
     local.state = "running"

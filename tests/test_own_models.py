@@ -32,7 +32,7 @@ from ngb.core.model_sources import (
 )
 from ngb.core.types import MeasureSettings, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.spec import loads_sweep
+from ngb.sweeps.spec.sweep import loads_sweep
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -284,7 +284,7 @@ def test_own_model_family_and_reference(parts: Path) -> None:
     """Issue 20: a ``family`` key is taken; without one the family is the whole name (not its
     leading letters); an ONNX file's outputs are checked against ONNX Runtime, and say so."""
     from ngb.sweeps.cli.measure import _reference_name
-    from ngb.sweeps.store_ingest import model_family
+    from ngb.sweeps.store.ingest import model_family
 
     text = SWEEP.replace('name = "two-in"', 'name = "two-in"\nfamily = "pairs"')
     text = text.replace('name = "two-onnx"', 'name = "mnv3s-onnx"').replace(
@@ -676,8 +676,8 @@ def test_ngb_run_on_localhost(parts: Path, tmp_path: Path) -> None:
 
 def test_reports_use_the_sweeps_baseline(tmp_path: Path) -> None:
     from ngb.core.types import Stats, TrialResult
-    from ngb.sweeps.reports import build_report
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.report.catalog import build_report
+    from ngb.sweeps.store.database import Store
 
     source = {"kind": "onnx", "ref": "m.onnx"}
     results = []

@@ -92,7 +92,7 @@ def test_wheel_holds_real_files_under_ngb(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("ngb-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        assert {"ngb/__init__.py", "ngb/core/__init__.py", "ngb/sweeps/api.py"} <= names
+        assert {"ngb/__init__.py", "ngb/core/__init__.py", "ngb/sweeps/api/notebook.py"} <= names
         assert "ngb/sweeps/presets/demo.toml" in names
         assert zf.read("ngb/core/types.py") == (ROOT / "core" / "types.py").read_bytes()
         assert not any(n.startswith(("core/", "devices/", "sweeps/", "tui/")) for n in names)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures import FIGURES, build_figure
-from ngb.sweeps.figures_data import FigureData
-from ngb.sweeps.report_latex import escape, inline
-from ngb.sweeps.store import Store
+from ngb.sweeps.figures.catalog import FIGURES, build_figure
+from ngb.sweeps.figures.data import FigureData
+from ngb.sweeps.report.latex import escape, inline
+from ngb.sweeps.store.database import Store
 
 from tests.test_figures import _build_store
 
@@ -102,7 +102,7 @@ def test_latex_typesetting_of_code_quotes_minus_and_captions(store: Store) -> No
 def test_every_figure_keeps_its_legends_and_titles_inside_the_canvas(
     store: Store, name: str
 ) -> None:
-    from ngb.sweeps.figures_plot import draw, text_outside_canvas
+    from ngb.sweeps.figures.plot import draw, text_outside_canvas
 
     spec = build_figure(name, FigureData(store, run_id="r1"))
     if not spec.panels:
@@ -115,7 +115,7 @@ def test_every_figure_keeps_its_legends_and_titles_inside_the_canvas(
 
 def test_the_canvas_check_sees_a_legend_cut_at_the_edge(store: Store) -> None:
     """The check itself: a legend far wider than its figure is reported, entry by entry."""
-    from ngb.sweeps.figures_plot import draw, text_outside_canvas
+    from ngb.sweeps.figures.plot import draw, text_outside_canvas
 
     fig = draw(build_figure("fig09-bsr-family", FigureData(store, run_id="r1")))
     fig.legend(["x" * 400], loc="lower center")
@@ -127,8 +127,8 @@ def test_a_crowded_figure_keeps_its_legend_and_title_inside(kind: str, panels: i
     """Every compiler of the registry at two precisions, hollow, crossed and hatched marks, and
     the longest titles ngb writes, at the sizes ``draw`` picks for 1 to 3 panels."""
     from ngb.core.compilers import list_compilers
-    from ngb.sweeps.figures_plot import draw, text_outside_canvas
-    from ngb.sweeps.figures_spec import BarPanel, BarSeries, FigureSpec, HeatPanel, Line, LinePanel
+    from ngb.sweeps.figures.plot import draw, text_outside_canvas
+    from ngb.sweeps.figures.spec import BarPanel, BarSeries, FigureSpec, HeatPanel, Line, LinePanel
 
     names = [f"{c} {p}" for c in list_compilers(include_internal=True) for p in ("fp32", "bf16")]
     title = "Fig. 8: average scaling efficiency (ASE) by family, a long scope [dev1, cpu]"
@@ -157,8 +157,8 @@ def test_a_crowded_figure_keeps_its_legend_and_title_inside(kind: str, panels: i
 def test_a_heatmap_cell_without_an_effect_takes_the_neutral_colour() -> None:
     """Fig. 11: "10 [1, 100] n.s." is white (the centre), not the deepest red of the scale."""
     from matplotlib.image import AxesImage
-    from ngb.sweeps.figures_plot import draw
-    from ngb.sweeps.figures_spec import FigureSpec, HeatPanel
+    from ngb.sweeps.figures.plot import draw
+    from ngb.sweeps.figures.spec import FigureSpec, HeatPanel
 
     values: list[list[float | None]] = [[10.0, 1.2], [0.8, None]]
     texts: list[list[str | None]] = [["10 [1, 100] n.s.", "1.2 [1.1, 1.3]"],

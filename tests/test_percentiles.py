@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from ngb.core import percentiles
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps import advise
-from ngb.sweeps.report_data import ReportData
-from ngb.sweeps.store import Store
+from ngb.sweeps.report import advise
+from ngb.sweeps.report.data import ReportData
+from ngb.sweeps.store.database import Store
 
 
 def test_minimum_calls_follow_the_binomial_rule() -> None:
@@ -132,7 +132,7 @@ def test_store_keeps_bounds_and_calls_and_advise_filters_on_the_upper_bound(
 
 
 def _candidates(data: ReportData) -> list[advise.Candidate]:
-    from ngb.sweeps.report_data import Cell
+    from ngb.sweeps.report.data import Cell
 
     out = []
     for row in data.trials():
@@ -166,7 +166,7 @@ def test_a_p99_under_the_limit_whose_upper_bound_is_over_it_misses() -> None:
     """2000 calls evenly from 10 to 20 ms: the sample p99 (19.9) meets 19.92 ms, its 95 % upper
     bound (the 1989th call, 19.945) does not -- a p99 that may exceed the limit does not pass.
     A row stored before the bounds were (no call count) is held to its sample p99."""
-    from ngb.sweeps.report_data import Cell
+    from ngb.sweeps.report.data import Cell
 
     calls = [10.0 + 10.0 * k / 1999 for k in range(2000)]
     p99 = percentiles.interval(calls, 0.99, "p99")

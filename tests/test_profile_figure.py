@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures_plot import text_outside_canvas
-from ngb.sweeps.profile_figure import CLASS_COLOURS, bar_segments, draw, file_name
-from ngb.sweeps.store import Store
+from ngb.sweeps.figures.ops import CLASS_COLOURS, bar_segments, draw, file_name
+from ngb.sweeps.figures.plot import text_outside_canvas
+from ngb.sweeps.store.database import Store
 from ngb.tui import ops_view
 
 from tests.test_tui_ops import filled, profile

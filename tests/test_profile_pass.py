@@ -11,11 +11,11 @@ from ngb.core.measure import run_trial
 from ngb.core.profile_pass import calls_for
 from ngb.core.profiling import Profile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps.api import open_results
-from ngb.sweeps.reports import build_report, render
-from ngb.sweeps.spec import load_sweep
-from ngb.sweeps.store import Store
-from ngb.sweeps.store_profiles import load_profiles
+from ngb.sweeps.api.notebook import open_results
+from ngb.sweeps.report.catalog import build_report, render
+from ngb.sweeps.spec.sweep import load_sweep
+from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.profiles import load_profiles
 
 FAST = {"warmup_iters": 0, "warmup_s": 0.0, "min_iters": 2, "min_duration_s": 0.02,
         "repetitions": 2, "workers": 1, "quiet_check_s": 0.0, "energy_idle_s": 0.0}  # fmt: skip
@@ -105,8 +105,8 @@ def test_timed_numbers_equal_with_profiling_on_and_off(tmp_path: Path) -> None:
 
 
 def test_columns_name_precision_and_optimisation_where_they_differ() -> None:
-    from ngb.sweeps.profile_report import column_names
-    from ngb.sweeps.store_profiles import ProfilePoint
+    from ngb.sweeps.report.ops import column_names
+    from ngb.sweeps.store.profiles import ProfilePoint
 
     def point(compiler: str, precision: str, opt: str = "none") -> ProfilePoint:
         return ProfilePoint("here", "resnet18", None, 1, 8, compiler, precision, opt)
@@ -152,7 +152,7 @@ def test_a_version_8_file_keeps_its_profiles_and_reads_them(tmp_path: Path) -> N
     """Migration 9: `ngb profile --db` rows of an older file read back as points without a
     trial (optimisation "none"), after the reader upgraded the file."""
     import duckdb
-    from ngb.sweeps import schema
+    from ngb.sweeps.store import schema
 
     path = tmp_path / "v8.duckdb"
     conn = duckdb.connect(str(path))

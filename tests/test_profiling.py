@@ -24,8 +24,8 @@ from ngb.core.profiling import (
 )
 from ngb.core.types import TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.profile_report import ops_report
-from ngb.sweeps.reports import render
+from ngb.sweeps.report.catalog import render
+from ngb.sweeps.report.ops import ops_report
 
 
 def test_one_vocabulary_for_every_runtime() -> None:
@@ -141,9 +141,9 @@ def test_cli_refuses_bad_input_in_one_line() -> None:
 
 
 def test_profiles_are_stored_and_reported(profiles: dict[str, Profile], tmp_path: Path) -> None:
-    from ngb.sweeps.reports import build_report
-    from ngb.sweeps.store import Store
-    from ngb.sweeps.store_profiles import ProfilePoint, load_profiles, save_profiles
+    from ngb.sweeps.report.catalog import build_report
+    from ngb.sweeps.store.database import Store
+    from ngb.sweeps.store.profiles import ProfilePoint, load_profiles, save_profiles
 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("prof", "profile", "", ["localhost"], 0)

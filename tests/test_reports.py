@@ -34,9 +34,9 @@ from click.testing import CliRunner
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
-from ngb.sweeps.report_data import Cell, ReportData
-from ngb.sweeps.reports import build_report, list_reports, render
-from ngb.sweeps.store import Store
+from ngb.sweeps.report.catalog import build_report, list_reports, render
+from ngb.sweeps.report.data import Cell, ReportData
+from ngb.sweeps.store.database import Store
 
 from tests.script_modules import load_script
 
@@ -397,7 +397,7 @@ PRESET_TRIALS = {
 
 @pytest.mark.parametrize("name", sorted(PRESET_TRIALS))
 def test_paper_presets_expand(name: str) -> None:
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     sweep = load_sweep(name)
     trials = sweep.trials()
@@ -411,7 +411,7 @@ def test_paper_presets_expand(name: str) -> None:
 
 
 def test_cpu_repro_preset_is_cpu_only_and_small() -> None:
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     trials = load_sweep("cpu-repro").trials()
     assert {t.device for t in trials} == {"cpu"}
@@ -427,7 +427,7 @@ def test_cpu_repro_preset_is_cpu_only_and_small() -> None:
 
 def test_preset_models_exist_in_timm() -> None:
     pytest.importorskip("timm")
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     for name in (*PRESET_TRIALS, "cpu-repro"):
         load_sweep(name).check_models()
@@ -435,7 +435,7 @@ def test_preset_models_exist_in_timm() -> None:
 
 def test_sweep_rejects_unknown_optimisation() -> None:
     from ngb.core.errors import ConfigError
-    from ngb.sweeps.spec import loads_sweep
+    from ngb.sweeps.spec.sweep import loads_sweep
 
     text = (
         '[[matrix]]\nmodels = ["conv"]\nwidths = [8]\ncompilers = ["identity"]\n'
@@ -549,7 +549,7 @@ def test_two_precisions_of_one_point_are_two_points(tmp_path) -> None:
     """openvino b1 at fp32 and at bf16 (two runs): neither hides the other in the tables, the
     energy report or ``ngb advise`` (the point key once had no precision: the bf16 row
     vanished)."""
-    from ngb.sweeps import advise
+    from ngb.sweeps.report import advise
 
     store = Store(tmp_path / "two.duckdb")
     for run, precision, tput, when in (("p1", "fp32", 20.0, 1.0), ("p2", "bf16", 31.0, 2.0)):

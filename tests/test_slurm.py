@@ -33,10 +33,10 @@ from ngb.devices import protocol, slurm_nodes
 from ngb.devices.inventory import Device, Inventory, inventory_from_dict
 from ngb.devices.slurm import JobState, SlurmSettings, parse_squeue
 from ngb.devices.slurm_transport import _AGENT_START, NODE_PIDFILE, SlurmTransport
-from ngb.sweeps.device_queue import _news, job_states
-from ngb.sweeps.orchestrator import Orchestrator
-from ngb.sweeps.run_state import resumed_run
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.device_queue import _news, job_states
+from ngb.sweeps.run.orchestrator import Orchestrator
+from ngb.sweeps.run.state import resumed_run
+from ngb.sweeps.store.database import Store
 from ngb.tui.live_run import DeviceState, RunModel
 from ngb.tui.widgets.device_panel import current_line, queue_line
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
 from ngb.sweeps.cli.sweeps_list import sweeps as sweeps_cmd
-from ngb.sweeps.spec import list_presets, load_sweep, loads_sweep
+from ngb.sweeps.spec.sweep import list_presets, load_sweep, loads_sweep
 
 BASE = """
 name = "t"

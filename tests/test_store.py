@@ -20,10 +20,16 @@ import pyarrow.parquet as pq
 import pytest
 from ngb.core.errors import NgbError, UnknownNameError
 from ngb.core.types import Stats, TrialResult, TrialSpec
-from ngb.sweeps import schema
-from ngb.sweeps.result_store import IngestBatch
-from ngb.sweeps.store import BUSY_MESSAGE, DatabaseBusy, RowRejected, Store, StoreUnwritable
-from ngb.sweeps.store_snapshot import export
+from ngb.sweeps.store import schema
+from ngb.sweeps.store.database import (
+    BUSY_MESSAGE,
+    DatabaseBusy,
+    RowRejected,
+    Store,
+    StoreUnwritable,
+)
+from ngb.sweeps.store.result_store import IngestBatch
+from ngb.sweeps.store.snapshot import export
 
 NGB = str(Path(sys.executable).with_name("ngb"))
 
@@ -448,7 +454,7 @@ WRITER = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, sys.argv[3])
     from test_store import make_result
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     store = Store(sys.argv[1])
     stop = sys.argv[2]
@@ -541,7 +547,7 @@ def test_cli_query_formats_and_errors(store: Store, tmp_path: Path) -> None:
 
 def test_record_probe_reads_the_agents_own_field_names(tmp_path) -> None:
     # The shape ngb.devices.probe.probe() really sends (cores_logical, ram_mb).
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     store = Store(tmp_path / "r.duckdb")
     store.record_probe(
@@ -678,7 +684,7 @@ def test_a_missing_table_makes_writes_fail_as_unwritable(store: Store) -> None:
 
 def test_every_connection_has_extension_autoloading_and_installing_off(store: Store) -> None:
     """A SQLite file as the store made DuckDB fetch its extension from the internet."""
-    from ngb.sweeps.store_connect import connection
+    from ngb.sweeps.store.connect import connection
 
     store.ingest_results("r1", "a", [make_result(0)])
     wanted = "SELECT current_setting('autoload_known_extensions'), " \
@@ -804,8 +810,8 @@ def test_a_long_ngb_query_lets_a_writer_in_after_seconds(store: Store) -> None:
 
 
 def test_a_query_stopped_on_the_file_answers_the_same_on_its_copy(store: Store) -> None:
-    from ngb.sweeps import store_snapshot
-    from ngb.sweeps.store_snapshot import QueryJob
+    from ngb.sweeps.store import snapshot as store_snapshot
+    from ngb.sweeps.store.snapshot import QueryJob
 
     store.ingest_results("r1", "a", [make_result(i) for i in range(3)])
     time.sleep(2 * store_snapshot.FRESH_S)

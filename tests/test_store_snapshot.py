@@ -13,10 +13,10 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from ngb.core.errors import NgbError
-from ngb.sweeps import store_snapshot
-from ngb.sweeps.report_data import ReportData
-from ngb.sweeps.store import Store
-from ngb.sweeps.store_snapshot import QueryJob, export, take_snapshot
+from ngb.sweeps.report.data import ReportData
+from ngb.sweeps.store import snapshot as store_snapshot
+from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.snapshot import QueryJob, export, take_snapshot
 
 # Another process holds the file read-write (as a live run's writer does mid-ingest) after
 # committing one more run, and waits on stdin; DuckDB then refuses this process any open.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ngb.devices.inventory import load_inventory
-from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from ngb.tui.screens.host_key import HostKeyScreen
@@ -36,7 +36,7 @@ async def test_embedded_default_preselects_demo_and_localhost(tmp_path: Path) ->
         assert app.screen is screen
         assert list(screen.query_one(SelectionList).selected) == ["localhost"]
         await wait_for(pilot, lambda: "trials per device" in label_text(app, "#sweep-summary"))
-        from ngb.sweeps.spec import load_sweep
+        from ngb.sweeps.spec.sweep import load_sweep
 
         n_demo = len(load_sweep("demo").trials())
         assert label_text(app, "#sweep-summary").startswith(f"demo: {n_demo} trials")

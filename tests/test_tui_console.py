@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 from ngb.tui import results_data as rd
 from ngb.tui.app import NgbApp, build_parser
 from ngb.tui.backend import Backend
@@ -270,7 +270,7 @@ async def test_results_table_sorts_copies_and_charts_toggle_log_scale(tmp_path: 
 async def test_run_end_rings_once_and_meters_say_what_they_measure(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from ngb.sweeps.orchestrator import RunEvent
+    from ngb.sweeps.run.orchestrator import RunEvent
 
     app = make_app(tmp_path)
     rings: list[int] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 from ngb.tui.narrow_table import narrow
 from ngb.tui.results_data import TABLE_COLUMNS, Chart
 from ngb.tui.screens.confirm import ConfirmScreen

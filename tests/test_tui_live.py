@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui.live_run import RunModel
 from ngb.tui.widgets.device_panel import eta_seconds, eta_text, meter_lines
 

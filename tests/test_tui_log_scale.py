@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ngb.core.intervals import t_quantile
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 from ngb.tui import results_data as rd
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend

@@ -6,8 +6,8 @@ import math
 
 import pytest
 from ngb.core.errors import NgbError
-from ngb.sweeps.numbers import format_interval, printed_bounds
-from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.report.numbers import format_interval, printed_bounds
+from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui import results_data as rd
 from ngb.tui.live_run import CPU_HISTORY, RunModel
 from ngb.tui.screens.device_form import form_values
@@ -195,7 +195,7 @@ def test_table_shows_spread_significance_and_flags() -> None:
 
 
 def test_spread_from_std_when_no_samples_are_stored() -> None:
-    from ngb.sweeps.derived import mean_of
+    from ngb.sweeps.report.derived import mean_of
     from scipy import stats
 
     m = mean_of({"throughput_mean": 100.0, "throughput_std": 10.0, "repetitions": 4})

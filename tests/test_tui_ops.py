@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ngb.core.profiling import KernelRecord, Profile, classify
 from ngb.core.types import Stats, TrialResult, TrialSpec
-from ngb.sweeps.store import Store
+from ngb.sweeps.store.database import Store
 from ngb.tui import ops_view
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend

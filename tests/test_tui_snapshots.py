@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from ngb.core.types import Stats, TrialResult, TrialSpec
-from ngb.sweeps.orchestrator import RunEvent
-from ngb.sweeps.store import Store
+from ngb.sweeps.run.orchestrator import RunEvent
+from ngb.sweeps.store.database import Store
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from ngb.tui.screens.confirm import ConfirmScreen

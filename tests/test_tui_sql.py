@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.sweeps.store import Store
-from ngb.sweeps.store_snapshot import QueryCancelled, QueryJob
+from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.snapshot import QueryCancelled, QueryJob
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from ngb.tui.screens.sql import RUNNING, SqlScreen
@@ -229,7 +229,7 @@ def test_a_copy_is_reused_while_the_store_is_unchanged_and_renewed_after_a_write
 ) -> None:
     """Console queries on an unchanged store share one private copy (issue 31, item 12: a
     whole-store copy per query); a write makes the next query copy again and see it."""
-    from ngb.sweeps import store_snapshot
+    from ngb.sweeps.store import snapshot as store_snapshot
 
     store = seeded(tmp_path / "r.duckdb")
     time.sleep(2 * store_snapshot.FRESH_S)  # a file changed just now is never reused
@@ -248,7 +248,7 @@ def test_a_copy_is_reused_while_the_store_is_unchanged_and_renewed_after_a_write
 
 
 def test_two_queries_at_once_share_the_copy(tmp_path: Path) -> None:
-    from ngb.sweeps import store_snapshot
+    from ngb.sweeps.store import snapshot as store_snapshot
 
     store = seeded(tmp_path / "r.duckdb")
     time.sleep(2 * store_snapshot.FRESH_S)

@@ -11,7 +11,7 @@ import pytest
 from ngb.core.errors import ConfigError
 from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import Device, with_changes
-from ngb.sweeps.orchestrator import RunEvent
+from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui.live_run import RunModel
 from ngb.tui.screens.devices import compilers_of
 

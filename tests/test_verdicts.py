@@ -1,4 +1,4 @@
-"""A run's verdicts in one line (``ngb.sweeps.verdicts``), and what it advises."""
+"""A run's verdicts in one line (``ngb.sweeps.report.verdicts``), and what it advises."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import statistics
 
 from ngb.core.stopping import repetitions_for_cov
-from ngb.sweeps.verdicts import summary_line
+from ngb.sweeps.report.verdicts import summary_line
 
 MEASURE = json.dumps({"ci_target": 0.02, "confidence": 0.95, "max_repetitions": 24,
                       "repetitions": None})  # fmt: skip
@@ -77,8 +77,8 @@ def test_the_report_footnote_counts_invalid_reasons_as_the_run_summary(tmp_path)
     """Two trials INVALID for two levels between processes are said so on both surfaces, not
     folded into "a CI wider than its target" by the report (issue 33)."""
     from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
-    from ngb.sweeps.reports import build_report
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.report.catalog import build_report
+    from ngb.sweeps.store.database import Store
 
     levels = "two levels between processes: 38,000/s (3 processes) and 41,000/s (2)"
     reasons = [("VALID", "95% CI ±1.0% within ±2.0%"), ("INVALID", WIDE), ("INVALID", levels),

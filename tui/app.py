@@ -33,7 +33,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, TextArea
 
 if TYPE_CHECKING:
-    from ngb.sweeps.orchestrator import Orchestrator
+    from ngb.sweeps.run.orchestrator import Orchestrator
 
 
 SCREEN_KEYS = Binding.Group("screens", compact=True)

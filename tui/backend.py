@@ -24,10 +24,10 @@ if TYPE_CHECKING:  # the real classes, imported lazily at run time
     import asyncssh
     from ngb.devices.inventory import Device, Inventory
     from ngb.devices.transport import Transport
-    from ngb.sweeps.orchestrator import Orchestrator
-    from ngb.sweeps.spec import Sweep
-    from ngb.sweeps.store import Store
-    from ngb.sweeps.store_snapshot import QueryJob
+    from ngb.sweeps.run.orchestrator import Orchestrator
+    from ngb.sweeps.spec.sweep import Sweep
+    from ngb.sweeps.store.database import Store
+    from ngb.sweeps.store.snapshot import QueryJob
 
 
 class RunRow(TypedDict, total=False):
@@ -58,7 +58,7 @@ class RunDeviceRow(TypedDict, total=False):
 class TrialRow(TypedDict, total=False):
     """One row of ``trials`` as ``Store.trials`` gives it (the columns the console reads; SQL NULL
     is None) and, on the Results screen, its per-repetition throughputs (``samples``). The same
-    rows go to ``ngb.sweeps.derived``, which reads its own columns of them."""
+    rows go to ``ngb.sweeps.report.derived``, which reads its own columns of them."""
 
     run_id: str
     device: str
@@ -247,19 +247,19 @@ class Backend:
 
     # -- sweeps --------------------------------------------------------------------------------
     def presets(self) -> list[str]:
-        from ngb.sweeps.spec import list_presets
+        from ngb.sweeps.spec.sweep import list_presets
 
         return list(list_presets())
 
     def load_sweep_sync(self, name_or_path: str) -> Sweep:
-        from ngb.sweeps.spec import load_sweep
+        from ngb.sweeps.spec.sweep import load_sweep
 
         return load_sweep(name_or_path)
 
     # -- store (blocking: call from thread workers) -----------------------------------------------
     def store(self) -> Store:
         if self._store is None:
-            from ngb.sweeps.store import Store
+            from ngb.sweeps.store.database import Store
 
             self._store = Store(self.db_path)
         return self._store
@@ -288,12 +288,12 @@ class Backend:
     def advice_sync(self, run_id: str, device: str | None = None) -> dict[str, str]:
         """Variant (the Results screen's model choice) -> ``ngb advise``'s answer for the run
         (objective throughput, no constraints), one line per model and device: the answer the
-        CLI prints (``ngb.sweeps.advise``), with prices from this console's inventory."""
+        CLI prints (``ngb.sweeps.report.advise``), with prices from this console's inventory."""
         if not self.database_exists():
             return {}
         from ngb.devices.pricing import price_of
-        from ngb.sweeps import advise
-        from ngb.sweeps.report_data import ReportData
+        from ngb.sweeps.report import advise
+        from ngb.sweeps.report.data import ReportData
 
         inventory = self.load_inventory_sync()
         prices = {d.name: p for d in inventory if (p := price_of(inventory, d.name)) is not None}
@@ -341,7 +341,7 @@ class Backend:
         self, sql: str, *, allow_write: bool = False, timeout_s: float | None = None
     ) -> QueryJob:
         """A cancellable query on its own connection (a copy of the store unless it writes)."""
-        from ngb.sweeps.store_snapshot import QueryJob
+        from ngb.sweeps.store.snapshot import QueryJob
 
         return QueryJob(self.store(), sql, allow_write=allow_write, timeout_s=timeout_s)
 
@@ -377,7 +377,7 @@ class Backend:
     def export_sync(self, dest: str | Path, fmt: str, table_or_sql: str) -> ExportResult:
         """Write a table or query to ``dest``."""
         path = Path(dest).expanduser()
-        from ngb.sweeps.store_snapshot import export
+        from ngb.sweeps.store.snapshot import export
 
         rows = export(self.store(), path, fmt=fmt, table_or_sql=table_or_sql)
         return ExportResult(path, int(rows or 0))
@@ -385,8 +385,8 @@ class Backend:
     # -- orchestrator ----------------------------------------------------------------------------
     def import_orchestrator_sync(self) -> None:
         """Import the orchestrator (and with it asyncssh, duckdb) off the event loop."""
-        import ngb.sweeps.orchestrator  # noqa: F401
-        import ngb.sweeps.store  # noqa: F401
+        import ngb.sweeps.run.orchestrator  # noqa: F401
+        import ngb.sweeps.store.database  # noqa: F401
         import pyarrow
 
         # pyarrow's first array imports pandas (0.3 s of CPU): here, before the run, rather than
@@ -396,7 +396,7 @@ class Backend:
     def orchestrator(self) -> Orchestrator:
         """The one Orchestrator of this console; construct it on the event loop's thread."""
         if self._orchestrator is None:
-            from ngb.sweeps.orchestrator import Orchestrator
+            from ngb.sweeps.run.orchestrator import Orchestrator
 
             self._orchestrator = Orchestrator(
                 self.store(), self.load_inventory_sync(), **self.orchestrator_options
@@ -412,7 +412,7 @@ class Backend:
         """Start and wait until the devices took it: (run id, the refusals of devices that did
         not). Raises ``RunRefused`` (an NgbError) when none took it: the run is then not stored.
         """
-        from ngb.sweeps.run_refusal import start_or_refuse
+        from ngb.sweeps.run.refusal import start_or_refuse
 
         orch = self.orchestrator()
         # The inventory may have changed since the orchestrator was made (devices screen).

@@ -1,4 +1,5 @@
-"""What the console's History screen shows, from ``ngb.sweeps.history`` (the CLI's own series).
+"""What the console's History screen shows, from ``ngb.sweeps.report.history`` (the CLI's own
+series).
 
 One table row per point (its runs, latest result, change points), and for the selected point one
 row per run: the same ``Series`` and the same digits as ``ngb history``, through ``derived``'s
@@ -25,9 +26,9 @@ class HistoryView:
 
 def load(backend: Backend) -> HistoryView:
     """Every point's series from the store (blocking: call it from a thread worker)."""
-    from ngb.sweeps import history
-    from ngb.sweeps.compare_runs import changes_text
-    from ngb.sweeps.run_points import differences
+    from ngb.sweeps.report import history
+    from ngb.sweeps.report.compare import changes_text
+    from ngb.sweeps.report.points import differences
 
     if not backend.database_exists():
         return HistoryView([], {}, {})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ngb.sweeps.run_events import RunEvent
+    from ngb.sweeps.run.events import RunEvent
 
 #: CPU samples kept per device for the sparkline (about a minute at one sample per second)
 CPU_HISTORY = 60
@@ -117,7 +117,7 @@ class DeviceState:
     eta: Mapping[str, object] | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
     # a scheduler's queue state ("slurm: RUNNING on n1@gpu, 1:59:10 left ...", from
-    # ``ngb.sweeps.device_queue``) and when it came: kept while trials replace ``message``
+    # ``ngb.sweeps.run.device_queue``) and when it came: kept while trials replace ``message``
     queue: str = ""
     queue_at: float = 0.0
     started_at: float = field(default_factory=time.time)
@@ -424,7 +424,7 @@ class RunModel:
 def trial_line(label: str, result: Mapping[str, object]) -> str:
     """The log's line for a finished trial: what it was, its throughput with the interval, the
     verdict, and where the time went (tuning apart from measuring)."""
-    from ngb.sweeps import derived
+    from ngb.sweeps.report import derived
 
     spec = result.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}

@@ -1,6 +1,6 @@
 """The Results screen's "Ops" tab: where the selected model's time goes, per operator class.
 
-The console's view of ``ngb report ops`` (``ngb.sweeps.profile_report``): one column per
+The console's view of ``ngb report ops`` (``ngb.sweeps.report.ops``): one column per
 compiler (its precision or optimisation added where the model has several), one row per
 operator class with its milliseconds per call and share, then the kernel count per inference
 (fusion shows as fewer kernels) and the profiled and timed latency with their ratio (the
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ngb.core.profiling import OP_CLASSES, Profile
-from ngb.sweeps.profile_report import column_names
+from ngb.sweeps.report.ops import column_names
 
 if TYPE_CHECKING:
-    from ngb.sweeps.store import Store
-    from ngb.sweeps.store_profiles import ProfilePoint
+    from ngb.sweeps.store.database import Store
+    from ngb.sweeps.store.profiles import ProfilePoint
 
 Stored = list[tuple["ProfilePoint", Profile]]
 
@@ -34,8 +34,8 @@ NOTE = "ms/call (share of recorded); k = kernels/inference; profiled/timed = ove
 
 def load(store: Store, run_id: str, device: str | None) -> Stored:
     """The run's profiles (with the timed latency of their trials): for the worker thread."""
-    from ngb.sweeps.profile_report import load_with_timed
-    from ngb.sweeps.report_data import ReportData
+    from ngb.sweeps.report.data import ReportData
+    from ngb.sweeps.report.ops import load_with_timed
 
     if not store.path.exists():
         return []

@@ -1,8 +1,8 @@
 """Trial rows from the store -> the Results screen's chart and table data (pure, no Textual).
 
 Every derived number (speed-up, RTR, ASE, BSR, depth slope and retention), its interval and its
-verdict ("n.s.", "≠prec") come from ``ngb.sweeps.derived``, the module ``ngb report`` and the
-figures render too, and are written with ``ngb.sweeps.numbers`` (only the digits the interval
+verdict ("n.s.", "≠prec") come from ``ngb.sweeps.report.derived``, the module ``ngb report`` and the
+figures render too, and are written with ``ngb.sweeps.report.numbers`` (only the digits the interval
 supports); this module only selects and groups rows. A "variant" is what one line of a batch
 chart compares across compilers: a timm model (``resnet18``) or a block at one width
 (``conv w64``). Charts that need data the run does not have (no batch 1 for BSR, a single depth
@@ -20,9 +20,9 @@ from typing import TypeVar
 
 from ngb.core.metrics import BASELINE
 from ngb.core.types import BLOCK_MODELS
-from ngb.sweeps import derived
-from ngb.sweeps.derived import Derived
-from ngb.sweeps.report_data import series_names
+from ngb.sweeps.report import derived
+from ngb.sweeps.report.data import series_names
+from ngb.sweeps.report.derived import Derived
 from ngb.tui.backend import TrialRow
 
 V = TypeVar("V")
@@ -230,7 +230,8 @@ def speedup_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
 def batch_points(
     per: Mapping[str, Mapping[int, TrialRow]],
 ) -> dict[str, dict[int, derived.BatchPoint]]:
-    """{compiler: {batch: every batch-scaling number}} (``ngb.sweeps.derived.batch_points``)."""
+    """{compiler: {batch: every batch-scaling number}}
+    (``ngb.sweeps.report.derived.batch_points``)."""
     out: dict[str, dict[int, derived.BatchPoint]] = {}
     for point in derived.batch_points(per, BASELINE):
         out.setdefault(point.compiler, {})[point.batch] = point

@@ -1,6 +1,7 @@
 """``ngb advise``: what to deploy on a device (or each device of a group), from the store.
 
-The ranking, ties and constraints are ``ngb.sweeps.advise``'s; this module only parses options.
+The ranking, ties and constraints are ``ngb.sweeps.report.advise``'s; this module only parses
+options.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ def advise(
 ) -> None:  # fmt: skip
     """The configuration to deploy for MODEL (or --sweep RUN's models) on --device or --group."""
     from ngb.core.errors import ConfigError
-    from ngb.sweeps import advise as advice
-    from ngb.sweeps.report_data import ReportData
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.report import advise as advice
+    from ngb.sweeps.report.data import ReportData
+    from ngb.sweeps.store.database import Store
 
     if (model is None) == (sweep_run is None):
         raise ConfigError("give a MODEL or --sweep RUN (one of them)")

@@ -1,5 +1,5 @@
 """``ngb compare RUN_A RUN_B``: what moved between two runs, and what changed (see
-``ngb.sweeps.compare_runs``).
+``ngb.sweeps.report.compare``).
 
 ``--fail-above 5%`` makes it a regression gate for CI: exit status 2 (errors keep 1) when a
 point is slower in B by more than the threshold with 95 % confidence, or ran in A and failed in
@@ -38,10 +38,10 @@ def compare(
 ) -> None:  # fmt: skip
     """Every point RUN_A and RUN_B share: B / A, its verdict and what differs."""
     from ngb.core.errors import ConfigError
-    from ngb.sweeps import compare_runs
-    from ngb.sweeps.history import package_lookup
-    from ngb.sweeps.report_render import render
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.report import compare as compare_runs
+    from ngb.sweeps.report.history import package_lookup
+    from ngb.sweeps.report.render import render
+    from ngb.sweeps.store.database import Store
 
     threshold = None
     if fail_above is not None:
@@ -62,7 +62,7 @@ def compare(
         )
     built = compare_runs.report(comparison, threshold, package_lookup(store))
     if fmt == "html":
-        from ngb.sweeps.report_html import single_report_page
+        from ngb.sweeps.figures.html_report import single_report_page
 
         text = single_report_page(built)
     else:

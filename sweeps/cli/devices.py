@@ -4,7 +4,7 @@ Every edit loads and validates the inventory first, so a malformed file is repor
 never overwritten; saves are atomic. ``probe`` talks to all devices concurrently: one failing
 device prints its one-line error while the others still report, and the exit status says whether
 any failed.
-Probe answers go into the DuckDB store when ``ngb.sweeps.store`` is importable.
+Probe answers go into the DuckDB store when ``ngb.sweeps.store.database`` is importable.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ngb.sweeps.rows import StoreRow, mapping
 
 if TYPE_CHECKING:
     import asyncssh
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
 
 def _render(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -59,7 +59,7 @@ def _address(dev: Device) -> str:
 def _store() -> Store | None:
     """The results store, or None when it is not importable here (or has no file yet)."""
     try:
-        from ngb.sweeps.store import Store
+        from ngb.sweeps.store.database import Store
     except ImportError:
         return None
     return Store()

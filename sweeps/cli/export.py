@@ -59,7 +59,7 @@ def export(
     source = sql or table or "trials"
     dest = Path(output) if output else Path(f"{table or ('query' if sql else 'trials')}.{fmt}")
     _check_destination(dest.expanduser())
-    from ngb.sweeps.store_snapshot import export
+    from ngb.sweeps.store.snapshot import export
 
     n = export(open_store(db, wait), dest, fmt, source, overwrite=force)
     click.echo(f"wrote {n} rows to {dest}")

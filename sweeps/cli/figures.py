@@ -32,7 +32,7 @@ def figures(
     device: str | None, family: str | None, precision: str | None, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Write figures NAME... (default: all; `fig05` is short for `fig05-throughput`)."""
-    from ngb.sweeps import figures as figs
+    from ngb.sweeps.figures import catalog as figs
 
     if list_only:
         width = max(len(n) for n, _ in figs.list_figures())
@@ -44,8 +44,8 @@ def figures(
     from ngb.core.errors import NgbError
 
     check_out_dir(out_dir)
-    from ngb.sweeps.figures_data import FigureData
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.figures.data import FigureData
+    from ngb.sweeps.store.database import Store
 
     data = FigureData(
         Store(db, busy_timeout_s=wait), run_id=run_id, device=device, family=family,

@@ -52,10 +52,10 @@ def history(
 ) -> None:  # fmt: skip
     """Every run's result of the matching points over time, with change points."""
     from ngb.core.errors import ConfigError
-    from ngb.sweeps import history as hist
-    from ngb.sweeps.compare_runs import parse_threshold
-    from ngb.sweeps.report_render import render
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.report import history as hist
+    from ngb.sweeps.report.compare import parse_threshold
+    from ngb.sweeps.report.render import render
+    from ngb.sweeps.store.database import Store
 
     try:
         min_effect = 0.0 if min_change.strip() in ("0", "0%") else parse_threshold(min_change)
@@ -72,7 +72,7 @@ def history(
         raise ConfigError(f"no successful result matches {shown or 'anything'} in the store")
     built = hist.report(series, hist.package_lookup(store))
     if fmt == "html":
-        from ngb.sweeps.report_html import single_report_page
+        from ngb.sweeps.figures.html_report import single_report_page
 
         text = single_report_page(built)
     else:
@@ -81,7 +81,7 @@ def history(
     if figure is not None:
         from ngb.core.safe_files import refuse_protected
         from ngb.devices.paths import get_paths
-        from ngb.sweeps.history_figure import write
+        from ngb.sweeps.figures.history import write
 
         formats = tuple(dict.fromkeys(figure_formats))
         own = {**get_paths().own_files(), "results database being read": store.path}

@@ -234,7 +234,7 @@ def measure(
     from ngb.core.measure import run_trial
     from ngb.core.models import resolve_model
     from ngb.core.types import TrialSpec
-    from ngb.sweeps.spec_checks import check_trial, parse_measure
+    from ngb.sweeps.spec.checks import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
     source = _model_source(model, kwargs, inputs, code, sweep_file)
@@ -278,7 +278,7 @@ def measure(
     check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
     store, stored = None, ""
     if db is not None or run_id is not None:
-        from ngb.sweeps import measure_store
+        from ngb.sweeps.store import measure as measure_store
 
         if run_id is not None and not run_id.strip():
             raise ConfigError("--run wants a non-empty run id")
@@ -324,7 +324,7 @@ def measure(
     else:
         result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
     if store is not None and run_id is not None:
-        from ngb.sweeps import measure_store
+        from ngb.sweeps.store import measure as measure_store
 
         stored = measure_store.save(store, run_id, result, "ngb measure")
     if as_json:
@@ -353,7 +353,7 @@ def _model_source(
     from ngb.core.types import BLOCK_MODELS
 
     if sweep_file is not None:
-        from ngb.sweeps.spec import load_sweep
+        from ngb.sweeps.spec.sweep import load_sweep
 
         if kwargs or inputs or code:
             raise ConfigError(
@@ -377,7 +377,7 @@ def _model_source(
     )
     if parsed.kind == "python" and not parsed.inputs:
         raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
-    from ngb.sweeps.model_ranges import guessed_ranges
+    from ngb.sweeps.spec.model_ranges import guessed_ranges
 
     for line in guessed_ranges(parsed):  # a guess is stated, never silent (.pt2 too)
         click.echo(safe_text(f"warning: {model}: {line}"), err=True)
@@ -404,8 +404,8 @@ def _as_row(result: TrialResult) -> dict[str, object]:
 
 
 def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
-    from ngb.sweeps import derived
-    from ngb.sweeps.numbers import format_value
+    from ngb.sweeps.report import derived
+    from ngb.sweeps.report.numbers import format_value
     from rich.console import Console
     from rich.table import Table
 
@@ -427,7 +427,7 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
             f"{t.n} ({sum(r['iters'] for r in result.repetitions)} calls) "
             f"in {result.workers} process(es)",
         ),
-        # the one number to quote, rounded to what its interval supports (ngb.sweeps.numbers,
+        # the one number to quote, rounded to what its interval supports (ngb.sweeps.report.numbers,
         # as every report and the console print it)
         (
             "throughput",

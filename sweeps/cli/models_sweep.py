@@ -14,7 +14,7 @@ import click
 from ngb.core.errors import NgbError, one_line
 
 if TYPE_CHECKING:
-    from ngb.sweeps.spec import Sweep
+    from ngb.sweeps.spec.sweep import Sweep
 
 
 class ModelRow(TypedDict, total=False):
@@ -70,7 +70,7 @@ def list_sweep_models(
     from ngb.core.compilers import onnx_compilers
     from ngb.core.isolate import call_in_child
     from ngb.core.models import MACS_COUNTER
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     sweep = load_sweep(sweep_file)
     # Built in a child process: user code that ends its process (os._exit, sys.exit) is an

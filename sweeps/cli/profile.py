@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import NgbError, one_line
-from ngb.sweeps.report_render import FORMATS
+from ngb.sweeps.report.render import FORMATS
 
 if TYPE_CHECKING:
     from ngb.core.profiling import Profile
     from ngb.core.types import TrialSpec
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
 
 @click.command("profile")
@@ -42,13 +42,13 @@ def profile(
     from ngb.core.isolate import call_in_child
     from ngb.core.profiling import profile_trial
     from ngb.core.types import BLOCK_MODELS, TrialSpec
-    from ngb.sweeps.profile_report import ops_report
-    from ngb.sweeps.reports import render
-    from ngb.sweeps.spec_checks import check_compiler, check_timm_names, check_trial
+    from ngb.sweeps.report.catalog import render
+    from ngb.sweeps.report.ops import ops_report
+    from ngb.sweeps.spec.checks import check_compiler, check_timm_names, check_trial
 
     store = None
     if db is not None or run_id is not None:  # refused before anything is profiled
-        from ngb.sweeps.measure_store import writable_store
+        from ngb.sweeps.store.measure import writable_store
 
         store = writable_store(db)
     names = [c.strip() for c in compilers.split(",") if c.strip()]
@@ -84,8 +84,8 @@ def profile(
 
 
 def _store(store: Store, run_id: str | None, found: list[tuple[TrialSpec, Profile]]) -> None:
-    from ngb.sweeps.measure_store import HERE, default_run_id
-    from ngb.sweeps.store_profiles import ProfilePoint, save_profiles
+    from ngb.sweeps.store.measure import HERE, default_run_id
+    from ngb.sweeps.store.profiles import ProfilePoint, save_profiles
 
     run = run_id or default_run_id("profile")
     store.create_run(run, "profile", "", [HERE], 0, meta={"source": "ngb profile"})

@@ -1,10 +1,10 @@
 """``ngb query``: SQL over the results database, read-only unless ``--write``.
 
 It opens the results file only for as long as it needs it, so it works from another terminal
-while a run is writing (see ``ngb.sweeps.store``); a read-only query still running after
+while a run is writing (see ``ngb.sweeps.store.database``); a read-only query still running after
 ``HOLD_S`` lets the file go and finishes on a private copy (``store_snapshot.QueryJob``), so
 the run's writer waits seconds, not for the query. Which files SQL may reach, with and without
-``--allow-files``: ``ngb.sweeps.sql_files``. The statement helpers here are shared with
+``--allow-files``: ``ngb.sweeps.store.sql_files``. The statement helpers here are shared with
 ``ngb export`` (``sweeps/cli/export.py``).
 """
 
@@ -24,12 +24,12 @@ from ngb.sweeps.cli.options import results_db_options
 
 if TYPE_CHECKING:
     import duckdb
-    from ngb.sweeps.store import Store
-    from ngb.sweeps.store_snapshot import QueryJob, SqlAnswer
+    from ngb.sweeps.store.database import Store
+    from ngb.sweeps.store.snapshot import QueryJob, SqlAnswer
 
 
 def open_store(db: str | None, wait: float) -> Store:
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     return Store(db, busy_timeout_s=wait)
 
@@ -145,7 +145,7 @@ def query(sql: str, fmt: str, write: bool, allow_files: bool, db: str | None, wa
     if write:
         columns, rows = store.query(sql, allow_write=True, allow_files=allow_files)
     else:
-        from ngb.sweeps.store_snapshot import QueryJob
+        from ngb.sweeps.store.snapshot import QueryJob
 
         store.require_file()  # read-only SQL on a missing file: say so, create nothing
         # Past HOLD_S the query lets the file go and finishes on a private copy, so a live

@@ -14,7 +14,7 @@ import click
 from ngb.sweeps.cli.options import emit_text, results_db_options
 
 if TYPE_CHECKING:
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
 ALL = "all"
 FORMATS = ("table", "markdown", "csv", "latex", "html")
@@ -50,7 +50,7 @@ def report(
     db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Print report NAME (or `all`); without NAME, list the reports."""
-    from ngb.sweeps import reports
+    from ngb.sweeps.report import catalog as reports
 
     if name is None and fmt != "html":
         width = max(len(n) for n, _ in reports.list_reports())
@@ -58,7 +58,7 @@ def report(
             click.echo(f"{report_name.ljust(width)}  {description}")
         click.echo(f"{ALL.ljust(width)}  Every report above, in order")
         return
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     if figure_dir is not None and name != "ops":
         from ngb.core.errors import ConfigError
@@ -71,18 +71,18 @@ def report(
 
         raise ConfigError("--family and --precision apply to the html whole-run report only")
     if whole:
-        from ngb.sweeps.figures_data import FigureData
-        from ngb.sweeps.report_html import run_report
+        from ngb.sweeps.figures.data import FigureData
+        from ngb.sweeps.figures.html_report import run_report
 
         data = FigureData(store, run_id=run_id, device=device, family=family, precision=precision)
         emit_text(run_report(data, figures=not no_figures), output)
         return
-    if figure_dir is not None:  # the per-operator figures (ngb.sweeps.profile_figure)
+    if figure_dir is not None:  # the per-operator figures (ngb.sweeps.figures.ops)
         _ops_figures(store, figure_dir, run_id, device)
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
     built = [reports.build_report(n, store, run_id=run_id, device=device) for n in names]
     if fmt == "html":
-        from ngb.sweeps.report_html import single_report_page
+        from ngb.sweeps.figures.html_report import single_report_page
 
         text = single_report_page(built[0])
     else:
@@ -95,7 +95,7 @@ def _ops_figures(store: Store, out_dir: str, run_id: str | None, device: str | N
 
     from ngb.core.errors import NgbError
     from ngb.sweeps.cli.figures import check_out_dir
-    from ngb.sweeps.profile_figure import write_figures
+    from ngb.sweeps.figures.ops import write_figures
 
     check_out_dir(out_dir)
     try:

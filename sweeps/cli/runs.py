@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 import click
 from ngb.core.errors import NgbError
 from ngb.sweeps.rows import integer, mapping
-from ngb.sweeps.run_refusal import start_or_refuse, until_started
+from ngb.sweeps.run.refusal import start_or_refuse, until_started
 
 if TYPE_CHECKING:  # imported where used: `ngb --help` must not load rich, duckdb or asyncssh
     from ngb.devices.inventory import Inventory
-    from ngb.sweeps.orchestrator import Orchestrator, Subscription
-    from ngb.sweeps.run_events import RunEvent
-    from ngb.sweeps.spec import Sweep
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.run.events import RunEvent
+    from ngb.sweeps.run.orchestrator import Orchestrator, Subscription
+    from ngb.sweeps.spec.sweep import Sweep
+    from ngb.sweeps.store.database import Store
     from rich.console import Console
     from rich.progress import TaskID
 
@@ -48,7 +48,7 @@ FINAL_RUN_STATES = ("finished", "failed", "cancelled", "detached")
 
 
 def _store(db: str | None) -> Store:
-    from ngb.sweeps.store import Store
+    from ngb.sweeps.store.database import Store
 
     return Store(db)
 
@@ -222,7 +222,7 @@ async def _drive(
     attach: str | None = None,
     detach_after_start: bool = False,
 ) -> tuple[str, Mapping[str, object] | None]:
-    from ngb.sweeps.orchestrator import Orchestrator
+    from ngb.sweeps.run.orchestrator import Orchestrator
 
     orch = Orchestrator(store, inventory)
     try:
@@ -301,21 +301,21 @@ def run(
 
     Ctrl-C detaches: the run goes on on the devices; `ngb attach RUN` picks it up.
     """
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     if not [name for name in devices.split(",") if name.strip()]:
         # An empty list must not mean "every device" (it did: `-d ''` ran the sweep everywhere).
         raise NgbError("--devices names no device: give names or groups, e.g. -d localhost")
     spec = load_sweep(sweep)
     from ngb.sweeps.cli import safe_text
-    from ngb.sweeps.model_ranges import sweep_warnings
+    from ngb.sweeps.spec.model_ranges import sweep_warnings
 
     for line in sweep_warnings(spec.model_sources):  # a guessed input range is said
         click.echo(safe_text(f"warning: {line}"), err=True)
     if profile:  # the sweep's [measure]; a matrix's own `profile = false` still wins
         spec = dataclasses.replace(spec, measure={**spec.measure, "profile": True})
     if spec.models():
-        from ngb.sweeps.spec_checks import check_timm_names
+        from ngb.sweeps.spec.checks import check_timm_names
 
         check_timm_names(spec.models())  # an unknown name fails here, not on every device
     inventory = _inventory(inventory_path)
@@ -374,7 +374,7 @@ def _finish(
 
 def _verdicts(console: Console, store: Store, run_id: str) -> None:
     """How many trials met their confidence target, and what to change when most did not."""
-    from ngb.sweeps.verdicts import summary_line
+    from ngb.sweeps.report.verdicts import summary_line
 
     try:
         line = summary_line(store.trials(run_id))
@@ -426,7 +426,7 @@ def status(
     messages = {r["device"]: r for r in store.run_devices(run_id)}
     agents: dict[str, str] = {}
     if live:
-        from ngb.sweeps.orchestrator import Orchestrator
+        from ngb.sweeps.run.orchestrator import Orchestrator
 
         async def ask() -> dict[str, str]:
             orch = Orchestrator(store, _inventory(inventory_path))
@@ -463,7 +463,7 @@ def status(
 def _queue_states(path: str | None, run_id: str, records: list[dict[str, object]]) -> bool:
     """Ask the scheduler about the run's Slurm devices (``queue`` in their records); whether any
     is one. The inventory may have changed since the run: a device it no longer has is skipped."""
-    from ngb.sweeps.device_queue import job_states
+    from ngb.sweeps.run.device_queue import job_states
 
     try:
         inventory = _inventory(path)
@@ -506,7 +506,7 @@ def _table(cols: list[str], rows: Sequence[Sequence[object]]) -> None:
 @_inventory_option
 def cancel(run_id: str, db: str | None, inventory_path: str | None) -> None:
     """Stop RUN_ID on its devices (SIGTERM to each agent); finished trials are kept."""
-    from ngb.sweeps.orchestrator import Orchestrator
+    from ngb.sweeps.run.orchestrator import Orchestrator
 
     store, inventory = _store(db), _inventory(inventory_path)
 

@@ -1,5 +1,5 @@
 """``ngb import STORE``: merge another results file's runs into this one (ids kept; see
-``ngb.sweeps.store_import`` for what happens to a run id both files hold)."""
+``ngb.sweeps.store.merge`` for what happens to a run id both files hold)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from ngb.sweeps.cli.options import results_db_options
 @results_db_options
 def import_(source: str, db: str | None, wait: float) -> None:
     """Merge the runs of results file SOURCE into this store (STORE is not changed)."""
-    from ngb.sweeps.store import Store
-    from ngb.sweeps.store_import import import_store
+    from ngb.sweeps.store.database import Store
+    from ngb.sweeps.store.merge import import_store
 
     summary = import_store(Store(db, write_timeout_s=max(wait, 30.0)), Path(source))
     click.echo(summary.text())

@@ -16,7 +16,7 @@ def sweeps(ctx: click.Context) -> None:
 @sweeps.command("list")
 def list_cmd() -> None:
     """Presets shipped with ngb, with their trial counts."""
-    from ngb.sweeps.spec import list_presets, load_sweep
+    from ngb.sweeps.spec.sweep import list_presets, load_sweep
 
     for name in list_presets():
         sweep = load_sweep(name)
@@ -29,7 +29,7 @@ def list_cmd() -> None:
 @click.option("--trials", "show_trials", is_flag=True, help="List every trial too.")
 def show(name: str, show_trials: bool) -> None:
     """Print a preset (or file) as TOML, with its trial count."""
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     sweep = load_sweep(name)
     trials = sweep.trials()
@@ -49,7 +49,7 @@ def show(name: str, show_trials: bool) -> None:
 )
 def check(file: str, no_models: bool) -> None:
     """Validate a sweep file (or preset) and print its number of trials."""
-    from ngb.sweeps.spec import load_sweep
+    from ngb.sweeps.spec.sweep import load_sweep
 
     sweep = load_sweep(file)
     n = len(sweep.trials())

@@ -1,8 +1,8 @@
 """History screen: every point's results over the store's runs, with change points.
 
 The top table lists the points (device, model, compiler, batch ...) with how many runs hold them,
-the latest result and the change points found (``ngb.sweeps.changepoints``); the bottom one the
-highlighted point's runs, oldest first, each with its 95 % interval, its compiler's version and
+the latest result and the change points found (``ngb.sweeps.report.changepoints``); the bottom one
+the highlighted point's runs, oldest first, each with its 95 % interval, its compiler's version and
 what differs from the run before. The same series as ``ngb history`` (``tui/history_data.py``).
 Read in a thread worker when the screen is shown and on ``r``; history changes only when a run
 ends, so it does not poll.

@@ -145,7 +145,7 @@ class ResultsScreen(ConsoleScreen):
     def action_reload(self) -> None:
         self.refresh_runs()
 
-    # -- save figure: the chart tab on screen as the paper figure (ngb.sweeps.figures) -------------
+    # -- save figure: the chart tab on screen as the paper figure (ngb.sweeps.figures.catalog) -----
     def action_save_figure(self) -> None:
         tab = self.active_tab()
         if not self.run_id or tab not in rd.CHARTS:
@@ -155,7 +155,7 @@ class ResultsScreen(ConsoleScreen):
 
     @work(thread=True, group="figure", exclusive=True, exit_on_error=False)
     def save_figure(self, tab: str, run_id: str, device: str | None, family: str | None) -> None:
-        from ngb.sweeps.figures import save_figure
+        from ngb.sweeps.figures.catalog import save_figure
 
         store = self.backend.store()
         try:

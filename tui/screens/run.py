@@ -35,7 +35,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select
 
 if TYPE_CHECKING:  # loaded lazily, through the backend
     from ngb.devices.inventory import Device
-    from ngb.sweeps.run_events import RunEvent
+    from ngb.sweeps.run.events import RunEvent
     from textual.timer import Timer
 
 REFRESH_HZ = 2

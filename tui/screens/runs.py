@@ -27,7 +27,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label
 
 if TYPE_CHECKING:
-    from ngb.sweeps.run_listing import RunOverview
+    from ngb.sweeps.run.listing import RunOverview
 
 POLL_S = 3.0
 COLUMNS = ("run", "sweep", "status", "devices", "done", "failed", "created", "here")

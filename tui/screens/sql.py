@@ -3,7 +3,7 @@ export to CSV / Parquet.
 
 Queries run read-only (on a private copy of the store, without file access) unless the operator
 flips "allow writes". Every query runs in a thread worker on its own connection
-(``ngb.sweeps.store_snapshot.QueryJob``), so a long aggregate freezes neither the console nor the
+(``ngb.sweeps.store.snapshot.QueryJob``), so a long aggregate freezes neither the console nor the
 live run's ingest; Escape or ctrl+c cancel it (``connection.interrupt()``), a time limit (the
 "limit s" box, remembered) stops it, and a new query first cancels the one in flight. An error
 is one line under the editor and the text stays as typed.
@@ -23,7 +23,7 @@ from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.settings import HISTORY_KEEP
 
 if TYPE_CHECKING:
-    from ngb.sweeps.store_snapshot import QueryJob
+    from ngb.sweeps.store.snapshot import QueryJob
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.sql_editor import SqlEditor
 from rich.text import Text

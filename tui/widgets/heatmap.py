@@ -31,7 +31,8 @@ def colour(value: float, low: float, high: float) -> Color:
 
 
 def heat_cell(value: float | None, low: float, high: float, text: str | None = None) -> Text:
-    """One cell: its printed text (value [interval], from ``ngb.sweeps.derived``) on its colour."""
+    """One cell: its printed text (value [interval], from ``ngb.sweeps.report.derived``) on its
+    colour."""
     if value is None:
         return Text("--", justify="right")
     return Text(

@@ -1,0 +1,376 @@
+"""``ngb advise``: the configuration to deploy on a device, from the results in the store.
+
+For each model and device in scope, every measured configuration (compiler, precision, batch,
+optimisation: the newest result per point, as the reports read them) is checked against the
+user's constraints -- p99 latency per call <= ``p99_ms`` (its 95 % upper bound: ``_check_p99``),
+max abs error against torch eager <= ``max_err`` (the baseline itself counts as 0), peak memory
+<= ``max_mem_mb`` (GPU memory on a GPU target, resident memory on a CPU) -- and the ones that
+pass are ranked by the objective:
+
+- throughput: samples/s, higher is better;
+- cost: cost per million inferences (``ngb.devices.pricing``); on one device the price is a
+  constant factor, so the ranking and the ties are throughput's; across devices the ratio of
+  the two costs (prices and both throughputs);
+- energy: joules per sample measured on the device, lower is better. Configurations without a
+  meter reading are left out (never guessed).
+
+Every tie is the reports' one rule: two choices are tied when the printed 95 % interval of their
+ratio (speed-up, cost ratio, energy ratio: ``ngb.sweeps.report.derived``) includes 1 -- never an
+overlap of two intervals, which calls a 1.18 [1.09, 1.26] cost ratio a tie.
+
+The numbers come from the report layer (``report_paper.throughput_cell``,
+``report_deploy.cost_cell`` / ``energy_cell``), so ``ngb advise`` and ``ngb report energy`` print
+the same values. A choice whose recorded precision is not fp32 is called out with its error.
+When nothing passes, the nearest configuration is named with the constraints it misses (the
+smallest sum of relative excesses; an unrecorded value counts as a full miss). A tie comes with
+the sweep that would settle it: the tied configurations measured again to a tighter interval.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from ngb.core import percentiles
+from ngb.core.errors import ConfigError
+from ngb.core.types import BLOCK_MODELS, PRECISIONS
+from ngb.sweeps.report import derived
+from ngb.sweeps.report.data import Cell, ReportData, finite, precision_of
+from ngb.sweeps.report.deploy import cost_cell, energy_cell
+from ngb.sweeps.report.numbers import format_interval, format_value
+from ngb.sweeps.report.paper import throughput_cell
+from ngb.sweeps.rows import TrialRow
+
+OBJECTIVES = ("throughput", "energy", "cost")
+
+
+@dataclass(frozen=True)
+class Constraints:
+    p99_ms: float | None = None
+    max_err: float | None = None
+    max_mem_mb: float | None = None
+    objective: str = "throughput"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(
+                f"unknown objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}"
+            )
+        for name in ("p99_ms", "max_err", "max_mem_mb"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name.replace('_', '-')} must be a number >= 0, got {value}")
+
+
+@dataclass
+class Candidate:
+    row: TrialRow
+    throughput: Cell
+    cost: Cell
+    energy: Cell  # mJ per sample
+    misses: list[str] = field(default_factory=list)  # constraints it does not meet, in words
+    excess: float = 0.0  # sum of relative excesses over the limits (0 = meets them all)
+
+    @property
+    def label(self) -> str:
+        r = self.row
+        opt = "" if (r.get("optimisation") or "none") == "none" else f" {r.get('optimisation')}"
+        ran = precision_of(r)
+        precision = "" if ran == "?" else f" {ran}"  # "?": stored before precision was recorded
+        return f"{r['compiler']}{precision} b{r['batch']}{opt}"
+
+    def value(self, objective: str) -> Cell:
+        return {"throughput": self.throughput, "cost": self.cost, "energy": self.energy}[objective]
+
+
+@dataclass
+class Advice:
+    device: str
+    model: str
+    objective: str
+    choice: Candidate | None = None
+    tied: list[Candidate] = field(default_factory=list)
+    nearest: Candidate | None = None
+    lines: list[str] = field(default_factory=list)
+    settle: str | None = None
+
+
+def _memory(row: TrialRow) -> float | None:
+    value = row.get("gpu_mem_mb") if row.get("target") == "cuda" else row.get("peak_rss_mb")
+    return _number(value)
+
+
+def _number(value: object) -> float | None:
+    """A finite number as a float, else None (unrecorded, NaN)."""
+    return float(value) if finite(value) else None
+
+
+def _check(c: Candidate, limits: Constraints, baseline: str) -> None:
+    row = c.row
+    err = 0.0 if row["compiler"] == baseline else row.get("max_abs_err")
+    if limits.p99_ms is not None:
+        _check_p99(c, limits.p99_ms)
+    checks = [
+        ("max abs err", _number(err), limits.max_err, ""),
+        ("memory", _memory(row), limits.max_mem_mb, " MB"),
+    ]
+    for name, value, limit, unit in checks:
+        if limit is None:
+            continue
+        if value is None:
+            c.misses.append(f"{name} not recorded")
+            c.excess += 1.0
+        elif value > limit:
+            c.misses.append(f"{name} {value:.3g}{unit} > {limit:g}{unit}")
+            c.excess += (value - limit) / limit if limit > 0 else 1.0
+
+
+def _check_p99(c: Candidate, limit: float) -> None:
+    """p99 per call <= ``limit``, decided on the upper bound of its 95 % order-statistic
+    interval (``ngb.core.percentiles``): a p99 that may exceed the limit does not pass. A trial
+    with too few calls to bound its p99 misses, saying so; a result stored before the bounds
+    were (no call count) is held to its sample p99, as it was then."""
+    row = c.row
+    calls, high = _number(row.get("latency_calls")), _number(row.get("latency_p99_hi_ms"))
+    point = _number(row.get("latency_p99_ms"))
+    if calls is not None and high is None:
+        c.misses.append(
+            f"p99 not claimed: {percentiles.why_unclaimed(int(calls), 0.99)} (more calls or "
+            "processes: raise [measure] max_measure_s or repetitions)"
+        )
+        c.excess += 1.0
+    elif high is not None:
+        if high > limit:
+            seen = f"p99 {point:.3g}ms, " if point is not None else ""
+            c.misses.append(f"p99 may be {high:.3g}ms > {limit:g}ms ({seen}95 % upper bound)")
+            c.excess += (high - limit) / limit if limit > 0 else 1.0
+    elif point is None:
+        c.misses.append("p99 not recorded")
+        c.excess += 1.0
+    elif point > limit:
+        c.misses.append(f"p99 {point:.3g}ms > {limit:g}ms")
+        c.excess += (point - limit) / limit if limit > 0 else 1.0
+
+
+def _tied(best: Candidate, other: Candidate, objective: str, data: ReportData) -> bool:
+    if objective in ("throughput", "cost"):
+        ratio = derived.speedup(best.row, other.row)
+    else:
+        ratio = derived.ratio(derived.energy_mean(other.row), derived.energy_mean(best.row))
+    # the reports' test on the printed interval; no interval stored: cannot tell
+    return ratio.significant is False
+
+
+def _settle(model: str, device: str, tied: list[Candidate]) -> str:
+    """A sweep measuring the tied configurations again, to a tighter interval: one [[matrix]]
+    per compiler, precision and optimisation (a cartesian product would add untied ones)."""
+    target = str(tied[0].row.get("target") or "cpu")
+    name = "settle-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)[:50]  # resnet18@160: no '@'
+    lines = [
+        f'name = "{name}"',
+        f'device = "{target}"',
+        "[measure]\nci_target = 0.01\nworkers = 6\nmax_workers = 20\nmax_measure_s = 60.0",
+    ]
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for c in tied:
+        r = c.row
+        key = (str(r["compiler"]), precision_of(r), str(r["optimisation"] or "none"))
+        groups.setdefault(key, []).append(int(r["batch"]))
+    # `model` is the report label (conv32x1, resnet18@160): a sweep names the model and its
+    # width, depth and input size apiece, or `ngb sweeps check` refuses "conv32x1"
+    first = tied[0].row
+    width, depth, size = first.get("width"), first.get("depth") or 1, first.get("input_size")
+    axes = [f'models = ["{first["model"]}"]']
+    if first.get("model") in BLOCK_MODELS and width is not None:
+        axes += [f"widths = [{int(width)}]", f"depths = [{int(depth)}]"]
+    if size:
+        axes.append(f"input_sizes = [{int(size)}]")
+    for (compiler, ran, opt), batches in groups.items():
+        lines += [
+            "[[matrix]]",
+            *axes,
+            f'compilers = ["{compiler}"]',
+            "batches = [" + ", ".join(str(b) for b in sorted(batches)) + "]",
+        ]
+        if opt != "none":
+            lines.append(f'optimisations = ["{opt}"]')
+        if ran in PRECISIONS and ran != "default":
+            lines.append(f'measure = {{ precision = "{ran}" }}')
+    return "\n".join(lines) + f"\n# then: ngb run {name}.toml -d {device}"
+
+
+def _fmt(cell: Cell, unit: str) -> str:
+    if cell.value is None:
+        return "-"
+    # the printed interval, rounded to what it supports, as every report prints it
+    interval = cell.interval
+    text = format_interval(cell.value, *interval) if interval else format_value(cell.value)
+    return f"{text} {unit}".strip()
+
+
+def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -> Advice:
+    """The answer for one model on one device (see the module docstring)."""
+    objective = limits.objective
+    advice = Advice(device, model, objective)
+    # this model on this device only, filtered in SQL: a store is never read whole here
+    rows = [r for r in data.trials_of(device, model) if finite(r.get("throughput_mean"))]
+    if not rows:
+        advice.lines.append(f"{model} on {device}: nothing measured in the store")
+        return advice
+    baseline = data.baseline
+    cands = [
+        Candidate(r, throughput_cell(data, r) or Cell(None), cost_cell(data, r), energy_cell(r))
+        for r in rows
+    ]
+    for c in cands:
+        _check(c, limits, baseline)
+    if objective == "cost" and device not in data.prices:
+        advice.lines.append(
+            f"{model} on {device}: no price_per_hour for {device} in the inventory: "
+            "cost cannot be ranked"
+        )
+        return advice
+    scored = [c for c in cands if c.value(objective).value is not None]
+    if not scored:
+        notes = sorted({str(c.row.get("energy_note") or "no power meter") for c in cands})
+        advice.lines.append(
+            f"{model} on {device}: no energy measured ({'; '.join(notes)}): the energy objective "
+            "cannot be answered"
+        )
+        return advice
+    higher = objective == "throughput"
+
+    def rank(c: Candidate) -> float:
+        v = c.value(objective).value or 0.0
+        return -v if higher else v
+
+    passing = sorted((c for c in scored if not c.misses), key=rank)
+    if not passing:
+        nearest = min(scored, key=lambda c: (c.excess, rank(c)))
+        advice.nearest = nearest
+        advice.lines.append(
+            f"{model} on {device}: no measured configuration meets the constraints; nearest: "
+            f"{nearest.label} ({_fmt(nearest.value(objective), _unit(objective))}), which misses "
+            + ", ".join(nearest.misses)
+        )
+        return advice
+    best = passing[0]
+    advice.choice = best
+    advice.tied = [c for c in passing[1:] if _tied(best, c, objective, data)]
+    advice.lines.append(
+        f"{model} on {device}: deploy {best.label} -- "
+        f"{_fmt(best.throughput, 'samples/s')}"
+        + (f", {_fmt(best.cost, 'per 1M')}" if best.cost.value is not None else "")
+        + (f", {_fmt(best.energy, 'mJ/sample')}" if best.energy.value is not None else "")
+    )
+    if advice.tied:
+        labels = [best.label, *(c.label for c in advice.tied)]
+        names = ", ".join(labels[:-1]) + " and " + labels[-1]
+        pick = "pick either" if len(labels) == 2 else "pick any"
+        advice.lines.append(f"  {names} are within noise: {pick}")
+        advice.settle = _settle(model, device, [best, *advice.tied])
+    caution = _caution(best, rows)
+    if caution:
+        advice.lines.append(caution)
+    ran = precision_of(best.row)
+    if ran not in ("fp32", "?"):
+        err = best.row.get("max_abs_err")
+        advice.lines.append(
+            f"  changes precision: runs {ran}, not fp32"
+            + (f" (max abs err {err:.3g} against eager)" if finite(err) else "")
+        )
+    return advice
+
+
+def _caution(best: Candidate, rows: list[TrialRow]) -> str:
+    """The reports' INVALID / disturbed note for the choice (empty when it is VALID and quiet):
+    advice built on a number its own stopping rule rejected must say so."""
+    flags = derived.result_flags(best.row)
+    if not flags:
+        return ""
+    judged = [r for r in rows if r.get("verdict")]
+    bad = [r for r in judged if derived.result_flags(r)]
+    reason = best.row.get("verdict_reason")
+    why = f" ({reason})" if isinstance(reason, str) and reason else ""
+    return (
+        f"  caution: {', '.join(flags)}{why}; {len(bad)} of {len(judged)} results here are not "
+        "VALID or disturbed: measure again"
+    )
+
+
+def _unit(objective: str) -> str:
+    return {"throughput": "samples/s", "energy": "mJ/sample", "cost": "per 1M"}[objective]
+
+
+def models_in_scope(data: ReportData) -> list[str]:
+    return data.labels()  # from the label columns: the trials are read per model and device
+
+
+def advise(
+    data: ReportData, models: list[str], devices: list[str], limits: Constraints
+) -> list[Advice]:
+    """One ``Advice`` per model and device, models in the order given."""
+    known = models_in_scope(data)
+    for model in models:
+        if model not in known:
+            from ngb.core.errors import UnknownNameError
+
+            raise UnknownNameError("model in the store", model, known)
+    return [advise_one(data, m, d, limits) for m in models for d in devices]
+
+
+def cheapest(advices: list[Advice], data: ReportData) -> list[str]:
+    """Per model over several devices (objective cost): the device whose choice costs least, and
+    the devices within noise of it (the printed interval of the cost ratio includes 1)."""
+    out = []
+    models = list(dict.fromkeys(a.model for a in advices))
+    for model in models:
+        priced = [
+            (a.choice.cost, a)
+            for a in advices
+            if a.model == model and a.choice is not None and a.choice.cost.value is not None
+        ]
+        if len(priced) < 2:
+            continue
+        priced.sort(key=lambda item: item[0].value or 0.0)
+        (best, first), rest = priced[0], priced[1:]
+        close = [a.device for _, a in rest if _cost_tied(first, a, data)]
+        line = f"{model}: cheapest on {first.device} ({_fmt(best, 'per 1M')})"
+        if close:
+            line += f"; {', '.join([first.device, *close])} are within noise: pick any"
+        out.append(line)
+    return out
+
+
+def _cost_tied(best: Advice, other: Advice, data: ReportData) -> bool:
+    """cost_other / cost_best = (price_o / price_b) * (T_b / T_o), judged against 1."""
+    if best.choice is None or other.choice is None:
+        return False
+    p_best, p_other = data.prices[best.device], data.prices[other.device]
+    ratio = derived.ratio(
+        derived.mean_of(best.choice.row),
+        derived.mean_of(other.choice.row),
+        scale=p_other.per_hour / p_best.per_hour,
+    )
+    return ratio.significant is False
+
+
+def render(advices: list[Advice], limits: Constraints, data: ReportData) -> str:
+    given = [
+        f"p99 <= {limits.p99_ms:g} ms" if limits.p99_ms is not None else "",
+        f"max abs err <= {limits.max_err:g}" if limits.max_err is not None else "",
+        f"memory <= {limits.max_mem_mb:g} MB" if limits.max_mem_mb is not None else "",
+    ]
+    head = f"objective: {limits.objective}; constraints: " + (
+        ", ".join(g for g in given if g) or "none"
+    )
+    out = [head]
+    for a in advices:
+        out.extend(a.lines)
+        if a.settle:
+            out.append("  to settle the tie, run this sweep:")
+            out.extend("    " + line for line in a.settle.splitlines())
+    if limits.objective == "cost":
+        out.extend(cheapest(advices, data))
+    return "\n".join(out) + "\n"

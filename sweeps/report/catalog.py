@@ -1,0 +1,98 @@
+"""Reports: the paper's tables (and two beyond it) regenerated from the results database.
+
+Public API::
+
+    list_reports() -> [(name, description)]
+    build_report(name, store=None, run_id=None, device=None) -> Report
+    render(report, fmt="table"|"markdown"|"csv") -> str
+
+Everything is read through ``Store.query`` (read-only connections), so a report can be made while
+a run is writing. Definitions of every number are in the builder modules' docstrings
+(``report_paper`` for the paper's tables, ``report_dlas`` for DLAS and ranking reversals) and
+repeated in each table's notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.sweeps.report import deploy as report_deploy
+from ngb.sweeps.report import dlas as report_dlas
+from ngb.sweeps.report import ops as profile_report
+from ngb.sweeps.report import paper as report_paper
+from ngb.sweeps.report.data import Cell, Report, ReportData, Table
+from ngb.sweeps.report.render import FORMATS, render
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store.database import Store
+
+__all__ = [
+    "FORMATS",
+    "REPORTS",
+    "Cell",
+    "Report",
+    "Table",
+    "build_report",
+    "list_reports",
+    "render",
+]
+
+# name -> (builder, one-line description); the order is the paper's.
+REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
+    "testbed": (report_paper.testbed, "Devices, software and compilers (Tables I, II)"),
+    "compile-times": (report_paper.compile_times, "Compile/tuning time by model and batch (III)"),
+    "families": (report_paper.families, "Throughput and CPU % by family, batch 2-4 / 8-16 (VI)"),
+    "depth": (report_paper.depth, "Depth slope and retention of blocks (Tables VII, VIII)"),
+    "bsr": (report_paper.bsr, "RTR, ASE, BSR and speed-up per model, compiler and batch"),
+    "ase": (report_paper.ase, "ASE per model/width x batch for each compiler (heatmaps)"),
+    "dlas": (report_dlas.dlas, "Achieved and % of expected speed-up per optimisation"),
+    "reversals": (report_dlas.reversals, "Model pairs whose order flips under a compiler"),
+    "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
+    "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
+    "ops": (profile_report.ops, "Per-operator profiles side by side (ngb profile --db)"),
+}
+
+
+def list_reports() -> list[tuple[str, str]]:
+    return [(name, description) for name, (_, description) in REPORTS.items()]
+
+
+def build_report(
+    name: str, store: Store | None = None, *, run_id: str | None = None, device: str | None = None
+) -> Report:
+    """Build report ``name``; unknown report/run/device names raise a one-line NgbError."""
+    if name not in REPORTS:
+        raise UnknownNameError("report", name, list(REPORTS))
+    if store is None:
+        from ngb.sweeps.store.database import Store
+
+        store = Store()
+    builder, _ = REPORTS[name]
+    data = ReportData(store, run_id=run_id, device=device)
+    report = builder(data)
+    if name != "testbed":
+        judged = [t for t in data.trials() if t.get("verdict")]
+        invalid = [t for t in judged if t["verdict"] != "VALID"]
+        if invalid:
+            from ngb.sweeps.report.verdicts import (
+                invalid_causes,  # counted as the run's summary does
+            )
+
+            report.notes.append(
+                f"{len(invalid)} of {len(judged)} trials are INVALID "
+                f"({', '.join(invalid_causes(invalid))}): read their numbers "
+                "with their intervals (`ngb report bsr` lists each verdict)"
+            )
+    scope = [f"run {run_id}" if run_id else "all runs (newest result per point)"]
+    if device:
+        scope.append(f"device {device}")
+    report.notes.append("source: " + ", ".join(scope))
+    return report
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown report format {fmt!r}; valid: {', '.join(FORMATS)}")
+    return fmt

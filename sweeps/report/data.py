@@ -1,0 +1,459 @@
+"""What a report is made of (``Report`` -> ``Table`` -> cells) and where its numbers come from.
+
+``ReportData`` reads the results database through ``Store.query`` (read-only connections only).
+Which trials count: successful ones, filtered by ``--run`` / ``--device``, and -- because the same
+trial point may have been measured in several runs -- only the newest measurement of each point
+(device, model, width, depth, optimisation, compiler, batch, target, input size), so a report
+never averages an old run into a new one. Per-repetition throughputs (``measurements``) come with
+each trial for the significance tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
+
+from ngb.core.compilers import DEFAULT_BASELINE
+from ngb.core.errors import NgbError, UnknownNameError
+from ngb.sweeps.rows import StoreRow, TrialRow
+
+if TYPE_CHECKING:
+    from ngb.devices.pricing import Price
+    from ngb.sweeps.store.database import Store
+
+R = TypeVar("R", bound=Mapping[str, object])
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+# What identifies one measured point across runs (the "newest wins" partition). The precision
+# that ran is part of it: an openvino b1 bf16 result and an fp32 one are two points, and neither
+# hides the other in a report or ``ngb advise``.
+POINT_COLUMNS = (
+    "device",
+    "model",
+    "width",
+    "depth",
+    "optimisation",
+    "compiler",
+    "batch",
+    "target",
+    "input_size",
+    "precision",
+)
+_TRIAL_COLUMNS = (
+    "run_id",
+    "key",
+    "family",
+    "export_s",
+    "compile_s",
+    "tune_s",
+    "first_call_s",
+    "throughput_mean",
+    "throughput_std",
+    "repetitions",
+    "cpu_percent_mean",
+    "extra",
+    "throughput_ci_half",
+    "verdict",
+    "verdict_reason",
+    "disturbed",
+    # what deciding a deployment needs (sweeps/report/deploy.py, sweeps/report/advise.py)
+    "latency_p99_ms",
+    "latency_p99_hi_ms",  # its upper 95 % bound; NULL: too few calls to claim it
+    "latency_calls",
+    "max_abs_err",
+    "peak_rss_mb",
+    "gpu_mem_mb",
+    "energy_j_per_sample",
+    "energy_j_per_sample_ci_half",
+    "energy_above_idle_j_per_sample",
+    "samples_per_j",
+    "power_w_mean",
+    "idle_power_w",
+    "energy_source",
+    "energy_note",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A value with its 95 % interval or a spread, and a note such as "n.s." (not significant).
+
+    ``low``/``high``: the bounds of the value's 95 % confidence interval, printed as they are
+    (``6.3 [4.1, 9.6]``, ``ngb.sweeps.report.numbers.format_interval``). ``std``: a standard
+    deviation printed after ``±`` (Table VI's spread over a family: a dispersion, not an
+    interval)."""
+
+    value: float | None
+    std: float | None = None
+    note: str = ""
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if self.low is None or self.high is None:
+            return None
+        return (self.low, self.high)
+
+    def with_note(self, note: str) -> Cell:
+        return Cell(self.value, self.std, note, self.low, self.high)
+
+
+@dataclass
+class Table:
+    """One table of a report. StoreRow values are str/int/float/None or ``Cell``."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[object]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    name: str
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+#: marks a comparison between results that ran at different precisions (see ``PrecisionMarks``)
+PRECISION_MARK = "≠prec"
+
+
+def precision_of(row: Mapping[str, object]) -> str:
+    """The precision a trial ran at, as recorded ("?" for results stored before it was)."""
+    return str(row.get("precision") or "?")
+
+
+def series_names(
+    rows: Sequence[R], baseline: str, x: Callable[[R], object] = lambda r: r.get("batch")
+) -> dict[int, str]:
+    """``{id(row): name}`` for rows of one group (one model on one device): the compiler's name,
+    or ``"compiler precision"`` where that compiler has results at several precisions for the
+    same batch (or other ``x``), so tables keyed by compiler and batch keep every precision
+    instead of one overwriting the other. The baseline keeps its plain name for its most common
+    precision (fp32 first), so speed-ups still find it."""
+    at_batch: dict[tuple[str, object], set[str]] = {}
+    for r in rows:
+        at_batch.setdefault((str(r["compiler"]), x(r)), set()).add(precision_of(r))
+    split = {c for (c, _), ran in at_batch.items() if len(ran) > 1}
+    names = {}
+    for r in rows:
+        compiler, ran = str(r["compiler"]), precision_of(r)
+        if compiler not in split:
+            names[id(r)] = compiler
+            continue
+        mine = sorted({precision_of(x) for x in rows if x["compiler"] == compiler})
+        plain_one = compiler == baseline and ran == min(mine, key=lambda p: (p != "fp32", p))
+        names[id(r)] = compiler if plain_one else f"{compiler} {ran}"
+    return names
+
+
+class PrecisionMarks:
+    """The ratios of one table that compare two precisions: marked where they stand, named once
+    in the table's notes. Such a ratio measures the number format too (bf16 against fp32, say),
+    not only the compiler. ``baseline`` is what the table compares against (a compiler, or the
+    un-optimised trial)."""
+
+    def __init__(self, baseline: str) -> None:
+        self.baseline = baseline
+        self.pairs: set[tuple[str, str, str, str]] = set()  # (compiler, its precision, base, its)
+
+    def mark(
+        self, cell: Cell | None, row: Mapping[str, object], base: Mapping[str, object]
+    ) -> Cell | None:
+        """``cell`` (a ratio of ``row`` over ``base``), with ``PRECISION_MARK`` in its note when
+        the two ran at different precisions. An unrecorded precision (results stored before it
+        was) differs from nothing, as in the console: a mark must stand for a known difference."""
+        ran, base_ran = precision_of(row), precision_of(base)
+        if cell is None or ran == base_ran or "?" in (ran, base_ran):
+            return cell
+        self.pairs.add((str(row["compiler"]), ran, self.baseline, base_ran))
+        if PRECISION_MARK in cell.note:  # ngb.sweeps.report.derived marked it already
+            return cell
+        return cell.with_note(f"{cell.note} {PRECISION_MARK}".strip())
+
+    def add_note(self, table: Table) -> None:
+        """Name the pairs marked in ``table`` (nothing when there are none)."""
+        if not self.pairs:
+            return
+        listed = "; ".join(f"{c} ran {pc}, {b} {pb}" for c, pc, b, pb in sorted(self.pairs))
+        table.notes.append(
+            f"{PRECISION_MARK} = the two results compared ran at different precisions ({listed}): "
+            "the ratio includes the number format, not only the compiler; compare like with like "
+            "with `--precision fp32` (or the sweep's precision setting)"
+        )
+
+
+def model_label(row: Mapping[str, object]) -> str:
+    """``resnet18`` or, for blocks, ``conv64x3`` (kind, width, depth) as in ``TrialSpec.label``;
+    an input-size override is appended (``resnet18@160``) so differently sized runs stay apart."""
+    if row.get("width") is not None and row.get("model") in ("conv", "mha"):
+        label = f"{row['model']}{row['width']}x{row.get('depth') or 1}"
+    else:
+        label = str(row["model"])
+    return label + (f"@{row['input_size']}" if row.get("input_size") else "")
+
+
+def finite(value: object) -> TypeGuard[float]:
+    """A real number (not None, NaN or inf); narrows ``value`` to float for the type checker."""
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def known(value: object) -> float:
+    """A finite number as float, anything else NaN (for rows already filtered by ``finite``)."""
+    return float(value) if finite(value) else math.nan
+
+
+def mean_throughput(row: Mapping[str, object]) -> float:
+    """The row's mean throughput (NaN where it has none)."""
+    return known(row.get("throughput_mean"))
+
+
+def positive(value: object) -> TypeGuard[float]:
+    """A real number above 0 (a throughput a ratio can divide by)."""
+    return finite(value) and value > 0
+
+
+class ReportData:
+    """Trials (newest per point) and their repetition samples for one report request."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str | None = None,
+        device: str | None = None,
+        prices: dict[str, Price] | None = None,  # device -> Price; None: from the inventory
+    ):
+        self.store = store
+        self.run_id = run_id
+        self.device = device
+        if not store.path.exists():
+            raise NgbError(f"no results database at {store.path}; run a sweep first")
+        if run_id is not None:
+            store.run(run_id)  # UnknownNameError listing the runs
+        if device is not None:
+            _, rows = store.query("SELECT DISTINCT device FROM trials ORDER BY device")
+            known = [r[0] for r in rows]
+            if device not in known:
+                raise UnknownNameError("device", device, known)
+        self._trials: list[TrialRow] | None = None
+        self._samples: dict[tuple[str, str, str], list[float]] | None = None
+        self._baseline: str | None = None
+        self._prices: dict[str, Price] | None = prices
+        self.baseline_note = ""  # set when the runs in scope name different baselines
+
+    @property
+    def baseline(self) -> str:
+        """The compiler speed-up, BSR and depth figures are relative to: the ``baseline`` of the
+        sweeps of the runs in scope (``identity`` by default, and when the runs disagree)."""
+        if self._baseline is None:
+            self._baseline = self._find_baseline()
+        return self._baseline
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline as a reader must know it: with the allocator its trials ran under.
+
+        Why: under glibc's defaults (``system``, what a plain deployment runs) eager PyTorch pays
+        page faults that ``retain`` avoids (~20 % on resnet18 b8 on the 2-core VM), so the same
+        speed-up means something else against each (issue 19); ``ngb.core.allocator``."""
+        found = sorted(
+            {
+                _allocator_name(t.get("extra") or {})
+                for t in self.trials()
+                if t.get("compiler") == self.baseline
+            }
+        )
+        if not found:
+            return self.baseline
+        return f"{self.baseline} (allocator: {' / '.join(found)})"
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """Device -> ``ngb.devices.pricing.Price`` from the inventory (priced devices only)."""
+        if self._prices is None:
+            from ngb.devices.inventory import load_inventory
+            from ngb.devices.pricing import load_prices
+
+            self._prices = load_prices(load_inventory())
+        return self._prices
+
+    def _find_baseline(self) -> str:
+        import tomllib
+
+        where, params = self._where()
+        inner = f"SELECT DISTINCT run_id FROM trials WHERE {where}"  # noqa: S608 - params
+        sql = f"SELECT DISTINCT sweep_toml FROM runs WHERE run_id IN ({inner})"  # noqa: S608
+        _, rows = self.store.query(sql, params)
+        found = set()
+        for (text,) in rows:
+            try:
+                value = tomllib.loads(text or "").get("baseline", DEFAULT_BASELINE)
+            except tomllib.TOMLDecodeError:
+                value = DEFAULT_BASELINE
+            found.add(value if isinstance(value, str) else DEFAULT_BASELINE)
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            self.baseline_note = (
+                f"the runs in scope name different baselines ({', '.join(sorted(found))}); "
+                f"{DEFAULT_BASELINE} is used (pick one with --run)"
+            )
+        return DEFAULT_BASELINE
+
+    def _where(self, alias: str = "") -> tuple[str, list[str]]:
+        prefix = f"{alias}." if alias else ""
+        clauses, params = [f"{prefix}status = 'ok'"], []
+        if self.run_id is not None:
+            clauses.append(f"{prefix}run_id = ?")
+            params.append(self.run_id)
+        if self.device is not None:
+            clauses.append(f"{prefix}device = ?")
+            params.append(self.device)
+        return " AND ".join(clauses), params
+
+    def _latest_sql(self) -> tuple[str, list[str]]:
+        """The newest successful trial of each point (newest ``finished_at``, an unrecorded one
+        last, then the greater run id), with the columns reports read.
+
+        Why two steps: the newest trial's keys come from an aggregate over the narrow point
+        columns, and only those trials' wide columns are read afterwards. A window over the
+        wide rows (``QUALIFY row_number() ...``) made DuckDB hold every stored trial's row: 374
+        MiB peak for 4,000 points on a 0.9 GiB store of 480,000 trials, against 93 MiB here."""
+        where, params = self._where()
+        partition = ", ".join(POINT_COLUMNS)
+        columns = ", ".join(f"t.{c}" for c in (*POINT_COLUMNS, *_TRIAL_COLUMNS))
+        newest = (  # fixed column names; the filters are parameters
+            "SELECT arg_max([run_id, device, key], (finished_at IS NOT NULL, "  # noqa: S608
+            "coalesce(finished_at, TIMESTAMP '1970-01-01'), run_id)) AS k "
+            f"FROM trials WHERE {where} GROUP BY {partition}"
+        )
+        sql = (
+            f"SELECT {columns} FROM trials t SEMI JOIN "  # noqa: S608 - fixed column names
+            f"(SELECT k[1] AS run_id, k[2] AS device, k[3] AS key FROM ({newest})) l "
+            "ON t.run_id = l.run_id AND t.device = l.device AND t.key = l.key"
+        )
+        return sql, params
+
+    def trials(self) -> Sequence[TrialRow]:
+        """Successful trials, newest per point, as dicts (``extra`` decoded)."""
+        if self._trials is None:
+            self._trials = self._read_trials("", [])
+        return self._trials
+
+    def trials_of(self, device: str, label: str) -> list[TrialRow]:
+        """``trials()`` of one model label on one device, filtered in SQL first: ``advise``
+        reads one group, not the store (on 480,000 points, all newest, ``trials()`` peaked at
+        1.5 GiB). The SQL keeps every trial that may carry ``label`` (its model, or the block
+        kind and width a ``conv8x1`` names); ``model_label`` then decides, as everywhere."""
+        if self._trials is not None:
+            return [t for t in self._trials if t["device"] == device and t["label"] == label]
+        base = label.split("@", 1)[0]
+        block = re.fullmatch(r"(conv|mha)(\d+)x\d+", base)
+        clause, params = " AND l.device = ? AND (l.model = ?", [device, base]
+        if block:
+            clause += " OR (l.model = ? AND l.width = ?)"
+            params += [block.group(1), block.group(2)]
+        rows = self._read_trials(clause + ")", params)
+        return [t for t in rows if t["label"] == label]
+
+    def _read_trials(self, extra: str, extra_params: list[str]) -> list[TrialRow]:
+        sql, params = self._latest_sql()
+        if extra:
+            sql = f"SELECT * FROM ({sql}) l WHERE true{extra}"  # noqa: S608 - fixed clauses
+        columns, rows = self.store.query(
+            sql + " ORDER BY device, model, width, depth", [*params, *extra_params]
+        )
+        out = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            extra_json = item.get("extra")
+            item["extra"] = (
+                json.loads(extra_json) if isinstance(extra_json, str) and extra_json else {}
+            )
+            item["label"] = model_label(item)
+            # the columns selected above, typed as the schema declares them
+            out.append(cast(TrialRow, item))
+        return out
+
+    def labels(self) -> list[str]:
+        """The model labels (``model_label``) with a successful trial in scope, sorted: the
+        points' label columns only, no trial read."""
+        where, params = self._where()
+        columns = "model, width, depth, input_size"
+        sql = f"SELECT DISTINCT {columns} FROM trials WHERE {where}"  # noqa: S608 - fixed
+        names, rows = self.store.query(sql, params)
+        return sorted({model_label(dict(zip(names, r, strict=True))) for r in rows})
+
+    def devices(self) -> list[str]:
+        """Devices with a successful trial in scope (no trial read)."""
+        where, params = self._where()
+        sql = f"SELECT DISTINCT device FROM trials WHERE {where} ORDER BY device"  # noqa: S608
+        return [str(r[0]) for r in self.store.query(sql, params)[1]]
+
+    def samples(self, trial: TrialRow) -> list[float]:
+        """Per-repetition throughputs of one trial (empty when none were stored)."""
+        if self._samples is None:
+            sql, params = self._latest_sql()
+            query = (
+                f"WITH latest AS ({sql}) "  # noqa: S608 - built from fixed names above
+                "SELECT m.run_id, m.device, m.key, list(m.throughput ORDER BY m.rep) "
+                "FROM measurements m JOIN latest l "
+                "ON m.run_id = l.run_id AND m.device = l.device AND m.key = l.key "
+                "GROUP BY ALL"
+            )
+            _, rows = self.store.query(query, params)
+            self._samples = {
+                (r[0], r[1], r[2]): [float(v) for v in r[3] if v is not None] for r in rows
+            }
+        return self._samples.get((trial["run_id"], trial["device"], trial["key"]), [])
+
+    def probes(self) -> list[StoreRow]:
+        """The newest probe of each device (honours ``--device``)."""
+        where, params = ("WHERE device = ?", [self.device]) if self.device else ("", [])
+        columns, rows = self.store.query(
+            f"SELECT * FROM probes {where} "  # noqa: S608 - fixed text
+            "QUALIFY row_number() OVER (PARTITION BY device ORDER BY probed_at DESC) = 1 "
+            "ORDER BY device",
+            params,
+        )
+        out = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            for name in ("compilers", "versions", "probe", "gpu"):
+                if isinstance(item.get(name), str):
+                    with contextlib.suppress(ValueError):
+                        item[name] = json.loads(item[name])
+            out.append(item)
+        return out
+
+
+def group(rows: Iterable[R], *keys: str) -> dict[tuple[object, ...], list[R]]:
+    """Rows grouped by the given columns, groups in first-seen order (``group_by`` keeps the
+    key's types where a caller reads them back)."""
+    return group_by(rows, lambda row: tuple(row[k] for k in keys))
+
+
+def group_by(rows: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """Rows grouped by ``key(row)`` (a tuple of columns, typically), groups in first-seen order."""
+    out: dict[K, list[T]] = {}
+    for row in rows:
+        out.setdefault(key(row), []).append(row)
+    return out
+
+
+def _allocator_name(extra: Mapping[str, object]) -> str:
+    """``system`` / ``retain`` / ``unrecorded`` from what a trial recorded (``extra["allocator"]``:
+    "system", "glibc retain (M_MMAP_MAX=0, ...)", "system (mallopt unavailable)")."""
+    text = str(extra.get("allocator") or "")
+    if not text:
+        return "unrecorded"
+    return "retain" if text.startswith("glibc retain") else text.split(" (")[0]

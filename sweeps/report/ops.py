@@ -1,0 +1,192 @@
+"""``ngb profile``'s tables: per-operator profiles of one model side by side across compilers.
+
+Rows are the operator classes of ``ngb.core.profiling`` (one vocabulary for every runtime), each
+compiler a column of milliseconds per inference and the share of what its profiler recorded; then
+the kernel count per inference (fusion shows as fewer kernels), the sum of the records, the wall
+time per call with the profiler on and off (the profiler's overhead, stated, not hidden in the
+shares), and each compiler's ten costliest kernels with the source operators they came from.
+Rendered by ``ngb.sweeps.report.catalog.render`` like every report (markdown, CSV, LaTeX, HTML).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ngb.core.profiling import OP_CLASSES, Profile
+from ngb.sweeps.report.data import Report, ReportData, Table
+
+if TYPE_CHECKING:
+    from ngb.sweeps.store.profiles import ProfilePoint
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{_ms(part)} ({100 * part / whole:.0f} %)" if whole > 0 else "-"
+
+
+def ops_report(
+    label: str,
+    profiles: Sequence[Profile],
+    failed: Sequence[str] = (),
+    names: Sequence[str] | None = None,
+) -> Report:
+    """The tables of one model side by side; ``names`` head the columns (default: compilers)."""
+    names = list(names) if names is not None else [p.compiler for p in profiles]
+    by_class = Table(
+        f"{label}: time per inference by operator class (ms, share)", ["class", *names]
+    )
+    shares = [p.by_class() for p in profiles]
+    for cls in OP_CLASSES:
+        cells = []
+        for p, per in zip(profiles, shares, strict=True):
+            total = p.kernel_ms
+            cells.append(f"{_ms(per[cls])} ({100 * per[cls] / total:.0f} %)" if total else "-")
+        by_class.rows.append([cls, *cells])
+    by_class.rows += [
+        ["kernels / inference", *(f"{p.kernels_per_inference:.0f}" for p in profiles)],
+        ["fused kernels", *(str(sum(1 for r in p.records if r.fused)) for p in profiles)],
+        ["recorded ms / inference", *(_ms(p.kernel_ms) for p in profiles)],
+        # what the profiler saw pass but no record holds: its own cost between ops, Python
+        ["not attributed", *(_share(p.profiled_ms - p.kernel_ms, p.profiled_ms) for p in profiles)],
+        ["profiled ms / call", *(_ms(p.profiled_ms) for p in profiles)],
+        ["plain ms / call", *(_ms(p.plain_ms) for p in profiles)],
+        ["profiled / plain", *(f"{p.profiled_ms / p.plain_ms:.2f}x" for p in profiles)],
+    ]
+    by_class.notes.append(
+        "profilers: "
+        + "; ".join(
+            f"{n}: {p.profiler}, ran {p.precision or '?'}"
+            for n, p in zip(names, profiles, strict=True)
+        )
+    )
+    by_class.notes.append(
+        "a profile pass apart from the timed trials: plain = the same compiled model without "
+        "the profiler, measured first; shares are of the recorded time (torch: each op's self "
+        "time; ONNX Runtime: kernel events; OpenVINO: executed nodes' real time)"
+    )
+    top = Table(
+        f"{label}: the ten costliest kernels per compiler",
+        ["compiler", "kernel", "op type", "class", "fused", "us / inference", "from"],
+    )
+    for name, p in zip(names, profiles, strict=True):
+        for r in p.top(10):
+            source = ", ".join(r.source_ops[:4]) + (" ..." if len(r.source_ops) > 4 else "")
+            top.rows.append(
+                [name, r.name, r.op_type + (f" [{r.kernel}]" if r.kernel else ""),
+                 r.op_class, "yes" if r.fused else "", f"{r.us_per_inference:.1f}", source]
+            )  # fmt: skip
+    report = Report("ops", f"Per-operator profile of {label}", [by_class, top])
+    report.notes += [f"not profiled: {line}" for line in failed]
+    return report
+
+
+def column_names(points: Sequence[ProfilePoint]) -> list[str]:
+    """A column per profile: the compiler, with its precision where the model's profiles ran at
+    more than one, and its optimisation where it had one (int8, pruning: the DLAS rows)."""
+    precisions = {pt.precision for pt in points}
+    out = []
+    for pt in points:
+        name = pt.compiler
+        if len(precisions) > 1 and pt.precision:
+            name += f" {pt.precision}"
+        if pt.optimisation not in ("", "none"):
+            name += f" {pt.optimisation}"
+        out.append(name)
+    return out
+
+
+def ops(data: ReportData) -> Report:
+    """``ngb report ops``: the stored profiles (``ngb profile --db``, a sweep's ``profile =
+    true``), one pair of tables per model, batch and device, a column per compiler, precision and
+    optimisation, with each one's timed latency per call beside its profiled one where a timed
+    trial of the same point is in the store."""
+    stored, timed = load_with_timed(data)
+    if not stored:
+        empty = Table("Per-operator profiles", ["class"])
+        empty.notes.append(
+            "no profiles stored: `ngb profile MODEL --db FILE` or a sweep with `profile = true` "
+            "in its [measure] (`ngb run --profile`) takes them"
+        )
+        return Report("ops", "Per-operator profiles", [empty])
+    out = Report("ops", "Per-operator profiles", [])
+    for label, found in by_model(stored):
+        points = [pt for pt, _ in found]
+        part = ops_report(label, [p for _, p in found], names=column_names(points))
+        cells = [timed.get(_timed_key(pt), (0.0, "-"))[1] for pt in points]
+        ratios = [f"{p.profiled_ms / p.timed_ms:.2f}x" if p.timed_ms else "-" for _, p in found]
+        part.tables[0].rows += [["timed ms / call [95 %]", *cells], ["profiled / timed", *ratios]]
+        out.tables += part.tables
+    out.notes.append(
+        "timed ms / call: batch / throughput of the trial the profile pass followed (a sweep's "
+        "profile = true), else of the newest timed trial of the same point (precision and "
+        "optimisation included), its interval carried over; '-' where none is stored"
+    )
+    return out
+
+
+def by_model(
+    stored: Sequence[tuple[ProfilePoint, Profile]],
+) -> list[tuple[str, list[tuple[ProfilePoint, Profile]]]]:
+    """Profiles grouped per model, batch and device (one table pair, one figure each), with the
+    group's label ("resnet18 b8 on localhost")."""
+    groups: dict[tuple[object, ...], list[tuple[ProfilePoint, Profile]]] = {}
+    for point, p in stored:
+        where = (point.device, point.model, point.width, point.depth, point.batch)
+        groups.setdefault(where, []).append((point, p))
+    out = []
+    for (device, model, width, depth, batch), found in groups.items():
+        label = f"{model}{f' w{width}' if width else ''}{f' d{depth}' if depth != 1 else ''}"
+        out.append((f"{label} b{batch} on {device}", found))
+    return out
+
+
+def _timed_key(point: ProfilePoint) -> tuple[object, ...]:
+    return (point.trial_key,) if point.trial_key else point.key_tuple()
+
+
+def load_with_timed(
+    data: ReportData,
+) -> tuple[list[tuple[ProfilePoint, Profile]], dict[tuple[object, ...], tuple[float, str]]]:
+    """The stored profiles in the report's scope, and the timed trials' ms per call (see
+    ``_timed_ms``); a profile taken apart from any trial (``ngb profile --db``) gets the timed
+    latency of the newest trial of its point as ``timed_ms``, where the store has one."""
+    from ngb.sweeps.store.profiles import load_profiles
+
+    stored = load_profiles(data.store, data.run_id)
+    if data.device is not None:
+        stored = [(pt, p) for pt, p in stored if pt.device == data.device]
+    timed = _timed_ms(data) if stored else {}
+    for point, p in stored:
+        if p.timed_ms is None and _timed_key(point) in timed:
+            p.timed_ms = timed[_timed_key(point)][0]
+    return stored, timed
+
+
+def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str]]:
+    """Point (and trial key) -> the timed trial's milliseconds per call and that with its
+    printed interval."""
+    from ngb.sweeps.report import derived
+    from ngb.sweeps.report.numbers import format_interval, format_value
+
+    out: dict[tuple[object, ...], tuple[float, str]] = {}
+    for r in data.trials():
+        batch = int(r["batch"])
+        tput = derived.throughput(r)
+        if not tput.value > 0:
+            continue
+        ms = 1000.0 * batch / tput.value
+        low, high = tput.low, tput.high
+        text = (
+            format_interval(ms, 1000.0 * batch / high, 1000.0 * batch / low)
+            if low and high
+            else format_value(ms)
+        )
+        opt = r.get("optimisation") or "none"
+        key = (r["device"], r["model"], r.get("width"), r.get("depth") or 1, batch,
+               r["compiler"], r.get("precision") or "", opt)  # fmt: skip
+        out[key] = out[(r.get("key"),)] = (ms, text)
+    return out

@@ -1,0 +1,268 @@
+"""Commands on one device of a run over a live transport: start its agent, read its files.
+
+Each call is one remote command (every SSH exec pays for the device's login shell, so they are
+few). A command cut short by a dropped link raises ``TransportError`` (the orchestrator
+reconnects and asks again); a command the device refuses raises ``NgbError`` with its last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+
+from ngb.core import events as ev
+from ngb.core.errors import NgbError
+from ngb.core.types import TrialSpec
+from ngb.devices import protocol as remote
+from ngb.devices.artifacts import describe as describe_shipment
+from ngb.devices.artifacts import ship_run_artifacts
+from ngb.devices.protocol import EventLogReader, RunPaths
+from ngb.devices.transport import CommandResult, Transport, TransportError
+from ngb.sweeps.run import device_claim, device_queue
+from ngb.sweeps.run.state import DeviceRun
+
+
+async def checked(
+    transport: Transport | None, argv: list[str], what: str, input: str | None = None
+) -> str:
+    """Run ``argv``; its stdout, or a one-line error saying what could not be done."""
+    assert transport is not None
+    return _output(transport, await transport.run(argv, timeout=120, input=input), what)
+
+
+def _output(transport: Transport, res: CommandResult, what: str) -> str:
+    if res.returncode < 0:  # no exit status: the link went away mid-command
+        raise TransportError(f"{transport.name}: connection lost while trying to {what}")
+    if res.returncode != 0:
+        detail = (res.stderr or res.stdout).strip().splitlines()
+        raise NgbError(
+            f"{transport.name}: could not {what}: {detail[-1] if detail else res.returncode}"
+        )
+    return res.stdout
+
+
+async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[str], None]) -> int:
+    """Deploy and first start in as few round trips as the safety checks allow; the agent's pid.
+
+    Every SSH exec pays for the device's login shell, so the common case (agent already
+    there) is one remote command: resolve the work dir, check the agent's sha256, write the
+    trials (stdin) and start the agent detached. A missing or stale agent adds one SFTP upload
+    to a temporary name and one more such command, which verifies the upload's hash before
+    renaming it into place. The user's model files go first (the agent verifies them before a
+    trial uses them); ``say`` gets a line about them. Sets ``dev.paths`` and ``dev.agent_path``.
+    """
+    from ngb.devices.agent_remote import agent_bundle
+
+    transport = dev.transport
+    assert transport is not None
+    local, digest = agent_bundle()
+
+    async def launch(part: str = "") -> int | None:
+        argv = remote.launch_argv(
+            dev.device.python, dev.device.workdir, local.name, digest, dev.run_id,
+            part=part, isolate=isolate,
+        )  # fmt: skip
+        out = await start_gated(dev, argv, input=dev.trials_text)
+        try:
+            workdir, pid = remote.parse_launch(out)
+        except NgbError as exc:
+            raise NgbError(f"{dev.name}: {exc}") from None
+        dev.paths = dev.paths or RunPaths(workdir, dev.run_id)
+        dev.agent_path = f"{workdir.rstrip('/')}/{local.name}"
+        return pid
+
+    shipment = await ship_run_artifacts(transport, dev.device, dev.trials_text)
+    if shipment.uploaded or shipment.reused or shipment.unavailable:
+        say(describe_shipment(shipment))
+    try:
+        pid = await launch()
+        if pid is None:  # no agent (or another version) there: upload, then verify + start
+            assert dev.agent_path is not None
+            part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
+            await transport.put(str(local), part)
+            pid = await launch(part)
+            if pid is None:
+                raise NgbError(f"{dev.name}: the uploaded agent did not install")
+    except device_claim.DeviceBusy:
+        raise
+    except NgbError:  # refused (a bad python...): the claim must not outlive this attempt
+        with contextlib.suppress(NgbError, TransportError, OSError):
+            await release(dev, remove=False)
+        raise
+    return pid
+
+
+async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
+    """Start the agent of an existing run dir again; its pid."""
+    transport, paths = dev.transport, dev.paths
+    assert transport is not None and paths is not None and dev.agent_path
+    device_queue.refuse_restart(dev)  # a scheduler that ended the job: fail, do not queue again
+    argv = remote.start_agent_argv(dev.device.python, dev.agent_path, paths, isolate=isolate)
+    out = await start_gated(dev, argv)
+    try:
+        return int(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise NgbError(f"{dev.name}: could not start the agent: {out.strip()[:200]}") from None
+
+
+async def send_cancel(dev: DeviceRun) -> str:
+    """SIGTERM the agent (it stops after its trial in flight); what happened, in a few words."""
+    assert dev.transport is not None and dev.paths is not None
+    if await device_queue.cancel(dev):  # scancel: the queued job leaves, a running agent stops
+        dev.cancel_sent = True
+        return "cancel sent (scancel)"
+    res = await dev.transport.run(remote.signal_argv(dev.paths, dev.pid, "TERM"), timeout=30)
+    if res.returncode < 0:
+        raise TransportError(f"{dev.name}: connection lost while sending the cancel")
+    dev.cancel_sent = True
+    return "cancel sent" if res.returncode == 0 else "cancel: the agent was not running"
+
+
+async def release(dev: DeviceRun, *, remove: bool) -> None:
+    """Give the device up (and with ``remove``, delete the run dir first) in one command."""
+    run_dir = dev.paths.run_dir if remove and dev.paths else None
+    argv = device_claim.release_argv(dev.device.workdir, dev.run_id, run_dir)
+    await checked(dev.transport, argv, "remove run dir" if remove else "release the device")
+
+
+async def start_gated(dev: DeviceRun, argv: list[str], input: str | None = None) -> str:
+    """A start command that runs only if this run holds (or now takes) the device."""
+    assert dev.transport is not None
+    argv = device_claim.gated(argv, dev.device.workdir, dev.run_id)
+    res = await dev.transport.run(argv, timeout=120, input=input)
+    if res.returncode == device_claim.EXIT_BUSY:
+        holder = device_claim.parse_answer(dev.name, res.stdout)
+        if holder is not None:
+            raise device_claim.DeviceBusy(dev.name, holder)
+    return _output(dev.transport, res, "start the agent")
+
+
+async def fetch_text(dev: DeviceRun, path: str) -> str | None:
+    """A file of the run dir, or None if it does not exist."""
+    assert dev.transport is not None
+    res = await dev.transport.run(remote.read_file_argv(path), timeout=120)
+    if res.returncode == 3:
+        return None
+    if res.returncode != 0:  # cut short (link lost) or unreadable: try again after reconnect
+        raise TransportError(f"{dev.name}: could not read {path} (exit {res.returncode})")
+    return res.stdout
+
+
+async def read_pid(dev: DeviceRun) -> int | None:
+    assert dev.paths is not None
+    text = (await fetch_text(dev, dev.paths.pidfile) or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, object]]:
+    assert dev.paths is not None
+    text = await fetch_text(dev, dev.paths.checkpoint)
+    text = await device_queue.scheduler_end(dev, text or "")
+    return await device_queue.stamped(dev, remote.parse_checkpoint(text))  # a Slurm job's node
+
+
+async def read_trial_keys(dev: DeviceRun) -> set[str]:
+    assert dev.paths is not None
+    text = await fetch_text(dev, dev.paths.trials) or ""
+    return {TrialSpec.from_dict(data).key for data in remote.parse_jsonl(text)}
+
+
+async def stderr_tail(dev: DeviceRun) -> str:
+    """The agent's last stderr lines, joined on one line (for "agent died" messages)."""
+    assert dev.transport is not None and dev.paths is not None
+    with contextlib.suppress(TransportError, OSError):
+        res = await dev.transport.run(remote.stderr_tail_argv(dev.paths, 3), timeout=30)
+        return " | ".join(x.strip() for x in res.stdout.splitlines() if x.strip())[-300:]
+    return ""
+
+
+async def alive(dev: DeviceRun, timeout: float) -> bool:
+    """Whether the device's agent process lives (never "dead" from a broken answer)."""
+    assert dev.transport is not None
+    res = await dev.transport.run(remote.alive_argv(dev.pid), timeout=timeout)
+    answer = res.stdout.strip()
+    if res.returncode != 0 or answer not in ("alive", "dead"):
+        # Never conclude "dead" from a broken answer: that would start a second agent.
+        raise TransportError(f"{dev.name}: no answer to the liveness check")
+    return answer == "alive"
+
+
+async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> None:
+    """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while await alive(dev, timeout) and loop.time() < end:
+        await asyncio.sleep(0.1)
+
+
+async def remote_workdir(transport: Transport, workdir: str) -> str:
+    """The work dir with ``~`` resolved on the device."""
+    if not workdir.startswith("~"):
+        return workdir
+    home = (await checked(transport, remote.home_argv(), "find the home directory")).strip()
+    return remote.expand_home(workdir, home)
+
+
+async def follow_events(
+    dev: DeviceRun,
+    on_event: Callable[[DeviceRun, dict[str, object]], None],
+    *,
+    watchdog: float,
+    timeout: float,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Consume the event log from ``dev.offset`` until the agent exits (tail --pid ends).
+
+    ``dev.offset`` follows every complete line consumed. A watchdog asks whether the agent lives
+    after ``watchdog`` quiet seconds: ``tail --pid`` cannot see that an unreaped zombie is dead,
+    and the agent may be silent for hours while a compiler tunes, so silence alone proves nothing.
+    """
+    transport, paths = dev.transport, dev.paths
+    assert transport is not None and paths is not None
+    if dev.pid is None:
+        return  # nothing to follow: the caller's liveness check decides what comes next
+    loop = asyncio.get_running_loop()
+    last_line = loop.time()
+    reader = EventLogReader(dev.offset)
+    stream = transport.stream(remote.follow_argv(paths, dev.offset, dev.pid))
+
+    async def consume() -> None:
+        nonlocal last_line
+        async for line in stream:
+            last_line = loop.time()
+            event = reader.feed(line)
+            if event is not None:  # a scheduler's reason for a failure, a result's node
+                event = await device_queue.amend(dev, event)
+            dev.offset = reader.offset
+            if event is not None and not await device_queue.foreign_cancel(dev, event):
+                on_event(dev, event)
+                if event.get("type") == ev.RUN_DONE:
+                    return
+
+    consumer = asyncio.create_task(consume())
+    poller = asyncio.create_task(device_queue.poll(dev, say))  # a scheduler's queue state
+    try:
+        while True:
+            done, _ = await asyncio.wait({consumer}, timeout=watchdog)
+            if done:
+                consumer.result()  # re-raise a transport error
+                break
+            if loop.time() - last_line >= watchdog and not await alive(dev, timeout):
+                break
+    finally:
+        poller.cancel()
+        if not consumer.done():
+            consumer.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+        reader.end_of_stream()
+        with contextlib.suppress(Exception):
+            await stream.aclose()  # type: ignore[attr-defined]
+
+
+def is_link_error(exc: BaseException) -> bool:
+    """Errors that mean "the link is gone" (retry), as opposed to bugs (fail loudly)."""
+    if isinstance(exc, TransportError | OSError | EOFError | asyncio.IncompleteReadError):
+        return True
+    return type(exc).__module__.split(".")[0] == "asyncssh"

@@ -1,0 +1,176 @@
+"""Opening the results file: short-lived connections, locks, retries, and what failures mean.
+
+DuckDB lets one process hold a file read-write, and while it does no other process can open the
+file at all (not even read-only). So the store never keeps a connection open: every write opens a
+read-write connection for one batch (one transaction) and closes it, and every read opens a
+read-only connection and closes it. Between batches another terminal's ``ngb query`` gets in; if it
+arrives during a batch it retries for a bounded time and then fails with one clear line.
+
+Inside one process a lock serialises connections to the same file, because DuckDB also refuses two
+simultaneous connections with different settings (read-write vs read-only) in one process — the TUI
+may ingest and run the SQL console at once.
+
+Failures come out typed (``store_errors``): a held file is ``DatabaseBusy``; a write that cannot
+happen at all is ``StoreUnwritable``; data that does not fit its column is ``RowRejected``.
+Nothing here creates a file or folder unless it is about to write.
+"""
+
+from __future__ import annotations
+
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ngb.core.errors import NgbError, first_line
+from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
+from ngb.sweeps.store.query import is_lock_error
+from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant
+
+if TYPE_CHECKING:
+    import duckdb
+
+_process_locks: dict[str, threading.RLock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def lock_for(path: Path) -> threading.RLock:
+    key = str(path.resolve())
+    with _process_locks_guard:
+        return _process_locks.setdefault(key, threading.RLock())
+
+
+def check_is_file(path: Path) -> None:
+    """A database path must be a regular file (a FIFO or a device would hang or worse)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise NgbError(f"cannot open results database {path}: {first_line(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise NgbError(f"results database {path} is not a regular file")
+    # DuckDB opens a SQLite file through its SQLite extension (once fetched from the internet):
+    # say what the file is instead.
+    try:
+        with path.open("rb") as file:
+            head = file.read(16)
+    except OSError:
+        return  # unreadable: DuckDB's own open says why
+    if head == b"SQLite format 3\0":
+        raise NgbError(f"results database {path} is a SQLite file, not an ngb results database")
+
+
+def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse a truncated file: DuckDB may answer from the blocks that are left, silently.
+
+    Every block in use lies inside the file (DuckDB trims only free blocks off its end), so a
+    file shorter than its used blocks has lost data. Blocks not yet checkpointed live in the
+    write-ahead log, so with one present the check is left to DuckDB.
+    """
+    if Path(f"{path}.wal").exists():
+        return
+    row = conn.execute("PRAGMA database_size").fetchone()
+    if row is None:  # DuckDB always answers this pragma; nothing to compare without it
+        return
+    block_size, used_blocks = int(row[2] or 0), int(row[4] or 0)
+    expected = block_size * used_blocks
+    size = path.stat().st_size
+    if size < expected:
+        raise NgbError(
+            f"results database {path} is truncated ({size} of at least {expected} bytes); "
+            "restore it from a copy"
+        )
+
+
+def open_connection(
+    path: Path, *, write: bool, external_access: bool | FileGrant, timeout: float
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection, retried while another process holds the file (up to ``timeout``).
+
+    ``external_access``: ``True`` for ngb's own statements, ``False`` (no other file) or a
+    ``FileGrant`` (exactly those files) for an operator's SQL, whose connection is then locked
+    (``sql_files``). Extensions are never autoloaded or installed.
+    """
+    import duckdb
+
+    check_is_file(path)
+    if write:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnwritable(
+                f"cannot write results database {path}: {first_line(exc)}"
+            ) from None
+    config = dict(BASE_CONFIG)
+    if external_access is False:
+        config["enable_external_access"] = False
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            conn = duckdb.connect(str(path), read_only=not write, config=config)
+        except duckdb.Error as exc:
+            if not is_lock_error(exc):
+                kind = StoreUnwritable if write else NgbError
+                verb = "write" if write else "open"
+                raise kind(f"cannot {verb} results database {path}: {first_line(exc)}") from None
+            if time.monotonic() >= deadline:
+                raise DatabaseBusy(BUSY_MESSAGE) from None
+        else:
+            if external_access is not True:
+                try:
+                    apply_grant(conn, external_access)
+                except BaseException:
+                    conn.close()
+                    raise
+            return conn
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+@contextmanager
+def connection(
+    path: Path, *, write: bool, timeout: float, external_access: bool | FileGrant = True
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    with lock_for(path):
+        conn = open_connection(path, write=write, external_access=external_access, timeout=timeout)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+@contextmanager
+def write_errors(path: Path) -> Iterator[None]:
+    """Translate what a failed write raised into the store's error types (see module doc)."""
+    import duckdb
+    import pyarrow as pa
+
+    try:
+        yield
+    except (duckdb.DataError, duckdb.IntegrityError, pa.ArrowInvalid, pa.ArrowTypeError,
+            OverflowError) as exc:  # fmt: skip
+        raise RowRejected(f"cannot store this data: {first_line(exc)}") from None
+    except duckdb.Error as exc:
+        if is_lock_error(exc):
+            raise DatabaseBusy(BUSY_MESSAGE) from None
+        raise StoreUnwritable(f"cannot write results database {path}: {first_line(exc)}") from None
+    except OSError as exc:
+        raise StoreUnwritable(f"cannot write results database {path}: {first_line(exc)}") from None
+
+
+@contextmanager
+def read_errors(path: Path) -> Iterator[None]:
+    """A damaged file fails a read with one line, not a DuckDB traceback."""
+    import duckdb
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        if is_lock_error(exc):
+            raise DatabaseBusy(BUSY_MESSAGE) from None
+        raise NgbError(f"cannot read results database {path}: {first_line(exc)}") from None

@@ -1,0 +1,465 @@
+"""Ingest: how results, CPU samples, tuning progress and errors become rows of the store.
+
+Row mapping (``TrialResult`` -> a ``trials`` row and its ``measurements`` / ``cpu_samples`` /
+``latencies`` rows) and the appends themselves, on a connection the store opened inside a
+transaction. Batches go in as Arrow tables, which DuckDB appends without per-row Python work.
+
+Ingest is idempotent: a result already stored for (run_id, device, key) is skipped together with
+its measurements and CPU samples (checked inside the writer's transaction, and DuckDB admits one
+writer process), so ingesting the same checkpoint twice (e.g. after a reconnect) stores every
+trial exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
+
+from ngb.core.types import BLOCK_MODELS, TrialResult
+from ngb.sweeps.rows import Event
+from ngb.sweeps.store import profile_rows, schema
+from ngb.sweeps.store import provenance as provenance_rows
+from ngb.sweeps.store.result_store import ErrorRow, IngestBatch
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------- value helpers
+
+
+def _float(value: object) -> float:
+    """``float(value)`` for what float() takes; anything else is a TypeError, as float() says."""
+    if isinstance(value, str | SupportsFloat):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def num(value: object) -> float | None:
+    """NaN/inf (unknown statistics) become NULL rather than poisoning aggregates."""
+    if value is None:
+        return None
+    out = _float(value)
+    return out if math.isfinite(out) else None
+
+
+def as_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str | SupportsInt):
+        return int(value)
+    raise TypeError(f"not an integer: {value!r}")
+
+
+def _ts(seconds: object) -> int | None:
+    """Unix seconds -> microseconds for an Arrow timestamp; 0/None mean 'not known'."""
+    if not seconds:
+        return None
+    return int(_float(seconds) * 1_000_000)
+
+
+def to_json(value: object) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def model_family(model: str, source: object = None) -> str:
+    """The family of a model: a user's model's own ``family`` key; the paper's family
+    (``ngb.core.models.family_of``; ``block`` for conv and mha); a user's model's whole name (a
+    name the user chose is not a timm name: ``mnv3s-onnx`` is not family "mnv"); else the timm
+    name's leading letters (``regnety_040`` -> ``regnety``)."""
+    from ngb.core.models import family_of  # stdlib-only at import; torch/timm stay unloaded
+
+    if isinstance(source, str):
+        with contextlib.suppress(ValueError):
+            source = json.loads(source)
+    named = source.get("family") if isinstance(source, Mapping) else None
+    if isinstance(named, str) and named:
+        return named
+    family = family_of(model)
+    if family:
+        return family
+    if isinstance(source, Mapping):
+        return model
+    match = re.match(r"[A-Za-z]+", model)
+    return match.group(0).lower() if match else model
+
+
+def _stats(result_stats: object) -> dict[str, object]:
+    if result_stats is None:
+        return {}
+    if isinstance(result_stats, Mapping):
+        return dict(result_stats)
+    return dict(vars(result_stats))
+
+
+def now() -> datetime:
+    return to_datetime(time.time())
+
+
+def to_datetime(seconds: float) -> datetime:
+    """A naive UTC datetime (DuckDB TIMESTAMP), the way every timestamp here is stored."""
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+
+
+# ---------------------------------------------------------------- rows and appends
+
+
+def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[object]]) -> pa.Table:
+    """An Arrow table in the column order and types of a schema table."""
+    import pyarrow as pa
+
+    arrays = []
+    for name, sql_type in columns:
+        base = sql_type.split()[0]
+        typ = {
+            "VARCHAR": pa.string(),
+            "INTEGER": pa.int32(),
+            "BIGINT": pa.int64(),
+            "DOUBLE": pa.float64(),
+            "BOOLEAN": pa.bool_(),
+            "TIMESTAMP": pa.int64(),
+        }[base]
+        arr = pa.array(data[name], type=typ)
+        if base == "TIMESTAMP":
+            arr = arr.cast(pa.timestamp("us"))
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, names=[name for name, _ in columns])
+
+
+def _append(conn: duckdb.DuckDBPyConnection, table: str, arrow_table: pa.Table) -> None:
+    view = f"_ngb_new_{table}"
+    conn.register(view, arrow_table)
+    try:
+        conn.execute(f"INSERT INTO {table} SELECT * FROM {view}")  # noqa: S608 - fixed names
+    finally:
+        conn.unregister(view)
+
+
+def ingest_results(
+    conn: duckdb.DuckDBPyConnection,
+    run_id: str,
+    device: str,
+    results: Iterable[TrialResult | Event],
+) -> int:
+    batch: dict[str, TrialResult] = {}
+    for item in results:
+        result = item if isinstance(item, TrialResult) else TrialResult.from_dict(item)
+        batch.setdefault(result.key, result)  # the first copy of a key wins
+    if not batch:
+        return 0
+    stored = {
+        row[0]
+        for row in conn.execute(
+            "SELECT key FROM trials WHERE run_id = ? AND device = ? AND list_contains(?, key)",
+            [run_id, device, list(batch)],
+        ).fetchall()
+    }
+    fresh = [r for key, r in batch.items() if key not in stored]
+    if not fresh:
+        return 0
+    now_us = _ts(time.time())
+    # package lists leave the trials' extra for `environments`, once per hash (issue 35)
+    provenance_rows.insert_environments(conn, provenance_rows.take_environments(fresh))
+    # a sweep's profile passes leave the trials' extra for `profiles` (issue 34)
+    profile_rows.take_profiles(conn, run_id, device, fresh)
+    trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
+    for r in fresh:
+        for name, value in _trial_row(run_id, device, r, now_us).items():
+            trial_cols[name].append(value)
+    _append(conn, "trials", _arrow_table(schema.TRIAL_COLUMNS, trial_cols))
+    measurements = _per_trial_rows(
+        run_id,
+        device,
+        fresh,
+        "repetitions",
+        {
+            "iters": "iters",
+            "elapsed_s": "elapsed_s",
+            "throughput": "throughput",
+            "worker": "worker",
+        },
+        index_name="rep",
+    )
+    if measurements is not None:
+        _append(conn, "measurements", measurements)
+    samples = _per_trial_rows(
+        run_id, device, fresh, "cpu_samples", {"t_s": 0, "sys_percent": 1, "proc_percent": 2}
+    )
+    if samples is not None:
+        _append(conn, "cpu_samples", samples)
+    latencies = _latency_rows(run_id, device, fresh)
+    if latencies is not None:
+        _append(conn, "latencies", latencies)
+    return len(fresh)
+
+
+def _latency_rows(run_id: str, device: str, results: Sequence[TrialResult]) -> pa.Table | None:
+    """The kept per-call latencies (``TrialResult.latency_sample_ns``) as ``latencies`` rows:
+    ``call`` is the call's index among all the trial's timed calls (every k-th kept)."""
+    import numpy as np
+    import pyarrow as pa
+
+    kept = [np.asarray(r.latency_sample_ns or [], dtype=np.int64) for r in results]
+    counts = np.array([k.size for k in kept], dtype=np.int64)
+    total = int(counts.sum())
+    if not total:
+        return None
+    trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
+    zeros = np.zeros(total, dtype=np.int32)
+    every = np.repeat(
+        np.array([max(int(r.latency_sample_every or 1), 1) for r in results], np.int64), counts
+    )
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return pa.table(
+        {
+            "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
+            "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
+            "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
+            "call": pa.array((np.arange(total, dtype=np.int64) - starts) * every),
+            "latency_ms": pa.array(np.concatenate(kept).astype(np.float64) / 1e6),
+        }
+    )
+
+
+def _per_trial_rows(
+    run_id: str,
+    device: str,
+    results: Sequence[TrialResult],
+    attr: str,
+    fields: Mapping[str, str | int],
+    index_name: str | None = None,
+) -> pa.Table | None:
+    """Arrow table of the per-trial rows in ``attr`` (repetitions or CPU samples).
+
+    This is the bulk of an ingest (100 repetitions per trial in the paper's presets), so the
+    repeated run/device/key columns are dictionary-encoded (one string per trial, not per row)
+    and values go to Arrow without per-value Python calls; NaN becomes NULL on the way.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    counts = np.fromiter(
+        (len(getattr(r, attr)) for r in results), dtype=np.int64, count=len(results)
+    )
+    total = int(counts.sum())
+    if not total:
+        return None
+    rows = [row for r in results for row in getattr(r, attr)]
+    trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
+    zeros = np.zeros(total, dtype=np.int32)
+    columns: dict[str, pa.Array] = {
+        "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
+        "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
+        "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
+    }
+    if attr == "repetitions":  # the trial's axes, repeated per row (see schema.py)
+        take = pa.array(trial_index)
+        specs = [r.spec or {} for r in results]
+        for name in ("model", "compiler", "optimisation"):
+            per_trial = pa.array([s.get(name) for s in specs], type=pa.string())
+            columns[name] = pa.DictionaryArray.from_arrays(trial_index, per_trial)
+        for name in ("batch", "depth", "width"):
+            columns[name] = pa.array([s.get(name) for s in specs], type=pa.int32()).take(take)
+    if index_name:
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        columns[index_name] = pa.array(np.arange(total, dtype=np.int32) - starts)
+    if attr == "cpu_samples":
+        columns["source"] = pa.DictionaryArray.from_arrays(zeros, pa.array(["trial"]))
+        columns["ts"] = pa.nulls(total, pa.timestamp("us"))
+    for name, field_key in fields.items():
+        if isinstance(field_key, int):
+            values = [row[field_key] if len(row) > field_key else None for row in rows]
+        else:
+            values = [row.get(field_key) for row in rows]
+        columns[name] = pa.array(values, from_pandas=True)
+    table_columns = (
+        schema.MEASUREMENT_COLUMNS if attr == "repetitions" else schema.CPU_SAMPLE_COLUMNS
+    )
+    names = [name for name, _ in table_columns]
+    return pa.table({name: columns[name] for name in names})
+
+
+def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> dict[str, object]:
+    spec = dict(r.spec or {})
+    model = str(spec.get("model", ""))
+    thr = _stats(r.throughput)
+    lat = _stats(r.latency_ms)
+    # TrialSpec.label without re-validating the spec (that costs more than the rest of the row)
+    width, depth = spec.get("width"), spec.get("depth", 1)
+    label = f"{model}{width}x{depth}" if model in BLOCK_MODELS else model
+    label += f"/{spec.get('compiler')}"
+    if spec.get("optimisation", "none") != "none":
+        label += f"/{spec['optimisation']}"
+    label += f"/b{spec.get('batch')}"
+    return {
+        "run_id": run_id,
+        "device": device,
+        "key": r.key,
+        "label": label,
+        "model": model or None,
+        "family": model_family(model, spec.get("source")) if model else None,
+        "compiler": spec.get("compiler"),
+        "batch": as_int(spec.get("batch")),
+        "depth": as_int(spec.get("depth")),
+        "width": as_int(spec.get("width")),
+        "optimisation": spec.get("optimisation"),
+        "target": spec.get("device"),
+        "input_size": as_int(spec.get("input_size")),
+        "status": r.status,
+        "error": r.error,
+        "error_kind": r.error_kind,
+        "export_s": num(r.export_s),
+        "compile_s": num(r.compile_s),
+        "tune_s": num(r.tune_s),
+        "first_call_s": num(r.first_call_s),
+        "repetitions": len(r.repetitions),
+        "throughput_mean": num(thr.get("mean")),
+        "throughput_std": num(thr.get("std")),
+        "throughput_median": num(thr.get("median")),
+        "throughput_min": num(thr.get("min")),
+        "throughput_max": num(thr.get("max")),
+        "throughput_p50": num(thr.get("p50")),
+        "throughput_p90": num(thr.get("p90")),
+        "throughput_p99": num(thr.get("p99")),
+        "throughput_cov": num(thr.get("cov")),
+        "latency_mean_ms": num(lat.get("mean")),
+        "latency_p50_ms": num(lat.get("p50")),
+        "latency_p90_ms": num(lat.get("p90")),
+        "latency_p99_ms": num(lat.get("p99")),
+        "unstable": bool(r.unstable),
+        "cpu_percent_mean": num(r.cpu_percent_mean),
+        "cpu_percent_max": num(r.cpu_percent_max),
+        "proc_cpu_percent_mean": num(r.proc_cpu_percent_mean),
+        "peak_rss_mb": num(r.peak_rss_mb),
+        "gpu_mem_mb": num(r.gpu_mem_mb),
+        "params": as_int(r.params),
+        "macs": as_int(r.macs),
+        "max_abs_err": num(r.max_abs_err),
+        "host": r.host or None,
+        "versions": to_json(r.versions),
+        "threads": to_json(r.threads),
+        "compiler_options": to_json(spec.get("compiler_options") or {}),
+        "measure": to_json(spec.get("measure") or {}),
+        "spec": to_json(spec),
+        "extra": to_json(r.extra),
+        "started_at": _ts(r.started_at),
+        "finished_at": _ts(r.finished_at),
+        "ingested_at": now_us,
+        "throughput_ci_half": num(r.ci_half_width),
+        "verdict": r.verdict,
+        "verdict_reason": r.verdict_reason,
+        "disturbed": bool(r.disturbed),
+        "workers": as_int(r.workers),
+        "precision": r.precision,
+        "precision_asked": (spec.get("measure") or {}).get("precision", "default"),
+        "precision_flags": to_json(r.precision_flags),
+        "energy_j_per_sample": num(r.energy_j_per_sample),
+        "energy_j_per_sample_ci_half": num(r.energy_j_per_sample_ci),
+        "energy_above_idle_j_per_sample": num(r.energy_above_idle_j_per_sample),
+        "samples_per_j": num(r.samples_per_j),
+        "power_w_mean": num(r.power_w_mean),
+        "idle_power_w": num(r.idle_power_w),
+        "energy_source": r.energy_source,
+        "energy_note": r.energy_note,
+        **provenance_rows.trial_columns(r),
+        **_tail_and_memory_columns(r),
+    }
+
+
+def _tail_and_memory_columns(r: TrialResult) -> dict[str, object]:
+    """Migration 7's columns: percentile bounds, kept-call step, memory per phase, sources."""
+    out: dict[str, object] = {
+        "latency_calls": as_int(r.latency_calls) if r.latency_calls else None,
+        "latency_kept_every": as_int(r.latency_sample_every) if r.latency_sample_ns else None,
+        "gpu_mem_source": r.gpu_mem_source,
+        "rss_source": r.rss_source,
+    }
+    bounds = r.latency_ci_ms or {}
+    for name in ("p50", "p90", "p99"):
+        low, high = (list(bounds.get(name) or []) + [None, None])[:2]
+        out[f"latency_{name}_lo_ms"] = num(low)
+        out[f"latency_{name}_hi_ms"] = num(high)
+    phases = r.peak_rss_phase_mb or {}
+    for phase in ("compile", "warmup", "timed"):
+        out[f"peak_rss_{phase}_mb"] = num(phases.get(phase))
+    return out
+
+
+def ingest_cpu_events(
+    conn: duckdb.DuckDBPyConnection, run_id: str, device: str, events: Iterable[Event]
+) -> int:
+    cols: dict[str, list[object]] = {name: [] for name, _ in schema.CPU_SAMPLE_COLUMNS}
+    for e in events:
+        cols["run_id"].append(run_id)
+        cols["device"].append(device)
+        cols["key"].append(e.get("key"))
+        cols["source"].append("live")
+        cols["ts"].append(_ts(e.get("ts")))
+        cols["t_s"].append(num(e.get("t_s")))
+        cols["sys_percent"].append(num(e.get("percent", e.get("sys_percent"))))
+        cols["proc_percent"].append(num(e.get("proc_percent")))
+    if cols["run_id"]:
+        _append(conn, "cpu_samples", _arrow_table(schema.CPU_SAMPLE_COLUMNS, cols))
+    return len(cols["run_id"])
+
+
+def ingest_tuning(
+    conn: duckdb.DuckDBPyConnection, run_id: str, device: str, key: str, events: Iterable[Event]
+) -> int:
+    rows = [
+        [
+            run_id,
+            device,
+            key,
+            to_datetime(_float(e["ts"])) if e.get("ts") else now(),
+            as_int(e.get("trials_done")),
+            as_int(e.get("budget")),
+            num(e.get("best_ms")),
+            to_json(e.get("tasks")),
+        ]
+        for e in events
+    ]
+    if rows:
+        conn.executemany("INSERT INTO tuning_progress VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def insert_errors(conn: duckdb.DuckDBPyConnection, rows: Sequence[ErrorRow]) -> None:
+    conn.executemany(
+        "INSERT INTO errors VALUES (?, ?, ?, ?, ?, ?)",
+        [(run, dev, key, to_datetime(ts), kind, msg) for run, dev, key, ts, kind, msg in rows],
+    )
+
+
+def write_batch(conn: duckdb.DuckDBPyConnection, batch: IngestBatch) -> int:
+    """Everything in ``batch`` on ``conn`` (inside the caller's transaction); new trials stored."""
+    new = 0
+    for (run_id, device), results in _group(batch.results).items():
+        new += ingest_results(conn, run_id, device, results)
+    for (run_id, device), events in _group(batch.cpu).items():
+        ingest_cpu_events(conn, run_id, device, events)
+    tuning: dict[tuple[str, str, str], list[Event]] = {}
+    for run_id, device, key, event in batch.tuning:
+        tuning.setdefault((run_id, device, key), []).append(event)
+    for (run_id, device, key), events in tuning.items():
+        ingest_tuning(conn, run_id, device, key, events)
+    if batch.errors:
+        insert_errors(conn, batch.errors)
+    return new
+
+
+def _group(items: Sequence[tuple[str, str, T]]) -> dict[tuple[str, str], list[T]]:
+    out: dict[tuple[str, str], list[T]] = {}
+    for run_id, device, item in items:
+        out.setdefault((run_id, device), []).append(item)
+    return out

@@ -1,0 +1,79 @@
+"""Schema migrations of the results database: read the file's version, apply missing steps.
+
+The steps themselves are data in ``ngb.sweeps.store.schema.MIGRATIONS`` (append-only; to add a
+column, append a step with its ``ALTER TABLE`` and the schema version follows). This module applies
+them in one transaction, so two processes racing to upgrade the same file cannot both apply a step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ngb.core.errors import NgbError
+from ngb.sweeps.store import schema
+from ngb.sweeps.store.ingest import now
+
+if TYPE_CHECKING:
+    import duckdb
+
+
+def _number(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
+    """The one integer a count or max query answers (0 for no row or NULL)."""
+    row = conn.execute(sql).fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+def read_version(conn: duckdb.DuckDBPyConnection) -> int:
+    has_table = _number(
+        conn,
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name = 'schema_version'",
+    )
+    if not has_table:
+        return 0
+    return _number(conn, "SELECT coalesce(max(version), 0) FROM schema_version")
+
+
+def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Apply every missing migration step in one transaction (another process may race us)."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        other = _number(
+            conn,
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_name NOT IN ('schema_version')",
+        )
+        version = read_version(conn)
+        if version == 0 and other:
+            raise NgbError(f"{path} is a DuckDB file but not an ngb results database")
+        if version > schema.latest_version():
+            raise NgbError(
+                f"results database {path} has schema version {version}, newer than this ngb "
+                f"understands ({schema.latest_version()}); upgrade ngb"
+            )
+        conn.execute(schema.VERSION_TABLE)
+        for number, (description, statements) in enumerate(schema.MIGRATIONS, start=1):
+            if number <= version:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)", [number, description, now()]
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def empty_database() -> duckdb.DuckDBPyConnection:
+    """An in-memory database with the current schema: what a file not yet written reads as."""
+    import duckdb
+    from ngb.sweeps.store.sql_files import BASE_CONFIG
+
+    conn = duckdb.connect(":memory:", config=BASE_CONFIG)
+    for _description, statements in schema.MIGRATIONS:
+        for statement in statements:
+            conn.execute(statement)
+    return conn
