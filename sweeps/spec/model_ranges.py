@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from ngb.core.capture import captured_stderr
 from ngb.core.errors import NgbError
 from ngb.core.model_inputs import assumed_ranges
 from ngb.core.model_sources import ModelSource, locate
@@ -27,7 +28,9 @@ def guessed_ranges(source: ModelSource) -> list[str]:
 
     try:
         path = locate(source.artifacts[0], None)
-        program = torch.export.load(str(path))
+        # torch logs its own traceback for a file it cannot read: the build says why, in one line
+        with captured_stderr():
+            program = torch.export.load(str(path))
     except NgbError:
         raise
     except Exception:  # noqa: BLE001 - the build says why, with its own one line

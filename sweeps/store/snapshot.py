@@ -29,6 +29,7 @@ and DuckDB's settings are locked.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -108,7 +109,11 @@ class QueryJob:
                 return
             self._why = why
             if self._conn is not None:
-                self._conn.interrupt()
+                import duckdb
+
+                # closed in between: the next connection sees _why and stops
+                with contextlib.suppress(duckdb.ConnectionException):
+                    self._conn.interrupt()
 
     @property
     def cancelled(self) -> bool:
@@ -235,6 +240,11 @@ class QueryJob:
             if self._why:
                 raise self._stopped() from None
             raise sql_error(exc, self.allow_write, self.allow_files) from None
+        finally:
+            # the caller closes this connection next (a query on the file moves to a copy after
+            # hold_s): a cancel from then on must not interrupt a closed connection
+            with self._guard:
+                self._conn = None
 
     def _stopped(self) -> QueryCancelled:
         if self._why == "timeout":
