@@ -180,6 +180,20 @@ def test_a_result_is_named_by_the_job_that_ran_it():
     assert slurm_nodes.claims_dir("gpu.2", "/s/ngb/gpu.2", "r") == "../../../slurm-nodes/r"
 
 
+def test_a_compilers_own_extra_device_never_renames_a_result():
+    """OpenVINO records its target as ``extra.device`` ("CPU"); only a Slurm node's stamp names
+    the device a result is stored under (it once filed every OpenVINO trial under "CPU")."""
+    from ngb.core.types import TrialResult
+    from ngb.sweeps.run.writer import stored_as
+
+    openvino = TrialResult(key="k", spec={}, extra={"device": "CPU"})
+    assert stored_as(openvino, "localhost") == "localhost"
+    fact = slurm_nodes.parse_facts("9\tn2\tgpu\thost2\t2000\tNO\t1\n")[0]
+    stamped = slurm_nodes.stamp(openvino.to_dict(), fact, "gpu.2", exclusive=True)
+    named = TrialResult.from_dict(stamped)
+    assert stored_as(named, "gpu.2") == "n2@gpu" and named.extra["device"] == "CPU"
+
+
 def test_a_resume_counts_the_results_stored_under_node_names_for_their_slot(tmp_path):
     # `ngb attach` rebuilds each slot's finished trials from the store (what it must not repeat
     # or count twice): those stored as node@partition name their slot in extra.run_device
