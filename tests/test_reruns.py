@@ -56,23 +56,29 @@ def test_the_design_effect_never_narrows_and_is_capped() -> None:
     assert reruns.allowance(wild, "k").design_effect == reruns.MAX_DESIGN_EFFECT
 
 
-def test_widen_multiplies_the_width_by_the_root_of_the_design_effect() -> None:
+def test_widen_multiplies_the_variance_by_the_design_effect() -> None:
     ci = stopping.Interval(10, 100.0, 4.0, workers=5)
     stated = reruns.widen(ci, Allowance(4.0), None, 0.95)
     assert stated is not None
     assert stated.half_width == pytest.approx(8.0) and stated.df == 4
+    assert stated.widening == pytest.approx(2.0)
     assert reruns.widen(stopping.Interval(1, 100.0, math.nan), Allowance(), None, 0.95) is None
 
 
-def test_widen_is_never_narrower_than_the_trials_own_reruns() -> None:
+def test_widen_pools_the_trials_own_reruns_by_degrees_of_freedom() -> None:
     ci = stopping.Interval(10, 100.0, 1.0, workers=5)
     own = (math.log(80.0), math.log(120.0), math.log(100.0))
     now = Run("k", math.log(100.0), 1e-4, 5)
-    stated = reruns.widen(ci, Allowance(1.0, 3, own), now, 0.95)
-    assert stated is not None and stated.df == 3
-    sd = statistics.stdev([*own, now.log_mean])
-    assert stated.half_width == pytest.approx(stopping.t_quantile(0.975, 3) * sd * 100.0)
-    assert "its 4 runs on this host" in stated.note
+    stated = reruns.widen(ci, Allowance(2.0, 3, own), now, 0.95)
+    assert stated is not None and stated.df == 4 + 3
+    process_var = 2.0 * (1.0 / 100.0 / stopping.t_quantile(0.975, 4)) ** 2
+    own_var = statistics.variance([*own, now.log_mean])
+    pooled = (4 * process_var + 3 * own_var) / 7
+    assert stated.half_width == pytest.approx(stopping.t_quantile(0.975, 7) * pooled**0.5 * 100)
+    assert "pooled with its 4 runs here" in stated.note
+    # with one earlier run there is nothing to pool: the design effect alone
+    alone = reruns.widen(ci, Allowance(2.0, 1, own[:1]), now, 0.95)
+    assert alone is not None and alone.df == 4
 
 
 def test_the_verdict_is_decided_on_the_stated_interval_and_says_why() -> None:
@@ -143,12 +149,15 @@ def test_a_trial_reads_and_writes_the_hosts_history(tmp_path) -> None:
     assert said["source"] == "this host's re-runs" and said["own_runs"] == 2
     lines = (tmp_path / reruns.FILE_NAME).read_text().splitlines()
     assert len(lines) == 3 and {json.loads(x)["key"] for x in lines} == {spec.key}
-    # the stated interval is at least the process interval times the root of the design effect
+    # the stated interval is the process interval times the recorded widening, at its df
     groups = [
         [r["throughput"] for r in third.repetitions if r.get("worker") == w] for w in range(3)
     ]
     ci = stopping.process_interval(groups)
-    assert third.ci_half_width >= ci.half_width * math.sqrt(said["design_effect"]) * 0.999
+    assert third.ci_half_width == pytest.approx(ci.half_width * said["widening"], rel=1e-4)
+    assert said["widening"] >= 1.0  # never narrower than its own processes
+    assert said["df"] == third.extra["measure"]["df"] in (2, 2 + 2)  # 3 processes, 3 runs
+    assert "pooled with its 3 runs here" in said["note"]
 
 
 def _simulate(level_sd: float, sequences: int, trials: int, seed: int) -> list[tuple[bool, float]]:
@@ -190,11 +199,12 @@ def test_simulated_reruns_are_held_where_time_adds_spread() -> None:
     # the VM's case: the level between runs adds about twice the processes' own variance (D ~ 3);
     # the process interval alone covers ~75 % there
     coverage, ratio = _summary(_simulate(0.013, sequences=150, trials=12, seed=11))
-    assert 0.93 <= coverage <= 0.995, coverage
-    assert 0.8 <= ratio <= 1.5, ratio
-    # a machine that drifts more than the default allows: its re-runs catch up within a dozen runs
-    coverage, ratio = _summary(_simulate(0.03, sequences=150, trials=12, seed=13))
     assert 0.93 <= coverage <= 0.98, coverage
+    assert 0.8 <= ratio <= 1.5, ratio
+    # a machine that drifts more than the default allows (D ~ 11): re-runs catch up within a
+    # dozen runs; below 95 % while they do (a drift 4x the default's: 84 %, not asserted)
+    coverage, ratio = _summary(_simulate(0.03, sequences=150, trials=12, seed=13))
+    assert 0.90 <= coverage <= 0.98, coverage
     assert 0.8 <= ratio <= 1.5, ratio
 
 
