@@ -73,8 +73,8 @@ def test_a_copy_that_saw_a_write_is_taken_again(store: Store, monkeypatch) -> No
     real = store_snapshot._copy_files
     copies = []
 
-    def copy_then_write(path: Path, copy: Path) -> None:
-        real(path, copy)
+    def copy_then_write(path: Path, copy: Path, stop=None) -> None:
+        real(path, copy, stop)
         copies.append(copy)
         if len(copies) == 1:  # a writer commits while the first copy is being read
             store.create_run("r2", "demo", "", ["localhost"], 4, {})
@@ -93,8 +93,8 @@ def test_a_store_written_throughout_is_copied_under_its_lock(store: Store, monke
     real = store_snapshot._copy_files
     n = [0]
 
-    def always_written(path: Path, copy: Path) -> None:
-        real(path, copy)
+    def always_written(path: Path, copy: Path, stop=None) -> None:
+        real(path, copy, stop)
         n[0] += 1
         if n[0] <= store_snapshot.UNLOCKED_TRIES:  # the copy under the lock sees no write
             store.create_run(f"w{n[0]}", "demo", "", ["localhost"], 4, {})
@@ -204,3 +204,25 @@ def test_advise_reads_one_model_on_one_device_from_sql(tmp_path: Path) -> None:
                 t["key"] for t in data.trials() if (t["device"], t["label"]) == (device, label)
             ]
             assert sorted(t["key"] for t in data.trials_of(device, label)) == sorted(whole)
+
+
+def test_a_cancelled_querys_copy_stops_between_chunks(store: Store, monkeypatch) -> None:
+    """A copy taken for a query that is then cancelled ends at the next chunk (under the lock
+    it would otherwise hold a live run's writer, and the console's quit, until it finished)."""
+    store.create_run("r1", "demo", "", ["localhost"], 4, {})
+    monkeypatch.setattr(store_snapshot, "COPY_CHUNK", 4096)
+    looks = []
+
+    def stop() -> bool:
+        looks.append(1)
+        return len(looks) > 2
+
+    with pytest.raises(store_snapshot.CopyStopped):
+        take_snapshot(store.path, stop=stop)
+    assert len(looks) == 3  # two chunks copied, stopped at the third look
+    snapshot = take_snapshot(store.path, stop=lambda: False)  # never stopped: a whole copy
+    try:
+        assert snapshot.copy is not None
+        assert Store(snapshot.copy).query("SELECT count(*) FROM runs")[1] == [(1,)]
+    finally:
+        snapshot.drop()

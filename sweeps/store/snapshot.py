@@ -34,6 +34,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,10 @@ class QueryJob:
                 answer = self._run_on_file(self.hold_s)
                 if answer is not None:
                     return answer
-            snapshot = self._snapshot()
+            try:
+                snapshot = self._snapshot()
+            except CopyStopped:
+                raise self._stopped() from None
             try:
                 return self._run_on(snapshot.copy)
             finally:
@@ -161,7 +165,11 @@ class QueryJob:
             if current is not None and signature is not None and current.signature == signature:
                 current.users += 1
                 return current
-        fresh = take_snapshot(path, key, timeout=self.store.busy_timeout_s)
+        # a cancel (escape, the console quitting) stops a copy in flight: under the lock a
+        # copy of a large store holds a live run's writer, and the console's quit, for seconds
+        fresh = take_snapshot(
+            path, key, timeout=self.store.busy_timeout_s, stop=lambda: bool(self._why)
+        )
         with _snapshots_guard:
             old = _snapshots.get(key)
             _snapshots[key] = fresh
@@ -317,7 +325,9 @@ def _signature(path: Path) -> Signature | None:
     return main, wal
 
 
-def take_snapshot(path: Path, key: str = "", *, timeout: float = 5.0) -> _Snapshot:
+def take_snapshot(
+    path: Path, key: str = "", *, timeout: float = 5.0, stop: Stop | None = None
+) -> _Snapshot:
     """A private copy of the results file (and its WAL), taken without holding the file when
     it can be: a writer in another process then never waits for the copy (issue 31: a live
     run's ingest waited ~8 s behind a query that copied a 1 GB store under the lock).
@@ -328,16 +338,17 @@ def take_snapshot(path: Path, key: str = "", *, timeout: float = 5.0) -> _Snapsh
     file at one instant -- what a crash would leave, which DuckDB recovers from (its header is
     written last, the WAL replayed on open), and every block carries a checksum DuckDB checks on
     read. A store written to all along (a copy never gets through unchanged) is copied under the
-    lock after ``UNLOCKED_TRIES`` tries, as before."""
+    lock after ``UNLOCKED_TRIES`` tries, as before. ``stop`` returning True ends the copy
+    between chunks with ``CopyStopped``."""
     folder = tempfile.TemporaryDirectory(prefix="ngb-query-")
     copy = Path(folder.name) / "results.duckdb"
     try:
-        signature = _copy_unlocked(path, copy)
+        signature = _copy_unlocked(path, copy, stop)
         if signature is None:
             with lock_for(path), read_errors(path), connection(path, write=False, timeout=timeout):
                 # the read-only connection is open: no process is half-way through a write
                 signature = _signature(path)
-                _copy_files(path, copy)
+                _copy_files(path, copy, stop)
     except OSError as exc:
         folder.cleanup()
         raise CopyFailed(
@@ -357,11 +368,19 @@ def check_once(store: Store) -> None:
             pass
 
 
+#: asked between chunks of a copy: True stops it (a cancelled query)
+Stop = Callable[[], bool]
+
+
+class CopyStopped(Exception):
+    """A copy stopped by its ``stop`` (the query it was for was cancelled)."""
+
+
 #: copies tried without the lock before one is taken under it (each restarts on a write)
 UNLOCKED_TRIES = 6
 
 
-def _copy_unlocked(path: Path, copy: Path) -> Signature | None:
+def _copy_unlocked(path: Path, copy: Path, stop: Stop | None = None) -> Signature | None:
     """Copy ``path`` and its WAL to ``copy`` without the lock; the signature they kept
     throughout, or None when every try saw a write."""
     import time
@@ -375,18 +394,33 @@ def _copy_unlocked(path: Path, copy: Path) -> Signature | None:
             before = _signature(path)
         if before is None:
             continue
-        _copy_files(path, copy)
+        _copy_files(path, copy, stop)
         if _signature(path) == before:
             return before
     return None
 
 
-def _copy_files(path: Path, copy: Path) -> None:
+def _copy_files(path: Path, copy: Path, stop: Stop | None = None) -> None:
     Path(f"{copy}.wal").unlink(missing_ok=True)
-    shutil.copyfile(path, copy)
+    _copy_one(path, copy, stop)
     wal = Path(f"{path}.wal")
     if wal.exists():
-        shutil.copyfile(wal, Path(f"{copy}.wal"))
+        _copy_one(wal, Path(f"{copy}.wal"), stop)
+
+
+#: bytes copied between two looks at ``stop``
+COPY_CHUNK = 16 * 1024 * 1024
+
+
+def _copy_one(source: Path, dest: Path, stop: Stop | None) -> None:
+    if stop is None:
+        shutil.copyfile(source, dest)
+        return
+    with open(source, "rb") as src, open(dest, "wb") as out:
+        while chunk := src.read(COPY_CHUNK):
+            if stop():
+                raise CopyStopped("copy stopped")
+            out.write(chunk)
 
 
 def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:
