@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ngb.sweeps.figures.data import FigureData, derived_bar
 from ngb.sweeps.figures.spec import (
@@ -99,22 +99,7 @@ def throughput(data: FigureData) -> FigureSpec:
         "Mean throughput (samples/s) per model and compiler against batch size, log-log axes.",
         trials=rows,
     )
-    for (device, label, target), cell in _by_model(rows):
-        lines = []
-        for compiler in _compilers(cell):
-            mine = sorted((r for r in cell if r["compiler"] == compiler), key=lambda r: r["batch"])
-            lines.append(
-                Line(
-                    compiler,
-                    [r["batch"] for r in mine],
-                    [mean_throughput(r) for r in mine],
-                    [_sym(r) for r in mine],
-                    [_invalid(r) for r in mine],
-                    compiler,
-                )
-            )
-        title = _scope_title(f"{label} ({cell[0].get('family')})", rows, device, target)
-        spec.panels.append(LinePanel(title, lines, "batch", "samples/s", logx=True, logy=True))
+    _batch_panels(spec, rows, "samples/s", mean_throughput, _sym)
     return spec
 
 
@@ -136,6 +121,24 @@ def energy(data: FigureData) -> FigureSpec:
     if not rows:
         notes = sorted({str(r.get("energy_note")) for r in _usable(data) if r.get("energy_note")})
         spec.notes.append("no energy measured" + (f" ({'; '.join(notes)})" if notes else ""))
+    _batch_panels(
+        spec,
+        rows,
+        "mJ/sample",
+        lambda r: known(r.get("energy_j_per_sample")) * 1000,
+        lambda r: derived_bar(derived.energy(r, 1000.0)),
+    )
+    return spec
+
+
+def _batch_panels(
+    spec: FigureSpec,
+    rows: list[FigureTrial],
+    unit: str,
+    value: Callable[[FigureTrial], float],
+    bar: Callable[[FigureTrial], ErrorBar],
+) -> None:
+    """One log-log panel per model against batch size: a line per compiler (Fig. 5, Fig. 13)."""
     for (device, label, target), cell in _by_model(rows):
         lines = []
         for compiler in _compilers(cell):
@@ -144,15 +147,14 @@ def energy(data: FigureData) -> FigureSpec:
                 Line(
                     compiler,
                     [r["batch"] for r in mine],
-                    [known(r.get("energy_j_per_sample")) * 1000 for r in mine],
-                    [derived_bar(derived.energy(r, 1000.0)) for r in mine],
+                    [value(r) for r in mine],
+                    [bar(r) for r in mine],
                     [_invalid(r) for r in mine],
                     compiler,
                 )
             )
         title = _scope_title(f"{label} ({cell[0].get('family')})", rows, device, target)
-        spec.panels.append(LinePanel(title, lines, "batch", "mJ/sample", logx=True, logy=True))
-    return spec
+        spec.panels.append(LinePanel(title, lines, "batch", unit, logx=True, logy=True))
 
 
 def _with_source(trial: FigureTrial, source: str) -> FigureTrial:
