@@ -13,7 +13,7 @@ of ``ngb report energy`` and ``ngb advise`` (child processes), and how long a li
 wait while a ``--query-s`` query and an export of every repetition run in other processes.
 
 Usage: python benchmarks/store.py [--trials 10000] [--reps 100] [--batch 1000] [--db PATH]
-       [--size-gb 0.1] [--store DB] [--query-s 60] [--scale-only]
+       [--size-gb 0.1] [--store DB] [--query-s 60] [--scale-only] [--delays-only]
 """
 
 from __future__ import annotations
@@ -127,6 +127,10 @@ def main() -> int:
     parser.add_argument(
         "--scale-only", action="store_true", help="only the figures on the generated store"
     )
+    parser.add_argument(
+        "--delays-only", action="store_true",
+        help="of the scale figures, only how long a live run's writes wait behind readers",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from ngb.sweeps.store.database import Store
@@ -208,10 +212,16 @@ def scale(args: argparse.Namespace) -> int:
     from _store_scale import main as scale_main
 
     if args.store is not None:
-        return scale_main(args.store, args.size_gb, args.points, args.query_s, console_latency)
+        return scale_main(
+            args.store, args.size_gb, args.points, args.query_s, console_latency,
+            delays_only=args.delays_only,
+        )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ngb-bench-store-") as tmp:
         db = Path(tmp) / "results.duckdb"
-        return scale_main(db, args.size_gb, args.points, args.query_s, console_latency)
+        return scale_main(
+            db, args.size_gb, args.points, args.query_s, console_latency,
+            delays_only=args.delays_only,
+        )  # fmt: skip
 
 
 def console_latency(store, queries: int = 5) -> int:

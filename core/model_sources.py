@@ -57,8 +57,9 @@ ARTIFACTS_SUBDIR = "artifacts"
 SKIP_NAMES = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 # ngb's own files wherever the operator keeps them (a results store beside the model, its WAL,
+# a live run's marker and readers lock (sweeps/store/wal_marker.py),
 # an export's temporary file): they change while a run measures the model and never travel
-NGB_FILE_SUFFIXES = (".duckdb", ".duckdb.wal", ".wal", ".tmp", ".part")
+NGB_FILE_SUFFIXES = (".duckdb", ".duckdb.wal", ".wal", ".tmp", ".part", ".ngb-wal", ".ngb-readers")
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 

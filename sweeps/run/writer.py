@@ -17,6 +17,12 @@ loop was one of the things a localhost sweep measured and a standalone trial did
 gap comes soon (the next worker's build, the next trial's start); a wake (a state change, a
 teardown's ``flush_now``) never waits.
 
+While the writer runs, its flushes leave their commits in DuckDB's log and checkpoint only once
+it is long (``wal_marker.deferred_checkpoints``), never while a reader is copying the store: a
+console query, ``ngb query`` or ``ngb export`` in another process copies the unchanged main file
+and the log's committed prefix, so no flush ever waits for a reader (issue 31). ``close``
+checkpoints what is left, so the store at rest has no log.
+
 What a failed write means decides what happens next (see ``ngb.sweeps.store.result_store``):
 
 - the database is busy (another process reads or writes it): keep buffering and try again; one
@@ -38,14 +44,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from ngb.core import events as ev
-from ngb.core.errors import first_line
+from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult
 from ngb.sweeps.rows import Event
 from ngb.sweeps.run.events import FINAL_STATES, RunEvent
 from ngb.sweeps.run.state import DeviceRun
+from ngb.sweeps.store.connect import checkpoint
 from ngb.sweeps.store.result_store import (
     DatabaseBusy,
     IngestBatch,
@@ -53,6 +61,7 @@ from ngb.sweeps.store.result_store import (
     RowRejected,
     StoreUnwritable,
 )
+from ngb.sweeps.store.wal_marker import deferred_checkpoints
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,6 +71,8 @@ P = ParamSpec("P")
 _GAP_POLL_S = 0.25
 # Phases in which a worker's loops are timed or settling (``ngb.core.timing``).
 TIMED_PHASES = frozenset({"warmup", "measure"})
+# How long the checkpoint at the end of a run may wait for a reader on the file itself.
+CLOSE_CHECKPOINT_S = 5.0
 
 # A string spec value that is only text is never rejected; numbers may not fit their column.
 _TEXT_AXES = ("model", "compiler", "optimisation", "device")
@@ -145,6 +156,10 @@ class RunWriter:
         self._cond = asyncio.Condition()
         self._started = 0
         self._done = 0
+        # a store with a file: checkpoints deferred while this writer runs (``ensure_running``)
+        path = getattr(store, "path", None)
+        self._path = path if isinstance(path, Path) else None
+        self._deferral: contextlib.ExitStack | None = None
 
     # ------------------------------------------------------------ buffering
 
@@ -168,6 +183,11 @@ class RunWriter:
     def ensure_running(self) -> None:
         if (self._flusher is None or self._flusher.done()) and self.broken is None:
             self._flusher = asyncio.create_task(self._loop(), name="ngb-ingest")
+            if self._deferral is None and self._path is not None:
+                # the main file stands still between checkpoints, so a reader's copy never
+                # makes this writer wait (``ngb.sweeps.store.wal_marker``)
+                self._deferral = contextlib.ExitStack()
+                self._deferral.enter_context(deferred_checkpoints(self._path))
 
     async def close(self) -> None:
         if self._flusher:
@@ -175,6 +195,12 @@ class RunWriter:
             await asyncio.gather(self._flusher, return_exceptions=True)
             self._flusher = None
         await self.flush_quietly()
+        if self._deferral is not None and self._path is not None:
+            self._deferral.close()
+            self._deferral = None
+            # a store at rest has no log: checkpoint now, unless a reader is copying
+            with contextlib.suppress(NgbError):  # busy, unwritable: the next open replays the log
+                await self.store_call(checkpoint, self._path, timeout=CLOSE_CHECKPOINT_S)
 
     def interval(self) -> float:
         """Seconds until the next timed flush: longer while a local device is measuring."""

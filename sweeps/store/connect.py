@@ -10,6 +10,10 @@ Inside one process a lock serialises connections to the same file, because DuckD
 simultaneous connections with different settings (read-write vs read-only) in one process — the TUI
 may ingest and run the SQL console at once.
 
+A read-write connection never lets DuckDB checkpoint by itself: it checkpoints when it closes,
+only while no reader is copying the store, and records how long the log is (``wal_marker``), so
+a reader in another process copies the store without opening it and the writer never waits.
+
 Failures come out typed (``store_errors``): a held file is ``DatabaseBusy``; a write that cannot
 happen at all is ``StoreUnwritable``; data that does not fit its column is ``RowRejected``.
 Nothing here creates a file or folder unless it is about to write.
@@ -21,7 +25,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +33,7 @@ from ngb.core.errors import NgbError, first_line
 from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store.query import is_lock_error
 from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant
+from ngb.sweeps.store.wal_marker import deferring, finish_write, prepare_writer
 
 if TYPE_CHECKING:
     import duckdb
@@ -121,12 +126,14 @@ def open_connection(
             if time.monotonic() >= deadline:
                 raise DatabaseBusy(BUSY_MESSAGE) from None
         else:
-            if external_access is not True:
-                try:
-                    apply_grant(conn, external_access)
-                except BaseException:
-                    conn.close()
-                    raise
+            try:
+                if write:  # only ngb checkpoints, never while a reader copies (wal_marker)
+                    prepare_writer(conn)
+                if external_access is not True:
+                    apply_grant(conn, external_access)  # locks the settings: after ours
+            except BaseException:
+                conn.close()
+                raise
             return conn
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
@@ -141,7 +148,46 @@ def connection(
         try:
             yield conn
         finally:
-            conn.close()
+            if write:  # checkpoint unless a reader is copying (or held_open does); the marker
+                finish_write(conn, path, last=not _held.get(str(path.resolve())))
+            else:
+                conn.close()
+
+
+#: paths a ``held_open`` of this process keeps open (only its thread writes them meanwhile)
+_held: dict[str, int] = {}
+
+
+@contextmanager
+def held_open(path: Path) -> Iterator[None]:
+    """Several writes sharing one open of the file (``Store.batch``): DuckDB shares one database
+    instance among a process's connections to a file, so the writes inside only attach to it,
+    and the checkpoint (``finish_write``) happens once, when this connection closes. The file
+    stays held meanwhile, this process's lock too (re-entrant): its other threads wait."""
+    import duckdb
+
+    key = str(path.resolve())
+    with lock_for(path):
+        keeper = None
+        with suppress(duckdb.Error):  # the file busy: the writes inside retry on their own
+            opened = duckdb.connect(str(path), config=BASE_CONFIG)
+            try:
+                prepare_writer(opened)
+            except duckdb.Error:
+                opened.close()
+                raise
+            keeper = opened
+        if keeper is None:
+            yield
+            return
+        _held[key] = _held.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+            if not _held[key]:
+                del _held[key]
+            finish_write(keeper, path, last=not _held.get(key))
 
 
 @contextmanager
@@ -174,3 +220,13 @@ def read_errors(path: Path) -> Iterator[None]:
         if is_lock_error(exc):
             raise DatabaseBusy(BUSY_MESSAGE) from None
         raise NgbError(f"cannot read results database {path}: {first_line(exc)}") from None
+
+
+def checkpoint(path: Path, *, timeout: float) -> None:
+    """Fold the store's log into its main file now (a live run's end), unless a reader is
+    copying it (the next write does it then): a store at rest has no log. Nothing to do
+    without a log, nor while this process's live run defers its checkpoints."""
+    if deferring(path) or not Path(f"{path}.wal").exists():
+        return
+    with write_errors(path), connection(path, write=True, timeout=timeout):
+        pass  # closing it checkpoints (wal_marker.finish_write)

@@ -4,16 +4,20 @@ A live run's writer (the orchestrator's ingest) and a long query of the operator
 connection or the store's per-file lock: DuckDB lets a process hold a file either read-write or
 read-only, so a query held open on the results file would stall every ingest behind it (and a
 quit that flushes them). A read-only ``QueryJob`` therefore runs on a private copy of the file
-(``take_snapshot``), copied without holding the file: the copy is kept only when nothing wrote
-to the file while it was read, so a writer in another process never waits for the copy nor for
-the query (a store written to throughout is copied under the lock after a few tries). The copy
-is reused by the next queries while the file stays unchanged (``_Snapshot``: on a 1.1 GB store,
-2.5 s per query copying each time and 0.15 s reusing, on the loaded 2-core VM:
-``ngb bench store --console DB``); a write makes the next query copy again. ``ngb query`` uses
-the same job with ``hold_s``: it runs on the file itself (a short query needs no copy) and,
-still running after ``hold_s``, lets the file go and runs again on a copy, so a live run's
-writer in another process waits ``hold_s`` at most, not for the query. ``ngb export`` reads a
-copy too (``export_rows``), streaming its rows to the file in batches.
+(``take_snapshot``), copied without opening the file: the main file and the committed prefix of
+DuckDB's log, as the writer's marker names them (``wal_marker``: no checkpoint changes the main
+file while a copy is taken), so a writer in another process never waits for the copy nor for
+the query. Without a marker (an older ngb wrote last) the files are copied whole and the copy
+kept only when nothing wrote to them meanwhile (a store written to throughout is then copied
+under the lock after a few tries). The copy is reused by the next queries while the store stays
+unchanged (``_Snapshot``: on a 1.1 GB store, 2.5 s per query copying each time and 0.15 s
+reusing, on the loaded 2-core VM: ``ngb bench store --console DB``); after a write the next
+query copies again, only the log while the main file is the same (a live run checkpoints
+seldom). The store's version is checked on the copy (``copy_check``). ``ngb query`` uses the
+same job with ``hold_s``: it runs on the file itself (a short query needs no copy) and, still
+running after ``hold_s``, lets the file go and runs again on a copy; while a live run writes
+the store it reads a copy from the start. ``ngb export`` reads a copy too (``export_rows``),
+streaming its rows to the file in batches.
 
 The job can be stopped from another thread (``cancel``: ``connection.interrupt()``) and stops
 itself after ``timeout_s``; either way the query ends within milliseconds and the next job does not
@@ -34,12 +38,21 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ngb.core.errors import NgbError, UnknownNameError
-from ngb.sweeps.store.connect import connection, lock_for, read_errors, write_errors
+from ngb.sweeps.store import wal_marker as marked
+from ngb.sweeps.store.connect import (
+    check_is_file,
+    connection,
+    lock_for,
+    read_errors,
+    write_errors,
+)
+from ngb.sweeps.store.copy_check import check_copy
 from ngb.sweeps.store.query import EXPORT_FORMATS, check_export_destination, sql_error
 from ngb.sweeps.store.sql_files import BASE_CONFIG, apply_grant, plan_files
 
@@ -57,6 +70,8 @@ SqlAnswer = tuple[list[str], list[tuple[object, ...]]]
 QUERY_THREADS = 1
 #: what a refused file statement tells the console's operator
 FILES_HINT = "from the console (ngb query --allow-files can)"
+#: a live run that wrote within this long may write again any moment: `ngb query` reads a copy
+LIVE_S = 300.0
 
 
 class QueryCancelled(NgbError):
@@ -132,7 +147,8 @@ class QueryJob:
         try:
             if self.allow_write:
                 return self._run_on_store()
-            if self.hold_s is not None:
+            # on the file itself only while no live run writes it: even hold_s would delay a flush
+            if self.hold_s is not None and not marked.live_writer(self.store.path, LIVE_S):
                 answer = self._run_on_file(self.hold_s)
                 if answer is not None:
                     return answer
@@ -152,24 +168,45 @@ class QueryJob:
                 self.done.set()
 
     def _snapshot(self) -> _Snapshot:
+        """A private copy of the results file, its version checked (``copy_check``); copied
+        again when that check upgraded the file (an older ngb's store)."""
+        for _ in range(2):
+            snapshot = self._shared_snapshot()
+            try:
+                if check_copy(self.store, snapshot.copy):
+                    return snapshot
+            except BaseException:
+                _release(snapshot, keep=False)
+                raise
+            _release(snapshot, keep=False)
+        raise NgbError(f"results database {self.store.path} changed while it was read; try again")
+
+    def _shared_snapshot(self) -> _Snapshot:
         """A private copy of the results file, taken now or reused while the file is unchanged
         (``copy`` None: no file yet, an empty database answers)."""
         path = self.store.path
-        check_once(self.store)
+        check_is_file(path)  # a FIFO, a device, a SQLite file: one line, and nothing copied
         if not path.exists():
             return _Snapshot("", None, None)
         key = str(path.resolve())
         with _snapshots_guard:
             current = _snapshots.get(key)
-            signature = _signature(path)
+            signature = _current_signature(path)
             if current is not None and signature is not None and current.signature == signature:
                 current.users += 1
                 return current
+            if current is not None:
+                current.users += 1  # its main file may be linked into the new copy
         # a cancel (escape, the console quitting) stops a copy in flight: under the lock a
         # copy of a large store holds a live run's writer, and the console's quit, for seconds
-        fresh = take_snapshot(
-            path, key, timeout=self.store.busy_timeout_s, stop=lambda: bool(self._why)
-        )
+        try:
+            fresh = take_snapshot(
+                path, key, timeout=self.store.busy_timeout_s, stop=lambda: bool(self._why),
+                reuse=current,
+            )  # fmt: skip
+        finally:
+            if current is not None:
+                _release(current)
         with _snapshots_guard:
             old = _snapshots.get(key)
             _snapshots[key] = fresh
@@ -326,25 +363,40 @@ def _signature(path: Path) -> Signature | None:
 
 
 def take_snapshot(
-    path: Path, key: str = "", *, timeout: float = 5.0, stop: Stop | None = None
-) -> _Snapshot:
-    """A private copy of the results file (and its WAL), taken without holding the file when
-    it can be: a writer in another process then never waits for the copy (issue 31: a live
-    run's ingest waited ~8 s behind a query that copied a 1 GB store under the lock).
+    path: Path, key: str = "", *, timeout: float = 5.0, stop: Stop | None = None,
+    reuse: _Snapshot | None = None,
+) -> _Snapshot:  # fmt: skip
+    """A private copy of the results file (and its WAL), taken without holding the file: a
+    writer in another process never waits for it (issue 31: a live run's ingest waited ~8 s
+    behind a query that copied a 1 GB store under the lock).
 
-    Why a copy taken without the lock is consistent: it is kept only when the file and its WAL
-    kept their signature (inode, size, modification time, neither written within ``FRESH_S``)
-    from before the copy to after it, so no byte changed while it was read and the copy is the
-    file at one instant -- what a crash would leave, which DuckDB recovers from (its header is
-    written last, the WAL replayed on open), and every block carries a checksum DuckDB checks on
-    read. A store written to all along (a copy never gets through unchanged) is copied under the
-    lock after ``UNLOCKED_TRIES`` tries, as before. ``stop`` returning True ends the copy
+    First as the writer's marker names the store (``wal_marker``): the main file, which no
+    checkpoint changes while the copy holds the readers lock (hard-linked from ``reuse``, the
+    previous copy, when it is the same), and the log's committed prefix. Else (no marker: an
+    older ngb wrote last) the files are copied whole and kept only when their signature (inode,
+    size, mtime, neither written within ``FRESH_S``) held from before the copy to after it: the
+    file at one instant, what a crash would leave, which DuckDB recovers from (header written
+    last, WAL replayed on open, blocks checksummed). A store written to all along is then copied
+    under the lock after ``UNLOCKED_TRIES`` tries. ``stop`` returning True ends the copy
     between chunks with ``CopyStopped``."""
     folder = tempfile.TemporaryDirectory(prefix="ngb-query-")
     copy = Path(folder.name) / "results.duckdb"
     try:
-        signature = _copy_unlocked(path, copy, stop)
-        if signature is None:
+        main_from: Path | None = None
+        main_id: marked.FileId | None = None
+        if reuse is not None and reuse.copy is not None and reuse.signature is not None:
+            main_from, main_id = reuse.copy, reuse.signature[0]
+        marker = marked.copy_marked(
+            path, copy, lambda s, d, n: _copy_one(s, d, stop, n), wait_s=timeout,
+            main_from=main_from, main_id=main_id,
+        )  # fmt: skip
+        if marker is not None:
+            # a main file written just now may change again within its timestamp's tick
+            fresh = time.time() - marker.main[2] / 1e9 < FRESH_S
+            signature = None if fresh else _marked(marker)
+        else:
+            signature = _copy_unlocked(path, copy, stop)
+        if marker is None and signature is None:
             with lock_for(path), read_errors(path), connection(path, write=False, timeout=timeout):
                 # the read-only connection is open: no process is half-way through a write
                 signature = _signature(path)
@@ -360,12 +412,19 @@ def take_snapshot(
     return _Snapshot(key, signature, folder, users=1)
 
 
-def check_once(store: Store) -> None:
-    """The file's version and integrity, checked on the file itself (opened and closed at once)
-    the first time this ``Store`` reads it, before a copy of it is trusted."""
-    if not store._schema_checked:  # noqa: SLF001 - the store's own once-only check
-        with lock_for(store.path), store._reader():  # noqa: SLF001
-            pass
+def _marked(marker: marked.Marker) -> Signature:
+    """A copy as the marker names it: the main file's identity and the log's prefix (-1: never
+    a file's own modification time, so never the signature of a whole-file copy)."""
+    return marker.main, (marker.wal_ino, marker.wal_len, -1)
+
+
+def _current_signature(path: Path) -> Signature | None:
+    """The signature a copy taken now would have: the marker's store while it names the files
+    as they are, else the files' own (``_signature``)."""
+    marker = marked.read_marker(path)
+    if marker is None or marked.file_id(path) != marker.main:
+        return _signature(path)
+    return _marked(marker) if marked.log_holds(path, marker) else _signature(path)
 
 
 #: asked between chunks of a copy: True stops it (a cancelled query)
@@ -402,6 +461,7 @@ def _copy_unlocked(path: Path, copy: Path, stop: Stop | None = None) -> Signatur
 
 def _copy_files(path: Path, copy: Path, stop: Stop | None = None) -> None:
     Path(f"{copy}.wal").unlink(missing_ok=True)
+    copy.unlink(missing_ok=True)  # may be a link to an earlier copy (wal_marker): never written
     _copy_one(path, copy, stop)
     wal = Path(f"{path}.wal")
     if wal.exists():
@@ -412,15 +472,23 @@ def _copy_files(path: Path, copy: Path, stop: Stop | None = None) -> None:
 COPY_CHUNK = 16 * 1024 * 1024
 
 
-def _copy_one(source: Path, dest: Path, stop: Stop | None) -> None:
-    if stop is None:
+def _copy_one(source: Path, dest: Path, stop: Stop | None, length: int | None = None) -> None:
+    """``source`` (its first ``length`` bytes; None: all of it) to ``dest``, looking at
+    ``stop`` between chunks."""
+    if stop is None and length is None:
         shutil.copyfile(source, dest)
         return
+    left = length
     with open(source, "rb") as src, open(dest, "wb") as out:
-        while chunk := src.read(COPY_CHUNK):
-            if stop():
+        while left is None or left > 0:
+            chunk = src.read(COPY_CHUNK if left is None else min(COPY_CHUNK, left))
+            if not chunk:
+                break
+            if stop is not None and stop():
                 raise CopyStopped("copy stopped")
             out.write(chunk)
+            if left is not None:
+                left -= len(chunk)
 
 
 def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:
@@ -440,29 +508,35 @@ def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:
 EXPORT_BATCH_ROWS = 65_536
 
 
-def export_rows(store: Store, source: str, dest: Path, fmt: str, *, overwrite: bool) -> int:
-    """Write the rows of read-only SQL ``source`` to ``dest`` (Parquet or CSV); returns rows
-    written. Read from a private copy of the store (``take_snapshot``), so a long export never
-    holds the file a live run writes to (issue 31, item 3), and streamed in record batches, so
-    a table larger than memory exports too. ``dest`` was checked by the caller; it is written
-    beside itself and renamed into place (``store_query.write_export``)."""
+def export_rows(
+    store: Store, source: str, dest: Path, fmt: str, *, overwrite: bool, table: bool = False
+) -> int:
+    """Write the rows of read-only SQL ``source`` (``table``: of that table or view) to
+    ``dest`` (Parquet or CSV); returns rows written. Read from a private copy of the store
+    (``take_snapshot``), so a long export never holds the file a live run writes to (issue 31,
+    item 3), and streamed in record batches, so a table larger than memory exports too.
+    ``dest`` was checked by the caller; it is written beside itself and renamed into place
+    (``store_query.write_export``)."""
     import duckdb
 
-    check_once(store)
+    check_is_file(store.path)
     try:
         snapshot = take_snapshot(store.path, timeout=store.busy_timeout_s)
     except CopyFailed:
         # no room for a copy: read the file itself, holding it while the rows are written
         with store._reader(external_access=False) as conn:  # noqa: SLF001
-            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite)
+            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite, table=table)
     try:
+        if not check_copy(store, snapshot.copy):  # an older ngb's file, upgraded: again
+            snapshot.drop()
+            snapshot = take_snapshot(store.path, timeout=store.busy_timeout_s)
         # DuckDB's buffers bounded: the copy is read once, front to back
         config = {**BASE_CONFIG, "enable_external_access": False, "memory_limit": "256MB"}
         with read_errors(store.path):
             conn = duckdb.connect(str(snapshot.copy), read_only=True, config=config)
             apply_grant(conn, False)
         try:
-            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite)
+            return _export_from(conn, source, dest, fmt, store, overwrite=overwrite, table=table)
         finally:
             conn.close()
     finally:
@@ -471,12 +545,20 @@ def export_rows(store: Store, source: str, dest: Path, fmt: str, *, overwrite: b
 
 def _export_from(
     conn: duckdb.DuckDBPyConnection, source: str, dest: Path, fmt: str, store: Store, *,
-    overwrite: bool,
+    overwrite: bool, table: bool,
 ) -> int:  # fmt: skip
     import duckdb
     from ngb.sweeps.store.query import write_export
 
     try:
+        if table:  # named on the copy: the file itself is never opened
+            tables = [r[0] for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'main' ORDER BY table_name"
+            ).fetchall()]  # fmt: skip
+            if source not in tables:
+                raise UnknownNameError("table", source, tables)
+            source = f'SELECT * FROM "{source}"'  # noqa: S608 - a checked table name
         relation = conn.sql(source)
         if relation is None:  # a statement without a result (e.g. SET)
             raise NgbError("export needs a query that returns rows")
@@ -507,11 +589,8 @@ def export(
     check_export_destination(dest, store.path, overwrite=overwrite)
     store.require_file()
     source = table_or_sql.strip()
-    if _IDENTIFIER.match(source):
-        tables = store.tables()
-        if source not in tables:
-            raise UnknownNameError("table", source, tables)
-        source = f'SELECT * FROM "{source}"'  # noqa: S608 - a checked table name
-    plan_files(source, allow_files=False, store=store.path)  # no COPY/ATTACH: rows only
+    table = bool(_IDENTIFIER.match(source))
+    if not table:
+        plan_files(source, allow_files=False, store=store.path)  # no COPY/ATTACH: rows only
     # from a copy, streamed: a long export never holds the file a live run writes to
-    return export_rows(store, source, dest, fmt, overwrite=overwrite)
+    return export_rows(store, source, dest, fmt, overwrite=overwrite, table=table)

@@ -74,6 +74,9 @@ def protected_paths(store: Path) -> dict[str, Path]:
                          (".wal.recovery", "WAL recovery")):  # fmt: skip
         out[f"results database's {what}"] = Path(f"{store}{suffix}")
     out["results database's spill folder"] = Path(f"{store}.tmp")
+    # a live run's marker and readers lock (``wal_marker``)
+    out["results database's WAL marker"] = Path(f"{store}.ngb-wal")
+    out["results database's readers lock"] = Path(f"{store}.ngb-readers")
     return out
 
 
