@@ -141,7 +141,7 @@ def slow_enough(settings: MeasureSettings, call_s: float) -> bool:
     ``repetitions`` is never cut)."""
     if settings.repetitions is not None or not math.isfinite(call_s) or call_s <= 0:
         return False
-    return settings.workers * settings.values_per_worker * call_s > settings.max_measure_s
+    return call_s > slow_call_s(settings)
 
 
 def plan(
@@ -266,3 +266,28 @@ def recorded(extra: Mapping[str, object]) -> SlowPlan | None:
     """The trial's slow plan from worker 0's record (``result.extra["budget"]``), if it made one."""
     data = extra.get("budget")
     return SlowPlan.from_dict(data) if isinstance(data, Mapping) else None
+
+
+def slow_call_s(settings: MeasureSettings) -> float:
+    """The first call (seconds) above which a trial calibrates and may plan for slow calls: the
+    budget over the normal plan's one-call timed loops (``slow_enough``)."""
+    return settings.max_measure_s / (settings.workers * settings.values_per_worker)
+
+
+def upfront(settings: MeasureSettings) -> str:
+    """What ``ngb measure`` says before a trial of ``settings`` (no fixed ``repetitions``): the
+    budget and the processes decided now, and that a slow first call may cut them -- ``plan``
+    decides that only after worker 0's calls, and says it in a line of its own then."""
+    workers, most = settings.workers, max(settings.workers, settings.max_workers)
+    more = f" (up to {most} while the interval is wider than ci_target)" if most > workers else ""
+    floor_k = min(MIN_PROCESSES, workers)
+    floor = f"{_count(floor_k, 'process', 'es')} x {_count(2 if floor_k == 1 else 1, 'call')}"
+    return (
+        f"budget: {settings.max_measure_s:g} s of warm-up and timed loops over "
+        f"{_count(workers, 'process', 'es')}{more}; a first call over "
+        f"{slow_call_s(settings):.3g} s plans for slow calls, which may cut this to {floor}"
+    )
+
+
+def _count(n: int, word: str, plural: str = "s") -> str:
+    return f"{n} {word}{plural if n != 1 else ''}"

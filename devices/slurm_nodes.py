@@ -142,3 +142,25 @@ def claims_dir(name: str, workdir: str, run_id: str) -> str:
     (``ngb.devices.slurm.slots``), one more level down than a single one."""
     several = "." in name and workdir.rstrip("/").rpartition("/")[2] == name
     return f"{'../' * (3 if several else 2)}slurm-nodes/{run_id}"
+
+
+def inventory_names(device: str, extra: Mapping[str, object] | None) -> list[str]:
+    """The inventory names a stored result may be priced and grouped under, most specific first.
+
+    A result is stored under its device's name -- or, from a Slurm slot, under the node that ran
+    it (``gpu07@a100``, ``stamp``), a name the inventory never holds. Such a result records the
+    slot it ran in (``extra.run_device``: ``gpu``, or ``gpu.2`` for one of several) beside
+    ``extra.slurm``, and a slot is its Slurm entry under another name (``ngb.devices.slurm.
+    slots``: ``<entry>.<n>``, a copy of the entry). So the names are: the stored one, then the
+    slot, then the entry a numbered slot belongs to. A result without a Slurm stamp has its
+    stored name only (a compiler's own ``extra.device`` never renames it)."""
+    names = [device]
+    extra = extra if isinstance(extra, Mapping) else {}
+    slot = extra.get("run_device")
+    if not isinstance(extra.get("slurm"), Mapping) or not isinstance(slot, str) or not slot:
+        return names
+    entry, dot, number = slot.rpartition(".")
+    for name in (slot, entry if dot and number.isdigit() else ""):
+        if name and name not in names:
+            names.append(name)
+    return names

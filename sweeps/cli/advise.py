@@ -39,6 +39,8 @@ def advise(
     if (device is None) == (group is None):
         raise ConfigError("give --device NAME or --group NAME (one of them)")
     limits = advice.Constraints(p99_ms, max_err, max_mem_mb, objective)
+    members: list[str] = []
+    slurm = False  # a member whose results are stored under its nodes
     if group is not None:
         from ngb.devices.inventory import load_inventory
 
@@ -47,11 +49,13 @@ def advise(
             from ngb.core.errors import UnknownNameError
 
             raise UnknownNameError("group", group, inventory.group_names())
-        devices = [d.name for d in inventory.group_members(group)]
-    else:
-        devices = [str(device)]
+        members = [d.name for d in inventory.group_members(group)]
+        slurm = any(d.transport == "slurm" for d in inventory.group_members(group))
     store = Store(db, busy_timeout_s=wait)
     data = ReportData(store, run_id=sweep_run)
+    devices = [str(device)]
+    if group is not None:  # a Slurm member's results are stored under its nodes (gpu07@a100)
+        devices = data.devices_under(members) if slurm else members
     known_devices = data.devices()  # no trial read: advise reads one model and device at once
     if device is not None and device not in known_devices:
         from ngb.core.errors import NgbError, UnknownNameError

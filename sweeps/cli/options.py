@@ -58,12 +58,30 @@ def results_db_options(fn: F) -> F:
     )(fn)
 
 
-def emit_text(text: str, output: str | None, reading: Path | None = None) -> None:
+def emit_text(
+    text: str | Callable[[Callable[[str], object]], None],
+    output: str | None,
+    reading: Path | None = None,
+) -> None:
     """Print ``text``, or write it atomically to ``output`` -- never over ngb's own files, nor
     over ``reading`` (the results file a command reads: ``--db`` may name any path). One door
-    for ``ngb report -o``, ``ngb compare -o`` and ``ngb history -o``."""
+    for ``ngb report -o``, ``ngb compare -o`` and ``ngb history -o``. ``text`` may be a callable
+    that writes its text in pieces to the ``write`` it is given (a report of every point,
+    streamed: never whole in memory)."""
     if output is None:
-        click.echo(text, nl=False)
+        if callable(text):
+            pending: list[str] = []
+
+            def write(piece: str) -> None:  # echoed in runs of pieces: a call per row is slow
+                pending.append(piece)
+                if len(pending) >= 512 or len(piece) > 1 << 16:
+                    click.echo("".join(pending), nl=False)
+                    pending.clear()
+
+            text(write)
+            click.echo("".join(pending), nl=False)
+        else:
+            click.echo(text, nl=False)
         return
     from ngb.core.safe_files import refuse_protected, write_atomic
     from ngb.devices.paths import get_paths
@@ -72,5 +90,14 @@ def emit_text(text: str, output: str | None, reading: Path | None = None) -> Non
     if reading is not None:
         protected["results database being read"] = reading
     refuse_protected(output, protected)
-    write_atomic(output, text, what="report")
+    if callable(text):
+        produce = text
+
+        def writer(tmp: Path) -> None:
+            with open(tmp, "w", encoding="utf-8") as out:
+                produce(out.write)
+
+        write_atomic(output, writer, what="report")
+    else:
+        write_atomic(output, text, what="report")
     click.echo(f"wrote {output}", err=True)

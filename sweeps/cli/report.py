@@ -8,6 +8,7 @@ the whole-run report with figures, testbed and failures, with NAME that report's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -80,14 +81,27 @@ def report(
     if figure_dir is not None:  # the per-operator figures (ngb.sweeps.figures.ops)
         _ops_figures(store, figure_dir, run_id, device)
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
-    built = [reports.build_report(n, store, run_id=run_id, device=device) for n in names]
+    # table, Markdown and CSV are written a row at a time: a report of every point never whole
+    # in memory (``render_to``); LaTeX and HTML lay a table out whole
+    streaming = fmt in ("table", "markdown", "csv")
+    built = [
+        reports.build_report(n, store, run_id=run_id, device=device, streaming=streaming)
+        for n in names
+    ]
     if fmt == "html":
         from ngb.sweeps.figures.html_report import single_report_page
 
-        text = single_report_page(built[0])
-    else:
-        text = "\n".join(reports.render(b, fmt) for b in built)
-    emit_text(text, output)
+        emit_text(single_report_page(built[0]), output, store.path)
+        return
+    from ngb.sweeps.report.render import render_to
+
+    def write_all(write: Callable[[str], object]) -> None:
+        for index, one in enumerate(built):
+            if index:
+                write("\n")
+            render_to(one, write, fmt)
+
+    emit_text(write_all, output, store.path)
 
 
 def _ops_figures(store: Store, out_dir: str, run_id: str | None, device: str | None) -> None:

@@ -8,7 +8,9 @@ max abs error against torch eager <= ``max_err`` (the baseline itself counts as 
 pass are ranked by the objective:
 
 - throughput: samples/s, higher is better;
-- cost: cost per million inferences (``ngb.devices.pricing``); on one device the price is a
+- cost: cost per million inferences (``ngb.devices.pricing``; the price of the inventory entry
+  a result ran under, so a Slurm node's result -- stored as ``gpu07@a100`` -- is priced as its
+  Slurm entry: ``ReportData.price_for``); on one device the price is a
   constant factor, so the ranking and the ties are throughput's; across devices the ratio of
   the two costs (prices and both throughputs);
 - energy: joules per sample measured on the device, lower is better. Configurations without a
@@ -24,10 +26,17 @@ the same values. A choice whose recorded precision is not fp32 is called out wit
 When nothing passes, the nearest configuration is named with the constraints it misses (the
 smallest sum of relative excesses; an unrecorded value counts as a full miss). A tie comes with
 the sweep that would settle it: the tied configurations measured again to a tighter interval.
+
+Each model and device is read with a query of its own (``ReportData.trials_of``); past
+``ONE_BY_ONE`` answers (``--sweep`` over a store of many models) all are read in one pass over
+the trials, sorted by model and device (``ReportData.streamed``), rather than a query of the
+whole store for each. A ``--group`` member that is a Slurm entry answers for the nodes its
+results are stored under (``ReportData.devices_under``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -43,6 +52,8 @@ from ngb.sweeps.report.paper import throughput_cell
 from ngb.sweeps.rows import TrialRow
 
 OBJECTIVES = ("throughput", "energy", "cost")
+#: answers read a query each; more are read in one pass over the trials (``advise``)
+ONE_BY_ONE = 16
 
 
 @dataclass(frozen=True)
@@ -209,12 +220,20 @@ def _fmt(cell: Cell, unit: str) -> str:
     return f"{text} {unit}".strip()
 
 
-def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -> Advice:
-    """The answer for one model on one device (see the module docstring)."""
+def advise_one(
+    data: ReportData,
+    model: str,
+    device: str,
+    limits: Constraints,
+    trials: list[TrialRow] | None = None,
+) -> Advice:
+    """The answer for one model on one device (see the module docstring); ``trials``: that
+    model's trials on that device where the caller read them already."""
     objective = limits.objective
     advice = Advice(device, model, objective)
     # this model on this device only, filtered in SQL: a store is never read whole here
-    rows = [r for r in data.trials_of(device, model) if finite(r.get("throughput_mean"))]
+    found = trials if trials is not None else data.trials_of(device, model)
+    rows = [r for r in found if finite(r.get("throughput_mean"))]
     if not rows:
         advice.lines.append(f"{model} on {device}: nothing measured in the store")
         return advice
@@ -225,7 +244,7 @@ def advise_one(data: ReportData, model: str, device: str, limits: Constraints) -
     ]
     for c in cands:
         _check(c, limits, baseline)
-    if objective == "cost" and device not in data.prices:
+    if objective == "cost" and all(data.price_for(r) is None for r in rows):
         advice.lines.append(
             f"{model} on {device}: no price_per_hour for {device} in the inventory: "
             "cost cannot be ranked"
@@ -317,7 +336,21 @@ def advise(
             from ngb.core.errors import UnknownNameError
 
             raise UnknownNameError("model in the store", model, known)
-    return [advise_one(data, m, d, limits) for m in models for d in devices]
+    if len(models) * len(devices) <= ONE_BY_ONE:
+        return [advise_one(data, m, d, limits) for m in models for d in devices]
+    # many answers (`--sweep` over a store of many models): one reading of the trials, a
+    # model and device at a time, instead of one query of the whole store for each
+    wanted, places = set(models), set(devices)
+    answers: dict[tuple[str, str], Advice] = {}
+    with data.streamed(("label", "device")) as batches:
+        rows = (r for batch in batches for r in batch)
+        pairs = itertools.groupby(rows, key=lambda r: (r["label"], r["device"]))
+        for (label, device), group in pairs:
+            if label in wanted and device in places:
+                answers[(label, device)] = advise_one(data, label, device, limits, list(group))
+    return [
+        answers.get((m, d)) or advise_one(data, m, d, limits, []) for m in models for d in devices
+    ]
 
 
 def cheapest(advices: list[Advice], data: ReportData) -> list[str]:
@@ -347,7 +380,9 @@ def _cost_tied(best: Advice, other: Advice, data: ReportData) -> bool:
     """cost_other / cost_best = (price_o / price_b) * (T_b / T_o), judged against 1."""
     if best.choice is None or other.choice is None:
         return False
-    p_best, p_other = data.prices[best.device], data.prices[other.device]
+    p_best, p_other = data.price_for(best.choice.row), data.price_for(other.choice.row)
+    if p_best is None or p_other is None:  # a cost was ranked, so both have one
+        return False
     ratio = derived.ratio(
         derived.mean_of(best.choice.row),
         derived.mean_of(other.choice.row),

@@ -60,9 +60,19 @@ def list_reports() -> list[tuple[str, str]]:
 
 
 def build_report(
-    name: str, store: Store | None = None, *, run_id: str | None = None, device: str | None = None
+    name: str,
+    store: Store | None = None,
+    *,
+    run_id: str | None = None,
+    device: str | None = None,
+    streaming: bool = False,
 ) -> Report:
-    """Build report ``name``; unknown report/run/device names raise a one-line NgbError."""
+    """Build report ``name``; unknown report/run/device names raise a one-line NgbError.
+
+    ``streaming``: the caller renders with ``render_to``, so the reports that list every point
+    (``energy``, ``breakeven``) read their trials and keep their rows a batch at a time
+    (``ReportData.streamed``, a ``RowSpool``): memory stays flat however many points there are.
+    """
     if name not in REPORTS:
         raise UnknownNameError("report", name, list(REPORTS))
     if store is None:
@@ -71,17 +81,25 @@ def build_report(
         store = Store()
     builder, _ = REPORTS[name]
     data = ReportData(store, run_id=run_id, device=device)
+    data.streaming = streaming
     report = builder(data)
     if name != "testbed":
-        judged = [t for t in data.trials() if t.get("verdict")]
-        invalid = [t for t in judged if t["verdict"] != "VALID"]
+        # counted in SQL where the report read no trial whole (a report of every point)
+        counts = data.verdict_counts()
+        judged = sum(n for _, _, n in counts)
+        invalid = [
+            row
+            for verdict, reason, n in counts
+            if verdict != "VALID"
+            for row in [{"verdict": verdict, "verdict_reason": reason}] * n
+        ]
         if invalid:
             from ngb.sweeps.report.verdicts import (
                 invalid_causes,  # counted as the run's summary does
             )
 
             report.notes.append(
-                f"{len(invalid)} of {len(judged)} trials are INVALID "
+                f"{len(invalid)} of {judged} trials are INVALID "
                 f"({', '.join(invalid_causes(invalid))}): read their numbers "
                 "with their intervals (`ngb report bsr` lists each verdict)"
             )

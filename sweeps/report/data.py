@@ -14,13 +14,14 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
-from ngb.sweeps.rows import StoreRow, TrialRow
+from ngb.sweeps.report.spool import RowSpool
+from ngb.sweeps.rows import StoreRow, TrialRow, mapping
 
 if TYPE_CHECKING:
     from ngb.devices.pricing import Price
@@ -113,6 +114,24 @@ class Table:
     columns: list[str]
     rows: list[list[object]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # rows kept on disk (a report of every point, streamed: ``ngb.sweeps.report.spool``); they
+    # come after ``rows``. Read them through ``each_row`` and ``row_count``.
+    spool: RowSpool | None = None
+
+    def add(self, row: list[object]) -> None:
+        """One more row, to the spool where the table has one."""
+        if self.spool is not None:
+            self.spool.append(row)
+        else:
+            self.rows.append(row)
+
+    def each_row(self) -> Iterator[list[object]]:
+        yield from self.rows
+        if self.spool is not None:
+            yield from self.spool
+
+    def row_count(self) -> int:
+        return len(self.rows) + (len(self.spool) if self.spool is not None else 0)
 
 
 @dataclass
@@ -248,6 +267,9 @@ class ReportData:
         self._samples: dict[tuple[str, str, str], list[float]] | None = None
         self._baseline: str | None = None
         self._prices: dict[str, Price] | None = prices
+        # set by a caller that renders rows as they come (``ngb report`` as a table, Markdown or
+        # CSV): reports of every point then read and keep them a batch at a time (``streamed``)
+        self.streaming = False
         self.baseline_note = ""  # set when the runs in scope name different baselines
 
     @property
@@ -286,6 +308,39 @@ class ReportData:
             self._prices = load_prices(load_inventory())
         return self._prices
 
+    def price_for(self, row: Mapping[str, object]) -> Price | None:
+        """The price of the device ``row`` ran on: its stored name's, else -- a result stored
+        under the Slurm node that ran it (``gpu07@a100``) -- the inventory entry it ran under
+        (``ngb.devices.slurm_nodes.inventory_names``)."""
+        from ngb.devices.slurm_nodes import inventory_names
+
+        prices = self.prices
+        for name in inventory_names(str(row.get("device")), mapping(row.get("extra"))):
+            if name in prices:
+                return prices[name]
+        return None
+
+    def devices_under(self, entries: Sequence[str]) -> list[str]:
+        """The stored devices in scope that ran under the inventory ``entries`` (a Slurm entry's
+        results are stored under their nodes), each entry itself where none did: the devices
+        ``ngb advise --group`` answers for."""
+        from ngb.devices.slurm_nodes import inventory_names
+
+        where, params = self._where()
+        slot_of = "json_extract_string(extra, '$.run_device')"
+        stamped_only = "json_valid(extra) AND json_extract(extra, '$.slurm') IS NOT NULL"
+        sql = f"SELECT DISTINCT device, {slot_of} FROM trials WHERE {where} AND {stamped_only}"  # noqa: S608
+        stamped = sorted(self.store.query(sql, params)[1], key=lambda r: (str(r[0]), str(r[1])))
+        out: list[str] = []
+        for entry in entries:
+            ran = [
+                str(device)
+                for device, slot in stamped
+                if entry in inventory_names(str(device), {"slurm": {}, "run_device": slot})
+            ]
+            out.extend(d for d in ran or [entry] if d not in out)
+        return out
+
     def _find_baseline(self) -> str:
         import tomllib
 
@@ -320,27 +375,28 @@ class ReportData:
             params.append(self.device)
         return " AND ".join(clauses), params
 
-    def _latest_sql(self) -> tuple[str, list[str]]:
+    def _latest_sql(self, select: str = "") -> tuple[str, list[str]]:
         """The newest successful trial of each point (newest ``finished_at``, an unrecorded one
-        last, then the greater run id), with the columns reports read.
+        last, then the greater run id), with the columns reports read (and ``select``: more
+        SQL columns over the trial ``t``).
 
-        Why two steps: the newest trial's keys come from an aggregate over the narrow point
+        Why two steps: the newest trial's row id comes from an aggregate over the narrow point
         columns, and only those trials' wide columns are read afterwards. A window over the
         wide rows (``QUALIFY row_number() ...``) made DuckDB hold every stored trial's row: 374
-        MiB peak for 4,000 points on a 0.9 GiB store of 480,000 trials, against 93 MiB here."""
+        MiB peak for 4,000 points on a 0.9 GiB store of 480,000 trials, against 93 MiB here.
+        The row id (one number per point) rather than [run, device, key] (a list of three
+        strings): on 480,000 distinct points the query peaked at 268 MiB against 302, in half
+        the time -- a row id holds within the one query it is taken in."""
         where, params = self._where()
         partition = ", ".join(POINT_COLUMNS)
         columns = ", ".join(f"t.{c}" for c in (*POINT_COLUMNS, *_TRIAL_COLUMNS))
+        columns += f", {select}" if select else ""
         newest = (  # fixed column names; the filters are parameters
-            "SELECT arg_max([run_id, device, key], (finished_at IS NOT NULL, "  # noqa: S608
-            "coalesce(finished_at, TIMESTAMP '1970-01-01'), run_id)) AS k "
+            "SELECT arg_max(rowid, (finished_at IS NOT NULL, "  # noqa: S608
+            "coalesce(finished_at, TIMESTAMP '1970-01-01'), run_id)) "
             f"FROM trials WHERE {where} GROUP BY {partition}"
         )
-        sql = (
-            f"SELECT {columns} FROM trials t SEMI JOIN "  # noqa: S608 - fixed column names
-            f"(SELECT k[1] AS run_id, k[2] AS device, k[3] AS key FROM ({newest})) l "
-            "ON t.run_id = l.run_id AND t.device = l.device AND t.key = l.key"
-        )
+        sql = f"SELECT {columns} FROM trials t WHERE t.rowid IN ({newest})"  # noqa: S608
         return sql, params
 
     def trials(self) -> Sequence[TrialRow]:
@@ -372,17 +428,56 @@ class ReportData:
         columns, rows = self.store.query(
             sql + " ORDER BY device, model, width, depth", [*params, *extra_params]
         )
-        out = []
-        for row in rows:
-            item = dict(zip(columns, row, strict=True))
-            extra_json = item.get("extra")
-            item["extra"] = (
-                json.loads(extra_json) if isinstance(extra_json, str) and extra_json else {}
-            )
-            item["label"] = model_label(item)
-            # the columns selected above, typed as the schema declares them
-            out.append(cast(TrialRow, item))
-        return out
+        return [_decoded(dict(zip(columns, row, strict=True))) for row in rows]
+
+    @contextlib.contextmanager
+    def streamed(
+        self,
+        order: Sequence[str],
+        keys: Mapping[str, Callable[[Mapping[str, object]], object]] | None = None,
+        select: str = "",
+        rows: int = 2048,
+    ) -> Iterator[Iterator[list[TrialRow]]]:
+        """``trials()`` ``rows`` at a time, sorted by ``order``, never all in memory: for the
+        reports that list every point. ``order`` names columns: the selected ones, ``label``,
+        or one of ``keys`` (computed on the way from each row's point columns: ``POINT_COLUMNS``;
+        ``compiler_order``'s rank, say).
+        ``select``: more SQL columns over the trial ``t``. The rows are set aside in a spill
+        (``ngb.sweeps.store.spill``), so the store is held only while they are copied out.
+
+        Reads the store even where ``trials()`` has been read: a subclass narrowing
+        ``trials()`` (``FigureData``) must not use this."""
+        import pyarrow as pa
+        from ngb.sweeps.store.spill import spill
+
+        computed = {"label": model_label, **(keys or {})}
+
+        def extend(batch: pa.RecordBatch) -> pa.RecordBatch:
+            listed = batch.select(list(POINT_COLUMNS)).to_pylist()  # what a label is made of
+            for name, key in computed.items():
+                batch = batch.append_column(name, pa.array([key(r) for r in listed]))
+            return batch
+
+        sql, params = self._latest_sql(select)
+        with spill(self.store, sql, params, extend) as spilled:
+            yield ([_decoded(row) for row in batch] for batch in spilled.batches(order, rows))
+
+    def verdict_counts(self) -> list[tuple[str, str, int]]:
+        """(verdict, its reason, how many) over ``trials()`` with a verdict, counted in SQL
+        where the trials have not been read: a note on every trial need not read them."""
+        if self._trials is not None:
+            counted: dict[tuple[str, str], int] = {}
+            for t in self._trials:
+                if t.get("verdict"):
+                    key = (str(t.get("verdict")), str(t.get("verdict_reason") or ""))
+                    counted[key] = counted.get(key, 0) + 1
+            return [(v, r, n) for (v, r), n in counted.items()]
+        sql, params = self._latest_sql()
+        query = (
+            "SELECT verdict, coalesce(verdict_reason, ''), count(*) "  # noqa: S608 - fixed
+            f"FROM ({sql}) l WHERE coalesce(verdict, '') <> '' GROUP BY ALL ORDER BY ALL"
+        )
+        return [(str(v), str(r), int(n)) for v, r, n in self.store.query(query, params)[1]]
 
     def labels(self) -> list[str]:
         """The model labels (``model_label``) with a successful trial in scope, sorted: the
@@ -457,3 +552,11 @@ def _allocator_name(extra: Mapping[str, object]) -> str:
     if not text:
         return "unrecorded"
     return "retain" if text.startswith("glibc retain") else text.split(" (")[0]
+
+
+def _decoded(item: dict[str, object]) -> TrialRow:
+    """One selected trial (a dict by column): ``extra`` decoded, its ``label`` (``model_label``)."""
+    extra_json = item.get("extra")
+    item["extra"] = json.loads(extra_json) if isinstance(extra_json, str) and extra_json else {}
+    item["label"] = model_label(item)
+    return cast(TrialRow, item)  # the columns selected, typed as the schema declares them

@@ -16,12 +16,25 @@
   "never" where the compiler is not significantly faster (the speed-up's interval includes 1, the
   test every report uses) or slower; "at once" where it costs no more to prepare. "at full load"
   is N at the compiler's throughput, in hours.
+
+The price is the one of the inventory entry a result ran under (``ReportData.price_for``): a
+result stored under the Slurm node that ran it (``gpu07@a100``) is priced as its Slurm entry.
+
+Both reports list every point. Built for a streamed rendering (``ReportData.streaming``: ``ngb
+report`` as a table, Markdown or CSV) they read the trials a batch at a time, sorted by the
+store (``ReportData.streamed``), and keep their rows on disk (``RowSpool``): one loop, fed by
+``each_trial`` either way, and the same numbers from ``derived`` -- only where the rows wait
+differs. On a store of 480,000 distinct points the whole way took the report far over its
+300 MB goal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ngb.core.breakeven import Uncertain, interval, pays_back_after, repeated
 from ngb.sweeps.report import derived
@@ -31,13 +44,16 @@ from ngb.sweeps.report.data import (
     ReportData,
     Table,
     finite,
-    group_by,
     mean_throughput,
     precision_of,
 )
 from ngb.sweeps.report.paper import UNCERTAINTY_NOTE, compiler_order, throughput_cell
 from ngb.sweeps.report.paper import cell as derived_cell
+from ngb.sweeps.report.spool import RowSpool
 from ngb.sweeps.rows import TrialRow
+
+if TYPE_CHECKING:
+    from ngb.devices.pricing import Price
 
 
 def _same_point(r: TrialRow) -> tuple[str, str, object, object, int, object, object, object]:
@@ -48,12 +64,41 @@ def _same_point(r: TrialRow) -> tuple[str, str, object, object, int, object, obj
     )  # fmt: skip
 
 
-def cost_cell(data: ReportData, row: TrialRow) -> Cell:
-    """Cost per million inferences [its interval, carried over from the throughput's]."""
-    price = data.prices.get(row["device"])
+def cost_cell(data: ReportData, row: TrialRow, price: Price | None = None) -> Cell:
+    """Cost per million inferences [its interval, carried over from the throughput's], at the
+    price of the device the row ran on (``ReportData.price_for``; ``price`` where the caller
+    looked it up already)."""
+    price = price if price is not None else data.price_for(row)
     if price is None:
         return Cell(None)
     return derived_cell(derived.cost(row, price.per_hour)) or Cell(None)
+
+
+#: a column ``each_trial`` adds for the sort: the compiler's place in the registry
+COMPILER_RANK = "compiler_rank"
+
+
+def _rank(row: Mapping[str, object]) -> tuple[int, str]:
+    return compiler_order(str(row["compiler"]))
+
+
+@contextlib.contextmanager
+def each_trial(
+    data: ReportData,
+    order: Sequence[str],
+    key: Callable[[TrialRow], tuple[object, ...]],
+    select: str = "",
+) -> Iterator[Iterator[TrialRow]]:
+    """The trials of a report of every point, in order: a batch at a time from the store where
+    ``data.streaming`` (sorted there by ``order``; ``COMPILER_RANK`` is the compiler's place),
+    else ``data.trials()`` sorted by ``key``, the same order -- one loop either way.
+    ``select``: more SQL columns, read only where streaming."""
+    if not data.streaming:
+        yield iter(sorted(data.trials(), key=key))
+        return
+    keys = {COMPILER_RANK: lambda r: _rank(r)[0]}
+    with data.streamed(order, keys, select) as batches:
+        yield (row for batch in batches for row in batch)
 
 
 def energy_cell(row: TrialRow, scale: float = 1000.0) -> Cell:
@@ -71,21 +116,38 @@ def _scaled(value: object, scale: float = 1.0) -> float | None:
 
 
 def energy(data: ReportData) -> Report:
-    rows = [r for r in data.trials() if finite(r.get("throughput_mean"))]
-    rows.sort(key=lambda r: (r["device"], r["label"], compiler_order(r["compiler"]), r["batch"]))
     table = Table(
         "Energy and cost per inference",
         ["device", "model", "compiler", "batch", "optimisation", "precision", "samples/s",
          "cost / 1M", "mJ/sample", "mJ above idle", "samples/J", "W", "idle W", "meter"],
+        spool=RowSpool() if data.streaming else None,
     )  # fmt: skip
-    for r in rows:
-        table.rows.append(
-            [r["device"], r["label"], r["compiler"], r["batch"], r.get("optimisation") or "none",
-             precision_of(r), throughput_cell(data, r), cost_cell(data, r), energy_cell(r),
-             _scaled(r.get("energy_above_idle_j_per_sample"), 1000.0),
-             _scaled(r.get("samples_per_j")), _scaled(r.get("power_w_mean")),
-             _scaled(r.get("idle_power_w")), r.get("energy_source") or "-"]
-        )  # fmt: skip
+    without: dict[str, tuple[int, set[str]]] = {}  # device -> trials without energy, why
+    unpriced: set[str] = set()
+    order = ("device", "label", COMPILER_RANK, "compiler", "batch")
+
+    def key(r: TrialRow) -> tuple[object, ...]:
+        return (r["device"], r["label"], *_rank(r), r["batch"])  # ``order`` in Python
+
+    with each_trial(data, order, key) as rows:
+        for r in rows:
+            if not finite(r.get("throughput_mean")):
+                continue
+            price = data.price_for(r)
+            if price is None:
+                unpriced.add(r["device"])
+            table.add(
+                [r["device"], r["label"], r["compiler"], r["batch"],
+                 r.get("optimisation") or "none", precision_of(r), throughput_cell(data, r),
+                 cost_cell(data, r, price), energy_cell(r),
+                 _scaled(r.get("energy_above_idle_j_per_sample"), 1000.0),
+                 _scaled(r.get("samples_per_j")), _scaled(r.get("power_w_mean")),
+                 _scaled(r.get("idle_power_w")), r.get("energy_source") or "-"]
+            )  # fmt: skip
+            if not finite(r.get("energy_j_per_sample")):
+                count, reasons = without.get(r["device"], (0, set()))
+                reasons.add(str(r.get("energy_note") or "no power meter: not recorded"))
+                without[r["device"]] = (count + 1, reasons)
     table.notes.append(
         "mJ/sample: measured on the device around the timed loops, idle included ([95 % "
         "interval] over worker processes); mJ above idle subtracts the idle power measured before "
@@ -94,18 +156,13 @@ def energy(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("energy", "Energy and cost per inference", [table])
-    without = [r for r in rows if not finite(r.get("energy_j_per_sample"))]
-    for device, missing in group_by(without, lambda r: r["device"]).items():
-        reasons = sorted(
-            {str(r.get("energy_note") or "no power meter: not recorded") for r in missing}
-        )
+    for device, (count, reasons) in without.items():
         report.notes.append(
-            f"{device}: {len(missing)} trial(s) without energy: {'; '.join(reasons)}"
+            f"{device}: {count} trial(s) without energy: {'; '.join(sorted(reasons))}"
         )
-    unpriced = sorted({r["device"] for r in rows} - set(data.prices))
     if unpriced:
         report.notes.append(
-            f"no price_per_hour in the inventory for {', '.join(unpriced)}: no cost "
+            f"no price_per_hour in the inventory for {', '.join(sorted(unpriced))}: no cost "
             "(set it per device or group in devices.toml)"
         )
     return report
@@ -209,42 +266,90 @@ def one_time_runs(data: ReportData) -> dict[tuple[str, str], list[float]]:
         f"SELECT device, key, export_s, compile_s FROM trials WHERE {where}",  # noqa: S608
         params,
     )
-    out: dict[tuple[str, str], list[float]] = {}
+    pairs: dict[tuple[str, str], list[object]] = {}
     for device, key, export_s, compile_s in rows:
-        parts = [float(v) for v in (export_s, compile_s) if finite(v)]
+        pairs.setdefault((str(device), str(key)), []).append([export_s, compile_s])
+    found = {point: _one_time_values(listed) for point, listed in pairs.items()}
+    return {point: values for point, values in found.items() if values}
+
+
+def _one_time_values(pairs: Iterable[object]) -> list[float]:
+    """Each run's export + compile seconds from its ``[export_s, compile_s]``: the finite parts
+    summed, a run with neither left out."""
+    out = []
+    for pair in pairs:
+        parts = [float(v) for v in (pair if isinstance(pair, list | tuple) else ()) if finite(v)]
         if parts:
-            out.setdefault((str(device), str(key)), []).append(math.fsum(parts))
+            out.append(math.fsum(parts))
+    return out
+
+
+#: SQL over the trial ``t``: each stored run's [export_s, compile_s] of its point
+#: (``one_time_runs``, for a report read a batch at a time)
+_ONE_TIME_SQL = (
+    "(SELECT list([o.export_s, o.compile_s]) FROM trials o WHERE o.status = 'ok' "
+    "AND o.device = t.device AND o.key = t.key "
+    "AND (o.export_s IS NOT NULL OR o.compile_s IS NOT NULL)) AS one_time"
+)
+#: the break-even table's order: the point (all of ``_same_point``), then the compiler
+_BREAKEVEN_ORDER = (
+    "device", "model", "batch", "optimisation", "width", "depth", "target", "input_size",
+    COMPILER_RANK, "compiler", "precision",
+)  # fmt: skip
+
+
+def _last(value: object) -> tuple[bool, object]:
+    """A sort key that puts None last, as SQL's ``ORDER BY`` does."""
+    return (value is None, value if value is not None else 0)
+
+
+def _breakeven_key(r: TrialRow) -> tuple[object, ...]:
+    """``_BREAKEVEN_ORDER`` in Python (``each_trial`` where nothing is streamed)."""
+    point = (r.get("optimisation"), r.get("width"), r.get("depth"), r.get("target"),
+             r.get("input_size"))  # fmt: skip
+    return (r["device"], r["model"], r["batch"], *map(_last, point), *_rank(r),
+            _last(r.get("precision")))  # fmt: skip
+
+
+def _spilled_runs(rows: list[TrialRow]) -> dict[tuple[str, str], list[float]]:
+    """``one_time_runs`` of these rows, from the column ``_ONE_TIME_SQL`` read with them."""
+    out = {}
+    for r in rows:
+        pairs = cast(Mapping[str, object], r).get("one_time")
+        listed = pairs if isinstance(pairs, list) else []
+        out[(str(r["device"]), str(r["key"]))] = _one_time_values(listed)
     return out
 
 
 def breakeven(data: ReportData) -> Report:
-    rows = [r for r in data.trials() if finite(r.get("throughput_mean"))]
     base_name = data.baseline
     table = Table(
         f"Break-even against {base_name}: inferences that pay back export + compile + tuning",
         ["device", "model", "compiler", "batch", "optimisation", "extra one-time s",
          "compile runs", "speed-up", "break-even (inferences)", "at full load (h)"],
+        spool=RowSpool() if data.streaming else None,
     )  # fmt: skip
-    runs = one_time_runs(data)
+    runs = None if data.streaming else one_time_runs(data)
     one_run = 0
-    for _key, cell in sorted(
-        group_by(rows, _same_point).items(),
-        key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][4], str(kv[0][7])),
-    ):
-        base = next((r for r in cell if r["compiler"] == base_name), None)
-        if base is None:
-            continue
-        for r in sorted(cell, key=lambda r: compiler_order(r["compiler"])):
-            if r is base:
+    with each_trial(data, _BREAKEVEN_ORDER, _breakeven_key, _ONE_TIME_SQL) as trials:
+        rows = (r for r in trials if finite(r.get("throughput_mean")))
+        for _key, grouped in itertools.groupby(rows, key=_same_point):
+            cell = list(grouped)
+            base = next((r for r in cell if r["compiler"] == base_name), None)
+            if base is None:
                 continue
-            even = BreakEven(data, r, base, runs)
-            speed = derived_cell(derived.speedup(r, base))
-            one_run += even.status == "number" and 1 in even.compile_runs
-            table.rows.append(
-                [r["device"], r["label"], r["compiler"], r["batch"],
-                 r.get("optimisation") or "none", even.extra_s, even.runs_text(), speed,
-                 even.cell(), even.hours]
-            )  # fmt: skip
+            these = runs if runs is not None else _spilled_runs(cell)
+            for r in cell:
+                if r is base:
+                    continue
+                even = BreakEven(data, r, base, these)
+                speed = derived_cell(derived.speedup(r, base))
+                one_run += even.status == "number" and 1 in even.compile_runs
+                table.add(
+                    [r["device"], r["label"], r["compiler"], r["batch"],
+                     r.get("optimisation") or "none", even.extra_s, even.runs_text(), speed,
+                     even.cell(), even.hours]
+                )  # fmt: skip
     if one_run:
         # the header says it, as the issue asks: one run's compile time may be off by 4x
         table.title += (
@@ -263,6 +368,6 @@ def breakeven(data: ReportData) -> Report:
     report = Report("breakeven", f"Break-even against {base_name}", [table])
     if data.baseline_note:
         report.notes.append(data.baseline_note)
-    if not table.rows:
+    if not table.row_count():
         report.notes.append(f"no compiler measured beside the baseline ({base_name})")
     return report

@@ -1,4 +1,5 @@
-"""``ngb profile``'s tables: per-operator profiles of one model side by side across compilers.
+"""``ngb profile``'s, ``ngb report ops``' and ``ngb measure --profile``'s tables: per-operator
+profiles of one model side by side across compilers.
 
 Rows are the operator classes of ``ngb.core.profiling`` (one vocabulary for every runtime), each
 compiler a column of milliseconds per inference and the share of what its profiler recorded; then
@@ -6,17 +7,22 @@ the kernel count per inference (fusion shows as fewer kernels), the sum of the r
 time per call with the profiler on and off (the profiler's overhead, stated, not hidden in the
 shares), and each compiler's ten costliest kernels with the source operators they came from.
 Rendered by ``ngb.sweeps.report.catalog.render`` like every report (markdown, CSV, LaTeX, HTML).
+
+A model's batches are tables of their own (``by_model``: "resnet18 b1 on localhost", "resnet18
+b8 on localhost"), each with its own timed latency: shares at b1 and b8 are read side by side,
+never summed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ngb.core.profiling import OP_CLASSES, Profile
 from ngb.sweeps.report.data import Report, ReportData, Table
 
 if TYPE_CHECKING:
+    from ngb.core.types import TrialResult, TrialSpec
     from ngb.sweeps.store.profiles import ProfilePoint
 
 
@@ -108,24 +114,61 @@ def ops(data: ReportData) -> Report:
     if not stored:
         empty = Table("Per-operator profiles", ["class"])
         empty.notes.append(
-            "no profiles stored: `ngb profile MODEL --db FILE` or a sweep with `profile = true` "
-            "in its [measure] (`ngb run --profile`) takes them"
+            "no profiles stored: `ngb profile MODEL --db FILE`, `ngb measure MODEL --profile --db "
+            "FILE` or a sweep with `profile = true` in its [measure] (`ngb run --profile`) "
+            "takes them"
         )
         return Report("ops", "Per-operator profiles", [empty])
     out = Report("ops", "Per-operator profiles", [])
     for label, found in by_model(stored):
-        points = [pt for pt, _ in found]
-        part = ops_report(label, [p for _, p in found], names=column_names(points))
-        cells = [timed.get(_timed_key(pt), (0.0, "-"))[1] for pt in points]
-        ratios = [f"{p.profiled_ms / p.timed_ms:.2f}x" if p.timed_ms else "-" for _, p in found]
-        part.tables[0].rows += [["timed ms / call [95 %]", *cells], ["profiled / timed", *ratios]]
-        out.tables += part.tables
-    out.notes.append(
-        "timed ms / call: batch / throughput of the trial the profile pass followed (a sweep's "
-        "profile = true), else of the newest timed trial of the same point (precision and "
-        "optimisation included), its interval carried over; '-' where none is stored"
-    )
+        cells = [timed.get(_timed_key(pt), (0.0, "-"))[1] for pt, _ in found]
+        out.tables += point_report(label, found, cells).tables
+    out.notes.append(_TIMED_NOTE)
     return out
+
+
+_TIMED_NOTE = (
+    "timed ms / call: batch / throughput of the trial the profile pass followed (a sweep's "
+    "profile = true, `ngb measure --profile`), else of the newest timed trial of the same point "
+    "(precision and optimisation included), its interval carried over; '-' where none is stored"
+)
+
+
+def point_report(
+    label: str, found: Sequence[tuple[ProfilePoint, Profile]], timed: Sequence[str]
+) -> Report:
+    """One model, batch and device: ``ops_report``'s tables, a column per profile, with each
+    one's timed ms per call (``timed``: printed with its interval, "-" where none) and its
+    profiled / timed ratio below. ``ops`` and ``ngb measure --profile`` both print this."""
+    part = ops_report(label, [p for _, p in found], names=column_names([pt for pt, _ in found]))
+    ratios = [f"{p.profiled_ms / p.timed_ms:.2f}x" if p.timed_ms else "-" for _, p in found]
+    part.tables[0].rows += [["timed ms / call [95 %]", *timed], ["profiled / timed", *ratios]]
+    return part
+
+
+def trial_ops(
+    spec: TrialSpec, result: TrialResult, row: Mapping[str, object], device: str
+) -> Report | str:
+    """``ngb measure --profile``: the tables ``ngb report ops`` prints for this trial once it is
+    stored under ``device`` (the same label, column and rows), from the result itself: its
+    profile pass (``extra["profile"]``) and its timed latency from ``row``, the result as the
+    store's columns name it (what ``derived.throughput`` reads). A pass that left no profile
+    gives its one-line reason instead."""
+    from ngb.sweeps.store.profile_rows import ProfilePoint
+
+    data = result.extra.get("profile")
+    if not isinstance(data, Mapping):
+        return "no profile pass ran (the trial failed, or profile is off)"
+    if "records" not in data:
+        return str(data.get("error") or "no profile")
+    profile = Profile.from_dict(data)
+    # as the store files it (``profile_rows.take_profiles``): what ran, keyed to the trial
+    point = ProfilePoint.of(spec, device, result.precision or profile.precision, result.key)
+    ((label, found),) = by_model([(point, profile)])
+    timed = timed_cell(row, spec.batch)
+    report = point_report(label, found, [timed[1] if timed else "-"])
+    report.notes.append(_TIMED_NOTE)
+    return report
 
 
 def by_model(
@@ -169,24 +212,30 @@ def load_with_timed(
 def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str]]:
     """Point (and trial key) -> the timed trial's milliseconds per call and that with its
     printed interval."""
-    from ngb.sweeps.report import derived
-    from ngb.sweeps.report.numbers import format_interval, format_value
-
     out: dict[tuple[object, ...], tuple[float, str]] = {}
     for r in data.trials():
         batch = int(r["batch"])
-        tput = derived.throughput(r)
-        if not tput.value > 0:
+        timed = timed_cell(r, batch)
+        if timed is None:
             continue
-        ms = 1000.0 * batch / tput.value
-        low, high = tput.low, tput.high
-        text = (
-            format_interval(ms, 1000.0 * batch / high, 1000.0 * batch / low)
-            if low and high
-            else format_value(ms)
-        )
         opt = r.get("optimisation") or "none"
         key = (r["device"], r["model"], r.get("width"), r.get("depth") or 1, batch,
                r["compiler"], r.get("precision") or "", opt)  # fmt: skip
-        out[key] = out[(r.get("key"),)] = (ms, text)
+        out[key] = out[(r.get("key"),)] = timed
     return out
+
+
+def timed_cell(row: Mapping[str, object], batch: int) -> tuple[float, str] | None:
+    """A timed result's milliseconds per call (batch / throughput) and that printed with its
+    interval (the throughput's, carried over: its bounds swap); None without a throughput."""
+    from ngb.sweeps.report import derived
+    from ngb.sweeps.report.numbers import format_interval, format_value
+
+    tput = derived.throughput(row)
+    if not tput.value > 0:
+        return None
+    ms = 1000.0 * batch / tput.value
+    low, high = tput.low, tput.high
+    if low and high:
+        return ms, format_interval(ms, 1000.0 * batch / high, 1000.0 * batch / low)
+    return ms, format_value(ms)

@@ -8,6 +8,11 @@ columns named for what they hold (``<col> 95% lo``, ``<col> 95% hi``, ``<col> sd
 directly. A report with several tables writes each CSV
 table after a ``# title`` line and a blank line between them.
 
+``render_to`` writes a report as it goes, a row at a time, so a report of every point (its rows
+in a ``RowSpool``) never needs its text, or a rich Table of it, in memory: a terminal table
+longer than ``LONG_TABLE`` rows is printed plain (columns padded to their widest cell, found in
+a first reading of the rows) instead of through rich, whose layout holds every row.
+
 LaTeX (booktabs tables for a paper) lives in ``report_latex``.
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from ngb.sweeps.report.data import Cell, Report, Table
@@ -24,61 +29,122 @@ from ngb.sweeps.report.formatting import fmt_cell, fmt_number
 from ngb.sweeps.report.latex import latex
 from ngb.sweeps.report.numbers import Printed, printed_bounds, round_with_interval
 
-__all__ = ["FORMATS", "fmt_cell", "fmt_number", "render"]
+__all__ = ["FORMATS", "fmt_cell", "fmt_number", "render", "render_to"]
 
 FORMATS = ("table", "markdown", "csv", "latex")
+#: rows above which a terminal table is printed plain rather than as one rich Table (see module)
+LONG_TABLE = 2000
+
+#: where rendered text goes, a piece at a time (``sys.stdout.write``, a file's ``write``)
+Write = Callable[[str], object]
 
 
 def render(report: Report, fmt: str = "table", width: int = 200) -> str:
+    buffer = io.StringIO()
+    render_to(report, buffer.write, fmt, width)
+    return buffer.getvalue()
+
+
+def render_to(report: Report, write: Write, fmt: str = "table", width: int = 200) -> None:
+    """``render``, written to ``write`` as it is made (see module)."""
     if fmt == "markdown":
-        return _markdown(report)
-    if fmt == "csv":
-        return _csv(report)
-    if fmt == "latex":
-        return latex(report)
-    return _rich(report, width)
+        _markdown(report, write)
+    elif fmt == "csv":
+        _csv(report, write)
+    elif fmt == "latex":
+        write(latex(report))
+    else:
+        _rich(report, write, width)
 
 
-def _rich(report: Report, width: int) -> str:
+class _Forward(io.StringIO):
+    """A text file whose writes go to ``write`` (rich's console and csv's writer want a file;
+    nothing is kept in it)."""
+
+    def __init__(self, write: Write) -> None:
+        super().__init__()
+        self._write = write
+
+    def write(self, text: str) -> int:
+        self._write(text)
+        return len(text)
+
+
+def _rich(report: Report, write: Write, width: int) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    console = Console(file=_Forward(write), width=width, color_system=None, highlight=False)
     console.print(f"[bold]{report.title}[/bold]")
     for table in report.tables:
-        rich_table = RichTable(title=table.title, header_style="bold", show_edge=False)
-        for name in table.columns:
-            rich_table.add_column(name, overflow="fold")
-        for row in table.rows:
-            rich_table.add_row(*(fmt_cell(v) for v in row))
-        console.print(rich_table)
-        if not table.rows:
+        if table.row_count() > LONG_TABLE:
+            _plain(table, write)
+        else:
+            rich_table = RichTable(title=table.title, header_style="bold", show_edge=False)
+            for name in table.columns:
+                rich_table.add_column(name, overflow="fold")
+            for row in table.each_row():
+                rich_table.add_row(*(fmt_cell(v) for v in row))
+            console.print(rich_table)
+        if not table.row_count():
             console.print("(no matching results)")
         for note in table.notes:
             console.print(f"note: {note}", markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _plain(table: Table, write: Write) -> None:
+    """A long table as plain text, a line per row (see module)."""
+    widths = [len(name) for name in table.columns]
+    for row in table.each_row():
+        for i, value in enumerate(row):
+            widths[i] = max(widths[i], len(fmt_cell(value)))
+
+    def line(cells: Iterable[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+
+    write(f"{table.title}\n")
+    write(line(table.columns))
+    write(line("-" * w for w in widths))
+    for row in table.each_row():
+        write(line(fmt_cell(v) for v in row))
 
 
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _markdown(report: Report) -> str:
-    lines = [f"# {report.title}", ""]
+def _markdown(report: Report, write: Write) -> None:
+    # every line but the last ends in a newline; trailing blank lines are held back, so the text
+    # ends in exactly one newline as the whole-text version's rstrip() + "\n" did
+    held: list[str] = []
+
+    def out(line: str) -> None:
+        if not line:
+            held.append("\n")
+            return
+        write("".join(held) + line + "\n")
+        held.clear()
+
+    out(f"# {report.title}")
+    out("")
     for table in report.tables:
-        lines += [f"## {table.title}", ""]
-        lines.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
-        lines.append("|" + "|".join("---" for _ in table.columns) + "|")
-        for row in table.rows:
-            lines.append("| " + " | ".join(_md_escape(fmt_cell(v)) for v in row) + " |")
-        if not table.rows:
-            lines.append("\n(no matching results)")
-        lines += [""] + [f"_{_md_escape(note)}_" for note in table.notes]
-        lines.append("")
-    lines += [f"- {note}" for note in report.notes]
-    return "\n".join(lines).rstrip() + "\n"
+        out(f"## {table.title}")
+        out("")
+        out("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+        out("|" + "|".join("---" for _ in table.columns) + "|")
+        for row in table.each_row():
+            out("| " + " | ".join(_md_escape(fmt_cell(v)) for v in row) + " |")
+        if not table.row_count():
+            out("")
+            out("(no matching results)")
+        out("")
+        for note in table.notes:
+            out(f"_{_md_escape(note)}_")
+        out("")
+    for note in report.notes:
+        out(f"- {note}")
 
 
 class CsvWriter(Protocol):
@@ -93,16 +159,21 @@ def _csv_value(value: object) -> object:
     return "" if value is None else value
 
 
-def _cells(table: Table, column: int) -> list[Cell]:
-    """The ``Cell`` values of one column (a column may also hold plain values)."""
-    return [value for row in table.rows if isinstance(value := row[column], Cell)]
+def _extras(table: Table) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per column: whether any of its cells has an interval, a spread, a note (one reading)."""
+    n = len(table.columns)
+    has_ci, has_std, has_note = [False] * n, [False] * n, [False] * n
+    for row in table.each_row():
+        for i, value in enumerate(row):
+            if isinstance(value, Cell):
+                has_ci[i] = has_ci[i] or value.interval is not None
+                has_std[i] = has_std[i] or value.std is not None
+                has_note[i] = has_note[i] or bool(value.note)
+    return has_ci, has_std, has_note
 
 
 def _csv_table(table: Table, writer: CsvWriter) -> None:
-    columns = range(len(table.columns))
-    has_ci = [any(c.interval is not None for c in _cells(table, i)) for i in columns]
-    has_std = [any(c.std is not None for c in _cells(table, i)) for i in columns]
-    has_note = [any(c.note for c in _cells(table, i)) for i in columns]
+    has_ci, has_std, has_note = _extras(table)
     header: list[str] = []
     for i, name in enumerate(table.columns):
         header.append(name)
@@ -113,7 +184,7 @@ def _csv_table(table: Table, writer: CsvWriter) -> None:
         if has_note[i]:
             header.append(f"{name} note")
     writer.writerow(header)
-    for row in table.rows:
+    for row in table.each_row():
         out: list[object] = []
         for i, value in enumerate(row):
             cell = value if isinstance(value, Cell) else None
@@ -154,14 +225,12 @@ def _spread(cell: Cell | None) -> float | None:
     return cell.std
 
 
-def _csv(report: Report) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+def _csv(report: Report, write: Write) -> None:
+    writer = csv.writer(_Forward(write), lineterminator="\n")
     several = len(report.tables) > 1
     for index, table in enumerate(report.tables):
         if several:
             if index:
-                buffer.write("\n")
-            buffer.write(f"# {table.title}\n")
+                write("\n")
+            write(f"# {table.title}\n")
         _csv_table(table, writer)
-    return buffer.getvalue()

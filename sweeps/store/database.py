@@ -30,6 +30,7 @@ from ngb.sweeps.store import schema
 from ngb.sweeps.store.connect import (
     check_intact,
     connection,
+    held_open,
     lock_for,
     read_errors,
     write_errors,
@@ -42,7 +43,7 @@ from ngb.sweeps.store.query import (
     sql_error,
 )
 from ngb.sweeps.store.result_store import IngestBatch
-from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant, plan_files
+from ngb.sweeps.store.sql_files import FileGrant, apply_grant, plan_files
 
 if TYPE_CHECKING:
     import duckdb
@@ -183,20 +184,12 @@ class Store:
         another process the calls inside fall back to their own retry. For writers only: DuckDB
         refuses a read-only open of a file this process holds read-write, so query after it.
         """
-        import duckdb
-
         with lock_for(self.path):
             # The schema check may open the file read-only: do it before holding it read-write.
             with write_errors(self.path):
                 self._ensure_schema()
-            keeper = None
-            with suppress(duckdb.Error):
-                keeper = duckdb.connect(str(self.path), config=BASE_CONFIG)
-            try:
+            with held_open(self.path):  # one checkpoint, at the end (``connect.held_open``)
                 yield
-            finally:
-                if keeper is not None:
-                    keeper.close()
 
     # ------------------------------------------------------------ schema
 
@@ -517,6 +510,12 @@ class Store:
                 return conn.execute(sql, list(params) if params else None).df()
             except duckdb.Error as exc:
                 raise sql_error(exc, False) from None
+
+    def reading(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A read-only connection held for a block, for ngb's own SQL only (its settings are
+        open: ``ngb.sweeps.store.spill`` bounds its memory and points its spill folder at a
+        temporary one), streaming one answer out in batches, briefly."""
+        return self._reader()
 
     def require_file(self) -> None:
         """Raise a one-line NgbError when the results file does not exist."""
