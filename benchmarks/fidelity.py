@@ -26,6 +26,8 @@ the vendor's tool to itself shows how close this machine lets any two runs come.
     .venv/bin/ngb bench fidelity -- --rounds 2
     .venv/bin/python benchmarks/fidelity.py --rounds 3 --cases ov-throughput,eager-cpu
     .venv/bin/python benchmarks/fidelity.py --rounds 3 --self-check
+    .venv/bin/python benchmarks/fidelity.py --rounds 1 --seconds 2 --cases ov-latency,eager-cpu \\
+        -- --repetitions 2 --workers 1 --warmup-s 0.2     # a smoke run: does every path still work
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _args import positive_int  # this folder: the script runs as a file
+from ngb.core.intervals import Mean, positive
 
 CASES = ("ov-throughput", "ov-latency", "eager-cpu", "eager-cpu-system", "eager-cuda")
 
@@ -67,7 +72,9 @@ print(json.dumps({"median_s": m.median, "iqr_s": m.iqr, "runs": len(m.times),
 
 def ngb_measure(model: str, args: list[str]) -> dict:
     cmd = [sys.executable, "-m", "ngb.sweeps.cli", "measure", model, *args, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # ngb's default worker start (a fresh interpreter each), whatever the caller's shell set
+    env = {k: v for k, v in os.environ.items() if k != "NGB_WORKER_START"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise SystemExit(f"ngb measure {' '.join(args)} failed: {tail}")
@@ -77,6 +84,7 @@ def ngb_measure(model: str, args: list[str]) -> dict:
         "value": t["mean"],
         "median": t["median"],
         "ci": result.get("ci_half_width"),
+        "df": ((result.get("extra") or {}).get("measure") or {}).get("df"),
         "n": t["n"],
         "verdict": result.get("verdict"),
         "disturbed": result.get("disturbed"),
@@ -164,23 +172,28 @@ def plan(args: argparse.Namespace, folder: Path) -> dict[str, tuple]:
 
 
 def fmt(side: dict) -> str:
+    """A figure with ngb's interval as the reports print it (``intervals.positive``: the stated
+    half-width carried to the log scale, so no bound of a throughput falls to or below zero)."""
     text = f"{side['value']:9.2f}"
-    if side.get("ci") is not None:
-        text += f" ± {side['ci']:.2f}"
+    if side.get("ci") is not None and side.get("df"):
+        est = positive(Mean(side["value"], side["ci"], side["df"]))
+        if est.known:
+            text += f" [{est.lo:.2f}, {est.hi:.2f}]"
     return text
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=10, help="benchmark_app -t")
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--seconds", type=positive_int, default=10, help="benchmark_app -t")
     parser.add_argument("--cases", default=",".join(CASES), help=f"any of {', '.join(CASES)}")
     parser.add_argument(
         "--self-check", action="store_true",
         help="also run each reference a second time and print reference / reference: how far "
         "this machine lets two runs of the same tool agree",
     )  # fmt: skip
+    parser.add_argument("extra", nargs="*", help="more ngb measure options, after -- (a smoke run)")
     args = parser.parse_args()
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
@@ -188,7 +201,8 @@ def main() -> None:
 
     load = os.getloadavg()
     print(f"{args.model}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; ngb measure defaults; {args.rounds} alternating rounds")  # fmt: skip
+          f"{load[2]:.2f}; ngb measure options: {' '.join(args.extra) or 'defaults'}; "
+          f"{args.rounds} alternating rounds")  # fmt: skip
     ratios: dict[str, list[float]] = {}
     selves: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="ngb-fidelity-") as tmp:
@@ -196,9 +210,9 @@ def main() -> None:
         for r in range(args.rounds):
             for case, (ngb_args, reference) in cases.items():
                 if r % 2 == 0:  # swap the order every round
-                    ours, theirs = ngb_measure(args.model, ngb_args), reference()
+                    ours, theirs = ngb_measure(args.model, [*ngb_args, *args.extra]), reference()
                 else:
-                    theirs, ours = reference(), ngb_measure(args.model, ngb_args)
+                    theirs, ours = reference(), ngb_measure(args.model, [*ngb_args, *args.extra])
                 ratio = ours["value"] / theirs["value"]
                 ratios.setdefault(case, []).append(ratio)
                 flag = " disturbed" if ours.get("disturbed") else ""
