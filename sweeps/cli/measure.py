@@ -175,6 +175,11 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     "benchmark.py run) or retain (glibc keeps memory freed between calls).",
 )
 @click.option(
+    "--profile", is_flag=True,
+    help="After the timed trial, one more process profiles it per operator and prints the table "
+    "`ngb report ops` prints for it; the timed numbers are not touched. Stored with --db/--run.",
+)  # fmt: skip
+@click.option(
     "--db",
     metavar="FILE",
     help="Store the result in this results file (default with --run: the data dir's), where "
@@ -220,6 +225,7 @@ def measure(
     no_verify: bool,
     precision: str | None,
     allocator: str | None,
+    profile: bool,
     db: str | None,
     run_id: str | None,
     as_json: bool,
@@ -261,6 +267,7 @@ def measure(
         "verify": False if no_verify else None,
         "precision": precision,
         "allocator": allocator,
+        "profile": True if profile else None,
     }
     spec = TrialSpec(
         model=model,
@@ -300,11 +307,13 @@ def measure(
             click.echo(f"  {event.get('msg')}", err=True)  # budgets, tuning milestones
 
     if interactive and spec.measure.repetitions is None:  # what the run will spend, up front
+        from ngb.core.budget import upfront  # what is decided now; a slow first call may cut it
+
         m = spec.measure
         click.echo(
-            f"  budget: {m.max_measure_s:g} s of warm-up and timed loops over "
-            f"{m.workers}-{max(m.workers, m.max_workers)} processes; "
-            f"trial timeout {m.timeout_s:g} s",
+            f"  {upfront(m)}; "
+            f"trial timeout {m.timeout_s:g} s"
+            + ("; then a profile pass, not timed" if m.profile else ""),
             err=True,
         )
 
@@ -323,14 +332,20 @@ def measure(
             result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
     else:
         result = run_trial(spec, emit=show_progress, cache_dir=cache_dir)
+    profiled = result.extra.get("profile")  # read before a save moves it to its own tables
+    ops = _trial_ops(spec, result) if profile and result.ok and not as_json else None
     if store is not None and run_id is not None:
         from ngb.sweeps.store import measure as measure_store
 
         stored = measure_store.save(store, run_id, result, "ngb measure")
     if as_json:
+        if profiled is not None:  # the one object keeps the profile the store took apart
+            result.extra["profile"] = profiled
         click.echo(events.encode(result.to_dict()))
     elif result.ok:
         _print_summary(spec, result)
+        if ops is not None:
+            click.echo(ops, nl=False)
     if store is not None:
         click.echo(stored, err=True)
     if not result.ok:
@@ -401,6 +416,19 @@ def _as_row(result: TrialResult) -> dict[str, object]:
         "repetitions": result.throughput.n,
         "extra": result.extra,
     }
+
+
+def _trial_ops(spec: TrialSpec, result: TrialResult) -> str:
+    """The profile pass as ``ngb report ops`` prints it once stored (``ops.trial_ops``), or the
+    one line saying why there is none."""
+    from ngb.sweeps.report.ops import trial_ops
+    from ngb.sweeps.report.render import render
+    from ngb.sweeps.store.measure import HERE
+
+    found = trial_ops(spec, result, _as_row(result), HERE)
+    if isinstance(found, str):
+        return safe_text(f"profile: none ({found})") + "\n"
+    return render(found)
 
 
 def _print_summary(spec: TrialSpec, result: TrialResult) -> None:

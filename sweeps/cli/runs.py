@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -282,7 +281,9 @@ def _console() -> Console:
 @click.option(
     "--profile", is_flag=True,
     help="After each trial's timing, one more process profiles it per operator (`ngb report ops`); "
-    "the timed numbers are not touched. Same as `profile = true` in the sweep's [measure].",
+    "the timed numbers are not touched. Same as `profile = true` in the sweep's [measure]. A "
+    "resumed run keeps the setting it was started with (--resume --profile of one started "
+    "without it is refused).",
 )  # fmt: skip
 @_db_option
 @_inventory_option
@@ -313,7 +314,9 @@ def run(
     for line in sweep_warnings(spec.model_sources):  # a guessed input range is said
         click.echo(safe_text(f"warning: {line}"), err=True)
     if profile:  # the sweep's [measure]; a matrix's own `profile = false` still wins
-        spec = dataclasses.replace(spec, measure={**spec.measure, "profile": True})
+        from ngb.sweeps.run.resume_profile import with_profile
+
+        spec = with_profile(spec)
     if spec.models():
         from ngb.sweeps.spec.checks import check_timm_names
 
@@ -325,9 +328,9 @@ def run(
     store = _store(db)
     if resume:
         names = {d.name for d in inventory.resolve(devices)}
-        state, summary = asyncio.run(
-            _drive(store, inventory, console, attach=_to_resume(store, spec.name, names))
-        )
+        run_id = _to_resume(store, spec.name, names)
+        _profile_line(console, store, run_id, asked=profile)  # refuses what cannot carry over
+        state, summary = asyncio.run(_drive(store, inventory, console, attach=run_id))
         _finish(console, state, summary, store)
         return
     state, summary = asyncio.run(
@@ -347,6 +350,22 @@ def _to_resume(store: Store, sweep_name: str, devices: set[str]) -> str:
     raise NgbError(f"no unfinished run of sweep {sweep_name!r} on {', '.join(sorted(devices))}")
 
 
+def _profile_line(console: Console, store: Store, run_id: str, asked: bool = False) -> None:
+    """Whether the run's profile passes carry over (``resume_profile``); ``asked`` (``--resume
+    --profile``) of a run started without them is refused here, before anything is followed."""
+    from ngb.sweeps.cli import safe_text
+    from ngb.sweeps.run.resume_profile import resume_line
+
+    try:
+        line = resume_line(store, run_id, asked) if store.path.exists() else None
+    except NgbError:
+        if asked:
+            raise
+        line = None  # `attach` of an unknown run: the orchestrator says so in its own words
+    if line:
+        console.print(safe_text(line), highlight=False, markup=False)
+
+
 @click.command("attach")
 @click.argument("run_id")
 @_db_option
@@ -355,6 +374,7 @@ def attach(run_id: str, db: str | None, inventory_path: str | None) -> None:
     """Follow RUN_ID again (after Ctrl-C, --detach, a lost link or a workstation restart)."""
     console = _console()
     store = _store(db)
+    _profile_line(console, store, run_id)
     state, summary = asyncio.run(_drive(store, _inventory(inventory_path), console, attach=run_id))
     _finish(console, state, summary, store)
 

@@ -86,6 +86,21 @@ def load_profiles(
     return out
 
 
+def finished_passes(store: Store, run_id: str) -> list[tuple[str, str, bool, str]]:
+    """Every ok trial of ``run_id``: (device, trial key, whether a profile is stored keyed to
+    it, the one line its failed pass left in ``extra.profile_error`` or "")."""
+    if not _readable(store):
+        return []
+    _, rows = store.query(
+        "SELECT t.device, t.key, EXISTS (SELECT 1 FROM profiles p WHERE p.run_id = t.run_id "
+        "AND p.device = t.device AND p.key = t.key), "
+        "coalesce(json_extract_string(t.extra, '$.profile_error'), '') "
+        "FROM trials t WHERE t.run_id = ? AND t.status = 'ok' ORDER BY t.device, t.key",
+        [run_id],
+    )
+    return [(str(d), str(k), bool(has), str(why)) for d, k, has, why in rows]
+
+
 #: the columns a profile and its kernel rows share (a kernel row belongs to its pass)
 _JOIN = " AND ".join(
     f"k.{c} IS NOT DISTINCT FROM p.{c}"
@@ -113,4 +128,4 @@ def profile_frame(store: Store, run_id: str) -> pd.DataFrame:
     )
 
 
-__all__ = ["ProfilePoint", "load_profiles", "profile_frame", "save_profiles"]
+__all__ = ["ProfilePoint", "finished_passes", "load_profiles", "profile_frame", "save_profiles"]
