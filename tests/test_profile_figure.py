@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
-from ngb.sweeps.figures.ops import CLASS_COLOURS, bar_segments, draw, file_name
+from ngb.sweeps.figures.ops import CLASS_COLOURS, axis_cap, bar_segments, draw, file_name
 from ngb.sweeps.figures.plot import text_outside_canvas
 from ngb.sweeps.store.database import Store
 from ngb.tui import ops_view
@@ -47,6 +47,32 @@ def test_the_figure_keeps_its_text_inside_and_uses_okabe_ito(tmp_path: Path) -> 
     # crowded: eight columns with long names still fit
     many = [(f"compiler-{i} fp32 prune-l1-0.5", p) for i, (_, p) in enumerate(bars * 3)][:8]
     assert text_outside_canvas(draw("resnet50 b32 on a-long-device-name", many)) == []
+
+
+def test_an_outlier_bar_is_drawn_off_scale_and_the_others_stay_readable(tmp_path: Path) -> None:
+    """Untuned TVM ran resnet18 b8 at 14,200 ms where eager ran 324 ms (2-core VM, 2026-11-27):
+    on one linear axis every other bar was a line. The outlier is drawn at the axis top, in its
+    shares, labelled with its real latency."""
+    assert axis_cap([324.0, 203.0, 14200.0]) == pytest.approx(1.6 * 324.0)
+    assert axis_cap([324.0, 203.0, 1000.0]) is None  # 3.1x: on scale
+    assert axis_cap([14200.0]) is None
+    stored = ops_view.load(Store(filled(tmp_path / "r.duckdb")), "ops-snap", None)
+    bars = [(pt.compiler, p) for pt, p in stored if pt.batch == 8]
+    bars[0][1].timed_ms = 50.0 * max(p.timed_ms or 0.0 for _, p in bars[1:])
+    fig = draw("conv w16 b8 on localhost", bars)
+    ax = fig.axes[0]
+    top_of_axis = ax.get_ylim()[1]
+    tops = [
+        max(r.get_y() + r.get_height() for r in bar) for bar in zip(*ax.containers, strict=True)
+    ]
+    assert tops[0] < top_of_axis and tops[0] == pytest.approx(
+        axis_cap([b[1].timed_ms or 0 for b in bars])
+    )
+    assert tops[1:] == pytest.approx([p.timed_ms for _, p in bars[1:]])  # the rest to scale
+    labels = [t.get_text() for t in ax.texts]
+    assert any("off scale" in t for t in labels)
+    assert sum("off scale" in t for t in labels) == 1
+    assert text_outside_canvas(fig) == []
 
 
 def test_report_ops_writes_a_figure_per_model(tmp_path: Path) -> None:
