@@ -88,3 +88,24 @@ def test_report_ops_writes_a_figure_per_model(tmp_path: Path) -> None:
     assert f"{base}.png" in names and f"{base}.svg" in names and len(names) == 6  # b1, b8
     bad = CliRunner().invoke(cli, ["report", "dlas", "--db", str(db), "--figure", str(out)])
     assert bad.exit_code == 1 and "--figure applies to `ngb report ops` only" in bad.output
+
+
+def test_report_ops_model_keeps_one_model_and_names_a_missing_one(tmp_path: Path) -> None:
+    db = filled(tmp_path / "r.duckdb")
+    whole = CliRunner().invoke(cli, ["report", "ops", "--db", str(db), "--format", "markdown"])
+    one = CliRunner().invoke(
+        cli, ["report", "ops", "--db", str(db), "--format", "markdown", "--model", "conv"]
+    )
+    assert whole.exit_code == 0 and one.exit_code == 0, one.output
+    assert one.output == whole.output  # the seeded store profiles one model only
+    out = tmp_path / "figs"
+    figs = CliRunner().invoke(
+        cli, ["report", "ops", "--db", str(db), "--model", "conv", "--figure", str(out)]
+    )
+    assert figs.exit_code == 0 and len(list(out.iterdir())) == 6
+    missing = CliRunner().invoke(cli, ["report", "ops", "--db", str(db), "--model", "cnv"])
+    assert missing.exit_code == 1
+    assert "unknown model with profiles 'cnv'; did you mean: conv?" in missing.output
+    assert len(missing.output.strip().splitlines()) == 1
+    other = CliRunner().invoke(cli, ["report", "energy", "--db", str(db), "--model", "conv"])
+    assert other.exit_code == 1 and "--model applies to `ngb report ops` only" in other.output

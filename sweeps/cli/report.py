@@ -40,6 +40,7 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 @click.option(
     "--no-figures", is_flag=True, help="html whole-run report: leave the figures out (faster)."
 )
+@click.option("--model", default=None, help="ops: only this model (its profiles' name).")
 @click.option(
     "--figure", "figure_dir", type=click.Path(file_okay=False), default=None,
     help="ops: also draw a stacked bar per compiler for each model into this folder.",
@@ -47,8 +48,8 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 @results_db_options
 def report(
     name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
-    family: str | None, precision: str | None, no_figures: bool, figure_dir: str | None,
-    db: str | None, wait: float,
+    family: str | None, precision: str | None, no_figures: bool, model: str | None,
+    figure_dir: str | None, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Print report NAME (or `all`); without NAME, list the reports."""
     from ngb.sweeps.report import catalog as reports
@@ -65,6 +66,10 @@ def report(
         from ngb.core.errors import ConfigError
 
         raise ConfigError("--figure applies to `ngb report ops` only")
+    if model is not None and name != "ops":
+        from ngb.core.errors import ConfigError
+
+        raise ConfigError("--model applies to `ngb report ops` only")
     store = Store(db, busy_timeout_s=wait)
     whole = fmt == "html" and name in (None, ALL)
     if (family is not None or precision is not None) and not whole:
@@ -79,13 +84,15 @@ def report(
         emit_text(run_report(data, figures=not no_figures), output)
         return
     if figure_dir is not None:  # the per-operator figures (ngb.sweeps.figures.ops)
-        _ops_figures(store, figure_dir, run_id, device)
+        _ops_figures(store, figure_dir, run_id, device, model)
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
     # table, Markdown and CSV are written a row at a time: a report of every point never whole
     # in memory (``render_to``); LaTeX and HTML lay a table out whole
     streaming = fmt in ("table", "markdown", "csv")
     built = [
-        reports.build_report(n, store, run_id=run_id, device=device, streaming=streaming)
+        reports.build_report(
+            n, store, run_id=run_id, device=device, streaming=streaming, model=model
+        )
         for n in names
     ]
     if fmt == "html":
@@ -104,7 +111,9 @@ def report(
     emit_text(write_all, output, store.path)
 
 
-def _ops_figures(store: Store, out_dir: str, run_id: str | None, device: str | None) -> None:
+def _ops_figures(
+    store: Store, out_dir: str, run_id: str | None, device: str | None, model: str | None
+) -> None:
     from pathlib import Path
 
     from ngb.core.errors import NgbError
@@ -113,7 +122,7 @@ def _ops_figures(store: Store, out_dir: str, run_id: str | None, device: str | N
 
     check_out_dir(out_dir)
     try:
-        written = write_figures(store, Path(out_dir), run_id=run_id, device=device)
+        written = write_figures(store, Path(out_dir), run_id=run_id, device=device, model=model)
     except OSError as exc:
         raise NgbError(f"cannot write figures to {out_dir}: {exc.strerror or exc}") from None
     click.echo(f"figures: {len(written)} file(s) in {out_dir}", err=True)

@@ -150,13 +150,16 @@ def write_figures(
     run_id: str | None = None,
     device: str | None = None,
     formats: tuple[str, ...] = FORMATS,
+    model: str | None = None,
 ) -> list[Path]:
     """A figure per model, batch and device with stored profiles; the paths written."""
     from ngb.sweeps.report.data import ReportData
     from ngb.sweeps.report.ops import by_model, column_names, load_with_timed
 
     require_matplotlib()
-    stored, _ = load_with_timed(ReportData(store, run_id=run_id, device=device))
+    data = ReportData(store, run_id=run_id, device=device)
+    data.model = model
+    stored, _ = load_with_timed(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for label, found in by_model(stored):

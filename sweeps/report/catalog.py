@@ -66,6 +66,7 @@ def build_report(
     run_id: str | None = None,
     device: str | None = None,
     streaming: bool = False,
+    model: str | None = None,
 ) -> Report:
     """Build report ``name``; unknown report/run/device names raise a one-line NgbError.
 
@@ -82,6 +83,7 @@ def build_report(
     builder, _ = REPORTS[name]
     data = ReportData(store, run_id=run_id, device=device)
     data.streaming = streaming
+    data.model = model
     report = builder(data)
     if name != "testbed":
         # counted in SQL where the report read no trial whole (a report of every point)

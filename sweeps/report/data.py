@@ -271,6 +271,8 @@ class ReportData:
         # CSV): reports of every point then read and keep them a batch at a time (``streamed``)
         self.streaming = False
         self.baseline_note = ""  # set when the runs in scope name different baselines
+        # one model only (``ngb report ops --model M``); the reports that honour it say so
+        self.model: str | None = None
 
     @property
     def baseline(self) -> str:

@@ -199,7 +199,12 @@ def load_with_timed(
     latency of the newest trial of its point as ``timed_ms``, where the store has one."""
     from ngb.sweeps.store.profiles import load_profiles
 
-    stored = load_profiles(data.store, data.run_id)
+    stored = load_profiles(data.store, data.run_id, data.model)
+    if data.model is not None and not stored:
+        from ngb.core.errors import UnknownNameError
+
+        known = sorted({pt.model for pt, _ in load_profiles(data.store, data.run_id)})
+        raise UnknownNameError("model with profiles", data.model, known)
     if data.device is not None:
         stored = [(pt, p) for pt, p in stored if pt.device == data.device]
     timed = _timed_ms(data) if stored else {}
