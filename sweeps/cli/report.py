@@ -87,8 +87,11 @@ def report(
         _ops_figures(store, figure_dir, run_id, device, model)
     names = [n for n, _ in reports.list_reports()] if name == ALL else [str(name)]
     # table, Markdown and CSV are written a row at a time: a report of every point never whole
-    # in memory (``render_to``); LaTeX and HTML lay a table out whole
-    streaming = fmt in ("table", "markdown", "csv")
+    # in memory (``render_to``), where there are enough points to pay for it; LaTeX and HTML lay
+    # a table out whole
+    streaming = fmt in ("table", "markdown", "csv") and reports.worth_streaming(
+        names, store, run_id=run_id, device=device
+    )
     built = [
         reports.build_report(
             n, store, run_id=run_id, device=device, streaming=streaming, model=model

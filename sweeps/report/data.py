@@ -401,6 +401,17 @@ class ReportData:
         sql = f"SELECT {columns} FROM trials t WHERE t.rowid IN ({newest})"  # noqa: S608
         return sql, params
 
+    def point_count(self) -> int:
+        """How many points ``trials()`` would give, counted in SQL over the narrow point columns
+        (a report decides from it whether to stream)."""
+        where, params = self._where()
+        sql = (
+            "SELECT count(*) FROM (SELECT 1 FROM trials "  # noqa: S608
+            f"WHERE {where} GROUP BY {', '.join(POINT_COLUMNS)})"
+        )
+        _, rows = self.store.query(sql, params)
+        return int(rows[0][0]) if rows else 0
+
     def trials(self) -> Sequence[TrialRow]:
         """Successful trials, newest per point, as dicts (``extra`` decoded)."""
         if self._trials is None:
