@@ -109,6 +109,22 @@ def test_a_one_off_write_leaves_no_new_file_beside_the_store(store: Store) -> No
     assert sorted(p.name for p in store.path.parent.iterdir()) == [store.path.name]
 
 
+def test_a_live_runs_failed_write_leaves_no_new_file_beside_the_store(store: Store) -> None:
+    """A store that takes no write (here: its runs table gone) gets no lock or marker from a
+    live run's failed attempt: nothing is made beside a file ngb could not use."""
+    import duckdb
+
+    conn = duckdb.connect(str(store.path))  # DuckDB's own close checkpoints: no log left
+    for view in ("run_progress", "results", "failures"):
+        conn.execute(f"DROP VIEW IF EXISTS {view}")
+    conn.execute("ALTER TABLE runs RENAME TO runs_gone")
+    conn.close()
+    assert sorted(p.name for p in store.path.parent.iterdir()) == [store.path.name]
+    with deferred_checkpoints(store.path), pytest.raises(Exception, match="runs"):
+        new_run(store, "r1")
+    assert sorted(p.name for p in store.path.parent.iterdir()) == [store.path.name]
+
+
 # A live run's writer in another process: a write every few ms, each of which must get the file
 # at once (write_timeout_s=0: a wait is DatabaseBusy), and one that wants to checkpoint every
 # time (CHECKPOINT_BYTES=1), which it may do only while no reader copies.

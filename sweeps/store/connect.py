@@ -145,11 +145,14 @@ def connection(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     with lock_for(path):
         conn = open_connection(path, write=write, external_access=external_access, timeout=timeout)
+        committed = False
         try:
             yield conn
+            committed = True
         finally:
             if write:  # checkpoint unless a reader is copying (or held_open does); the marker
-                finish_write(conn, path, last=not _held.get(str(path.resolve())))
+                last = not _held.get(str(path.resolve()))
+                finish_write(conn, path, last=last, committed=committed)
             else:
                 conn.close()
 
@@ -181,13 +184,15 @@ def held_open(path: Path) -> Iterator[None]:
             yield
             return
         _held[key] = _held.get(key, 0) + 1
+        committed = False
         try:
             yield
+            committed = True
         finally:
             _held[key] -= 1
             if not _held[key]:
                 del _held[key]
-            finish_write(keeper, path, last=not _held.get(key))
+            finish_write(keeper, path, last=not _held.get(key), committed=committed)
 
 
 @contextmanager

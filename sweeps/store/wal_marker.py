@@ -267,12 +267,15 @@ def prepare_writer(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(f"SET checkpoint_threshold = '{AUTO_CHECKPOINT}'")
 
 
-def finish_write(conn: duckdb.DuckDBPyConnection, db: Path, *, last: bool = True) -> None:
+def finish_write(
+    conn: duckdb.DuckDBPyConnection, db: Path, *, last: bool = True, committed: bool = True
+) -> None:
     """Close a read-write connection: checkpoint when it is due and no reader is copying (never
     waiting for one); ``last`` False: another connection of this process keeps the database
     open (``connect.held_open``) and checkpoints when it closes. The marker is recorded before
     the connection closes: while it is open no other process can write, so the log's length is
-    that of this process's last commit."""
+    that of this process's last commit. ``committed`` False (the writes failed: a store that is
+    no ngb store, say): no new file is made beside it, a marker already there is kept current."""
     import duckdb
 
     wal = file_id(wal_path(db))
@@ -283,18 +286,19 @@ def finish_write(conn: duckdb.DuckDBPyConnection, db: Path, *, last: bool = True
                 # a failed checkpoint (an aborted transaction) leaves the log: replayed later
                 with contextlib.suppress(duckdb.Error):
                     conn.execute("CHECKPOINT")
-            _mark(db)  # before a reader may take the lock again
+            _mark(db, create=committed)  # before a reader may take the lock again
             conn.close()
         return
-    _mark(db)
+    _mark(db, create=committed)
     conn.close()
 
 
-def _mark(db: Path) -> None:
-    """Record the marker: always for a live run (which also makes the readers lock file),
-    otherwise only over one that is there (a one-off write leaves no new file beside a store)."""
+def _mark(db: Path, *, create: bool = True) -> None:
+    """Record the marker: always for a live run (which also makes the readers lock file) whose
+    write went in (``create``), otherwise only over one that is there (a one-off or failed
+    write leaves no new file beside a store)."""
     live = deferring(db)
-    if live:
+    if live and create:
         fd = _open_lock(db, create=True)
         if fd is not None:
             os.close(fd)
