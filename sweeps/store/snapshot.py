@@ -343,17 +343,9 @@ _snapshots_guard = threading.Lock()
 
 def _signature(path: Path) -> Signature | None:
     """What tells a changed file apart; None (never reuse) for a file changed just now."""
-    import os
     import time
 
-    def of(p: Path) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(p)
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_size, st.st_mtime_ns
-
-    main, wal = of(path), of(Path(f"{path}.wal"))
+    main, wal = marked.file_id(path), marked.file_id(marked.wal_path(path))
     if main is None:
         return None
     newest = max(main[2], wal[2] if wal else 0) / 1e9
