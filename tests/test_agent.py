@@ -391,9 +391,12 @@ def test_agent_repeats_its_last_state_while_a_trial_runs_and_sends_eta_inputs(
     tmp_path: Path,
 ) -> None:
     """Issue 32: a console that re-attaches mid-trial reads the event log from a stored offset,
-    after the trial's start. The agent writes its last state again (``state``, every 1.5 s while
-    a trial runs): the trial, its phase, the last CPU sample and the ETA's inputs; and it tags
-    the environment with the run id, which a tuning database records."""
+    after the trial's start. The agent writes its last state again (``state``, with each CPU
+    sample, at most every ``SNAPSHOT_S`` s, while a trial runs): the trial, its phase, the last CPU
+    sample and the ETA's inputs; and it tags the environment with the run id, which a tuning
+    database records."""
+    from ngb.core.live_state import SNAPSHOT_S
+
     keys = write_trials(
         tmp_path / "trials.jsonl",
         [trial("first"), trial("slow", {"compile_s": 4.0})],  # a slow compile: nothing timed
@@ -406,13 +409,45 @@ def test_agent_repeats_its_last_state_while_a_trial_runs_and_sends_eta_inputs(
     first = next(e["result"] for e in evs if e["type"] == "trial_done")
     took = first["finished_at"] - first["started_at"]
     assert started[1]["eta"]["current_other_s"] == pytest.approx(took, abs=0.01)
-    states = [e for e in evs if e["type"] == "state"]
-    slow = [s for s in states if s["trial"]["key"] == keys[1]]
-    assert len(slow) >= 2, [e["type"] for e in evs]  # every 1.5 s of a 4 s compile
-    assert all(s["phase"] == "compile" for s in slow[:2]) and slow[0]["eta"]["rest_trials"] == 0
+    # each snapshot carries the phase the trial was last in (None before its first phase event:
+    # on a loaded machine a snapshot can come between the trial's start and its phase)
+    phase: str | None = None
+    slow: list[dict] = []
+    for e in evs:
+        if e["type"] == "trial_started":
+            phase = None
+        elif e["type"] == "phase":
+            phase = e["phase"]
+        elif e["type"] == "state" and e["trial"]["key"] == keys[1]:
+            assert e["phase"] == phase, e
+            slow.append(e)
+    compiling = [s for s in slow if s["phase"] == "compile"]
+    assert len(compiling) >= 2, [e["type"] for e in evs]  # a 4 s compile: one per 1 s sample
+    assert all(s["eta"]["rest_trials"] == 0 for s in slow)
     sampled = [s["cpu"] for s in slow if s["cpu"]]  # the live meter's sample, without per-core
     assert sampled and "percent" in sampled[-1] and "per_cpu" not in sampled[-1]
     gaps = [b["ts"] - a["ts"] for a, b in zip(slow, slow[1:], strict=False)]
-    assert all(g >= 1.4 for g in gaps)
+    # never two at once (the reader and sampler threads both found one due: 2 ms apart); the
+    # upper bound is a timing claim, in the slow tier below
+    assert all(g >= SNAPSHOT_S / 2 for g in gaps), gaps
     last_done = max(i for i, e in enumerate(evs) if e["type"] == "trial_done")
     assert not any(e["type"] == "state" for e in evs[last_done:])  # between trials: none
+
+
+# A timing claim (how far apart the agent's snapshots come): in the slow tier, on a quiet machine
+# (`make test-slow`); beside three other xdist workers on 2 cores the sampler thread lags.
+@pytest.mark.slow
+def test_a_console_re_attached_at_any_moment_of_a_trial_gets_a_snapshot_within_2_s(
+    tmp_path: Path,
+) -> None:
+    """The promise behind the re-attach (issue 32): whenever a console resumes the event log,
+    a ``state`` event follows within 2 s. With snapshots at most every 1.5 s, carried by the
+    1 s CPU samples, they came up to 2.5 s apart."""
+    write_trials(tmp_path / "trials.jsonl", [trial("slow", {"compile_s": 6.0})])
+    code, evs, err = run_agent(tmp_path)
+    assert code == 0, err
+    start = next(e["ts"] for e in evs if e["type"] == "trial_started")
+    done = next(e["ts"] for e in evs if e["type"] == "trial_done")
+    stamps = [start] + [e["ts"] for e in evs if e["type"] == "state"] + [done]
+    waits = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert len(waits) >= 6 and max(waits) <= 2.0, waits
