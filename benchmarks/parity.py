@@ -22,8 +22,16 @@ draw: the minutes between rounds are not modelled, but both sides meet them alik
 on every workload, with the machine quiet (the load average is printed before and after); an
 interval that holds 1 says the two differ by no more than their processes do.
 
+``--allocator`` puts glibc's mode (``ngb.core.allocator``) in force on both sides. Under the
+default ``system`` a process's speed on conv:64:16 follows its minor page faults per call (0 to
+~12,000 on the 2-core VM: 650 down to 280 samples/s), which the heap's layout -- anything the
+process imported or allocated before -- decides: there ngb / plain read 1.22 [1.04, 1.44] under
+``system`` and 0.978 [0.913, 1.047] under ``retain`` (2026-11-27, 3 rounds each), so the gap was
+the allocator's state, not the harness (``ngb.core.page_faults`` says so in the verdict).
+
     .venv/bin/ngb bench parity
     .venv/bin/python benchmarks/parity.py --rounds 3 --workload resnet18::8 --device cuda
+    .venv/bin/python benchmarks/parity.py --rounds 3 --workload conv:64:16 --allocator retain
     .venv/bin/python benchmarks/parity.py --rounds 2 --workload mha:64:1 --windows 2 \\
         --window 0.05 -- --repetitions 2 --workers 2 --min-duration 0.05 --warmup-s 0.1  # smoke
 """
@@ -52,7 +60,10 @@ import torch
 from ngb.core.models import create_model
 from ngb.core.types import TrialSpec
 
-model, width, batch, device, warmup, windows, window = sys.argv[1:8]
+model, width, batch, device, warmup, windows, window, alloc = sys.argv[1:9]
+if alloc != "system":  # before anything allocates, as ngb's worker does
+    from ngb.core import allocator
+    allocator.apply(alloc)
 spec = TrialSpec(model=model, compiler="identity", batch=int(batch), device=device,
                  width=int(width) if width else None)
 net, x = create_model(spec)
@@ -77,7 +88,7 @@ print(json.dumps({"mean": sum(rates) / len(rates), "windows": rates}))
 def plain(model: str, width: str, batch: str, args: argparse.Namespace) -> float:
     """One plain loop in a fresh interpreter: the mean of its windows."""
     cmd = [sys.executable, "-c", PLAIN, model, width, batch, args.device, str(args.warmup),
-           str(args.windows), str(args.window)]  # fmt: skip
+           str(args.windows), str(args.window), args.allocator]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"plain loop failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -97,7 +108,8 @@ def worker_means(result: dict[str, object]) -> list[float]:
 def ngb(model: str, width: str, batch: str, args: argparse.Namespace) -> tuple[list[float], float]:
     """One ``ngb measure``: its workers' means and its wall time."""
     cmd = [sys.executable, "-m", "ngb.sweeps.cli", "measure", model, "-c", "identity", "-b", batch,
-           "--device", args.device, "--no-verify", "--json", *args.extra]  # fmt: skip
+           "--device", args.device, "--allocator", args.allocator, "--no-verify", "--json",
+           *args.extra]  # fmt: skip
     if width:
         cmd += ["--width", width]
     # ngb's default worker start (a fresh interpreter each), whatever the caller's shell set
@@ -178,6 +190,10 @@ def main() -> None:
         "--plain-processes", type=positive_int, default=None, metavar="N",
         help="plain-loop processes per round (default: as many as ngb measure ran workers)",
     )  # fmt: skip
+    parser.add_argument(
+        "--allocator", choices=("system", "retain"), default="system",
+        help="glibc's mode on both sides (ngb.core.allocator; default: ngb's default, system)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=non_negative, default=1.0, help="plain loop: seconds")
     parser.add_argument(
         "--windows", type=positive_int, default=10, help="plain loop: timed windows"
@@ -193,6 +209,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
           f"device {args.device}; {args.rounds} alternating rounds per workload; plain "
           f"processes per round: {args.plain_processes or 'as many as ngb ran workers'}; "
+          f"allocator {args.allocator} on both sides; "
           f"ngb measure options: {' '.join(args.extra) or 'defaults'}")  # fmt: skip
     lowest = min(run_workload(parts, args).value for parts in workloads)
     load = os.getloadavg()

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ngb.core import energy, events, interference, percentiles, reruns, stopping, warmup
+from ngb.core import (
+    energy,
+    events,
+    interference,
+    page_faults,
+    percentiles,
+    reruns,
+    stopping,
+    warmup,
+)
 from ngb.core.compilers.base import Compiled
 from ngb.core.cpu import CpuTick
 from ngb.core.memory import PhaseMemory
@@ -59,6 +68,7 @@ class Part:
     peak_rss_mb: float | None = None
     pid: int | None = None
     memory: dict[str, Any] = field(default_factory=dict)  # ngb.core.memory.PhaseMemory.to_dict
+    minor_faults: int | None = None  # the process's minor page faults over its timed loops
 
     @property
     def throughputs(self) -> list[float]:
@@ -164,6 +174,7 @@ def _timed(
     settings = spec.measure
     throughputs: list[float] = []
     latencies: list[np.ndarray] = []
+    faults_before = page_faults.minor_faults()  # outside the timed calls (ngb.core.page_faults)
     start = time.perf_counter()
     call_s = _warmup_call_s(part)
     while (reason := plan.stop_reason(throughputs, time.perf_counter() - start)) is None:
@@ -193,6 +204,9 @@ def _timed(
             worker=plan.worker,
         )
     part.measure_s = time.perf_counter() - start
+    faults_after = page_faults.minor_faults()
+    if faults_before is not None and faults_after is not None:
+        part.minor_faults = faults_after - faults_before
     part.stopped = reason
     # an array, not a list: a fast call gives millions of latencies, and they cross a pipe
     part.latencies_ns = np.concatenate(latencies) if latencies else np.empty(0, np.int64)
@@ -278,6 +292,7 @@ def merge(
     if ci.workers >= 2:  # each process weighs the same: the interval is centred on this mean
         result.throughput.mean = ci.mean
     result.verdict, result.verdict_reason = verdict.verdict, verdict.reason
+    _page_faults(result, parts)
     result.ci_half_width = verdict.ci_half_width
     result.extra["measure"] = {
         "mode": "fixed" if settings.repetitions is not None else "adaptive",
@@ -311,6 +326,7 @@ def merge(
             "warmup_s": round(p.warmup_s, 3),
             "compile_s": p.compile_s,
             "first_call_s": p.first_call_s,
+            "faults_per_call": _rounded(page_faults.per_call(p.minor_faults, p.calls)),
             "cpu": p.cpu,
         }
         for p in parts
@@ -321,6 +337,29 @@ def merge(
         result.peak_rss_mb = max(peaks)
     _memory(result, parts)
     energy.apply(result, [p.telemetry.get("energy") for p in parts], settings.confidence)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _page_faults(result: TrialResult, parts: list[Part]) -> None:
+    """Each process's minor faults per call; when its speed follows them, the verdict says so
+    (``ngb.core.page_faults``: the allocator's state, not the model, set the spread)."""
+    timed = [p for p in parts if p.repetitions]
+    per_call = [page_faults.per_call(p.minor_faults, p.calls) for p in timed]
+    if all(f is None for f in per_call):
+        return
+    allocator = str(result.extra.get("allocator") or "system")
+    means = [summarize(p.throughputs).mean for p in timed]
+    note = page_faults.allocator_note(means, per_call, allocator)
+    result.extra["page_faults"] = {
+        "per_call": [_rounded(f) for f in per_call],
+        "source": page_faults.SOURCE,
+        "speed_follows_faults": note is not None,
+    }
+    if note is not None:
+        result.verdict_reason = f"{result.verdict_reason}; {note}"
 
 
 def _latency_tails(result: TrialResult, calls_ns: list[np.ndarray], level: float) -> None:

@@ -1,0 +1,105 @@
+"""Minor page faults per call of each worker process, and when they, not the model, set its speed.
+
+Why: under glibc's default allocator (``ngb.core.allocator``, mode ``system``) a call's large
+activations are handed back to the kernel when freed and faulted in again, zeroed, on the next
+call -- or not, depending on where they lie in the heap, which the process's whole allocation
+history decides. On the 2-core VM (2026-11-27, conv:64:16 b16 under ``identity``, 0.25 s windows
+in fresh processes) a process ran anywhere from 0 to ~12,000 minor faults per call and its speed
+followed: ~650 samples/s at 0-900 faults per call, ~280-300/s at ~11,000-12,000. The same loop
+under ``retain`` faulted 0 times per call. That is why one trial's processes spread 254-618/s,
+why ``ngb measure`` and a plain loop disagreed by 1.22x [1.04, 1.44] under ``system`` while
+agreeing under ``retain`` (0.978 [0.913, 1.047], ``benchmarks/parity.py --allocator retain``),
+and why the verdict then blamed a "drift" that was the allocator's state.
+
+So every worker counts its process's minor faults over its timed loops (``getrusage``, all its
+threads; two system calls per worker, outside the timed calls), the result keeps them per call
+beside each process's mean, and when the processes' speed follows their faults the verdict says
+so (``allocator_note``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+try:
+    import resource
+except ImportError:  # not on Windows: no count, nothing said
+    resource = None  # type: ignore[assignment]
+
+#: a process that faults fewer pages than this per call is not held back by it (400 KiB a call)
+MIN_FAULTS_PER_CALL = 100.0
+#: the processes' faults per call must spread at least this much (highest over lowest + 1) ...
+MIN_FAULT_RATIO = 2.0
+#: ... and their means must fall as their faults rise at least this strongly (Spearman's rank
+#: correlation; with three processes only a perfect -1 passes)
+MAX_RANK_CORRELATION = -0.6
+#: processes needed before a rank correlation says anything
+MIN_PROCESSES = 3
+
+SOURCE = "getrusage ru_minflt of the worker process over its timed loops (all its threads)"
+
+
+def minor_faults() -> int | None:
+    """Minor page faults of this process so far (None where the platform has no count)."""
+    if resource is None:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+def per_call(faults: int | None, calls: int) -> float | None:
+    """Faults per timed call (None without a count or a call)."""
+    if faults is None or calls <= 0:
+        return None
+    return faults / calls
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their mean rank (Spearman's convention)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (None when either side does not vary)."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    n = len(rx)
+    mx, my = sum(rx) / n, sum(ry) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / (sxx * syy) ** 0.5
+
+
+def allocator_note(
+    means: Sequence[float], faults_per_call: Sequence[float | None], allocator: str
+) -> str | None:
+    """One clause for the verdict when the processes' speed follows their page faults, else None.
+
+    ``means`` and ``faults_per_call`` are per worker process, in the same order; a process
+    without a count is left out."""
+    pairs = [(m, f) for m, f in zip(means, faults_per_call, strict=True) if f is not None]
+    if len(pairs) < MIN_PROCESSES:
+        return None
+    speeds, faults = [m for m, _ in pairs], [f for _, f in pairs]
+    low, high = min(faults), max(faults)
+    if high < MIN_FAULTS_PER_CALL or high < MIN_FAULT_RATIO * (low + 1):
+        return None
+    rho = rank_correlation(speeds, faults)
+    if rho is None or rho > MAX_RANK_CORRELATION:
+        return None
+    cure = " -- --allocator retain holds it" if allocator.startswith("system") else ""
+    return (
+        f"the processes' speed follows their page faults ({low:,.0f}-{high:,.0f} per call, "
+        f"rank correlation {rho:.2f}): the C allocator's state, not the model{cure}"
+    )
