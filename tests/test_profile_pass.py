@@ -31,7 +31,9 @@ def test_the_setting_changes_no_key_and_is_on_in_the_paper_presets() -> None:
     for preset in ("paper-families", "paper-batch-width", "paper-blocks-depth", "dlas"):
         assert load_sweep(preset).measure_settings.profile, preset
     assert not load_sweep("demo").measure_settings.profile  # off by default
-    assert calls_for(1.0) == (20, 5) and calls_for(1000.0) == (5, 2) and calls_for(None)[0] == 20
+    assert calls_for(1.0) == (20, 5) and calls_for(999.0) == (5, 2) and calls_for(None)[0] == 20
+    # a call of seconds: 2 profiled after 1 warm-up (each run twice: 6 calls, not 14)
+    assert calls_for(1000.0) == (2, 1) and calls_for(100_000.0) == (2, 1)
 
 
 def test_a_runtime_without_a_profiler_keeps_its_timed_result(tmp_path: Path) -> None:
@@ -174,3 +176,19 @@ def test_a_version_8_file_keeps_its_profiles_and_reads_them(tmp_path: Path) -> N
     ((point, p),) = load_profiles(Store(path))
     assert point.optimisation == "none" and point.trial_key is None and p.timed_ms is None
     assert p.records[0].source_ops == ("a", "b") and p.by_class()["convolution"] == 4.0
+
+
+def test_a_call_of_seconds_is_profiled_twice_after_one_warm_up(tmp_path: Path) -> None:
+    """What the pass runs follows the trial's timed latency: a trial whose calls took 2 s (as
+    its timing said) gets 2 profiled calls, where the floor of 5 + 2, run twice, would have
+    spent 14 calls of seconds."""
+    from ngb.core.profile_pass import run_pass
+
+    spec = conv("identity", profile=True)
+    result = TrialResult(key=spec.key, spec=spec.to_dict(), status="ok")
+    result.throughput = Stats(mean=0.5, n=2)  # batch 1 at 0.5/s: 2,000 ms a call
+    seen: list[dict] = []
+    run_pass(spec, result, tmp_path / "t", None, deadline=1e12, emit=seen.append)
+    profile = result.extra["profile"]
+    assert profile["calls"] == 2 and profile["timed_ms"] == pytest.approx(2000.0), profile
+    assert any("profile pass: 2 calls" in str(e.get("msg")) for e in seen)
