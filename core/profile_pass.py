@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from ngb.core import events
 from ngb.core.errors import one_line
 from ngb.core.isolate import call_in_child
+from ngb.core.profiling import requests_in_flight
 
 if TYPE_CHECKING:
     from ngb.core.profiling import Profile
@@ -94,6 +95,7 @@ def run_pass(
         result.extra["profile"] = {"error": one_line(exc)}
         return
     found.timed_ms = timed
+    found.timed_in_flight = requests_in_flight(result.extra)
     result.extra["profile"] = found.to_dict()
 
 

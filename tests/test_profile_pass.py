@@ -75,6 +75,7 @@ def test_the_pass_follows_the_timing_and_is_stored_keyed_to_the_trial(
     assert rows[0] == (len(data["records"]), profiled.key)
     _, rows = store.query("SELECT extra FROM trials")
     assert '"records"' not in rows[0][0]  # the profile left extra for its own tables
+    assert profiled.extra["profile"] is data  # ... of the stored copy: the caller keeps it
     (point, profile), *_ = load_profiles(store, run_id="r")
     assert point.trial_key == profiled.key and point.optimisation == "none"
     assert profile.timed_ms == pytest.approx(timed) and profile.by_class()["convolution"] > 0
@@ -187,8 +188,37 @@ def test_a_call_of_seconds_is_profiled_twice_after_one_warm_up(tmp_path: Path) -
     spec = conv("identity", profile=True)
     result = TrialResult(key=spec.key, spec=spec.to_dict(), status="ok")
     result.throughput = Stats(mean=0.5, n=2)  # batch 1 at 0.5/s: 2,000 ms a call
+    result.extra["requests_in_flight"] = 3  # and recorded beside it
     seen: list[dict] = []
     run_pass(spec, result, tmp_path / "t", None, deadline=1e12, emit=seen.append)
     profile = result.extra["profile"]
     assert profile["calls"] == 2 and profile["timed_ms"] == pytest.approx(2000.0), profile
+    assert profile["timed_in_flight"] == 3
     assert any("profile pass: 2 calls" in str(e.get("msg")) for e in seen)
+
+
+def test_a_trial_with_requests_in_flight_marks_its_profiled_over_timed(
+    profiled: TrialResult, tmp_path: Path
+) -> None:
+    """OpenVINO kept 2 requests in flight on the 2-core VM: its timed ms per call (batch /
+    throughput) was half of one call's, and the pass, one call at a time, read 1.9-2.0x it. The
+    ratio says so on every surface that prints it, from the trial's own extra."""
+    import copy
+
+    from ngb.core.profiling import requests_in_flight
+    from ngb.sweeps.report.ops import profiled_over_timed
+
+    trial = copy.deepcopy(profiled)
+    trial.extra["requests_in_flight"] = 2
+    store = Store(tmp_path / "r.duckdb")
+    store.create_run("r", "s", "", ["here"], 1)
+    assert store.ingest_results("r", "here", [trial]) == 1
+    text = render(build_report("ops", store, run_id="r"), "markdown")
+    assert "x (2 in flight)" in text and "'k in flight'" in text
+    # the pass's own record carries it too, and survives its JSON
+    p = Profile.from_dict({**profiled.extra["profile"], "timed_in_flight": 2})
+    assert Profile.from_dict(p.to_dict()).timed_in_flight == 2
+    assert profiled_over_timed(p).endswith("x (2 in flight)")
+    assert "in flight" not in profiled_over_timed(Profile.from_dict(profiled.extra["profile"]))
+    for unsaid in ({}, {"requests_in_flight": True}, {"requests_in_flight": "2"}, None):
+        assert requests_in_flight(unsaid) == 1

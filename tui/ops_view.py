@@ -29,7 +29,8 @@ NO_PROFILES = (
     "no per-operator profile for this model in this run: `ngb run --profile` (or `profile = "
     "true` in the sweep's [measure]) takes one per trial; `ngb profile MODEL --db` apart"
 )
-NOTE = "ms/call (share of recorded); k = kernels/inference; profiled/timed = overhead"
+# one line at 80 columns; "n in flight" marks a timed trial that ran n requests at once
+NOTE = "ms/call (share); k = kernels/inference; n in flight: a call takes <= n x timed"
 
 
 def load(store: Store, run_id: str, device: str | None) -> Stored:
@@ -109,4 +110,6 @@ def _timed(p: Profile | None) -> str:
 
 
 def _ratio(p: Profile | None) -> str:
-    return f"{p.profiled_ms / p.timed_ms:.2f}x" if p and p.timed_ms else "-"
+    from ngb.sweeps.report.ops import profiled_over_timed
+
+    return profiled_over_timed(p) if p else "-"

@@ -130,8 +130,20 @@ def ops(data: ReportData) -> Report:
 _TIMED_NOTE = (
     "timed ms / call: batch / throughput of the trial the profile pass followed (a sweep's "
     "profile = true, `ngb measure --profile`), else of the newest timed trial of the same point "
-    "(precision and optimisation included), its interval carried over; '-' where none is stored"
+    "(precision and optimisation included), its interval carried over; '-' where none is stored. "
+    "'k in flight': that trial kept k requests running (OpenVINO, asynchronous runtimes), so a "
+    "call finished every timed ms while each took up to k times that; the pass runs one call at "
+    "a time and reads up to k times the timed figure"
 )
+
+
+def profiled_over_timed(p: Profile) -> str:
+    """The profiled latency over the timed one, marked where the timed trial kept several
+    requests in flight (the console's Operators view prints the same)."""
+    if not p.timed_ms:
+        return "-"
+    ratio = f"{p.profiled_ms / p.timed_ms:.2f}x"
+    return f"{ratio} ({p.timed_in_flight} in flight)" if p.timed_in_flight > 1 else ratio
 
 
 def point_report(
@@ -141,7 +153,7 @@ def point_report(
     one's timed ms per call (``timed``: printed with its interval, "-" where none) and its
     profiled / timed ratio below. ``ops`` and ``ngb measure --profile`` both print this."""
     part = ops_report(label, [p for _, p in found], names=column_names([pt for pt, _ in found]))
-    ratios = [f"{p.profiled_ms / p.timed_ms:.2f}x" if p.timed_ms else "-" for _, p in found]
+    ratios = [profiled_over_timed(p) for _, p in found]
     part.tables[0].rows += [["timed ms / call [95 %]", *timed], ["profiled / timed", *ratios]]
     return part
 
@@ -209,15 +221,22 @@ def load_with_timed(
         stored = [(pt, p) for pt, p in stored if pt.device == data.device]
     timed = _timed_ms(data) if stored else {}
     for point, p in stored:
-        if p.timed_ms is None and _timed_key(point) in timed:
-            p.timed_ms = timed[_timed_key(point)][0]
-    return stored, timed
+        if _timed_key(point) not in timed:
+            continue
+        ms, _, flight = timed[_timed_key(point)]
+        if p.timed_ms is None:
+            p.timed_ms = ms
+        # the store's profiles table keeps no count: the trial's own extra says it
+        p.timed_in_flight = max(p.timed_in_flight, flight)
+    return stored, {key: cell[:2] for key, cell in timed.items()}
 
 
-def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str]]:
-    """Point (and trial key) -> the timed trial's milliseconds per call and that with its
-    printed interval."""
-    out: dict[tuple[object, ...], tuple[float, str]] = {}
+def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str, int]]:
+    """Point (and trial key) -> the timed trial's milliseconds per call, that with its
+    printed interval, and the requests it kept in flight."""
+    from ngb.core.profiling import requests_in_flight
+
+    out: dict[tuple[object, ...], tuple[float, str, int]] = {}
     for r in data.trials():
         batch = int(r["batch"])
         timed = timed_cell(r, batch)
@@ -226,7 +245,7 @@ def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str]]:
         opt = r.get("optimisation") or "none"
         key = (r["device"], r["model"], r.get("width"), r.get("depth") or 1, batch,
                r["compiler"], r.get("precision") or "", opt)  # fmt: skip
-        out[key] = out[(r.get("key"),)] = timed
+        out[key] = out[(r.get("key"),)] = (*timed, requests_in_flight(r.get("extra")))
     return out
 
 

@@ -18,6 +18,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
@@ -164,7 +165,9 @@ def ingest_results(
             [run_id, device, list(batch)],
         ).fetchall()
     }
-    fresh = [r for key, r in batch.items() if key not in stored]
+    # copies whose ``extra`` the takers below may empty: the caller's results keep theirs (the
+    # API returns the very result it stored, whose profile vanished from ``extra`` once stored)
+    fresh = [replace(r, extra=dict(r.extra)) for key, r in batch.items() if key not in stored]
     if not fresh:
         return 0
     now_us = _ts(time.time())
