@@ -35,6 +35,14 @@ MIN_FAULT_RATIO = 2.0
 MAX_RANK_CORRELATION = -0.6
 #: processes needed before a rank correlation says anything
 MIN_PROCESSES = 3
+#: a generous cost of one minor fault (trap and zeroing a 4 KiB page), in seconds. The faults
+#: must be able to account for at least half of the spread in seconds per call at this cost: the
+#: VM's conv processes paid ~2.4 us a fault (25 ms a call more at ~10,500 faults more), and a
+#: ``retain`` trial whose processes ran 0-856 faults a call (1.7 ms at that rate) beside a 35 ms
+#: spread was otherwise named as the allocator's doing (rank correlation -0.77 by chance)
+FAULT_COST_S = 5e-6
+#: ... the share of the spread they must be able to account for
+MIN_SHARE_EXPLAINED = 0.5
 
 SOURCE = "getrusage ru_minflt of the worker process over its timed loops (all its threads)"
 
@@ -82,18 +90,26 @@ def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def allocator_note(
-    means: Sequence[float], faults_per_call: Sequence[float | None], allocator: str
+    means: Sequence[float],
+    faults_per_call: Sequence[float | None],
+    allocator: str,
+    batch: int = 1,
 ) -> str | None:
     """One clause for the verdict when the processes' speed follows their page faults, else None.
 
-    ``means`` and ``faults_per_call`` are per worker process, in the same order; a process
-    without a count is left out."""
-    pairs = [(m, f) for m, f in zip(means, faults_per_call, strict=True) if f is not None]
+    ``means`` (samples/s, ``batch`` a call) and ``faults_per_call`` are per worker process, in
+    the same order; a process without a count is left out. Said when the faults spread widely,
+    the means fall as they rise, and at ``FAULT_COST_S`` a fault they could account for at least
+    ``MIN_SHARE_EXPLAINED`` of the spread in seconds per call."""
+    pairs = [(m, f) for m, f in zip(means, faults_per_call, strict=True) if f is not None and m > 0]
     if len(pairs) < MIN_PROCESSES:
         return None
     speeds, faults = [m for m, _ in pairs], [f for _, f in pairs]
     low, high = min(faults), max(faults)
     if high < MIN_FAULTS_PER_CALL or high < MIN_FAULT_RATIO * (low + 1):
+        return None
+    call_spread_s = batch / min(speeds) - batch / max(speeds)
+    if (high - low) * FAULT_COST_S < MIN_SHARE_EXPLAINED * call_spread_s:
         return None
     rho = rank_correlation(speeds, faults)
     if rho is None or rho > MAX_RANK_CORRELATION:

@@ -292,7 +292,7 @@ def merge(
     if ci.workers >= 2:  # each process weighs the same: the interval is centred on this mean
         result.throughput.mean = ci.mean
     result.verdict, result.verdict_reason = verdict.verdict, verdict.reason
-    _page_faults(result, parts)
+    _page_faults(result, parts, spec)
     result.ci_half_width = verdict.ci_half_width
     result.extra["measure"] = {
         "mode": "fixed" if settings.repetitions is not None else "adaptive",
@@ -343,7 +343,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _page_faults(result: TrialResult, parts: list[Part]) -> None:
+def _page_faults(result: TrialResult, parts: list[Part], spec: TrialSpec) -> None:
     """Each process's minor faults per call; when its speed follows them, the verdict says so
     (``ngb.core.page_faults``: the allocator's state, not the model, set the spread)."""
     timed = [p for p in parts if p.repetitions]
@@ -352,7 +352,7 @@ def _page_faults(result: TrialResult, parts: list[Part]) -> None:
         return
     allocator = str(result.extra.get("allocator") or "system")
     means = [summarize(p.throughputs).mean for p in timed]
-    note = page_faults.allocator_note(means, per_call, allocator)
+    note = page_faults.allocator_note(means, per_call, allocator, spec.batch)
     result.extra["page_faults"] = {
         "per_call": [_rounded(f) for f in per_call],
         "source": page_faults.SOURCE,
