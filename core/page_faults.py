@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 try:
     import resource
 except ImportError:  # not on Windows: no count, nothing said
@@ -61,32 +63,19 @@ def per_call(faults: int | None, calls: int) -> float | None:
     return faults / calls
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
+def _ranks(values: Sequence[float]) -> np.ndarray:
     """Ranks from 1, ties sharing their mean rank (Spearman's convention)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+    _, where, counts = np.unique(np.asarray(values, float), return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2)[where]
 
 
 def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (None when either side does not vary)."""
+    """Spearman's rank correlation: Pearson's on the ranks (None when either side does not
+    vary)."""
     rx, ry = _ranks(xs), _ranks(ys)
-    n = len(rx)
-    mx, my = sum(rx) / n, sum(ry) / n
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    sxx = sum((a - mx) ** 2 for a in rx)
-    syy = sum((b - my) ** 2 for b in ry)
-    if sxx == 0 or syy == 0:
+    if rx.std() == 0 or ry.std() == 0:
         return None
-    return sxy / (sxx * syy) ** 0.5
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def allocator_note(

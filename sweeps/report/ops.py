@@ -205,7 +205,7 @@ def _timed_key(point: ProfilePoint) -> tuple[object, ...]:
 
 def load_with_timed(
     data: ReportData,
-) -> tuple[list[tuple[ProfilePoint, Profile]], dict[tuple[object, ...], tuple[float, str]]]:
+) -> tuple[list[tuple[ProfilePoint, Profile]], dict[tuple[object, ...], tuple[float, str, int]]]:
     """The stored profiles in the report's scope, and the timed trials' ms per call (see
     ``_timed_ms``); a profile taken apart from any trial (``ngb profile --db``) gets the timed
     latency of the newest trial of its point as ``timed_ms``, where the store has one."""
@@ -228,7 +228,7 @@ def load_with_timed(
             p.timed_ms = ms
         # the store's profiles table keeps no count: the trial's own extra says it
         p.timed_in_flight = max(p.timed_in_flight, flight)
-    return stored, {key: cell[:2] for key, cell in timed.items()}
+    return stored, timed
 
 
 def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str, int]]:
