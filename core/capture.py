@@ -65,3 +65,30 @@ def captured_stderr() -> Iterator[Captured]:
                 with contextlib.suppress(OSError, ValueError):
                     sys.stderr.write(holder.text)
                     sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def silenced() -> Iterator[Captured]:
+    """Capture fds 1 and 2 for the block and drop what was written, success or not (its text
+    is in the yielded ``Captured`` for a caller that wants it): the runtimes' profilers print
+    to the process's own descriptors from C++ (ONNX Runtime's "Serializing optimized model"
+    warning, the torch profiler's Kineto lines), never to be seen by whoever ran ``ngb``."""
+    holder = Captured()
+    with tempfile.TemporaryFile() as sink:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield holder
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            holder.text = sink.read().decode("utf-8", errors="replace")

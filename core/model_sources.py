@@ -1,7 +1,9 @@
 """Model sources: where a user's model comes from, what it is fed, and which files travel with it.
 
-A trial names its model the way the user did (``TrialSpec.model``); for anything but a plain timm
-name or a synthetic block, ``TrialSpec.source`` carries a ``ModelSource`` as plain JSON:
+A trial names its model (``TrialSpec.model``) by the name the user gave it (a ``[[models]]`` name,
+``ngb measure --name``, ``ngb.measure(name=)``) or else by ``default_name``, which does not depend
+on the path it was reached by; for anything but a plain timm name or a synthetic block,
+``TrialSpec.source`` carries a ``ModelSource`` as plain JSON:
 
 - ``timm``: a timm name with ``kwargs`` for ``timm.create_model`` (num_classes, img_size...);
 - ``python``: ``"package.module:factory"`` or ``"path/to/file.py:factory"`` called with ``kwargs``,
@@ -425,6 +427,45 @@ def _python_source(
     else:
         artifacts = ()  # an installed package: it must be installed on the device too
     return ModelSource("python", text, kwargs, inputs, artifacts)
+
+
+def default_name(source: ModelSource) -> str:
+    """The name a user's model gets when nobody names it: the same from any working directory
+    and from every surface (``ngb measure``, ``ngb.measure``, a ``[[models]]`` table without a
+    name), so its results form one series in ``ngb history`` (issue 45). A file is named by its
+    own name (``tiny_cnn.onnx``), a python file by its name and factory (``resmlp.py:build``), a
+    module by ``package.module:factory``, a timm model by its timm name -- never by the path it
+    was reached by, which differs with the working directory and between machines."""
+    if source.kind == "python":
+        target, _, factory = source.ref.rpartition(":")
+        return f"{target.rsplit('/', 1)[-1]}:{factory}"
+    return source.ref.rsplit("/", 1)[-1]
+
+
+def check_name(name: object, where: str) -> str:
+    """A model's name as every surface stores it: non-empty, no '/', not a built-in block."""
+    from ngb.core.types import BLOCK_MODELS
+
+    if not isinstance(name, str) or not name.strip() or "/" in name or not name.isprintable():
+        raise ConfigError(
+            f"{where}: a model name must be a non-empty string without '/', got {name!r}"
+        )
+    if name.strip() in BLOCK_MODELS:
+        raise ConfigError(f"{where}: {name.strip()!r} is a built-in block; choose another name")
+    return name.strip()
+
+
+def trial_name(typed: str, source: Mapping[str, Any] | None, name: object, where: str) -> str:
+    """The name a trial of the model typed as ``typed`` is stored under: ``name`` when given
+    (checked), else ``default_name`` of its source; a timm name or block as typed. ``where``
+    names the argument in an error (``--name``, ``name``)."""
+    if name is not None:
+        if source is None:
+            raise ConfigError(
+                f"{where} names your own model; {typed!r} is a built-in or timm name already"
+            )
+        return check_name(name, where)
+    return typed if source is None else default_name(ModelSource.from_dict(source))
 
 
 def check_compiler_takes(

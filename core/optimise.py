@@ -69,7 +69,7 @@ VALID_FORMS = (
 )
 CALIBRATION_BATCHES = 8
 CALIBRATION_SEED = 4321
-_PRUNE = re.compile(r"^(prune-l1|prune-ch)-(\d*\.?\d+)$")
+_PRUNE = re.compile(r"\A(prune-l1|prune-ch)-(\d*\.?\d+)\Z")
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ costs several times a plain call on small kernels): a process builds the model, 
 the runtime's own profiler switched on (``CompileContext.profile``), runs ``warmup`` calls, then
 ``calls`` profiled calls, and reads what the runtime recorded:
 
-- eager (identity), TorchScript: ``torch.profiler`` (CPU activity), each op's *self* time, so the
-  records add up to the time spent inside the profiled calls without double counting a parent op;
-  TorchScript's fusion groups (``prim::FusionGroup``, ``prim::TensorExprGroup``,
-  ``prim::DifferentiableGraph``) and Inductor's generated kernels (``cpp_fused_*``,
-  ``triton_*``) count as fused kernels;
+- eager (identity), TorchScript: ``torch.profiler`` (CPU activity), each operator the model
+  called (the outermost aten event, its time everything below it), so the records add up to the
+  time spent inside the profiled calls without counting a wrapper and what it wraps twice; the
+  batch norms TorchScript's freeze folded into convolutions mark those fused; its fusion
+  groups (``prim::FusionGroup``, ``prim::TensorExprGroup``, ``prim::DifferentiableGraph``) and
+  Inductor's generated kernels (``cpp_fused_*``, ``triton_*``) count as fused kernels;
 - ONNX Runtime: its JSON trace (``SessionOptions.enable_profiling``), the ``Node`` events of the
   last ``calls`` runs: each kernel's node name (the ONNX node it runs, after ORT's graph
-  optimisations) and op type; ``Fused*`` op types are fused kernels;
+  optimisations) and op type; the fused ones and what they absorbed are read from the optimised
+  model ORT saves beside the trace (``profile_graphs.ort_fusions``);
 - OpenVINO: the infer request's performance counters (``PERF_COUNT``) summed over the profiled
   calls: each executed node's real time, its layer type and the kernel that ran
   (``exec_type``); the runtime model's ``originalLayersNames`` name the source operators of a
@@ -32,10 +34,11 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ngb.core.capture import silenced
 from ngb.core.errors import CompilerUnavailable, UnsupportedTrial
 
 if TYPE_CHECKING:
@@ -227,31 +230,88 @@ def _wall_ms(run: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) * 1000.0 / calls
 
 
-def torch_records(run: Callable[[], object], calls: int) -> tuple[list[KernelRecord], float]:
-    """``torch.profiler`` over ``calls`` calls: each op's self CPU time per inference, and the
-    wall ms per call under the profiler."""
+def torch_records(
+    run: Callable[[], object], calls: int, folded: Mapping[str, int] | None = None
+) -> tuple[list[KernelRecord], float]:
+    """``torch.profiler`` over ``calls`` calls: each operator the model called, per inference,
+    and the wall ms per call under the profiler.
+
+    An operator is an outermost aten (or prim) event: ``aten::conv2d`` counts once, its time
+    that of everything it called (``aten::convolution`` -> ``aten::_convolution`` ->
+    ``aten::mkldnn_convolution``), so 20 convolutions read 20, not 80 wrappers. Events with no
+    ``::`` (TorchScript's ``forward``) are not operators: their operators are looked for inside,
+    their own time kept as a record of no calls. ``folded``: the operators TorchScript's freeze
+    folded into others (``_folded_ops``), marked on the kernels that absorbed them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
         wall = _wall_ms(run, calls)
-    records = []
-    for event in prof.key_averages():
-        self_us = float(event.self_cpu_time_total)
-        if self_us <= 0:
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    pending = [e for e in prof.events() if e.cpu_parent is None]
+    while pending:
+        event = pending.pop()
+        name = str(event.name)
+        if "::" not in name and event.cpu_children:  # a frame, not an operator: look inside
+            pending += event.cpu_children
+            key = f"{name} (own time)"
+            total[key] = total.get(key, 0.0) + float(event.self_cpu_time_total)
+            count.setdefault(key, 0)
             continue
-        name = str(event.key)
-        records.append(
-            KernelRecord(
-                name=name, op_type=name, op_class=classify(name), fused=is_fused(name),
-                us_per_inference=self_us / calls, calls_per_inference=event.count / calls,
-            )
-        )  # fmt: skip
-    return records, wall
+        total[name] = total.get(name, 0.0) + float(event.cpu_time_total)
+        count[name] = count.get(name, 0) + 1
+    records = [
+        KernelRecord(
+            name=name, op_type=name, op_class=classify(name), fused=is_fused(name),
+            us_per_inference=us / calls, calls_per_inference=count[name] / calls,
+        )
+        for name, us in total.items()
+        if us > 0
+    ]  # fmt: skip
+    return _mark_folded(records, folded or {}), wall
 
 
-def ort_records(trace: Path, calls: int) -> list[KernelRecord]:
-    """ONNX Runtime's JSON trace: the ``Node`` kernel events of the last ``calls`` runs."""
+#: what TorchScript's freeze folds into a convolution or linear layer before it
+FOLDABLE = ("aten::batch_norm", "aten::add", "aten::sub", "aten::mul", "aten::div")
+
+
+def _mark_folded(records: list[KernelRecord], folded: Mapping[str, int]) -> list[KernelRecord]:
+    """The convolutions (then linear layers) that absorbed the ``folded`` operators, marked
+    fused: one absorbed operator a call; a record only some of whose calls absorbed one is split
+    in two, its time shared by calls."""
+    left = sum(folded.values())
+    if left <= 0:
+        return records
+    what = tuple(sorted(folded))
+    out = []
+    for r in sorted(records, key=lambda r: r.op_class != "convolution"):
+        calls = r.calls_per_inference
+        if left <= 0 or calls <= 0 or r.op_class not in ("convolution", "matmul/linear"):
+            out.append(r)
+            continue
+        took = min(float(left), calls)
+        left -= int(took)
+        fused = replace(r, fused=True, source_ops=(r.name, *what))
+        if took >= calls:
+            out.append(fused)
+            continue
+        share = took / calls
+        out += [
+            replace(fused, name=f"{r.name} (folded)", calls_per_inference=took,
+                    us_per_inference=r.us_per_inference * share),
+            replace(r, calls_per_inference=calls - took,
+                    us_per_inference=r.us_per_inference * (1 - share)),
+        ]  # fmt: skip
+    return out
+
+
+def ort_records(
+    trace: Path, calls: int, fusions: Mapping[str, tuple[str, ...]] | None = None
+) -> list[KernelRecord]:
+    """ONNX Runtime's JSON trace: the ``Node`` kernel events of the last ``calls`` runs.
+    ``fusions`` (``profile_graphs.ort_fusions``: the optimised graph ORT saved) says which
+    nodes are fused and what they absorbed; without it only ``Fused*`` op types count."""
     events = json.loads(trace.read_text())
     runs = sorted(
         (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
@@ -270,14 +330,13 @@ def ort_records(trace: Path, calls: int) -> list[KernelRecord]:
         kinds[node] = str(e.get("args", {}).get("op_name", ""))
         total.setdefault(node, []).append(float(e.get("dur", 0.0)))
     counted = min(calls, len(runs))
+    fused = fusions or {}
     return [
         KernelRecord(
             name=node, op_type=kinds[node], op_class=classify(kinds[node], node),
-            # ORT names a node that absorbed the ones after it by its last output ("a Conv
-            # called .../Relu_output_0_nchwc": the ReLU was fused into the convolution)
-            fused=is_fused(kinds[node]) or classify(node) not in (classify(kinds[node]), "other"),
+            fused=node in fused or is_fused(kinds[node]),
             us_per_inference=sum(durs) / counted,
-            calls_per_inference=len(durs) / counted, source_ops=(node,),
+            calls_per_inference=len(durs) / counted, source_ops=fused.get(node, (node,)),
         )
         for node, durs in total.items()
     ]  # fmt: skip
@@ -309,11 +368,18 @@ def openvino_records(
         out.append(
             KernelRecord(
                 name=name, op_type=node_type, op_class=classify(node_type, name),
-                fused=len(sources) > 1 or is_fused(node_type), us_per_inference=us / calls,
+                fused=len(_operators(sources)) > 1 or is_fused(node_type),
+                us_per_inference=us / calls,
                 calls_per_inference=runs[name] / calls, source_ops=sources, kernel=exec_type,
             )
         )  # fmt: skip
     return out
+
+
+def _operators(sources: Sequence[str]) -> set[str]:
+    """The model's operators among a node's ``originalLayersNames``: OpenVINO reads an ONNX Conv
+    with a bias as ``.../Conv/WithoutBiases`` and its bias add ``.../Conv``, one operator."""
+    return {name.removesuffix("/WithoutBiases") for name in sources}
 
 
 def tvm_records(
@@ -372,7 +438,10 @@ def profile_compiled(
         return Profile(compiler, tool, calls, plain_ms, profiled_ms, list(records))
     if compiler not in TORCH_PROFILED:
         raise UnsupportedTrial(f"{compiler}: no profiler is wired to this runtime yet")
-    records, profiled_ms = torch_records(compiled.run, calls)
+    folded = compiled.extra.get("folded_ops")
+    records, profiled_ms = torch_records(
+        compiled.run, calls, folded if isinstance(folded, Mapping) else None
+    )
     return Profile(compiler, "torch.profiler", calls, plain_ms, profiled_ms, records)
 
 
@@ -431,15 +500,16 @@ def profile_trial(
         )  # fmt: skip
         return compiler.compile(model, example, ctx)
 
-    plain = build(False)
-    try:
-        compiled = build(True) if spec.compiler in REBUILT else plain
+    with silenced():  # the profilers' own prints stay off the terminal (``capture.silenced``)
+        plain = build(False)
         try:
-            result = profile_compiled(spec.compiler, compiled, calls, warmup, plain)
-            result.precision = compiled.precision or ""
-            return result
+            compiled = build(True) if spec.compiler in REBUILT else plain
+            try:
+                result = profile_compiled(spec.compiler, compiled, calls, warmup, plain)
+                result.precision = compiled.precision or ""
+                return result
+            finally:
+                if compiled is not plain:
+                    compiled.close()
         finally:
-            if compiled is not plain:
-                compiled.close()
-    finally:
-        plain.close()
+            plain.close()

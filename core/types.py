@@ -99,9 +99,13 @@ class MeasureSettings:
     # one more process after the timed workers runs the compiled model under the runtime's own
     # profiler (ngb.core.profile_pass); it never touches the timed numbers, so it is not in the key
     profile: bool = False
+    # a trial the batch scheduler killed (time limit, preemption, someone's scancel) runs again
+    # in a new allocation up to this many times (``ngb.sweeps.run.job_end``); the workstation
+    # reads it, the measurement never does, so it is not in the key either
+    retry_killed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("warmup_iters", "min_iters", "disturbed_retries"):
+        for name in ("warmup_iters", "min_iters", "disturbed_retries", "retry_killed"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         for name in (
             "cpu_interval_s",
@@ -132,6 +136,8 @@ class MeasureSettings:
             _check_positive(name, getattr(self, name), allow_zero=True)
         if self.threads is not None:
             _check_positive("threads", self.threads)
+        if self.retry_killed > 100:
+            raise ConfigError(f"retry_killed must be at most 100, got {self.retry_killed!r}")
         if self.allocator not in ("retain", "system"):
             raise ConfigError(f"allocator must be retain or system; got {self.allocator!r}")
         if self.precision not in PRECISIONS:
@@ -224,6 +230,7 @@ class TrialSpec:
             if measure.get(name) == default:
                 del measure[name]
         measure.pop("profile", None)  # a profile pass after the timed workers changes no number
+        measure.pop("retry_killed", None)  # nor does running a killed trial again
         data["measure"] = measure
         canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ the probe and ``ngb compilers`` stay fast on a Jetson where importing torch take
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as md
 import importlib.util
 import platform
@@ -81,7 +82,16 @@ def cudnn_version() -> str | None:
 
 
 def library_versions() -> dict[str, str]:
-    """Installed versions of the benchmark's libraries; missing ones are left out."""
+    """Installed versions of the benchmark's libraries; missing ones are left out.
+
+    Read once per process (a copy each call): 10-40 ms of metadata parsing that every worker
+    of every trial paid again, though nothing installs a package under a running agent; a
+    forked worker takes the answer its trial's process read before the fork (``preload``)."""
+    return dict(_library_versions())
+
+
+@functools.cache
+def _library_versions() -> dict[str, str]:
     out: dict[str, str] = {"python": platform.python_version()}
     for label, dists in {**_DISTRIBUTIONS, **version_packages()}.items():
         version = dist_version(*dists)

@@ -48,6 +48,7 @@ from ngb.core.stopping import Plan, t_quantile, worker_count
 from ngb.core.telemetry import LiveMeter, WorkerWatch
 from ngb.core.timing import Part
 from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.versions import library_versions
 from ngb.core.worker_start import (
     FRESH,
     Interpreter,
@@ -128,9 +129,9 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
     if start_method() == FRESH:
         _fresh_torch = needs_torch  # each interpreter imports for itself (``_fresh_preload``)
         return  # nothing forks from here: torch in this process would only cost its import
-    # the interval's t quantile imports scipy.special (0.14 s here, seconds on a small board) on
-    # first use: once, here, not in every worker between its timed repetitions
+    # the interval's t quantile (cached): once, here, not in every worker between its repetitions
     t_quantile(0.975, 2)
+    library_versions()  # read once (cached): every forked worker records them
     if not needs_torch:
         return
     for name in _PRELOAD:
@@ -140,11 +141,11 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
 
 def _fresh_preload(spec: TrialSpec) -> list[str]:
     """What a fresh worker interpreter imports before it says ready: the worker's code path,
-    the t quantile's scipy.special, torch and what the build imports (timm only for a timm
-    model: ~4 s on the VM)."""
+    torch and what the build imports (timm only for a timm model: ~4 s on the VM). No scipy: the
+    t quantile is plain Python (``ngb.core.student_t``)."""
     from ngb.core.blocks import BLOCK_KINDS
 
-    names = ["ngb.core.workers", "ngb.core.measure", "scipy.special"]
+    names = ["ngb.core.workers", "ngb.core.measure"]
     if _fresh_torch:
         # the build counts MACs with torch's flop counter, whose first use imports torch._dynamo
         # (and sympy): 1.7-2.4 s a worker on the VM, paid side by side here, not one worker
@@ -164,19 +165,31 @@ _fresh_torch = True
 _trial_pool: tuple[tuple[str, float], Interpreters] | None = None
 
 
-def _interpreter(spec: TrialSpec, share: Plan, deadline: float) -> Interpreter:
-    """A ready fresh interpreter for ``share``; the trial's first worker starts the pool."""
+def _interpreter(spec: TrialSpec, share: Plan, deadline: float, emit: Emit) -> Interpreter:
+    """A ready fresh interpreter for ``share``; the trial's first worker starts the pool.
+
+    While interpreters import (seconds to minutes on a loaded board) nothing else writes an
+    event, and the agent's ``state`` snapshots ride on events (``ngb.core.live_state``): a
+    console re-attached then showed nothing for minutes (issue 46). So this process's CPU
+    samples go out every second meanwhile -- the machine's meters, and a snapshot with each.
+    No fork happens here (fresh interpreters are started with ``exec``): the sampler thread is
+    safe."""
     global _trial_pool
     trial = (spec.key, deadline)
-    if _trial_pool is None or _trial_pool[0] != trial:
-        close_interpreters()
-        pool = Interpreters(_fresh_preload(spec), batch=min(2, os.cpu_count() or 1))
-        _trial_pool = (trial, pool)
-        # the processes the trial will need at least, side by side, before anything is timed
-        settings = spec.measure
-        first = worker_count(settings) if settings.repetitions is not None else settings.workers
-        pool.prestart(max(1, first - share.worker))
-    return _trial_pool[1].take()
+    waiting = LiveMeter(os.getpid(), spec.key, share.worker, emit)
+    waiting.start()
+    try:
+        if _trial_pool is None or _trial_pool[0] != trial:
+            close_interpreters()
+            pool = Interpreters(_fresh_preload(spec), batch=min(2, os.cpu_count() or 1))
+            _trial_pool = (trial, pool)
+            # the processes the trial will need at least, side by side, before anything is timed
+            settings = spec.measure
+            first = worker_count(settings) if settings.repetitions is not None else settings.workers
+            pool.prestart(max(1, first - share.worker))
+        return _trial_pool[1].take()
+    finally:
+        waiting.stop()
 
 
 def close_interpreters() -> None:
@@ -218,7 +231,7 @@ def run_worker(
     proc: Interpreter | BaseProcess
     if fresh:
         try:
-            proc = _interpreter(spec, share, deadline)
+            proc = _interpreter(spec, share, deadline, emit)
         except NgbError as exc:
             close_interpreters()
             raise WorkerFailed(one_line(exc), "crash") from exc

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,19 @@ def agent_bundle(rebuild: bool = False) -> tuple[Path, str]:
     return _built[dest]
 
 
+# Lines Slurm adds to a command's stderr when it runs through ``srun`` (a Slurm device's probe):
+# after the node's own error come srun's "task 0: Exited with exit code 1" and "Terminating
+# StepId=3.0", which say nothing of why.
+_SCHEDULER_LINE = re.compile(r"^(srun|salloc|slurmstepd(-\S+)?): ")
+
+
 def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else ""
+    """The last line of a command's stderr that the command itself wrote (the node's own error,
+    ``ModuleNotFoundError: ...``, rather than srun's words about the step); srun's where it
+    wrote every line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    own = [ln for ln in lines if not _SCHEDULER_LINE.match(ln)]
+    return (own or lines or [""])[-1]
 
 
 async def _python(

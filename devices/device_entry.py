@@ -21,10 +21,14 @@ from typing import Any
 from ngb.core.errors import ConfigError
 from ngb.devices import slurm
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
+# \A...\Z, not ^...$: "$" also matches before a final newline ("gpu\n" was a name, issue 41)
+NAME_RE = re.compile(r"\A[A-Za-z0-9._][A-Za-z0-9._-]*\Z")
 TRANSPORTS = ("ssh", "local", "slurm")  # slurm: a partition (ngb.devices.slurm)
 LOCALHOST = "localhost"
 ALL_GROUP = "all"  # implicit group of every device (as in Ansible)
+# Words `-d` gives a meaning of its own: a device of that name would be what `-d all` picked
+# instead of every device (issue 41). Names are case-insensitive, so `ALL` is refused too.
+RESERVED_NAMES = (ALL_GROUP,)
 
 #: a device or group field's value as TOML and JSON write it (``Device.to_dict``/``to_table``)
 FieldValue = str | int | float | list[str] | slurm.SlurmTable | None
@@ -140,6 +144,13 @@ def suggestion(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
+def reserved(name: str) -> str | None:
+    """Why ``name`` cannot name a device (a word ``-d`` reads otherwise), or None."""
+    if name.casefold() in RESERVED_NAMES:
+        return f"`-d {name.casefold()}` means every device"
+    return None
+
+
 def check_device(dev: Device, where: str) -> None:
     dwhere = f"{where}device {dev.name!r}: "
     if not isinstance(dev.name, str) or not NAME_RE.match(dev.name):
@@ -147,6 +158,9 @@ def check_device(dev: Device, where: str) -> None:
             f"{where}bad device name {dev.name!r} (use letters, digits, '.', '_', '-'; "
             "not starting with '-')"
         )
+    why = reserved(dev.name)
+    if why is not None:
+        raise ConfigError(f"{where}device name {dev.name!r} is reserved ({why}); choose another")
     if not isinstance(dev.host, str):
         raise ConfigError(f"{dwhere}host must be a string, got {dev.host!r}")
     if not dev.host.strip():

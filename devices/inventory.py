@@ -38,6 +38,7 @@ from ngb.devices.device_entry import GROUP_KEYS as GROUP_KEYS
 from ngb.devices.device_entry import LOCALHOST as LOCALHOST
 from ngb.devices.device_entry import MAX_PRICE_PER_HOUR as MAX_PRICE_PER_HOUR
 from ngb.devices.device_entry import NAME_RE as NAME_RE
+from ngb.devices.device_entry import RESERVED_NAMES as RESERVED_NAMES
 from ngb.devices.device_entry import TRANSPORTS as TRANSPORTS
 from ngb.devices.device_entry import Device as Device
 from ngb.devices.device_entry import FieldValue as FieldValue
@@ -47,6 +48,7 @@ from ngb.devices.device_entry import builtin_localhost as builtin_localhost
 from ngb.devices.device_entry import check_device as check_device
 from ngb.devices.device_entry import check_price as check_price
 from ngb.devices.device_entry import device_from_table as device_from_table
+from ngb.devices.device_entry import reserved as reserved
 from ngb.devices.device_entry import suggestion as suggestion
 from ngb.devices.device_entry import with_changes as with_changes
 from ngb.devices.paths import get_paths
@@ -238,11 +240,26 @@ class Inventory:
             if jump == dev.name:
                 raise ConfigError(f"{where}device {dev.name!r}: jump_host is the device itself")
             slurm.check_login(dev, self.devices, f"{where}device {dev.name!r}: ")
+        self._check_slot_names(where)
         for name in self.devices:  # two unrelated groups pricing a device differently
             try:
                 self.price_of(name)
             except ConfigError as exc:
                 raise ConfigError(f"{where}{exc}") from None
+
+    def _check_slot_names(self, where: str) -> None:
+        """A Slurm entry's nodes are devices ``NAME.1``, ``NAME.2``... of a run, which ``-d``
+        names too: another device or a group of that name would be what ``-d`` picks instead."""
+        taken = {n.casefold(): n for n in [*self.group_names(), *self.devices]}
+        for dev in self.devices.values():
+            for slot in slurm.slots(dev):
+                other = taken.get(slot.name.casefold()) if slot.name != dev.name else None
+                if other is not None:
+                    kind = "device" if other in self.devices else "group"
+                    raise ConfigError(
+                        f"{where}{kind} {other!r} has the name of a node of Slurm entry "
+                        f"{dev.name!r} (`-d {slot.name}` names that node); rename one of them"
+                    )
 
     def price_of(self, device: str) -> Price | None:
         """The price per hour of ``device`` (``ngb.devices.pricing`` says how), or None when none
@@ -363,6 +380,13 @@ def inventory_from_dict(doc: Mapping[str, object], *, path: Path | None = None) 
     groups_doc = doc.get("groups", {})
     if not isinstance(devices_doc, Mapping) or not isinstance(groups_doc, Mapping):
         raise ConfigError(f"{where}'devices' and 'groups' must be tables")
+    for name in devices_doc:
+        why = reserved(name) if isinstance(name, str) else None
+        if why is not None:  # written before the name was reserved: say how to leave it
+            raise ConfigError(
+                f"{where}device name {name!r} is reserved ({why}): rename its table "
+                f"[devices.{name}] in this file (and the name in any group's members)"
+            )
     devices = [device_from_table(n, t, where=where) for n, t in devices_doc.items()]
     groups = []
     for name, table in groups_doc.items():

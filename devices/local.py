@@ -8,7 +8,10 @@ commands are argv lists run as subprocesses (no shell, so nothing to quote), fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -69,14 +72,26 @@ class LocalTransport(Transport):
 
     async def _stream(self, argv: list[str]) -> AsyncIterator[str]:
         self.last_exit_status, self.last_stderr = None, ""
-        try:
-            proc = await self._spawn(
+        spawn = asyncio.ensure_future(
+            self._spawn(
                 argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                # open while the stream is read, as an SSH channel's: a follower that goes away
+                # closes it, and the command can tell (``protocol.follow_argv``)
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 limit=16 * 1024 * 1024,  # long JSON lines (a full trial result) must fit
+                start_new_session=True,  # its own group: ended whole (``_end``), tail and all
             )
+        )
+        try:
+            # Shielded: a cancel while asyncio connects the pipes left CPython 3.11's transport
+            # waiting forever for pipes it never connected (``ngb run --detach`` hung right
+            # after the start, 1 in 3); the started command is ended once it is there instead.
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            spawn.add_done_callback(_end_abandoned)
+            raise
         except _NotRunnable as exc:
             self.last_exit_status, self.last_stderr = exc.status, exc.message
             return
@@ -91,12 +106,16 @@ class LocalTransport(Transport):
         try:
             async for raw in proc.stdout:
                 yield raw.decode(errors="replace").rstrip("\r\n")
+            if proc.stdin is not None:  # read to the end: the command may stop watching it now
+                proc.stdin.close()  # (asyncio's wait also waits for this pipe to close)
             await stderr_task
             self.last_exit_status = await proc.wait()
         finally:
             if proc.returncode is None:  # the consumer stopped early: do not leave it running
-                proc.kill()
+                _end(proc)
                 await proc.wait()
+            elif proc.stdin is not None:
+                proc.stdin.close()
             stderr_task.cancel()
 
     async def put(self, local_path: str, remote_path: str) -> None:
@@ -110,6 +129,22 @@ class LocalTransport(Transport):
             await asyncio.to_thread(shutil.copyfile, src, dst)
         except OSError as exc:
             raise TransportError(f"{self.name}: copy {src} -> {dst} failed: {exc}") from None
+
+
+def _end_abandoned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """A stream's command started after its reader was cancelled: end it."""
+    if not spawn.cancelled() and spawn.exception() is None:
+        _end(spawn.result())
+
+
+def _end(proc: asyncio.subprocess.Process) -> None:
+    """End a streamed command and whatever it started (its process group: a follower's
+    ``tail``), and close its stdin (what a command on an SSH device is told by)."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 class _NotRunnable(Exception):

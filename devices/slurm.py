@@ -47,7 +47,8 @@ _INT_KEYS = ("nodes", "cpus_per_task")
 KEYS = (*_TEXT_KEYS, *_INT_KEYS, "exclusive")
 # Slurm's own spellings of these values use no spaces or shell characters; refusing the rest keeps
 # an inventory typo from becoming an srun option of its own (``--gres="gpu:1 --uid=0"``).
-_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:,=+\-*/|&!()\[\]]+$")
+# \A...\Z, not ^...$: "$" also matches before a final newline ("gpu\n" passed, issue 41)
+_VALUE_RE = re.compile(r"\A[A-Za-z0-9_.:,=+\-*/|&!()\[\]]+\Z")
 MAX_NODES = 256
 
 # Job states in which the scheduler (not the agent) ended the job: its trial in flight is failed
@@ -90,8 +91,8 @@ def check_table(table: object, where: str) -> None:
             raise ConfigError(f"{where}slurm.{key} must be an integer 1-{top}, got {value!r}")
     if "exclusive" in table and not isinstance(table["exclusive"], bool):
         raise ConfigError(f"{where}slurm.exclusive must be true or false")
-    if table.get("time_limit") is not None and not re.match(
-        r"^(\d+-)?\d+(:\d+){0,2}$|^UNLIMITED$|^INFINITE$", str(table["time_limit"])
+    if table.get("time_limit") is not None and not re.fullmatch(
+        r"(\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE", str(table["time_limit"])
     ):
         raise ConfigError(
             f"{where}slurm.time_limit {table['time_limit']!r}: minutes, [D-]HH:MM:SS or MM:SS"
@@ -214,7 +215,7 @@ def job_name(run_id: str, device: str) -> str:
 
 # -- the scheduler's answers ------------------------------------------------------------------
 
-_SQUEUE_FORMAT = "%i|%T|%r|%L|%N|%P|%M|%h"  # %h: may others share the node
+_SQUEUE_FORMAT = "%i|%T|%r|%L|%N|%P|%M|%h|%l"  # %h: may others share the node; %l: limit
 
 
 def squeue_argv(name: str) -> list[str]:
@@ -231,6 +232,7 @@ class JobState:
     node: str
     partition: str
     oversubscribe: str = ""  # NO: the node is the job's alone; OK, YES, USER: others may run there
+    time_limit: str = ""  # the job's limit as squeue writes it (1:00, 2:00:00, UNLIMITED)
 
     @property
     def shared(self) -> bool | None:
@@ -252,14 +254,27 @@ class JobState:
             return f"PENDING ({self.reason})"
         where = f"{self.node}@{self.partition}" if self.node else self.partition
         if self.state == "RUNNING":
-            left = (
-                "no time limit"
-                if self.time_left in ("UNLIMITED", "INVALID")
-                else (f"{self.time_left} left")
-            )
-            return f"RUNNING on {where}, {left} (job {self.job_id})"
+            return f"RUNNING on {where}, {self.left_text()} (job {self.job_id})"
         reason = f", {self.reason}" if self.reason and self.reason != "None" else ""
         return f"{self.state} (job {self.job_id} on {where}{reason})"
+
+    def left_text(self) -> str:
+        """A running job's time left: squeue says INVALID once the limit is past (the job is
+        being ended, or the scheduler's check has not come round yet), UNLIMITED without one."""
+        if self.time_left == "INVALID":
+            return "past its time limit"
+        if self.time_left in ("UNLIMITED", "NOT_SET", ""):
+            return "no time limit"
+        return f"{self.time_left} left"
+
+    def ended_text(self) -> str:
+        """Why the scheduler ended the job, in one line (a failed trial's error, the slot's)."""
+        where = f" on {self.node}@{self.partition}" if self.node else ""
+        if self.state == "TIMEOUT" and self.time_limit not in ("", "UNLIMITED", "INVALID"):
+            why = f" (time limit {self.time_limit})"
+        else:
+            why = f" ({self.reason})" if self.reason not in ("", "None") else ""
+        return f"killed by the scheduler: Slurm job {self.job_id} {self.state}{where}{why}"
 
 
 _LEFT_RE = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+) left")
@@ -304,26 +319,39 @@ def parse_squeue(out: str) -> JobState | None:
     newest: JobState | None = None
     for line in out.splitlines():
         parts = line.strip().split("|")
-        if len(parts) not in (7, 8) or not parts[0].isdigit():
+        if len(parts) not in (7, 8, 9) or not parts[0].isdigit():
             continue
-        over = parts[7] if len(parts) == 8 else ""
-        job = JobState(int(parts[0]), parts[1], parts[2], parts[3], parts[4], parts[5], over)
+        over, limit = (parts[7:] + ["", ""])[:2]
+        state, reason, left, node, partition = parts[1:6]
+        job = JobState(int(parts[0]), state, reason, left, node, partition, over, limit)
         if newest is None or job.job_id > newest.job_id:
             newest = job
     return newest
 
 
-_KILL_AGENT = (
-    'pid=$(cat "$1") || exit 3; case $pid in ""|*[!0-9]*) exit 3;; esac; kill -TERM "$pid"'
+def cancel_argv(job: JobState) -> list[str]:
+    """ngb's own cancel: ``scancel``, queued or running, so the scheduler accounts the job as
+    CANCELLED (stopping only the agent through a step of its allocation ended the job as FAILED
+    NonZeroExitCode). Every process of the job gets SIGTERM: the agent stops as a cancelled agent
+    does, and a trial whose process the signal ends first is not recorded (the workstation knows
+    the cancel is its own: ``ngb.sweeps.run.job_end``)."""
+    return ["scancel", str(job.job_id)]
+
+
+# slurmstepd's line in the step's stderr (srun forwards it to the agent's log on the login host):
+# "*** STEP 12.0 ON node1 CANCELLED AT 2026-11-28T03:11:27 DUE TO TIME LIMIT ***"
+_STEPD_END_RE = re.compile(
+    r"\*\*\* (?:JOB|STEP) (\d+)(?:\.\S+)? ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*"
 )
+_DUE_TO = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
 
 
-def cancel_argv(job: JobState, node_pidfile: str) -> list[str]:
-    """ngb's own cancel: a pending job leaves the queue (``scancel``); a running one's agent,
-    and only it, gets SIGTERM from a step of its own allocation on its node (``scancel
-    --signal`` would signal every process of the step: the trial's too, which then counts as a
-    crash), so it stops as a cancelled agent does and the allocation ends with it."""
-    if job.state == "PENDING":
-        return ["scancel", str(job.job_id)]
-    return ["srun", f"--jobid={job.job_id}", "--overlap", "--nodes=1", "--ntasks=1", "sh", "-c",
-            _KILL_AGENT, "ngb-kill", node_pidfile]  # fmt: skip
+def ended_in_stderr(text: str, partition: str) -> JobState | None:
+    """The job end slurmstepd wrote into the agent's stderr (the newest), for a job the
+    controller no longer lists (``squeue`` forgets ended jobs after ``MinJobAge``)."""
+    found = list(_STEPD_END_RE.finditer(text))
+    if not found:
+        return None
+    job, node, due = found[-1].groups()
+    state = _DUE_TO.get(due or "", "CANCELLED")
+    return JobState(int(job), state, "None", "INVALID", node, partition)

@@ -17,12 +17,14 @@ this machine). Two commands are changed on their way:
   so Tables I/II describe the node, not the login host.
 
 ``queue`` (a ``JobQueue``) is what the orchestrator's device side asks the scheduler: the job's
-state and reason, why it ended, and ngb's own cancel (``scancel``).
+state and reason, why it ended (``squeue``; for a job it no longer lists, the end slurmstepd wrote
+into the agent's stderr), and ngb's own cancel (``scancel``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -113,9 +115,6 @@ class SlurmQueue(JobQueue):
 
     def __init__(self, transport: SlurmTransport) -> None:
         self.transport = transport
-        # why the scheduler ended this slot's job, found while reading the checkpoint after the
-        # agent vanished; the next start fails the slot with it instead of queueing again
-        self.ended_by_scheduler: str | None = None
 
     async def job(self, run_id: str) -> JobState | None:
         name = slurm.job_name(run_id, self.transport.device.name)
@@ -139,7 +138,9 @@ class SlurmQueue(JobQueue):
             return f"{job.text()}; shared node: others may disturb the timings"
         return job.text()
 
-    async def ended(self, run_id: str, settle: float = 10.0) -> tuple[int, str] | None:
+    async def ended(
+        self, run_id: str, settle: float = 10.0, stderr: str = ""
+    ) -> tuple[int, str] | None:
         # A cancelled job shows COMPLETING (or still RUNNING) while its processes are killed:
         # wait up to ``settle`` seconds for its final state before saying "not the scheduler".
         loop = asyncio.get_running_loop()
@@ -148,21 +149,20 @@ class SlurmQueue(JobQueue):
         while job is not None and job.active and loop.time() < end:
             await asyncio.sleep(0.5)
             job = await self.job(run_id)
+        if job is None and stderr:  # squeue forgot it (MinJobAge): slurmstepd's own line
+            settings = self.transport.settings
+            job = slurm.ended_in_stderr(stderr, settings.partition)
+            if job is not None and settings.time_limit:
+                job = dataclasses.replace(job, time_limit=settings.time_limit)
         if job is None or not job.scheduler_ended:
             return None
-        where = f" on {job.node}@{job.partition}" if job.node else ""
-        reason = f" ({job.reason})" if job.reason not in ("", "None") else ""
-        return (
-            job.job_id,
-            f"killed by the scheduler: Slurm job {job.job_id} {job.state}{where}{reason}",
-        )
+        return job.job_id, job.ended_text()
 
     async def cancel(self, run_id: str, run_dir: str) -> bool:
         job = await self.job(run_id)
         if job is None or not job.active:
             return False
-        argv = slurm.cancel_argv(job, f"{run_dir}/{NODE_PIDFILE}")
-        res = await self.transport.login.run(argv, timeout=60)
+        res = await self.transport.login.run(slurm.cancel_argv(job), timeout=60)
         return res.returncode == 0
 
 

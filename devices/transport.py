@@ -43,16 +43,16 @@ class JobQueue(ABC):
         """The run's job on this device in one line (``PENDING (Resources)``); '' if none."""
 
     @abstractmethod
-    async def ended(self, run_id: str, settle: float = 10.0) -> tuple[int, str] | None:
+    async def ended(
+        self, run_id: str, settle: float = 10.0, stderr: str = ""
+    ) -> tuple[int, str] | None:
         """``(job id, why)`` if the scheduler ended the job (time limit, preemption, scancel);
-        a job still ending is given up to ``settle`` seconds to reach its final state."""
+        a job still ending is given up to ``settle`` seconds to reach its final state. ``stderr``
+        (the agent's, on the login host) is read for a job the scheduler no longer lists."""
 
     @abstractmethod
     async def cancel(self, run_id: str, run_dir: str) -> bool:
         """ngb's own cancel of the run's job; False when no live job was found."""
-
-    # set by ``ended``'s caller: why the scheduler ended the job, until the start that follows
-    ended_by_scheduler: str | None = None
 
 
 class Transport(ABC):

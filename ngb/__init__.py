@@ -13,6 +13,7 @@ top-level folders (links here, real files in the wheel). The public Python API, 
                        run="exp1")                       # inputs read from the graph
     ngb.compare(onnx, mine)                              # speed-up, interval, "n.s."
     results, samples = ngb.open_results("results.duckdb", run="exp1")  # pandas DataFrames
+    ngb.serve("resnet18", compiler="openvino", qps=40, duration=60, p99_ms=100)  # under load
 
 The names are loaded on first use (PEP 562) from ``ngb.sweeps.api.notebook``, so ``import ngb``
 imports no torch, duckdb or pandas.
@@ -23,12 +24,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["Comparison", "Result", "compare", "measure", "open_results", "__version__"]
+__all__ = [
+    "Comparison", "Result", "Served", "compare", "measure", "open_results", "serve",
+    "__version__",
+]  # fmt: skip
 
 if TYPE_CHECKING:
     from ngb.sweeps.api.notebook import Comparison, Result, compare, measure, open_results
+    from ngb.sweeps.api.serving import Served, serve
 
 _API = {"Comparison", "Result", "compare", "measure", "open_results"}
+_SERVING = {"Served", "serve"}  # ngb.sweeps.api.serving (issue 43)
 
 
 def __getattr__(name: str) -> object:
@@ -36,8 +42,12 @@ def __getattr__(name: str) -> object:
         from ngb.sweeps.api import notebook as api
 
         return getattr(api, name)
+    if name in _SERVING:
+        from ngb.sweeps.api import serving
+
+        return getattr(serving, name)
     raise AttributeError(f"module 'ngb' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _API)
+    return sorted(set(globals()) | _API | _SERVING)

@@ -2,8 +2,10 @@
 
 ``seed_runs`` writes one run per value (``h-00``, ``h-01`` ...), each holding resnet18 under
 onnxruntime at batch 1 on ``edge1`` with the given mean throughput and a stored 95 % interval
-of ``rel_half`` of it; ``versions`` / ``packages`` per run let a test plant what changed. Real
-DuckDB, real ingest (``Store.ingest_results``): the rows are what a run stores.
+of ``rel_half`` of it; ``versions`` / ``packages`` per run let a test plant what changed, and
+``changed`` per run replaces any other field of the result (an INVALID verdict, a wider interval,
+a failure: ``{"error": ..., "error_kind": ...}``). Real DuckDB, real ingest
+(``Store.ingest_results``): the rows are what a run stores.
 """
 
 from __future__ import annotations
@@ -69,10 +71,11 @@ def seed_runs(
     packages: Sequence[Sequence[str]] | None = None,
     prefix: str = "h",
     device: str = "edge1",
+    changed: Sequence[dict[str, object]] | None = None,
 ) -> Store:
     store = Store(path)
     with store.batch():  # one open of the file for every run (not one per call)
-        _seed(store, values, rel_half, versions, packages, prefix, device)
+        _seed(store, values, rel_half, versions, packages, prefix, device, changed)
     return store
 
 
@@ -84,21 +87,19 @@ def _seed(
     packages: Sequence[Sequence[str]] | None,
     prefix: str,
     device: str,
+    changed: Sequence[dict[str, object]] | None,
 ) -> None:
     for i, value in enumerate(values):
         run_id = f"{prefix}-{i:02d}"
         when = START + 3600 * i
         store.create_run(run_id, "history", "", [device], 1)
-        store.ingest_results(
-            run_id,
-            device,
-            [
-                trial(
-                    value,
-                    rel_half,
-                    when,
-                    versions=versions[i] if versions else None,
-                    packages=packages[i] if packages else BASE_PACKAGES,
-                )
-            ],
+        result = trial(
+            value,
+            rel_half,
+            when,
+            versions=versions[i] if versions else None,
+            packages=packages[i] if packages else BASE_PACKAGES,
         )
+        for name, field in (changed[i] if changed else {}).items():
+            setattr(result, name, field)
+        store.ingest_results(run_id, device, [result])

@@ -17,7 +17,8 @@ Case keys (see the data files for examples):
 ``id``, ``argv`` (list; ``{home}``, ``{work}``, ``{db}`` are replaced), ``exit`` (default 1),
 ``stderr`` (substring of the single line), ``files`` (path under the case folder -> text),
 ``db`` (a results database to put at ``home/data/results.duckdb``: demo, truncated, foreign,
-garbage, empty, sqlite, newer, no-trials), ``env``, ``input`` (stdin), ``readonly``, ``creates``,
+garbage, empty, sqlite, newer, no-trials, older: the demo's rows in the schema before this one,
+run id ``old-run``), ``env``, ``input`` (stdin), ``readonly``, ``creates``,
 ``changes``, ``expect_files`` (path -> substring, or list of substrings, it must contain
 afterwards), ``stdout``, ``stdout_excludes``, ``xfail`` (a defect owned elsewhere, e.g.
 "orch #1": strict xfail), ``fifos`` (paths made named pipes), ``symlinks`` (path -> target),
@@ -55,7 +56,9 @@ from ngb.sweeps.cli import cli
 
 CASES_DIR = Path(__file__).parent / "bad_inputs"
 MAX_LINE = 1000  # a stderr line longer than this echoes some value in full
-DB_KINDS = ("demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer", "no-trials")
+DB_KINDS = (
+    "demo", "truncated", "foreign", "garbage", "empty", "sqlite", "newer", "no-trials", "older",
+)  # fmt: skip
 CASE_KEYS = {
     "id", "argv", "exit", "stderr", "files", "db", "env", "input", "readonly", "creates",
     "changes", "expect_files", "stdout", "stdout_excludes", "xfail", "note", "binary",
@@ -207,6 +210,8 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     no_trials.write_bytes(demo)
     with duckdb.connect(str(no_trials)) as conn:
         conn.execute("DROP TABLE trials CASCADE")
+    older = root / "older.duckdb"
+    older_store(root / "home" / "data" / "results.duckdb", older)
     lite = root / "lite.db"
     with sqlite3.connect(lite) as sconn:
         sconn.execute("CREATE TABLE trials (id INTEGER)")
@@ -219,7 +224,39 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         "sqlite": lite.read_bytes(),
         "newer": newer.read_bytes(),
         "no-trials": no_trials.read_bytes(),
+        "older": older.read_bytes(),
     }
+
+
+def older_store(demo: Path, path: Path) -> None:
+    """The demo's rows in a file an ngb one schema version older wrote: every migration step
+    but the last, and the columns of each table that the older schema has (issue 41: a reader
+    must not upgrade it). Its run is ``old-run``, a name the cases can give."""
+    import duckdb
+    from ngb.sweeps.store import schema
+
+    with duckdb.connect(str(path)) as conn:
+        conn.execute(schema.VERSION_TABLE)
+        for version, (description, statements) in enumerate(schema.MIGRATIONS[:-1], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, description])
+        conn.execute(f"ATTACH '{demo}' AS demo (READ_ONLY)")
+        tables = conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND table_name <> 'schema_version'"
+        ).fetchall()
+        for (table,) in tables:
+            columns = conn.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = "
+                "current_database() AND table_name = ? ORDER BY column_index",
+                [table],
+            ).fetchall()
+            names = ", ".join(f'"{c}"' for (c,) in columns)
+            conn.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM demo."{table}"')  # noqa: S608
+            if ("run_id",) in columns:
+                conn.execute(f"UPDATE \"{table}\" SET run_id = 'old-run'")  # noqa: S608
+        conn.execute("DETACH demo")
 
 
 # ---------------------------------------------------------------- running one case

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from ngb.core.intervals import t_quantile
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import compare as compare_runs
-from ngb.sweeps.report import history
+from ngb.sweeps.report import derived, history
+from ngb.sweeps.report import gate as gate_rules
 from ngb.sweeps.report.changepoints import detect
 from ngb.sweeps.report.points import differences, point_of, swept_settings
 from ngb.sweeps.store.database import Store
@@ -80,6 +81,71 @@ def test_false_alarms_stay_rare_as_run_to_run_noise_grows(between):
     assert false_alarm <= 0.04
 
 
+def short_history(
+    seed: int, before: int, after: int, between: float, stated: float, processes: int = 4
+) -> tuple[list[float], list[float]]:
+    """``before`` runs at one level, then ``after`` runs 5 % slower. Each run's mean moves by
+    ``between`` (log-normal: what its own interval does not cover) and by the noise of its
+    ``processes`` process means, whose spread is what its stored interval states (relative se
+    ``stated`` on average, estimated from ``processes - 1`` df as ngb's interval is)."""
+    rng = random.Random(seed)
+    values, rel_se = [], []
+    for i in range(before + after):
+        level = 1000.0 * (0.95 if i >= before else 1.0) * math.exp(rng.gauss(0, between))
+        xs = [level * (1 + rng.gauss(0, stated * math.sqrt(processes))) for _ in range(processes)]
+        mean = sum(xs) / processes
+        sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (processes - 1))
+        values.append(mean)
+        rel_se.append(sd / math.sqrt(processes) / mean)
+    return values, rel_se
+
+
+def short_rates(seeds: int, between: float, stated: float) -> tuple[float, float, float]:
+    """(found at the right run in 4+4 runs, in 6+6 runs, any change point in 12 stable runs)."""
+    found = {4: 0, 6: 0}
+    alarms = 0
+    for seed in range(seeds):
+        for side in found:
+            points = detect(*short_history(seed + 1000 * side, side, side, between, stated))
+            found[side] += any(c.index == side and c.ratio < 1 for c in points)
+        alarms += bool(detect(*short_history(seed + 50_000, 12, 0, between, stated)))
+    return found[4] / seeds, found[6] / seeds, alarms / seeds
+
+
+# run-to-run noise of 1 % in all, split between the runs' stated intervals and what they miss
+ONE_PERCENT = {"unstated": (0.01, 0.001), "half each": (0.007, 0.007), "stated": (0.0, 0.01)}
+
+
+@pytest.mark.parametrize("mix", list(ONE_PERCENT))
+def test_a_5_percent_step_is_found_in_4_plus_4_runs(mix):
+    """Issue 45: a lab re-runs after each upgrade, so a step must show within a few runs. Under
+    1 % run-to-run noise a 5 % step is 5 sigma per run: found at the right run in >= 80 % of
+    4+4-run histories and >= 95 % of 6+6, with <= 2 % false alarms on 12 stable runs (the
+    threshold is simulated for 1 %), whichever share of the noise the intervals state."""
+    between, stated = ONE_PERCENT[mix]
+    four, six, alarms = short_rates(300, between, stated)
+    print(f"\n{mix}: 4+4 found {four:.3f}, 6+6 found {six:.3f}, 12 stable alarms {alarms:.3f}")
+    assert four >= 0.80 and six >= 0.95
+    assert alarms <= 0.02
+
+
+def test_the_threshold_table_is_what_its_simulation_gives():
+    """The stored quantiles come from ``changepoint_thresholds.simulate`` (regenerated with
+    ``python -m ngb.sweeps.report.changepoint_thresholds``); a smaller simulation agrees."""
+    from ngb.sweeps.report import changepoint_thresholds as thresholds
+
+    for n in (6, 8, 12):
+        assert thresholds.simulate(n, 40_000, seed=7) == pytest.approx(
+            thresholds.THRESHOLDS[n], abs=0.12
+        )
+    assert thresholds.THRESHOLDS[6] == pytest.approx(t_quantile(4, 0.99), abs=0.05)  # one split
+    assert thresholds.threshold(45) < thresholds.threshold(40)  # interpolated in log n
+    assert thresholds.threshold(45) > thresholds.threshold(50)
+    assert thresholds.threshold(300) == thresholds.bonferroni(300) > thresholds.threshold(200)
+    with pytest.raises(ValueError, match="needs 6 runs"):
+        thresholds.threshold(5)
+
+
 def test_exact_steps_and_short_series():
     assert detect([100.0] * 5 + [90.0] * 5) != []
     [one] = detect([100.0] * 5 + [90.0] * 5)
@@ -87,6 +153,7 @@ def test_exact_steps_and_short_series():
     two = detect([100.0] * 6 + [80.0] * 6 + [120.0] * 6)
     assert [c.index for c in two] == [6, 12]
     assert detect([100.0, 50.0, 100.0, 50.0, 100.0]) == []  # too short to tell
+    assert detect([100.0] * 12) == []  # noise-free and flat: nothing to find
     with pytest.raises(ValueError):
         detect([100.0, 0.0, 1.0, 1.0, 1.0, 1.0])
 
@@ -175,6 +242,37 @@ def test_history_names_the_change_point_with_what_changed(tmp_path):
     assert r.exit_code == 1 and r.output.count("\n") == 1 and "no successful result" in r.output
 
 
+def test_invalid_runs_are_shown_and_left_out_with_valid_only(tmp_path):
+    """A collapsed run in the middle of a stable series: flagged in the table either way; with
+    --valid-only it is not searched, and each table says how many runs were and what a change
+    needs."""
+    db = tmp_path / "v.duckdb"
+    values = [1000.0, 1004.0, 996.0, 1002.0, 300.0, 998.0, 1003.0, 997.0, 1001.0]
+    collapsed = {"verdict": "INVALID", "verdict_reason": "disturbed", "disturbed": True,
+                 "ci_half_width": 290.0}  # fmt: skip
+    seed_runs(db, values, changed=[collapsed if i == 4 else {} for i in range(9)])
+    rows = history.load(Store(db), {})
+    [kept] = history.series_of(rows)
+    [valid] = history.series_of(rows, valid_only=True)
+    assert kept.searched == 9 and valid.searched == 8
+    assert [e.left_out for e in valid.entries][4] == "INVALID disturbed"
+    assert "left out: 1 run(s) (INVALID disturbed)" in valid.search_note()
+    assert valid.changes == []
+
+    r = CliRunner().invoke(
+        cli, ["history", "--db", str(db), "--valid-only", "--format", "markdown"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "INVALID disturbed left out" in r.output  # shown, flagged, not searched
+    assert "8 runs searched: a change needs a t above 4.65" in r.output
+
+    short = tmp_path / "s.duckdb"
+    seed_runs(short, [1000.0, 1000.0, 900.0, 900.0])
+    r = CliRunner().invoke(cli, ["history", "--db", str(short)])
+    assert r.exit_code == 0, r.output
+    assert "too few runs to find a change point: 4 searched, 6 needed (3 on each side" in r.output
+
+
 async def test_console_history_screen_shows_the_series_and_its_change_point(tmp_path):
     from ngb.tui.screens.history import HistoryScreen
     from textual.widgets import DataTable, Label
@@ -198,6 +296,77 @@ async def test_console_history_screen_shows_the_series_and_its_change_point(tmp_
         assert screen.view.points[0][3] == "1"
         changes = str(screen.query_one("#history-changes", Label).render())
         assert "from run h-06: -10.0 %" in changes and "versions.onnxruntime" in changes
+
+
+# ---------------------------------------------------------------- a real 4+4 history
+
+# each run's sleep moves by about 1 % (planted, so that the runs before the step and after it
+# differ as a lab's re-runs do), then the sleep goes 5 % up from run 4 on
+PLANTED = (0.008, -0.010, 0.003, -0.004, 0.009, -0.007, 0.011, -0.002)
+SLEEP_S = 0.1  # long calls: a loaded 2-core machine's wake-up delays stay a small share
+
+
+def _measure_noop(db, run: str, sleep_s: float):
+    """One real run of the sleeping no-op through the API, stored under ``run``. Others' CPU
+    use on this shared machine is not a disturbance here (0.9 of it is): the test is about the
+    step, and an INVALID run's gate is tested on its own (``tests/test_gate.py``)."""
+    import ngb
+
+    result = ngb.measure(
+        "resnet18", "noop", options={"sleep_s": round(sleep_s, 6)}, db=db, run=run,
+        progress=False, repetitions=6, workers=3, min_iters=2, min_duration_s=2 * SLEEP_S,
+        warmup_iters=1, warmup_s=0, quiet_check_s=0, disturbance_threshold=0.9, verify=False,
+    )  # fmt: skip
+    assert result.ok, result.error
+    return result
+
+
+def _gate(db, a: str, b: str) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, ["compare", a, b, "--db", str(db), "--fail-above", "2%"])
+    assert r.stderr.count("\n") == 1, r.output  # one summary line, whatever the outcome
+    print(f"\n{a} -> {b}: {r.stderr.strip()}")
+    return r.exit_code, r.stderr
+
+
+def _decidable(db, a: str, b: str) -> bool:
+    """Both runs VALID and B / A's interval narrower than the 2 % threshold."""
+    rows = {r["run_id"]: r for r in Store(db).trials() if r["run_id"] in (a, b)}
+    if any(gate_rules.invalid_reason(row) for row in rows.values()):
+        return False
+    ratio = derived.speedup(rows[b], rows[a])
+    return ratio.low is not None and ratio.high is not None and ratio.high / ratio.low < 1.02**2
+
+
+@pytest.mark.timeout(300)
+def test_a_real_4_plus_4_history_names_its_step_and_the_gate_judges_it(tmp_path):
+    """Issue 45: 4 runs of a sleeping no-op whose sleep moves ~1 % from run to run, then 4 at a
+    5 % longer sleep: one change point, at run r4; ``ngb compare --fail-above 2%`` across the
+    step fails, and two runs of the same setting pass. The gate's answer is the data's: where
+    this shared machine disturbed a run (INVALID) or widened its interval beyond the threshold,
+    it must say undecidable, and never pass the step."""
+    db = tmp_path / "noop.duckdb"
+    for i, moved in enumerate(PLANTED):
+        _measure_noop(db, f"r{i}", SLEEP_S * (1.05 if i >= 4 else 1.0) * (1 + moved))
+    [series] = history.series_of(history.load(Store(db), {}))
+    assert [e.run_id for e in series.entries] == [f"r{i}" for i in range(8)]
+    [change] = series.changes
+    assert change.run_id == "r4" and -7 < change.percent < -3, change.text()
+    assert "compiler_options.sleep_s" in change.text()
+    r = CliRunner().invoke(cli, ["history", "--db", str(db), "--format", "markdown"])
+    assert r.exit_code == 0 and "change point from run r4: -" in r.output
+
+    code, line = _gate(db, "r3", "r4")
+    if _decidable(db, "r3", "r4"):
+        assert code == 2 and line.startswith("gate fail at 2 %: 1 fail"), line
+    else:
+        assert code == 3 and line.startswith("gate undecidable"), line
+
+    _measure_noop(db, "again", SLEEP_S * (1 + PLANTED[3]))  # r3's setting, measured again
+    code, line = _gate(db, "r3", "again")
+    if _decidable(db, "r3", "again"):
+        assert code == 0 and line.startswith("gate pass at 2 %"), line
+    else:
+        assert code == 3 and line.startswith("gate undecidable"), line
 
 
 # ---------------------------------------------------------------- ngb import
@@ -276,6 +445,12 @@ repetitions = 5
 workers = 1
 quiet_check_s = 0
 verify = false
+# the gate cannot judge an INVALID run (issue 45): neither others' CPU use (a sleeping no-op
+# uses none itself, and `make test` keeps both cores of CI busy: 93-97 % seen) nor a
+# 5-repetition interval wider than 2 % may make these sleeps INVALID -- disturbance is not
+# what this test is about
+disturbance_threshold = 0.999
+ci_target = 0.2
 [[matrix]]
 models = ["resnet18"]
 compilers = ["noop"]
@@ -313,7 +488,7 @@ async def test_compare_names_the_changed_points_and_the_field_and_gates(tmp_path
     assert "localhost resnet18/noop/b1" in r.output and "localhost resnet18/noop/b2" in r.output
     assert r.output.count("slower FAIL") == 2
     assert "differs at every point: compiler_options.sleep_s: 0.01 -> 0.05" in r.output
-    assert "fail: 2 point(s) slower than 5% with 95 % confidence, 0 failed in" in r.output
+    assert r.stderr.startswith("gate fail at 5 %: 2 fail, 0 undecidable, 0 pass -- localhost")
 
     r = CliRunner().invoke(cli, ["compare", runs[0], runs[0], "--db", str(db), "--format", "csv",
                                  "--fail-above", "5%"])  # fmt: skip

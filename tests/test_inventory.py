@@ -131,6 +131,46 @@ def test_resolve_names_groups_nested_groups_and_all() -> None:
         inv.group_members("jetson")
 
 
+@pytest.mark.parametrize("name", ["all", "ALL", "All"])
+def test_no_device_takes_a_name_that_d_reads_otherwise(name: str) -> None:
+    """`-d all` means every device (issue 41: a device named `all` was what it picked): refused
+    from the CLI's add, the console's form (``device_from_table``) and a file."""
+    from ngb.devices.inventory import device_from_table, inventory_from_dict
+
+    with pytest.raises(ConfigError, match=f"device name '{name}' is reserved"):
+        _sample().add(Device(name, "h"))
+    with pytest.raises(ConfigError, match="is reserved .*choose another"):
+        device_from_table(name, {"host": "h"})
+    with pytest.raises(ConfigError, match=rf"rename its table \[devices\.{name}\]"):
+        inventory_from_dict({"devices": {name: {"host": "h"}}}, path=Path("devices.toml"))
+    assert [d.name for d in _sample().resolve("all")] == [d.name for d in _sample()]
+
+
+def test_no_device_or_group_takes_the_name_of_a_slurm_node() -> None:
+    """A Slurm entry with 2 nodes runs as `gpu.1` and `gpu.2`, which `-d` names too."""
+    gpu = Device("gpu", "localhost", transport="slurm", slurm={"partition": "p", "nodes": 2})
+    inv = Inventory([gpu])
+    with pytest.raises(ConfigError, match="device 'gpu.2' has the name of a node of Slurm"):
+        inv.add(Device("gpu.2", "h"))
+    with pytest.raises(ConfigError, match="group 'GPU.1' has the name of a node of Slurm"):
+        inv.add(Device("pi", "h", groups=["GPU.1"]))
+    inv.add(Device("gpu.3", "h"))  # not a node of a 2-node entry
+    assert [d.name for d in inv.resolve("gpu.2")] == ["gpu.2"]  # the slot
+
+
+@pytest.mark.parametrize(
+    "table",
+    [{"partition": "gpu\n"}, {"partition": "p", "gres": "gpu:1\n"},
+     {"partition": "p", "time_limit": "02:00:00\n"}, {"partition": "p", "time_limit": "60\n"}],
+)  # fmt: skip
+def test_a_final_newline_is_no_part_of_a_slurm_word(table: dict[str, str]) -> None:
+    """`$` matches before a final newline: the checks anchor at the very end (issue 41)."""
+    with pytest.raises(ConfigError, match="slurm"):
+        Inventory([Device("gpu", "localhost", transport="slurm", slurm=dict(table))]).validate()
+    with pytest.raises(ConfigError, match="bad device name"):
+        Inventory([Device("pi\n", "h")]).validate()
+
+
 ANSIBLE_YAML = """
 all:
   vars:

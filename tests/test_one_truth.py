@@ -274,12 +274,16 @@ def test_intervals_print_their_bounds_with_the_digits_they_support() -> None:
     assert format_interval(1344.656, 1.2, 1.5e6) == "1300 [1.2, 1500000]"
     assert format_interval(-0.0001, -0.3, 0.2) == "-0.00010 [-0.30, 0.20]"  # never "-0"
     assert format_interval(1.0, None, None) == "1.000"
+    # the estimate keeps two significant digits of its own (issue 46: a speed-up of 6.7 printed
+    # as `10 [0.086, 520] n.s.`), the bounds the digits the interval supports
+    assert format_interval(6.7, 0.0861, 519.2) == "6.7 [0.086, 520]"
+    assert format_interval(0.93, 0.21, 41.0) == "0.93 [0.21, 41]"
 
 
 def test_values_keep_only_the_digits_their_interval_supports() -> None:
     assert format_with_interval(79.841, 12.5) == "80 ± 13"
     assert format_with_interval(203.0, 232.3) == "200 ± 230"
-    assert format_with_interval(0.0505, 0.229) == "0.05 ± 0.23"
+    assert format_with_interval(0.0505, 0.229) == "0.051 ± 0.23"  # two digits of its own
     assert format_with_interval(0.252, 0.463) == "0.25 ± 0.46"
     assert format_with_interval(1234.5678, 0.996) == "1234.6 ± 1.0"  # 0.996 rounds up a digit
     assert format_with_interval(1.0, None) == "1.000"

@@ -110,7 +110,7 @@ from ngb.core.timing import time_share
 from ngb.core.types import MeasureSettings, TrialSpec
 
 allocator.apply(sys.argv[1])
-t_quantile(0.975, 2)  # its first use imports scipy.special: a worker has it preloaded
+t_quantile(0.975, 2)  # cached after its first use: a worker has it preloaded
 
 class Allocating(Compiled):
     # each call zero-fills a fresh 64 MiB buffer: above glibc's largest mmap threshold (32 MiB),

@@ -148,7 +148,7 @@ def test_dlas_rows_show_where_int8_moved_the_time(tmp_path: Path) -> None:
     store.create_run("d", "dlas", "", ["here"], 2)
     store.ingest_results("d", "here", rows)
     text = render(build_report("ops", store, run_id="d"), "csv")
-    assert "class,identity,identity int8" in text
+    assert "row,identity ms,identity share %,identity int8 ms,identity int8 share %" in text
 
 
 def test_a_version_8_file_keeps_its_profiles_and_reads_them(tmp_path: Path) -> None:

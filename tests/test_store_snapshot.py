@@ -206,20 +206,31 @@ def test_advise_reads_one_model_on_one_device_from_sql(tmp_path: Path) -> None:
             assert sorted(t["key"] for t in data.trials_of(device, label)) == sorted(whole)
 
 
-def test_a_cancelled_querys_copy_stops_between_chunks(store: Store, monkeypatch) -> None:
-    """A copy taken for a query that is then cancelled ends at the next chunk (under the lock
-    it would otherwise hold a live run's writer, and the console's quit, until it finished)."""
+def test_a_cancelled_querys_copy_stops_at_its_next_look(store: Store, monkeypatch) -> None:
+    """A copy taken for a query that is then cancelled ends at the next look at its stop (under
+    the lock it would otherwise hold a live run's writer, and the console's quit, until it
+    finished); the child copying is killed."""
+    from ngb.sweeps.store import raw_files
+
     store.create_run("r1", "demo", "", ["localhost"], 4, {})
-    monkeypatch.setattr(store_snapshot, "COPY_CHUNK", 4096)
+    slow = raw_files.copy_command
+
+    def slow_copy(source: Path, length: int | None) -> list[str]:  # a large store, a slow disk
+        return ["sh", "-c", 'sleep 30; exec "$@"', "copy", *slow(source, length)]
+
+    monkeypatch.setattr(raw_files, "copy_command", slow_copy)
     looks = []
 
     def stop() -> bool:
         looks.append(1)
         return len(looks) > 2
 
+    started = time.monotonic()
     with pytest.raises(store_snapshot.CopyStopped):
         take_snapshot(store.path, stop=stop)
-    assert len(looks) == 3  # two chunks copied, stopped at the third look
+    assert len(looks) == 3  # stopped at the third look, not after the 30 s copy
+    assert time.monotonic() - started < 10
+    monkeypatch.setattr(raw_files, "copy_command", slow)
     snapshot = take_snapshot(store.path, stop=lambda: False)  # never stopped: a whole copy
     try:
         assert snapshot.copy is not None

@@ -155,11 +155,14 @@ def test_a_live_writer_in_another_process_never_waits_for_slow_copies(
 ) -> None:
     pad = "CREATE TABLE pad AS SELECT md5(range::VARCHAR) AS h FROM range(60000)"
     store.query(pad, allow_write=True)  # a main file of a few MB: copies take a while
-    monkeypatch.setattr(store_snapshot, "COPY_CHUNK", 64 * 1024)
+    from ngb.sweeps.store import raw_files
 
-    def slow() -> bool:  # a copy of a large store on a busy disk
-        time.sleep(0.005)
-        return False
+    plain = raw_files.copy_command
+
+    def slow_copy(source: Path, length: int | None) -> list[str]:  # a large store, a busy disk
+        return ["sh", "-c", 'sleep 0.2; exec "$@"', "copy", *plain(source, length)]
+
+    monkeypatch.setattr(raw_files, "copy_command", slow_copy)
 
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(store.path), "60"], stdout=subprocess.PIPE, text=True
@@ -167,7 +170,7 @@ def test_a_live_writer_in_another_process_never_waits_for_slow_copies(
     assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
     copies = []
     while proc.poll() is None:
-        snapshot = take_snapshot(store.path, stop=slow)
+        snapshot = take_snapshot(store.path)
         try:
             assert snapshot.copy is not None
             ids = [i for i in run_ids(snapshot.copy) if i.startswith("w")]

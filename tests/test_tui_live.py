@@ -209,7 +209,9 @@ def test_tuning_view_rate_eta_early_stop_curve_and_reuse() -> None:
     )  # fmt: skip
     assert lines[0] == "TVM tuning: 48/64 trials (75%)   best 105.400 ms"
     # 16 trials left by the budget (32 s), but 4 more without a new best stop it (8 s)
-    assert lines[1] == "  30.0 trials/min   ETA 0:00:32 (early stop in 0:00:08 without a new best)"
+    assert lines[1] == (
+        "  30.0 trials/min   search ETA 0:00:32 (early stop in 0:00:08 without a new best)"
+    )
     curve = lines[2:-2]
     assert len(curve) >= 4 and any("105" in line for line in curve)  # the best-so-far plot
     reused = "tuning reused from run paper-1, 64 trials, best 105.4 ms"

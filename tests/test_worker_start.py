@@ -193,3 +193,38 @@ def test_start_method_follows_the_threads(monkeypatch: pytest.MonkeyPatch) -> No
     finally:
         stop.set()
         other.join()
+
+
+def test_while_fresh_interpreters_import_a_cpu_sample_goes_out_every_second(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 46: attached while three fresh interpreters imported, a console showed nothing for
+    4 minutes: no event, so no ``state`` snapshot, until a worker reported. Now the trial's
+    process samples the CPU every second while it waits (each sample carries a snapshot)."""
+    import time
+
+    from ngb.core import events, workers
+    from ngb.core.measure import run_trial
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    (tmp_path / "slow_import_ngb_test.py").write_text("import time\ntime.sleep(3.5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the interpreters find it through PYTHONPATH
+    plain = workers._fresh_preload
+    monkeypatch.setattr(
+        workers, "_fresh_preload", lambda spec: [*plain(spec), "slow_import_ngb_test"]
+    )
+    monkeypatch.setenv(START_ENV, "fresh")
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(**QUICK, repetitions=2, workers=1),
+    )  # fmt: skip
+    seen: list[tuple[float, dict[str, object]]] = []
+    result = run_trial(spec, emit=lambda e: seen.append((time.monotonic(), dict(e))))
+    assert result.ok, result.error
+    assert result.extra["worker_start"]["start_wait_s"] >= 3.0
+    first_worker_event = next(
+        t for t, e in seen if e.get("worker") == 0 and e["type"] != events.CPU
+    )
+    waiting = [t for t, e in seen if e["type"] == events.CPU and t < first_worker_event]
+    assert len(waiting) >= 3, seen  # 3.5 s of imports: a sample every second
+    assert max(b - a for a, b in zip(waiting, waiting[1:], strict=False)) <= 1.5

@@ -168,7 +168,9 @@ class NgbApp(App[None]):
 
     @work(group="attach", exit_on_error=False)
     async def reattach_runs(self) -> None:
-        """Runs the store says are still going get their devices followed again."""
+        """Runs the store says are still going get their devices followed again. Followed
+        only (``resume=False``): a device that failed stays failed, and this console never
+        resubmits a job the scheduler ended; ``ngb attach`` or the Runs screen goes on."""
         import asyncio
 
         try:
@@ -184,7 +186,7 @@ class NgbApp(App[None]):
         for run in live:
             run_id = str(run.get("run_id"))
             try:
-                await orch.attach(run_id)
+                await orch.attach(run_id, resume=False)
             except NgbError as exc:
                 self.notify(f"re-attach {run_id}: {exc}", severity="warning")
                 continue

@@ -52,11 +52,26 @@ class TuningState:
     since_improvement: int = 0
     history: list[tuple[float, float]] = field(default_factory=list)  # (trials, best ms)
     reused: str = ""  # "tuning reused from run X, 64 trials, best 105.4 ms"
+    recent_s_per_trial: float | None = None  # the agent's recent rate (newer agents send it)
+    sent_left_s: float | None = None  # the agent's search seconds left when it sent the event
 
     @property
     def seconds_per_trial(self) -> float | None:
-        """This search's own rate (None until a batch was measured)."""
+        """This search's own rate: the agent's recent one (``TuningProgress``), else averaged
+        since the start (an older agent); None until a batch was measured."""
+        if self.recent_s_per_trial:
+            return self.recent_s_per_trial
         return self.elapsed_s / self.trials_done if self.trials_done and self.elapsed_s else None
+
+    def search_left_s(self, now: float) -> float | None:
+        """Seconds of search left by the budget, counting down between events (None: no rate
+        yet)."""
+        rate = self.seconds_per_trial
+        if not rate:
+            return None
+        return max(
+            0.0, max(0, self.budget - self.trials_done) * rate - max(0.0, now - self.seen_at)
+        )
 
 
 def tuning_state(e: Mapping[str, object], ts: float) -> TuningState:
@@ -82,6 +97,8 @@ def tuning_state(e: Mapping[str, object], ts: float) -> TuningState:
         since_improvement=_count(e.get("since_improvement")),
         history=points,
         reused=str(e.get("provenance") or "") if e.get("reused") else "",
+        recent_s_per_trial=_num(e.get("s_per_trial")),
+        sent_left_s=_num(e.get("search_left_s")),
     )
 
 

@@ -130,6 +130,22 @@ class Compiled(ABC):
         """Run once and return the (first) output as a numpy array, for correctness checks."""
         return to_numpy(self.run())
 
+    def serving_runners(self, concurrency: int | None = None) -> list[Callable[[], object]]:
+        """Callables a serving run (``ngb.core.loadgen``) gives one worker thread each; each
+        answers one request at a time, and they may run at the same time. ``concurrency``
+        None: the runtime's natural number of requests in flight.
+
+        Here one: ``run`` is one synchronous call whose runtime fills the cores with its own
+        threads (ONNX Runtime's intra-op pool, torch's), and a second caller of the same bound
+        buffers is not safe. Runtimes built for several requests in flight override this
+        (OpenVINO: one infer request per runner)."""
+        if concurrency not in (None, 1):
+            raise ConfigError(
+                f"{type(self).__name__} answers one request at a time; concurrency "
+                f"{concurrency} needs a runtime with several requests in flight (openvino)"
+            )
+        return [self.run]
+
     def drain(self) -> None:  # noqa: B027 - optional hook
         """Wait for requests ``timed_loop`` left in flight (none for a synchronous runtime)."""
 

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 OPT_LEVELS = ("all", "extended", "basic", "disable")
 EXECUTION_MODES = ("sequential", "parallel")
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
+#: where a profiled session saves the graph it runs (``profile_graphs.ort_fusions`` reads it)
+_OPTIMISED = "ort-optimised.onnx"
 _EP_NAMES = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -143,6 +145,7 @@ class _OrtCompiled(Compiled):
         self._session = session
         self._binding = binding
         self._keep_alive = keep_alive  # the bound input buffers must outlive the binding
+        self.optimised: Path | None = None  # the optimised model a profiled session saved
 
     def run(self) -> object:
         self._session.run_with_iobinding(self._binding)
@@ -155,6 +158,7 @@ class _OrtCompiled(Compiled):
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
         """``calls`` runs of a session built with ``enable_profiling`` (``ctx.profile``): its
         trace's kernel events, the wall ms per call, the tool."""
+        from ngb.core.profile_graphs import ort_fusions
         from ngb.core.profiling import ort_records
 
         start = time.perf_counter()
@@ -163,7 +167,9 @@ class _OrtCompiled(Compiled):
         wall = (time.perf_counter() - start) * 1000.0 / calls
         trace = Path(self._session.end_profiling())
         try:
-            return ort_records(trace, calls), wall, "onnxruntime enable_profiling"
+            saved = self.optimised
+            fusions = ort_fusions(saved) if saved is not None and saved.is_file() else None
+            return ort_records(trace, calls, fusions), wall, "onnxruntime enable_profiling"
         finally:
             trace.unlink(missing_ok=True)
 
@@ -214,6 +220,8 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
             if ctx.profile:  # a profile pass (ngb.core.profiling): the trace, never when timed
                 opts.enable_profiling = True
                 opts.profile_file_prefix = str(ctx.workdir / "ort-profile")
+                # the graph ORT runs, after its fusions: which kernels are fused is read there
+                opts.optimized_model_filepath = str(ctx.workdir / _OPTIMISED)
             session = ort.InferenceSession(
                 str(path),
                 sess_options=opts,
@@ -224,6 +232,8 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 session, example_tuple(example), input_names(example), ctx.device
             )
         compiled = _OrtCompiled(session, binding, keep_alive)
+        if ctx.profile:
+            compiled.optimised = ctx.workdir / _OPTIMISED
         ran = session.get_providers()
         reported = {ep: dict(o) for ep, o in session.get_provider_options().items()}
         compiled.precision = resolve_precision(ran, reported)

@@ -27,7 +27,9 @@ kept.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -114,10 +116,28 @@ class _OvCompiled(Compiled):
 
         return np.array(self.run(), copy=True)
 
+    def serving_runners(self, concurrency: int | None = None) -> list[Callable[[], object]]:
+        """One infer request per runner, each bound to the example batch, ``nireq`` of them
+        by default (the THROUGHPUT hint's streams each want one in flight; one under LATENCY):
+        a synchronous ``infer`` on its own request lets go of the interpreter lock, so the
+        serving threads run the requests side by side as ``benchmark_app``'s queue does."""
+        count = concurrency or (self._nireq if self._hint == "THROUGHPUT" else 1)
+        if count < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {count}")
+        runners: list[Callable[[], object]] = []
+        for _ in range(count):
+            request = self._model.create_infer_request()
+            self._bind(request)
+            # the outputs' buffers handed back as they are: a copy per call is not the model's
+            runners.append(functools.partial(request.infer, share_outputs=True))
+        self.extra["serving_requests"] = count
+        return runners
+
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
         """``calls`` synchronous requests of a model compiled with ``PERF_COUNT``
         (``ctx.profile``): each one's performance counters, summed; the wall ms per call
         (the counters' read-out left out); the tool."""
+        from ngb.core.profile_graphs import openvino_origins
         from ngb.core.profiling import openvino_records
 
         infos, spent = [], 0.0
@@ -126,13 +146,7 @@ class _OvCompiled(Compiled):
             self._request.infer()
             spent += time.perf_counter() - start
             infos.append(self._request.get_profiling_info())
-        origins: dict[str, tuple[str, ...]] = {}
-        for op in self._model.get_runtime_model().get_ordered_ops():
-            info = op.get_rt_info()
-            # an RTMap has no .get
-            value = info["originalLayersNames"] if "originalLayersNames" in info else ""  # noqa: SIM401
-            names = str(getattr(value, "value", value))  # an OVAny: its value is the text
-            origins[op.get_friendly_name()] = tuple(n for n in names.split(",") if n)
+        origins = openvino_origins(self._model.get_runtime_model())
         records = openvino_records(infos, calls, origins)
         return records, spent * 1000.0 / calls, "openvino PERF_COUNT"
 

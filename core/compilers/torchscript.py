@@ -70,26 +70,52 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
         # torch >= 2.10 marks the torch.jit API deprecated; the paper benchmarks it regardless.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
-            module = self._script(model, inputs, ctx)
+            module, folded = self._script(model, inputs, ctx)
         compiled = TorchCompiled(module, inputs, ctx.device, restore=restore)
         compiled.extra.update(
             torch_threads=threads,
             frozen=self.config.freeze,
             optimize_for_inference=self.config.optimize_for_inference,
+            folded_ops=folded,  # a profile marks the kernels that absorbed them fused
         )
         return compiled
 
     def _script(
         self, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], ctx: CompileContext
-    ) -> torch.jit.ScriptModule:
+    ) -> tuple[torch.jit.ScriptModule, dict[str, int]]:
+        """The frozen module and what freezing folded away (``_folded``)."""
         import torch
 
         with ctx.phase("export"), torch.no_grad():
             module = torch.jit.trace(model, inputs, check_trace=False)
         with ctx.phase("compile"), torch.no_grad():
             module = module.eval()
+            before = _op_counts(module.inlined_graph)
             if self.config.freeze:
                 module = torch.jit.freeze(module)
             if self.config.optimize_for_inference:
                 module = torch.jit.optimize_for_inference(module)
-        return module
+            folded = _folded(before, _op_counts(module.inlined_graph))
+        return module, folded
+
+
+def _op_counts(graph: torch.Graph) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in graph.nodes():
+        counts[node.kind()] = counts.get(node.kind(), 0) + 1
+    return counts
+
+
+def _folded(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The operators freezing folded away into others (batch norm, a constant add or scale
+    into the convolution before it): how many of each fewer the frozen graph runs."""
+    from ngb.core.profiling import FOLDABLE
+
+    out = {}
+    for kind in FOLDABLE:
+        gone = sum(n for k, n in before.items() if k.removesuffix("_") == kind) - sum(
+            n for k, n in after.items() if k.removesuffix("_") == kind
+        )
+        if gone > 0:
+            out[kind] = gone
+    return out

@@ -85,6 +85,8 @@ class TuningEvent(TypedDict):
     started_at: float  # time.time() when this search began (re-attached views count from it)
     early_stop: int | None
     since_improvement: int  # measured trials since the best last improved
+    s_per_trial: float | None  # the search's recent seconds per trial (``recent_s_per_trial``)
+    search_left_s: float | None  # seconds of search left by the budget at that rate, as sent
     history: list[list[float]]  # [trials done, best ms] after each batch that measured one
     tasks: list[TaskEvent]
 
@@ -114,6 +116,8 @@ class TuningMeta(TypedDict, total=False):
 
 #: best-so-far points a tuning event carries for the console's curve (the latest ones)
 HISTORY_POINTS = 200
+#: the recent rate spans at least this many trials (or a quarter of those done, if more)
+RECENT_TRIALS = 16
 
 
 @dataclass
@@ -151,6 +155,7 @@ class TuningProgress:
         self._started = time.monotonic()
         self.started_at = time.time()
         self.history: list[list[float]] = []  # [trials done, best ms] per batch
+        self._marks: list[tuple[float, int]] = [(0.0, 0)]  # (elapsed s, trials done) per batch
         self._quarters = 0  # 25 % milestones logged so far
         self._best_logged = math.nan
 
@@ -177,9 +182,37 @@ class TuningProgress:
         if error and self.first_error is None:
             self.first_error = error
         task.best_history.append(task.best_s)
+        self._marks.append((self.elapsed_s, self.trials_done))
         best = self.estimated_ms
         if math.isfinite(best):
             self.history.append([self.trials_done, round(best, 4)])
+
+    @property
+    def recent_s_per_trial(self) -> float | None:
+        """Seconds per trial over the recent batches, the first batch left out once there is
+        a second (issue 46: a 64-trial search whose first batch took 12 minutes -- the search
+        space and the first builds -- and later ones 2-3.5 had a rate averaged since the start,
+        and an ETA 2.6-4.4x too long). None before a batch was measured."""
+        last_s, last_n = self._marks[-1]
+        if last_n <= 0:
+            return None
+        window = max(RECENT_TRIALS, last_n // 4)
+        first = 1 if len(self._marks) > 2 else 0
+        base_s, base_n = self._marks[first]
+        for mark_s, mark_n in self._marks[first:-1]:
+            if last_n - mark_n >= window:
+                base_s, base_n = mark_s, mark_n
+        if last_n <= base_n or last_s <= base_s:
+            return None
+        return (last_s - base_s) / (last_n - base_n)
+
+    @property
+    def search_left_s(self) -> float | None:
+        """Seconds of search left by the budget at the recent rate (None: no rate yet): the
+        one figure every surface counts down from (the console's panel and device line, the
+        CLI's progress line)."""
+        rate = self.recent_s_per_trial
+        return None if rate is None else max(0, self.budget - self.trials_done) * rate
 
     def should_stop(self) -> bool:
         if self.early_stop is not None and self.since_improvement >= self.early_stop:
@@ -255,6 +288,8 @@ class TuningProgress:
             "started_at": round(self.started_at, 3),
             "early_stop": self.early_stop,
             "since_improvement": self.since_improvement,
+            "s_per_trial": _rounded(self.recent_s_per_trial),
+            "search_left_s": _rounded(self.search_left_s),
             "history": self.history[-HISTORY_POINTS:],
             "tasks": [
                 {
@@ -268,6 +303,10 @@ class TuningProgress:
 
     def emit(self) -> None:
         self._emit("tuning", **self.event())
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 # --------------------------------------------------------------------------------------------

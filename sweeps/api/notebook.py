@@ -193,6 +193,7 @@ def measure(
     inputs: Sequence[check.InputLike] | None = None,
     code: str | Path | None = None,
     family: str | None = None,
+    name: str | None = None,
     db: str | Path | None = None,
     run: str | None = None,
     progress: bool = True,
@@ -206,7 +207,10 @@ def measure(
     (inputs read from the file). ``inputs``: ``["tokens:batch,16:int64:0-1000"]`` (as
     ``ngb measure -i``) or dicts ``{"name", "shape", "dtype", "range"}`` as in a sweep file;
     ``kwargs``: the factory's (or ``timm.create_model``'s) arguments; ``code``: the folder
-    holding the package; ``family``: what reports group it under. ``settings``: any
+    holding the package; ``family``: what reports group it under; ``name``: what the results
+    call your model (default: the file's own name, ``resmlp.py:build`` for a python file: the
+    same as ``ngb measure`` and a ``[[models]]`` table without a name give it, from any working
+    directory, so they form one series in ``ngb history``). ``settings``: any
     ``MeasureSettings`` field (``workers=2``, ``ci_target=0.05``, ``repetitions=3`` ...);
     ``options``: the compiler's own options; ``progress``: show the phase on stderr.
 
@@ -219,7 +223,7 @@ def measure(
     from ngb.sweeps.spec.checks import check_trial, parse_measure
     from ngb.sweeps.store import measure as measure_store
 
-    name = check.model_text(model)
+    typed = check.model_text(model)
     compiler = check.text("compiler", compiler)
     batch = check.whole("batch", batch)
     device = check.text("device", device)
@@ -230,7 +234,7 @@ def measure(
         settings["precision"] = check.text("precision", precision)
     if not isinstance(progress, bool):
         raise ConfigError(f"progress must be True or False, got {progress!r}")
-    run = check.optional_text("run", run)
+    run = measure_store.check_run_id(check.optional_text("run", run), "run")
     db_path = check.path_text("db", db)
     store = measure_store.writable_store(db_path) if db is not None or run is not None else None
 
@@ -243,16 +247,18 @@ def measure(
 
     compiler_class(compiler)  # an unknown name: one line with close matches
     source = check.model_source(
-        name,
+        typed,
         check.table("kwargs", kwargs),
         check.input_specs(inputs),
         check.path_text("code", code),
         check.optional_text("family", family),
     )
-    if source is None and name not in BLOCK_MODELS:
-        resolve_model(name)
+    if source is None and typed not in BLOCK_MODELS:
+        resolve_model(typed)
+    from ngb.core.model_sources import trial_name
+
     spec = TrialSpec(
-        model=name,
+        model=trial_name(typed, source, name, "name"),
         compiler=compiler,
         batch=batch,
         depth=depth,

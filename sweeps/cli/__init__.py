@@ -60,10 +60,20 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "A point's results over every run, with change points.",
     ),
     "import": ("ngb.sweeps.cli.store_import", "import_", "Merge another results file's runs."),
+    "recover": (
+        "ngb.sweeps.cli.recover",
+        "recover",
+        "Open a results file whose log DuckDB refuses (the log kept aside).",
+    ),
     "profile": (
         "ngb.sweeps.cli.profile",
         "profile",
         "Where a model's time goes per operator, compilers side by side.",
+    ),
+    "serve": (
+        "ngb.sweeps.cli.serve",
+        "serve",
+        "A model under load: p99 from the scheduled time; --find-peak.",
     ),
 }
 

@@ -6,8 +6,10 @@ They are run from a source checkout (they are not part of the installed package)
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -42,7 +44,8 @@ def available() -> dict[str, str]:
     return found
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+# Everything after NAME is the script's (``ngb bench loopback_devices --help`` is its help).
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("name", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str | None, args: tuple[str, ...]) -> None:
@@ -65,10 +68,12 @@ def bench(name: str | None, args: tuple[str, ...]) -> None:
 def run_script(name: str, script: Path, args: tuple[str, ...]) -> None:
     """Run one benchmark; its figures go to stdout as they come. Its stderr is held back: a
     failure is one line (argparse's usage and error, a traceback's last line), a success passes
-    what it said on."""
+    what it said on. The script dies with this process (a killed ``ngb bench`` must not leave a
+    benchmark running: what it started is then cleaned up by its own watchdog)."""
     proc = subprocess.Popen(  # noqa: S603 - our own script, this interpreter
-        [sys.executable, str(script), *args], stderr=subprocess.PIPE, text=True, errors="replace"
-    )
+        [sys.executable, str(script), *args], stderr=subprocess.PIPE, text=True, errors="replace",
+        preexec_fn=_die_with_parent(),  # noqa: PLW1509 - one prctl, nothing that can deadlock
+    )  # fmt: skip
     _, said = proc.communicate()
     if proc.returncode == 0:
         sys.stderr.write(said)
@@ -78,3 +83,15 @@ def run_script(name: str, script: Path, args: tuple[str, ...]) -> None:
     # argparse: "parity.py: error: argument --rounds: '0' must be at least 1"
     last = last.removeprefix(f"{script.name}: error: ")
     raise NgbError(f"benchmark {name}: {last}")
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec (Linux): the kernel sends it SIGTERM when ``ngb bench``
+    dies, SIGKILL included. ctypes is loaded here: the child only makes the one call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None).prctl
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)

@@ -3,7 +3,8 @@
 Each matching point is one series, oldest run first, each result with its 95 % interval, its
 compiler's version and what differs from the run before; change points (``sweeps/changepoints``)
 are marked and named with the fields that changed there. ``--figure BASE`` also writes the
-series as ``BASE.png`` (``.svg``, ``.pdf`` with ``--figure-format``).
+series as ``BASE.png`` (``.svg``, ``.pdf`` with ``--figure-format``). ``--valid-only`` keeps
+INVALID and disturbed runs in the table but out of the change-point search.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ FORMATS = ("table", "markdown", "csv", "html")
     help="Report change points of at least this size only (e.g. 2%).",
 )  # fmt: skip
 @click.option(
+    "--valid-only", is_flag=True,
+    help="Leave INVALID and disturbed runs out of the change-point search (still shown).",
+)  # fmt: skip
+@click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
     help="Output format (html: a self-contained page).",
 )  # fmt: skip
@@ -46,11 +51,14 @@ FORMATS = ("table", "markdown", "csv", "html")
 @results_db_options
 def history(
     device: str | None, model: str | None, compiler: str | None, batch: int | None,
-    precision: str | None, optimisation: str | None, min_change: str, fmt: str,
+    precision: str | None, optimisation: str | None, min_change: str, valid_only: bool, fmt: str,
     output: str | None, figure: str | None, figure_formats: tuple[str, ...], db: str | None,
     wait: float,
 ) -> None:  # fmt: skip
-    """Every run's result of the matching points over time, with change points."""
+    """Every run's result of the matching points over time, with change points.
+
+    A change point needs 3 runs on each side (6 in a series); each table says how many runs it
+    searched and the |t| a change had to exceed (1 % false alarms per series)."""
     from ngb.core.errors import ConfigError
     from ngb.sweeps.report import history as hist
     from ngb.sweeps.report.compare import parse_threshold
@@ -66,7 +74,7 @@ def history(
         "precision_asked": precision, "optimisation": optimisation,
     }  # fmt: skip
     store = Store(db, busy_timeout_s=wait)
-    series = hist.series_of(hist.load(store, filters), min_effect=min_effect)
+    series = hist.series_of(hist.load(store, filters), min_effect=min_effect, valid_only=valid_only)
     if not series:
         shown = ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
         raise ConfigError(f"no successful result matches {shown or 'anything'} in the store")

@@ -19,27 +19,14 @@ import click
 from ngb.core.errors import ConfigError
 from ngb.core.types import MeasureSettings
 from ngb.sweeps.cli import safe_text, short_words
-from ngb.sweeps.cli.options import FINITE
-from ngb.sweeps.rows import JsonValue, json_object
+from ngb.sweeps.cli.options import FINITE, parse_option
+from ngb.sweeps.cli.own_model import own_model_options
 
 if TYPE_CHECKING:
     from ngb.core.types import TrialResult, TrialSpec
 
 # --help states the defaults a run records, read from the settings (not copied into the text)
 _DEFAULT = MeasureSettings()
-
-
-def parse_option(text: str) -> tuple[str, JsonValue]:
-    """``key=value`` -> (key, value); the value is read as JSON when it parses (``3``, ``true``,
-    ``0.5``, ``[1,2]``), else kept as a string (``hint=throughput``)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"--option wants key=value, got {text!r}")
-    try:
-        return key, json.loads(raw)
-    except ValueError:
-        return key, raw
 
 
 @contextlib.contextmanager
@@ -71,25 +58,7 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.command("measure")
 @click.argument("model")
 @click.option("--compiler", "-c", required=True, help="Compiler name (see `ngb compilers`).")
-@click.option(
-    "--kwarg",
-    "-k",
-    "kwargs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Model init argument (repeatable) for timm or your factory, e.g. -k num_classes=10.",
-)
-@click.option(
-    "--input",
-    "-i",
-    "inputs",
-    multiple=True,
-    metavar="NAME:SHAPE[:DTYPE[:LOW-HIGH]]",
-    help="Model input (repeatable), e.g. -i tokens:batch,16:int64:0-1000 ('batch' marks the "
-    "batch dimension). Default: from the timm config, ONNX graph or .pt2 program.",
-)
-@click.option("--code", metavar="FOLDER", help="Folder holding MODEL's python package or file.")
-@click.option("--sweep", "sweep_file", help="Take MODEL from this sweep file's [[models]] tables.")
+@own_model_options
 @click.option("--batch", "-b", type=int, default=1, show_default=True)
 @click.option("--depth", type=int, default=1, show_default=True, help="Stacked blocks (conv/mha).")
 @click.option("--width", type=int, help="Channels / embedding size (conv/mha blocks).")
@@ -200,6 +169,7 @@ def measure(
     inputs: tuple[str, ...],
     code: str | None,
     sweep_file: str | None,
+    model_name: str | None,
     batch: int,
     depth: int,
     width: int | None,
@@ -233,17 +203,21 @@ def measure(
     """Measure MODEL compiled by one compiler, here.
 
     MODEL is a timm name, conv/mha (with --width), package.module:factory, path/to/file.py:factory,
-    a .onnx file or a .pt2 program (torch.export.save), or a [[models]] name with --sweep.
+    a .onnx file or a .pt2 program (torch.export.save), or a [[models]] name with --sweep. Your
+    own model is stored as --name, else under its file's own name (resmlp.py:build), so runs from
+    any folder, a sweep and ngb.measure form one series in `ngb history`.
     """
     from ngb.core import events
     from ngb.core.compilers import compiler_class
     from ngb.core.measure import run_trial
     from ngb.core.models import resolve_model
     from ngb.core.types import TrialSpec
+    from ngb.sweeps.cli.own_model import model_source, stored_name
     from ngb.sweeps.spec.checks import check_trial, parse_measure
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
-    source = _model_source(model, kwargs, inputs, code, sweep_file)
+    source = model_source(model, kwargs, inputs, code, sweep_file, _warn)
+    name = stored_name(model, source, model_name, sweep_file is not None)
     if source is not None and input_size is not None:
         raise ConfigError("--input-size applies to timm names; give img_size with -k or --input")
     if source is None:  # an unknown name is refused for every compiler, as `ngb run` does
@@ -270,7 +244,7 @@ def measure(
         "profile": True if profile else None,
     }
     spec = TrialSpec(
-        model=model,
+        model=name,
         compiler=compiler,
         batch=batch,
         depth=depth,
@@ -287,8 +261,7 @@ def measure(
     if db is not None or run_id is not None:
         from ngb.sweeps.store import measure as measure_store
 
-        if run_id is not None and not run_id.strip():
-            raise ConfigError("--run wants a non-empty run id")
+        measure_store.check_run_id(run_id)  # blank, a newline, an escape: one line now
         store = measure_store.writable_store(db)  # refused now, not after the measurement
         run_id = run_id or measure_store.default_run_id("measure")
 
@@ -356,47 +329,8 @@ def measure(
         sys.exit(1)
 
 
-def _model_source(
-    model: str,
-    kwargs: tuple[str, ...],
-    inputs: tuple[str, ...],
-    code: str | None,
-    sweep_file: str | None,
-) -> dict[str, JsonValue] | None:
-    """``TrialSpec.source`` for MODEL; None keeps a plain timm name or block as it always was."""
-    from ngb.core.model_sources import parse_input, parse_source
-    from ngb.core.types import BLOCK_MODELS
-
-    if sweep_file is not None:
-        from ngb.sweeps.spec.sweep import load_sweep
-
-        if kwargs or inputs or code:
-            raise ConfigError(
-                "with --sweep, the model's kwargs and inputs come from the sweep file"
-            )
-        sweep = load_sweep(sweep_file)
-        if model not in sweep.model_sources:
-            known = ", ".join(sweep.model_sources) or "none"
-            raise ConfigError(
-                f"{sweep.source} has no [[models]] entry {model!r} (entries: {known})"
-            )
-        return dict(sweep.model_sources[model])
-    is_file = model.lower().endswith((".onnx", ".pt2"))
-    if model in BLOCK_MODELS or not (kwargs or inputs or code or is_file or ":" in model):
-        return None
-    parsed = parse_source(
-        model,
-        kwargs=dict(parse_option(k) for k in kwargs),
-        inputs=tuple(parse_input(i) for i in inputs),
-        code=code,
-    )
-    if parsed.kind == "python" and not parsed.inputs:
-        raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
-    from ngb.sweeps.spec.model_ranges import guessed_ranges
-
-    for line in guessed_ranges(parsed):  # a guess is stated, never silent (.pt2 too)
-        click.echo(safe_text(f"warning: {model}: {line}"), err=True)
-    return json_object(parsed.to_dict())
+def _warn(line: str) -> None:
+    click.echo(safe_text(line), err=True)
 
 
 def _reference_name(spec: TrialSpec) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import click
+from ngb.core.errors import ConfigError
+from ngb.sweeps.rows import JsonValue
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -39,6 +42,19 @@ FINITE = FiniteFloat()
 NON_NEGATIVE = FiniteFloat(min=0)
 #: a finite float > 0 (time limits)
 POSITIVE = FiniteFloat(min=0, min_open=True)
+
+
+def parse_option(text: str) -> tuple[str, JsonValue]:
+    """``key=value`` -> (key, value); the value is read as JSON when it parses (``3``, ``true``,
+    ``0.5``, ``[1,2]``), else kept as a string (``hint=throughput``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--option wants key=value, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
 
 
 def results_db_options(fn: F) -> F:

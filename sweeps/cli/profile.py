@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import NgbError, one_line
+from ngb.sweeps.cli.own_model import own_model_options
 from ngb.sweeps.report.render import FORMATS
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 @click.command("profile")
 @click.argument("model")
+@own_model_options
 @click.option(
     "--compilers", "-c", default="identity,torchscript,onnxruntime,openvino", show_default=True,
     help="Comma-separated compilers to profile side by side.",
@@ -34,32 +36,42 @@ if TYPE_CHECKING:
 )
 @click.option("--run", "run_id", help="Run id to store them under (default: profile-<time>).")
 def profile(
-    model: str, compilers: str, batch: int, width: int | None, depth: int, calls: int,
-    warmup: int, fmt: str, db: str | None, run_id: str | None,
+    model: str, kwargs: tuple[str, ...], inputs: tuple[str, ...], code: str | None,
+    sweep_file: str | None, model_name: str | None, compilers: str, batch: int,
+    width: int | None, depth: int, calls: int, warmup: int, fmt: str, db: str | None,
+    run_id: str | None,
 ) -> None:  # fmt: skip
     """Profile MODEL on this machine with each compiler's own profiler, one process each, apart
-    from any timed trial, and print the operator classes and kernels side by side."""
+    from any timed trial, and print the operator classes and kernels side by side.
+
+    MODEL is what `ngb measure` takes: a timm name, conv/mha (with --width), your own
+    package.module:factory, file.py:factory (with -i), .onnx or .pt2 file, or a [[models]] name
+    with --sweep; stored under the same name `ngb measure` gives it."""
     from ngb.core.isolate import call_in_child
     from ngb.core.profiling import profile_trial
     from ngb.core.types import BLOCK_MODELS, TrialSpec
+    from ngb.sweeps.cli.own_model import model_source, stored_name
     from ngb.sweeps.report.catalog import render
     from ngb.sweeps.report.ops import ops_report
     from ngb.sweeps.spec.checks import check_compiler, check_timm_names, check_trial
 
     store = None
     if db is not None or run_id is not None:  # refused before anything is profiled
-        from ngb.sweeps.store.measure import writable_store
+        from ngb.sweeps.store.measure import check_run_id, writable_store
 
+        check_run_id(run_id)  # blank, a newline, an escape: one line now, as ngb measure
         store = writable_store(db)
     names = [c.strip() for c in compilers.split(",") if c.strip()]
     if not names:
         raise NgbError("--compilers names no compiler")
-    if model not in BLOCK_MODELS:
+    source = model_source(model, kwargs, inputs, code, sweep_file, _warn)
+    shown = stored_name(model, source, model_name, sweep_file is not None)
+    if source is None and model not in BLOCK_MODELS:
         check_timm_names([model])
     specs = [
         check_trial(
-            TrialSpec(model=model, compiler=check_compiler(name, "--compilers"), batch=batch,
-                      width=width, depth=depth),
+            TrialSpec(model=shown, compiler=check_compiler(name, "--compilers"), batch=batch,
+                      width=width, depth=depth, source=source),
             "profile",
         )
         for name in names
@@ -79,8 +91,14 @@ def profile(
         raise NgbError("no compiler could be profiled: " + "; ".join(failed))
     if store is not None:
         _store(store, run_id, list(zip(points, profiles, strict=True)))
-    label = f"{model}{f' w{width}' if width else ''}{f' d{depth}' if depth > 1 else ''} b{batch}"
+    label = f"{shown}{f' w{width}' if width else ''}{f' d{depth}' if depth > 1 else ''} b{batch}"
     click.echo(render(ops_report(label, profiles, failed), fmt), nl=False)
+
+
+def _warn(line: str) -> None:
+    from ngb.sweeps.cli import safe_text
+
+    click.echo(safe_text(line), err=True)
 
 
 def _store(store: Store, run_id: str | None, found: list[tuple[TrialSpec, Profile]]) -> None:

@@ -42,6 +42,10 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 )
 @click.option("--model", default=None, help="ops: only this model (its profiles' name).")
 @click.option(
+    "--compilers", "-c", default=None,
+    help="ops: only these comma-separated compilers' columns, in this order.",
+)  # fmt: skip
+@click.option(
     "--figure", "figure_dir", type=click.Path(file_okay=False), default=None,
     help="ops: also draw a stacked bar per compiler for each model into this folder.",
 )  # fmt: skip
@@ -49,7 +53,7 @@ FORMATS = ("table", "markdown", "csv", "latex", "html")
 def report(
     name: str | None, run_id: str | None, device: str | None, fmt: str, output: str | None,
     family: str | None, precision: str | None, no_figures: bool, model: str | None,
-    figure_dir: str | None, db: str | None, wait: float,
+    compilers: str | None, figure_dir: str | None, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Print report NAME (or `all`); without NAME, list the reports."""
     from ngb.sweeps.report import catalog as reports
@@ -70,6 +74,11 @@ def report(
         from ngb.core.errors import ConfigError
 
         raise ConfigError("--model applies to `ngb report ops` only")
+    asked = [c.strip() for c in compilers.split(",") if c.strip()] if compilers else None
+    if compilers is not None and (name != "ops" or not asked):
+        from ngb.core.errors import ConfigError
+
+        raise ConfigError("--compilers applies to `ngb report ops` only and names compilers")
     store = Store(db, busy_timeout_s=wait)
     whole = fmt == "html" and name in (None, ALL)
     if (family is not None or precision is not None) and not whole:
@@ -94,7 +103,13 @@ def report(
     )
     built = [
         reports.build_report(
-            n, store, run_id=run_id, device=device, streaming=streaming, model=model
+            n,
+            store,
+            run_id=run_id,
+            device=device,
+            streaming=streaming,
+            model=model,
+            compilers=asked,
         )
         for n in names
     ]

@@ -14,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import click
+from ngb.core.clock_text import clock
 from ngb.core.errors import NgbError
 from ngb.sweeps.rows import integer, mapping
 from ngb.sweeps.run.refusal import start_or_refuse, until_started
 
 if TYPE_CHECKING:  # imported where used: `ngb --help` must not load rich, duckdb or asyncssh
     from ngb.devices.inventory import Inventory
+    from ngb.sweeps.cli.detach import ReportPipe
     from ngb.sweeps.run.events import RunEvent
     from ngb.sweeps.run.orchestrator import Orchestrator, Subscription
     from ngb.sweeps.spec.sweep import Sweep
@@ -99,6 +102,7 @@ class _Progress:
         )
         self.tasks: dict[str, TaskID] = {}
         self.current: dict[str, str] = {}  # device -> label of the trial in flight
+        self.reused: dict[str, str] = {}  # device -> the trial whose reused search was said
         self.console = console
 
     def _task(self, device: str) -> TaskID:
@@ -153,7 +157,31 @@ class _Progress:
                 )
             elif etype == "log" and event.get("msg") in ("paused", "resumed"):
                 fields["state"] = event["msg"]
+            elif etype == "log" and str(event.get("msg", "")).startswith("tuning "):
+                # the search's quarters and its end, as the console's log has them
+                self.console.print(f"[dim]{item.device}: {event['msg']}[/]")
+            elif etype == "tuning":
+                fields["current"] = self._tuning(item.device, event)[:70]
         self.progress.update(task, **fields)
+
+    def _tuning(self, device: str, event: Mapping[str, object]) -> str:
+        """The trial line while TVM tunes: trials of the budget, the search's recent rate and
+        what is left of it as the agent computed it (the console's panel counts down from the
+        same figure); a reused search said once, as the console says it."""
+        label = self.current.get(device, "")
+        if event.get("reused"):
+            if self.reused.get(device) != label:
+                self.reused[device] = label
+                self.console.print(f"{device}: TVM {event.get('provenance') or 'tuning reused'}")
+            return label
+        done, budget = integer(event.get("trials_done")), integer(event.get("budget"))
+        text = f"{label} tuning {done}/{budget}"
+        rate, left = event.get("s_per_trial"), event.get("search_left_s")
+        if isinstance(rate, int | float) and rate > 0:
+            text += f" {60 / rate:.1f}/min"
+        if isinstance(left, int | float) and left >= 0:
+            text += f" search ETA {clock(left)}"
+        return text
 
 
 async def _follow(orch: Orchestrator, run_id: str, sub: Subscription, console: Console) -> str:
@@ -220,20 +248,25 @@ async def _drive(
     start: StartArgs | None = None,
     attach: str | None = None,
     detach_after_start: bool = False,
+    report: ReportPipe | None = None,
 ) -> tuple[str, Mapping[str, object] | None]:
     from ngb.sweeps.run.orchestrator import Orchestrator
 
     orch = Orchestrator(store, inventory)
     try:
         sub = orch.subscribe()
+        if report is not None:  # the starter of a detached run: its id to the waiting command
+            from ngb.sweeps.cli.detach import tell_run_id
+
+            asyncio.get_running_loop().create_task(tell_run_id(orch, report))
         if start is not None:
             # Nothing says "started" until a device took the run; a run none took is refused
             # (RunRefused: one line, non-zero exit, no run left in the store).
             with console.status("waiting for the devices to take the run..."):
                 run_id, failures = await start_or_refuse(orch, store, sub, **start)
             console.print(f"run [bold]{run_id}[/] started")
-            for line in failures:  # the devices that did not take it
-                console.print(f"[red]{line}[/]")
+            for line in failures:  # the devices that did not take it, or queued it
+                _print_refusal(console, line)
         else:
             assert attach is not None
             run_id = await orch.attach(attach)
@@ -243,7 +276,7 @@ async def _drive(
             _, failures = await until_started(orch, run_id, sub)
             if attach is not None:
                 for line in failures:
-                    console.print(f"[red]{line}[/]")
+                    _print_refusal(console, line)
             await orch.detach(run_id)
             console.print(f"detached; follow with `ngb attach {run_id}`, see `ngb status {run_id}`")
             return "detached", None
@@ -255,10 +288,18 @@ async def _drive(
         await orch.close()
 
 
-def _console() -> Console:
+def _console(file: IO[str] | None = None) -> Console:
     from rich.console import Console
 
-    return Console()
+    return Console() if file is None else Console(file=file, width=100)
+
+
+def _print_refusal(console: Console, line: str) -> None:
+    """A device's line beside "started": a refusal in red, a job queued behind another run's
+    (``queued: ...``) as it is."""
+    from ngb.sweeps.run.device_claim import QUEUED
+
+    console.print(line if line.startswith(QUEUED) else f"[red]{line}[/]", highlight=False)
 
 
 # ---------------------------------------------------------------- commands
@@ -285,6 +326,13 @@ def _console() -> Console:
     "resumed run keeps the setting it was started with (--resume --profile of one started "
     "without it is refused).",
 )  # fmt: skip
+@click.option(
+    "--retry-killed", type=click.IntRange(0, 100), default=None, metavar="N",
+    help="A trial a batch scheduler killed (time limit, preemption, someone's scancel) runs "
+    "again in a new allocation, up to N times (the count is stored with its result). Same as "
+    "`retry_killed = N` in the sweep's [measure]. A resumed run keeps the setting it was started "
+    "with.",
+)  # fmt: skip
 @_db_option
 @_inventory_option
 def run(
@@ -295,6 +343,7 @@ def run(
     resume: bool,
     isolate: str | None,
     profile: bool,
+    retry_killed: int | None,
     db: str | None,
     inventory_path: str | None,
 ) -> None:
@@ -317,24 +366,40 @@ def run(
         from ngb.sweeps.run.resume_profile import with_profile
 
         spec = with_profile(spec)
+    if retry_killed is not None:  # the sweep's [measure]; a matrix's own setting still wins
+        import dataclasses
+
+        spec = dataclasses.replace(spec, measure={**spec.measure, "retry_killed": retry_killed})
     if spec.models():
         from ngb.sweeps.spec.checks import check_timm_names
 
         check_timm_names(spec.models())  # an unknown name fails here, not on every device
     inventory = _inventory(inventory_path)
     inventory.resolve(devices)  # unknown names: one-line error before anything starts
-    console = _console()
+    from ngb.sweeps.cli import detach as background
+
+    if detach and not resume and not background.in_starter() and sys.argv[1:2] == ["run"]:
+        # the start goes on in a child of its own; this waits a few seconds at most (detach.py)
+        from ngb.devices.paths import get_paths
+
+        raise SystemExit(
+            background.start_in_background(sys.argv[1:], get_paths().data / "detached")
+        )
+    report = background.report_pipe()  # in that child: what it prints also goes to the waiter
+    console = _console() if report is None else _console(cast("IO[str]", report))
     start: StartArgs = {"sweep": spec, "device_names": devices, "keep": keep, "isolate": isolate}
     store = _store(db)
     if resume:
         names = {d.name for d in inventory.resolve(devices)}
         run_id = _to_resume(store, spec.name, names)
         _profile_line(console, store, run_id, asked=profile)  # refuses what cannot carry over
+        if retry_killed is not None:
+            _check_retry_killed(store, run_id, spec)
         state, summary = asyncio.run(_drive(store, inventory, console, attach=run_id))
         _finish(console, state, summary, store)
         return
     state, summary = asyncio.run(
-        _drive(store, inventory, console, start=start, detach_after_start=detach)
+        _drive(store, inventory, console, start=start, detach_after_start=detach, report=report)
     )
     _finish(console, state, summary, store)
 
@@ -348,6 +413,22 @@ def _to_resume(store: Store, sweep_name: str, devices: set[str]) -> str:
         if {str(r["device"]) for r in store.run_devices(run_id)} == devices:
             return run_id
     raise NgbError(f"no unfinished run of sweep {sweep_name!r} on {', '.join(sorted(devices))}")
+
+
+def _check_retry_killed(store: Store, run_id: str, asked: Sweep) -> None:
+    """``--resume --retry-killed N``: the run's trials went to its devices with their setting,
+    and a resume runs them as started, so N must be what the run was started with."""
+    from ngb.sweeps.spec.sweep import loads_sweep
+
+    stored = loads_sweep(str(store.run(run_id).get("sweep_toml") or ""), source=f"run {run_id}")
+    was = {t.key: t.measure.retry_killed for t in stored.trials()}
+    now = {t.key: t.measure.retry_killed for t in asked.trials()}
+    if any(was.get(key, n) != n for key, n in now.items()):
+        raise NgbError(
+            f"run {run_id} was started with retry_killed = {max(was.values(), default=0)}, and "
+            "a resume runs its trials as started (their list is on the devices): resume without "
+            "--retry-killed, or start a new run with it"
+        )
 
 
 def _profile_line(console: Console, store: Store, run_id: str, asked: bool = False) -> None:

@@ -84,6 +84,7 @@ def build_report(
     device: str | None = None,
     streaming: bool = False,
     model: str | None = None,
+    compilers: list[str] | None = None,
 ) -> Report:
     """Build report ``name``; unknown report/run/device names raise a one-line NgbError.
 
@@ -101,6 +102,7 @@ def build_report(
     data = ReportData(store, run_id=run_id, device=device)
     data.streaming = streaming
     data.model = model
+    data.compilers = compilers
     report = builder(data)
     if name != "testbed":
         # counted in SQL where the report read no trial whole (a report of every point)

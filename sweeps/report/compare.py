@@ -7,17 +7,16 @@ settings, versions, device state and provenance fields that differ between the t
 Fields that differ at every point are said once for the run (``Comparison.run_changes``).
 Points are sorted by effect: significant ones first, largest ``|log ratio|`` first.
 
-The regression gate (``--fail-above 5%``): a point fails when its slowdown is significant *and
-its whole interval* lies beyond the threshold, i.e. the interval's upper bound of B / A is below
-``1 / (1 + threshold)`` (B takes more than 5 % longer per sample, with 95 % confidence). Why not
-"significant and the point estimate beyond": with a true slowdown exactly at the threshold that
-rule fails half the time, so a CI job on the fence flips between red and green run after run
-and people learn to ignore it; the interval rule fails a point whose true slowdown is at or
-below the threshold with probability at most 2.5 %. The price is missed slowdowns whose
-interval is too wide to be sure of: those are listed as *possible* (point estimate beyond the
-threshold, interval not), printed but not failing, and the remedy is more repetitions. A point
-that ran in A and failed in B (an upgrade that broke a model: an unbounded slowdown) fails the
-gate too.
+The regression gate (``--fail-above 5%``) is ``gate.py``: pass, fail or undecidable per point.
+A point fails when its slowdown is significant *and its whole interval* lies beyond the
+threshold, i.e. the interval's upper bound of B / A is below ``1 / (1 + threshold)`` (B takes
+more than 5 % longer per sample, with 95 % confidence). Why not "significant and the point
+estimate beyond": with a true slowdown exactly at the threshold that rule fails half the time,
+so a CI job on the fence flips between red and green run after run and people learn to ignore
+it; the interval rule fails a point whose true slowdown is at or below the threshold with
+probability at most 2.5 %. Slowdowns whose interval is too wide to be sure of are *undecidable*
+(not passed: see ``gate.py``); a point that ran in A and failed in B fails the gate too, unless
+it failed for the harness's reason.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ from dataclasses import dataclass, field
 
 from ngb.core.provenance import diff_packages
 from ngb.sweeps.report import derived
-from ngb.sweeps.report.data import Report, Table
 from ngb.sweeps.report.derived import Derived
-from ngb.sweeps.report.paper import UNCERTAINTY_NOTE, cell
 from ngb.sweeps.report.points import (
     Change,
     Point,
@@ -84,6 +81,7 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
     # ok in A, failed in B: (label, B's error) -- an upgrade that breaks a model fails the gate
     broken: list[tuple[str, str]] = field(default_factory=list)
+    broken_rows: dict[str, StoreRow] = field(default_factory=dict)  # label -> B's failed trial
 
 
 def compare(
@@ -123,6 +121,7 @@ def compare(
         sorted(label(p) for p in by_a if p not in by_b and p not in failed_b),
         sorted(label(p) for p in by_b if p not in by_a),
         sorted(broken),
+        {label(p): failed_b[p] for p in by_a if p not in by_b and p in failed_b},
     )
 
 
@@ -159,8 +158,10 @@ def regressions(
 
 GATE_NOTE = (
     "gate: a point fails when B is slower with 95 % confidence by more than the threshold "
-    "(the whole interval of B / A below 1 / (1 + threshold)); 'possible' = the estimate is "
-    "beyond it but the interval is not (measure more to be sure)"
+    "(the whole interval of B / A below 1 / (1 + threshold)) or broke in B; it is undecidable "
+    "when A or B is INVALID, has no interval, or its interval is wider than the threshold, or "
+    "it failed in B for an infrastructure reason; 'possible' = the estimate is beyond the "
+    "threshold but an interval narrower than it is not (measure more to be sure)"
 )
 
 
@@ -178,53 +179,3 @@ def changes_text(changes: Sequence[Change], packages: PackageLookup | None) -> s
                 )
                 parts.append(f"packages: {shown or 'same list'}")
     return "; ".join(parts)
-
-
-def report(
-    comparison: Comparison,
-    threshold: float | None = None,
-    packages: PackageLookup | None = None,
-) -> Report:
-    """The comparison as a ``Report`` (rendered as text, markdown, CSV or HTML)."""
-    failing, possible = regressions(comparison, threshold) if threshold else ([], [])
-    fail_ids = {id(c) for c in failing}
-    maybe_ids = {id(c) for c in possible}
-    table = Table(
-        f"{comparison.run_b} vs {comparison.run_a}: throughput (samples/s) and B / A",
-        ["point", "A", "B", "B / A", "verdict", "also differs here"],
-    )
-    for c in comparison.points:
-        verdict = c.verdict
-        if id(c) in fail_ids:
-            verdict += " FAIL"
-        elif id(c) in maybe_ids:
-            verdict += " (possible)"
-        table.rows.append(
-            [
-                c.label,
-                cell(derived.throughput(c.a)),
-                cell(derived.throughput(c.b)),
-                cell(c.ratio),
-                verdict,
-                changes_text(c.changes, packages) or "-",
-            ]
-        )
-    notes = []
-    if comparison.run_changes:
-        notes.append("differs at every point: " + changes_text(comparison.run_changes, packages))
-    else:
-        notes.append("no setting, version, device state or package differs at every point")
-    if comparison.broken:
-        notes.append(
-            f"ok in {comparison.run_a}, failed in {comparison.run_b}: "
-            + "; ".join(f"{name} ({error})" for name, error in comparison.broken)
-        )
-    if comparison.only_a:
-        notes.append(f"only in {comparison.run_a}: " + ", ".join(comparison.only_a))
-    if comparison.only_b:
-        notes.append(f"only in {comparison.run_b}: " + ", ".join(comparison.only_b))
-    if threshold:
-        failed = len(failing) + len(comparison.broken)
-        notes.append(f"{GATE_NOTE}; threshold {threshold:.3g} -> {failed} failing")
-    notes.append(UNCERTAINTY_NOTE)
-    return Report("compare", f"ngb compare {comparison.run_a} {comparison.run_b}", [table], notes)

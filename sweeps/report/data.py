@@ -117,6 +117,9 @@ class Table:
     # rows kept on disk (a report of every point, streamed: ``ngb.sweeps.report.spool``); they
     # come after ``rows``. Read them through ``each_row`` and ``row_count``.
     spool: RowSpool | None = None
+    # what CSV writes instead, where a human cell holds two numbers ("56.9 (98 %)": the ops
+    # report's ms and share): one number a cell, so a spreadsheet reads each as it is
+    machine: Table | None = None
 
     def add(self, row: list[object]) -> None:
         """One more row, to the spool where the table has one."""
@@ -273,6 +276,9 @@ class ReportData:
         self.baseline_note = ""  # set when the runs in scope name different baselines
         # one model only (``ngb report ops --model M``); the reports that honour it say so
         self.model: str | None = None
+        # ``ngb report ops -c a,b``: those compilers' columns only, in that order
+        self.compilers: list[str] | None = None
+        self._serving: dict[str, tuple[list[StoreRow], list[StoreRow]]] = {}
 
     @property
     def baseline(self) -> str:
@@ -417,6 +423,15 @@ class ReportData:
         if self._trials is None:
             self._trials = self._read_trials("", [])
         return self._trials
+
+    def serving(self, device: str) -> tuple[list[StoreRow], list[StoreRow]]:
+        """The device's VALID server-scenario runs and its peak searches (``ngb serve --db``,
+        any run: they are runs of their own), newest first, read once per device."""
+        if device not in self._serving:
+            from ngb.sweeps.store.serving import peak_rows, server_rows
+
+            self._serving[device] = (server_rows(self.store, device), peak_rows(self.store, device))
+        return self._serving[device]
 
     def trials_of(self, device: str, label: str) -> list[TrialRow]:
         """``trials()`` of one model label on one device, filtered in SQL first: ``advise``

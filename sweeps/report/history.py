@@ -7,6 +7,12 @@ the trial's throughput with its stored interval (``derived.throughput``). Change
 interval (``derived.mean_of``); each is named with what differs between the last run before it
 and the first run after it (settings, versions, device state, provenance). The console's History
 screen and ``ngb history --figure`` draw the same ``Series``.
+
+An INVALID or disturbed run is always shown, flagged; ``valid_only`` (``--valid-only``) leaves it
+out of the search, because one collapsed run can look like a level of its own to a test that
+treats every run as a sample of the level (its wide interval already lowers its weight, but a
+run disturbed without a wide interval keeps full weight). The search needs ``MIN_SEGMENT`` runs
+on each side of a change, and the report says so where a series is shorter.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ngb.sweeps.report import derived
-from ngb.sweeps.report.changepoints import ChangePoint, detect
+from ngb.sweeps.report.changepoint_thresholds import threshold
+from ngb.sweeps.report.changepoints import MIN_SEGMENT, ChangePoint, detect
 from ngb.sweeps.report.compare import PackageLookup, changes_text
 from ngb.sweeps.report.data import Report, Table
 from ngb.sweeps.report.derived import Derived
@@ -44,6 +51,12 @@ class Entry:
     when: str  # the trial's finish time, as stored (UTC)
     row: StoreRow
     throughput: Derived
+    left_out: str = ""  # why the change-point search did not use this run ("": it did)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The run's own warnings (INVALID, unstable, disturbed)."""
+        return derived.result_flags(self.row)
 
     @property
     def compiler_version(self) -> str:
@@ -80,10 +93,39 @@ class Series:
     def label(self) -> str:
         return label(self.point)
 
+    @property
+    def searched(self) -> int:
+        """How many runs the change-point search used."""
+        return sum(1 for e in self.entries if not e.left_out)
 
-def _usable(entry: Entry) -> bool:
-    value = entry.throughput.value
-    return math.isfinite(value) and value > 0
+    def search_note(self) -> str:
+        """What the search could do with this series: the runs it needs, the threshold it used,
+        the runs it left out."""
+        n, need = self.searched, 2 * MIN_SEGMENT
+        if n < need:
+            text = (f"too few runs to find a change point: {n} searched, {need} needed "
+                    f"({MIN_SEGMENT} on each side of a change)")  # fmt: skip
+        else:
+            text = f"{n} runs searched: a change needs a t above {threshold(n):.2f} at this length"
+        out = [e for e in self.entries if e.left_out]
+        if out:
+            reasons = sorted({e.left_out for e in out})
+            text += f"; left out: {len(out)} run(s) ({', '.join(reasons)})"
+        return text
+
+
+def _left_out(row: StoreRow, value: Derived, valid_only: bool) -> str:
+    """Why the search skips this run: no value, or (``valid_only``) INVALID or disturbed."""
+    if not (math.isfinite(value.value) and value.value > 0):
+        return "no value"
+    if not valid_only:
+        return ""
+    reasons = []
+    if str(row.get("verdict") or "").upper().startswith("INVALID"):
+        reasons.append("INVALID")
+    if row.get("disturbed"):
+        reasons.append("disturbed")
+    return " ".join(reasons)
 
 
 def _rel_se(row: StoreRow) -> float | None:
@@ -92,20 +134,27 @@ def _rel_se(row: StoreRow) -> float | None:
 
 
 def series_of(
-    rows: Iterable[StoreRow], *, min_effect: float = 0.0, swept: frozenset[str] | None = None
+    rows: Iterable[StoreRow],
+    *,
+    min_effect: float = 0.0,
+    swept: frozenset[str] | None = None,
+    valid_only: bool = False,
 ) -> list[Series]:
-    """Successful trials -> one series per point, change points detected (see module)."""
+    """Successful trials -> one series per point, change points detected (see module);
+    ``valid_only``: INVALID and disturbed runs are shown but not searched."""
     ok = [r for r in rows if r.get("status") == "ok"]
     swept = swept_settings(ok) if swept is None else swept
     by_point: dict[Point, list[Entry]] = {}
     for row in sorted(ok, key=lambda r: (str(r.get("finished_at") or ""), str(r["run_id"]))):
+        value = derived.throughput(row)
         entry = Entry(
-            str(row["run_id"]), str(row.get("finished_at") or ""), row, derived.throughput(row)
-        )
+            str(row["run_id"]), str(row.get("finished_at") or ""), row, value,
+            _left_out(row, value, valid_only),
+        )  # fmt: skip
         by_point.setdefault(point_of(row, swept), []).append(entry)
     out = []
     for point, entries in by_point.items():
-        usable = [e for e in entries if _usable(e)]
+        usable = [e for e in entries if not e.left_out]
         found = detect(
             [e.throughput.value for e in usable],
             [_rel_se(e.row) for e in usable],
@@ -173,6 +222,7 @@ def report(series: Sequence[Series], packages: PackageLookup | None = None) -> R
                 "finished",
                 "throughput",
                 "compiler version",
+                "flags",
                 "change",
                 "differs from the run before",
             ],
@@ -187,6 +237,7 @@ def report(series: Sequence[Series], packages: PackageLookup | None = None) -> R
                     e.when[:19],
                     cell(e.throughput),
                     e.compiler_version,
+                    " ".join([*e.flags, *(["left out"] if e.left_out else [])]) or "-",
                     mark,
                     changes_text(moved, packages) or "-",
                 ]
@@ -195,11 +246,14 @@ def report(series: Sequence[Series], packages: PackageLookup | None = None) -> R
         table.notes += [f"change point {c.text(packages)}" for c in s.changes] or [
             "no change point"
         ]
+        table.notes.append(s.search_note())
         tables.append(table)
     notes = [
-        "change points: binary segmentation, weighted test on log throughput using each run's "
-        "stored interval plus the between-run noise estimated from the series "
-        "(ngb.sweeps.report.changepoints); 3 runs needed on each side",
+        "change points: binary segmentation; at each split a weighted two-sample t on log "
+        "throughput (weights from each run's stored interval, the scale from the runs' spread "
+        "around the two levels), the largest against a threshold simulated for the series' "
+        f"length (1 % false alarms per series); {MIN_SEGMENT} runs needed on each side of a "
+        "change (ngb.sweeps.report.changepoints)",
         UNCERTAINTY_NOTE,
     ]
     return Report("history", "ngb history", tables, notes)

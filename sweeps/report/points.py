@@ -44,9 +44,25 @@ CONTEXT_COLUMNS = (
     "model_git_commit",
     "model_git_dirty",
 )
-# measure settings that say how long or how sure to measure, not how the model runs: a change
-# in them moves the interval, not the value, and would otherwise be named as a cause
-_NOT_CAUSES = frozenset({"measure.timeout_s", "measure.keep_samples"})
+# settings that cannot move a timed number, so they are never offered as a cause: how long or
+# how sure to measure (a change moves the interval, not the value), the profile pass (one more
+# process *after* the timed workers: core/profile_pass.py), the scheduler's re-runs of a killed
+# trial (read by the workstation only), and where files are written (below)
+_NOT_CAUSES = frozenset(
+    {"measure.timeout_s", "measure.keep_samples", "measure.profile", "measure.retry_killed"}
+)
+# a setting named like an output location (``save_path``, ``dump_dir``, ``output``): where a
+# file goes, not how the model runs
+_OUTPUT_SUFFIXES = ("_path", "_dir", "_file", "_filepath", "output", "_prefix")
+
+
+def not_a_cause(name: str) -> bool:
+    """Whether a differing setting cannot explain a change in a timed number (see above)."""
+    if name in _NOT_CAUSES:
+        return True
+    chosen = name.startswith(("compiler_options.", "measure."))
+    return chosen and name.split(".")[-1].lower().endswith(_OUTPUT_SUFFIXES)
+
 
 Point = tuple[tuple[str, object], ...]
 
@@ -157,7 +173,7 @@ def differences(
     for getter in (settings_of, context_of):
         old, new = getter(a), getter(b)
         for name in sorted(set(old) | set(new)):
-            if name in swept or name in _NOT_CAUSES:
+            if name in swept or not_a_cause(name):
                 continue
             if _shown(old.get(name)) != _shown(new.get(name)):
                 out.append(Change(name, old.get(name), new.get(name)))

@@ -233,4 +233,4 @@ def _csv(report: Report, write: Write) -> None:
             if index:
                 write("\n")
             write(f"# {table.title}\n")
-        _csv_table(table, writer)
+        _csv_table(table.machine or table, writer)

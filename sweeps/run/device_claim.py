@@ -14,6 +14,11 @@ broken after about five seconds. The check rides in the same remote command as t
 (``gated``), and the release in the same command as the run dir's removal, so the lock costs no
 round trip. As elsewhere, device-specific values travel as positional parameters of constant
 scripts, never as shell code.
+
+A Slurm slot is the exception (``share``): a second run there is not refused, because the node
+is not the device, the scheduler's queue is. Its job waits in that queue (``PENDING
+(Resources)`` while the first run's job holds the node) and it starts when Slurm says so, as a
+Slurm user expects; the start says so in one line (``queued_line``).
 """
 
 from __future__ import annotations
@@ -68,20 +73,27 @@ ngbc_unlock() { rmdir .ngb-device.claim.lock 2>/dev/null || true; }
 """
 
 # Prepended to a start command: take the device for this run or stop with EXIT_BUSY, in the same
-# round trip as the start. Its three parameters are shifted away before the start script runs.
+# round trip as the start. Its four parameters are shifted away before the start script runs.
+# Shared (a device a batch scheduler hands out, whose jobs queue there): a held device is not
+# refused; the start goes on without the claim and says "behind RUN PID" first.
 _GATE = (
     _FUNCTIONS
     + r"""
-ngbc_work=$1 ngbc_run=$2 ngbc_grace=$3
-shift 3
+ngbc_work=$1 ngbc_run=$2 ngbc_grace=$3 ngbc_share=$4
+shift 4
 ngbc_here=$(pwd)
 ngbc_cd create || { echo "cannot create the work directory" >&2; exit 4; }
 ngbc_lock
 ngbc_h=$(ngbc_holder)
-if [ -n "$ngbc_h" ]; then ngbc_unlock; echo "busy ${ngbc_h#held }"; exit 6; fi
-printf '%s %s\n' "$ngbc_run" "$(date +%s)" > "ngb-device.claim.$$"
-mv -f "ngb-device.claim.$$" ngb-device.claim
+if [ -z "$ngbc_h" ]; then
+  printf '%s %s\n' "$ngbc_run" "$(date +%s)" > "ngb-device.claim.$$"
+  mv -f "ngb-device.claim.$$" ngb-device.claim
+fi
 ngbc_unlock
+if [ -n "$ngbc_h" ]; then
+  if [ "$ngbc_share" != 1 ]; then echo "busy ${ngbc_h#held }"; exit 6; fi
+  echo "behind ${ngbc_h#held }"
+fi
 cd "$ngbc_here"
 """
 )
@@ -134,13 +146,18 @@ class DeviceBusy(NgbError):
         self.holder = holder
 
 
-def gated(argv: list[str], workdir: str, run_id: str, grace_s: float | None = None) -> list[str]:
+def gated(
+    argv: list[str], workdir: str, run_id: str, grace_s: float | None = None, share: bool = False
+) -> list[str]:
     """``argv`` (an ``sh -c SCRIPT NAME ARGS...`` command) run only once this run holds the
-    device; otherwise it prints ``busy <run_id> <pid|starting>`` and exits ``EXIT_BUSY``."""
+    device; otherwise it prints ``busy <run_id> <pid|starting>`` and exits ``EXIT_BUSY``. With
+    ``share`` (a scheduler's device: its jobs wait in its queue) it runs anyway, after a line
+    ``behind <run_id> <pid|starting>``."""
     if argv[:2] != ["sh", "-c"] or len(argv) < 4:
         raise ValueError("gated() takes an `sh -c SCRIPT NAME ...` command")
     grace = DEFAULT_GRACE_S if grace_s is None else grace_s
-    return ["sh", "-c", _GATE + argv[2], argv[3], workdir, run_id, str(int(grace)), *argv[4:]]
+    return ["sh", "-c", _GATE + argv[2], argv[3], workdir, run_id, str(int(grace)),
+            "1" if share else "0", *argv[4:]]  # fmt: skip
 
 
 def release_argv(workdir: str, run_id: str, run_dir: str | None = None) -> list[str]:
@@ -162,3 +179,23 @@ def parse_answer(device: str, text: str) -> Holder | None:
     if len(words) == 3 and words[0] in ("busy", "held"):
         return Holder(words[1], int(words[2]) if words[2].isdigit() else None)
     raise NgbError(f"{device}: unexpected answer about the device claim: {text.strip()[:200]!r}")
+
+
+def parse_behind(out: str) -> Holder | None:
+    """The run a shared start found holding the device (its ``behind`` line), if any."""
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "behind":
+            return Holder(words[1], int(words[2]) if words[2].isdigit() else None)
+    return None
+
+
+QUEUED = "queued: "  # how a start on a busy scheduler's device begins its line
+
+
+def queued_line(device: str, holder: Holder) -> str:
+    """What a run started on a busy scheduler's device says, once."""
+    return (
+        f"{QUEUED}{device} is busy with {holder.describe()}; this run's job waits in the "
+        "scheduler's queue and starts when the scheduler gives it a node"
+    )

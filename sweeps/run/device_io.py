@@ -20,7 +20,7 @@ from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts
 from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import CommandResult, Transport, TransportError
-from ngb.sweeps.run import device_claim, device_queue
+from ngb.sweeps.run import device_claim, device_queue, job_end
 from ngb.sweeps.run.state import DeviceRun
 
 
@@ -62,9 +62,9 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
     async def launch(part: str = "") -> int | None:
         argv = remote.launch_argv(
             dev.device.python, dev.device.workdir, local.name, digest, dev.run_id,
-            part=part, isolate=isolate,
+            part=part, isolate=isolate, ready_by_start=transport.queue is None,
         )  # fmt: skip
-        out = await start_gated(dev, argv, input=dev.trials_text)
+        out = await start_gated(dev, argv, input=dev.trials_text, say=say)
         try:
             workdir, pid = remote.parse_launch(out)
         except NgbError as exc:
@@ -94,11 +94,33 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
     return pid
 
 
+async def started_unrecorded(dev: DeviceRun) -> bool:
+    """Whether an attached device's agent was started though the store never said so (the
+    workstation died just after the start): its run dir has a pid file. Then the device is
+    followed as started (a dead agent is restarted, or its job's end decided), not started a
+    second time as new, which would skip what a scheduler's end left to decide."""
+    from ngb.devices.agent_remote import deploy_agent
+
+    assert dev.transport is not None
+    workdir = await remote_workdir(dev.transport, dev.device.workdir)
+    dev.paths = dev.paths or RunPaths(workdir, dev.run_id)
+    pid = await read_pid(dev)
+    if pid is None:
+        return False
+    dev.started, dev.pid = True, pid
+    if dev.agent_path is None:  # the one that started is not known: this ngb's, installed
+        dev.agent_path = await deploy_agent(dev.transport, dev.device)
+    return True
+
+
 async def start_agent(dev: DeviceRun, isolate: str | None) -> int:
     """Start the agent of an existing run dir again; its pid."""
+    from ngb.devices.agent_remote import deploy_agent
+
     transport, paths = dev.transport, dev.paths
-    assert transport is not None and paths is not None and dev.agent_path
-    device_queue.refuse_restart(dev)  # a scheduler that ended the job: fail, do not queue again
+    assert transport is not None and paths is not None
+    if not dev.agent_path:  # a follower that took over before the start was recorded: its own
+        dev.agent_path = await deploy_agent(transport, dev.device)
     argv = remote.start_agent_argv(dev.device.python, dev.agent_path, paths, isolate=isolate)
     out = await start_gated(dev, argv)
     try:
@@ -127,16 +149,28 @@ async def release(dev: DeviceRun, *, remove: bool) -> None:
     await checked(dev.transport, argv, "remove run dir" if remove else "release the device")
 
 
-async def start_gated(dev: DeviceRun, argv: list[str], input: str | None = None) -> str:
-    """A start command that runs only if this run holds (or now takes) the device."""
+async def start_gated(
+    dev: DeviceRun,
+    argv: list[str],
+    input: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> str:
+    """A start command that runs only if this run holds (or now takes) the device. A device a
+    scheduler hands out is never refused: its job waits in the scheduler's queue behind the
+    other run's, which ``say`` is told in one line."""
     assert dev.transport is not None
-    argv = device_claim.gated(argv, dev.device.workdir, dev.run_id)
+    queued = dev.transport.queue is not None
+    argv = device_claim.gated(argv, dev.device.workdir, dev.run_id, share=queued)
     res = await dev.transport.run(argv, timeout=120, input=input)
     if res.returncode == device_claim.EXIT_BUSY:
         holder = device_claim.parse_answer(dev.name, res.stdout)
         if holder is not None:
             raise device_claim.DeviceBusy(dev.name, holder)
-    return _output(dev.transport, res, "start the agent")
+    out = _output(dev.transport, res, "start the agent")
+    behind = device_claim.parse_behind(out) if queued else None
+    if behind is not None and say is not None:
+        say(device_claim.queued_line(dev.name, behind))
+    return out
 
 
 async def fetch_text(dev: DeviceRun, path: str) -> str | None:
@@ -156,10 +190,13 @@ async def read_pid(dev: DeviceRun) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-async def read_checkpoint(dev: DeviceRun) -> dict[str, dict[str, object]]:
+async def read_checkpoint(dev: DeviceRun, *, owner: bool = True) -> dict[str, dict[str, object]]:
+    """The finished trials, as this follower takes them: on a scheduler's device the owner also
+    decides what a job the scheduler ended means (``job_end``), and every result is named by
+    the node that ran it."""
     assert dev.paths is not None
     text = await fetch_text(dev, dev.paths.checkpoint)
-    text = await device_queue.scheduler_end(dev, text or "")
+    text = await job_end.scheduler_end(dev, text or "", owner=owner)
     return await device_queue.stamped(dev, remote.parse_checkpoint(text))  # a Slurm job's node
 
 
@@ -233,7 +270,7 @@ async def follow_events(
         async for line in stream:
             last_line = loop.time()
             event = reader.feed(line)
-            if event is not None:  # a scheduler's reason for a failure, a result's node
+            if event is not None:  # a scheduler's reason for a failure (or withheld), a node
                 event = await device_queue.amend(dev, event)
             dev.offset = reader.offset
             if event is not None and not await device_queue.foreign_cancel(dev, event):

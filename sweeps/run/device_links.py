@@ -2,8 +2,9 @@
 
 By default local devices get ``LocalTransport`` and the others ``SshTransport`` with the
 orchestrator's ``connect_timeout`` and ``keepalive`` seconds; a ``transport_factory`` replaces that
-(tests, custom known_hosts). At most ``max_handshakes`` connections are being set up at once, so a
-fleet of devices does not stampede an SSH jump host.
+(tests, custom known_hosts). At most ``max_handshakes`` connections are being set up at once
+(64: a handshake's wall time is the server's and the link's, so a fleet's overlap; the SSH
+transport also keeps to 10 per server address, so a jump host is not stampeded).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class DeviceLinks:
         inventory: Callable[[], Inventory],
         *,
         transport_factory: Callable[[Device], Transport] | None = None,
-        max_handshakes: int = 8,
+        max_handshakes: int = 64,
         connect_timeout: float = 10.0,
         keepalive: float = 15.0,
         backoff: tuple[float, float] = (0.5, 30.0),

@@ -12,7 +12,11 @@ Failure handling, and why:
 - a dropped link -> reconnect with exponential backoff and jitter, re-follow from the offset: the
   agent never noticed (it runs under ``setsid``), so nothing is lost or repeated;
 - the agent dies (pid gone, no ``run_done``) -> start it again; it resumes from its checkpoint.
-  Restarts are bounded (``max_restarts``) and each one is recorded as an error;
+  Restarts are bounded (``max_restarts``) and each one is recorded as an error. Only the
+  follower that owns the device (``ownership``: the one that started the run, or took over from
+  one gone) starts, restarts or resubmits; any other follower only follows and takes the
+  owner's outcome from the store. A job a batch scheduler ended is not an agent fault: its
+  trial fails with the scheduler's reason or runs again in a new allocation (``job_end``);
 - the end of a device's run -> fetch the checkpoint (the authoritative record) and ingest whatever
   the event stream missed; the store is idempotent per (run, device, key), so a result that
   arrives twice is stored once. Then remove the run dir unless ``keep``;
@@ -31,7 +35,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from ngb.core.errors import NgbError, first_line
 from ngb.core.types import TrialResult, TrialSpec
@@ -39,10 +43,11 @@ from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
-from ngb.sweeps.run import device_io
+from ngb.sweeps.run import device_io, job_end
 from ngb.sweeps.run.device_claim import DeviceBusy, Holder
 from ngb.sweeps.run.device_links import DeviceLinks
 from ngb.sweeps.run.device_links import close as close_transport
+from ngb.sweeps.run.device_queue import QUEUE_PREFIX
 from ngb.sweeps.run.events import (
     CANCELLED,
     CONNECTING,
@@ -61,10 +66,12 @@ from ngb.sweeps.run.events import (
     event_line,
 )
 from ngb.sweeps.run.listing import RunOverview, list_runs
+from ngb.sweeps.run.owner_watch import OwnerWatch
+from ngb.sweeps.run.ownership import Owners
 from ngb.sweeps.run.state import DeviceRun, Run, new_run_id, resumed_run, started_devices
 from ngb.sweeps.run.writer import PendingWrites, RunWriter, record_agent_event
 from ngb.sweeps.spec.sweep import Sweep
-from ngb.sweeps.store.result_store import ResultStore, StoreUnwritable
+from ngb.sweeps.store.result_store import DatabaseBusy, ResultStore, StoreUnwritable
 
 __all__ = ["FINAL_STATES", "Orchestrator", "RunEvent", "Subscription", "new_run_id"]  # front ends
 
@@ -85,7 +92,7 @@ class Orchestrator:
         store: ResultStore,
         inventory: Inventory,
         *,
-        max_handshakes: int = 8,
+        max_handshakes: int = 64,
         connect_timeout: float = 10.0,
         keepalive: float = 15.0,
         backoff: tuple[float, float] = (0.5, 30.0),
@@ -99,6 +106,7 @@ class Orchestrator:
         transport_factory: Callable[[Device], Transport] | None = None,
         watchdog: float = 30.0,
         seed: int | None = None,
+        owner_poll: float = 2.0,
     ) -> None:
         self.store = store
         self.inventory = inventory
@@ -107,6 +115,9 @@ class Orchestrator:
         self.connect_attempts = connect_attempts
         self.max_restarts = max_restarts
         self.watchdog = watchdog
+        self.owner_poll = owner_poll  # how often a follower that does not own a device looks
+        self._owners = Owners(store)
+        self._owner = OwnerWatch(self._owners, self._stored_row, self._say, owner_poll)
         self._links = DeviceLinks(
             lambda: self.inventory, transport_factory=transport_factory,
             max_handshakes=max_handshakes, connect_timeout=connect_timeout, keepalive=keepalive,
@@ -155,7 +166,9 @@ class Orchestrator:
         if run_id in self._runs:
             raise NgbError(f"run {run_id!r} is already active")
         for other in (r for r in self._runs.values() if not r.finished.is_set()):
-            for held in (other.devices[d.name] for d in devices if d.name in other.devices):
+            # a Slurm slot is not refused: its job waits in the scheduler's queue (device_claim)
+            busy = (d for d in devices if d.name in other.devices and d.transport != "slurm")
+            for held in (other.devices[d.name] for d in busy):
                 raise DeviceBusy(held.name, Holder(other.run_id, held.pid))
         if isolate not in (None, "subprocess", "inprocess"):
             raise NgbError(f"isolate must be subprocess or inprocess, not {isolate!r}")
@@ -187,12 +200,15 @@ class Orchestrator:
         self._launch(run, "started")
         return run_id
 
-    async def attach(self, run_id: str, *, cancel: bool = False) -> str:
+    async def attach(self, run_id: str, *, cancel: bool = False, resume: bool = True) -> str:
         """Follow a run found in the store again (e.g. after a workstation restart).
 
         Finished and cancelled devices are left alone; the others (failed ones too: an agent
         that died too often, a device that was unreachable) are reconnected and followed from
-        their recorded offsets, or started if their agent never was, with a fresh restart budget.
+        their recorded offsets, or started if their agent never was, with a fresh restart budget;
+        a Slurm slot whose job the scheduler ended gets a new allocation. ``resume=False`` only
+        follows (the console's re-attach at start-up): failed devices are left as they are, and
+        a job the scheduler ends is never resubmitted by this follower.
         """
         if run_id in self._runs and not self._runs[run_id].finished.is_set():
             return run_id
@@ -201,13 +217,14 @@ class Orchestrator:
             raise NgbError(f"unknown run {run_id!r}; `ngb status` lists the runs")
         rows = await self._writer.store_call(self.store.run_devices, run_id)
         stored = await self._writer.store_call(self.store.trials, run_id=run_id)
-        run = resumed_run(runs[run_id], rows, stored, self._resolve, cancel=cancel)
+        run = resumed_run(runs[run_id], rows, stored, self._resolve, cancel=cancel, resume=resume)
         if not run.devices:
             raise NgbError(
                 f"run {run_id!r} has no device left to follow (all finished or cancelled)"
             )
         if not cancel:
             await self._writer.store_call(self.store.set_run_status, run_id, "running")
+        run.attached = True
         self._launch(run, "attached")
         return run_id
 
@@ -263,6 +280,9 @@ class Orchestrator:
         self._runs[run.run_id] = run
         self._writer.ensure_running()
         self._publish(RunEvent(run.run_id, "", "run", how, message=f"{len(run.devices)} devices"))
+        for dev in run.devices.values():  # owned before any task runs: the starter acts
+            dev.owner = self._owners.take(run.run_id, dev.name)
+            dev.followed_since = time.time()
         for dev in run.devices.values():
             dev.task = asyncio.create_task(self._device_main(run, dev), name=f"ngb-{dev.name}")
         run.watcher = asyncio.create_task(self._watch(run), name=f"ngb-run-{run.run_id}")
@@ -340,14 +360,23 @@ class Orchestrator:
             await self._fail(dev, f"internal error: {first_line(exc)}", kind="internal")
         finally:
             await self._drop_transport(dev)
+            if dev.owner and dev.state in FINAL_STATES:  # the outcome stored before another acts
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._writer.flush_now(dev), 30.0)
+            # another follower may act now; this one's last row (detached...) is still written
+            self._owners.release(run.run_id, dev.name)
 
     async def _drive(self, run: Run, dev: DeviceRun) -> bool:
         """With a live connection: start/follow/restart/finish. True when the device is done."""
         transport = dev.transport
         assert transport is not None
+        if not dev.started and not self._owner.owns(dev) and await self._owner.wait(dev):
+            return True  # another follower is starting it, and ended it
         if dev.paths is None and dev.started:  # attached without a recorded run dir
             workdir = await device_io.remote_workdir(transport, dev.device.workdir)
             dev.paths = RunPaths(workdir, run.run_id)
+        if not dev.started and run.attached and await device_io.started_unrecorded(dev):
+            self._mark_dirty(dev)  # its start is recorded now
         if not dev.started:
             await self._set_state(dev, DEPLOYING, "deploying the agent")
             await self._deploy_and_start(run, dev)
@@ -359,6 +388,8 @@ class Orchestrator:
         if dev.started and not dev.keys:  # attached: the device's own trial list is the truth
             dev.keys = await device_io.read_trial_keys(dev)
             self._publish(self._conn_event(dev, "attached"))
+        if dev.resuming and dev.pid is not None:  # its job lives: a later end is not the one
+            dev.resuming = not await device_io.alive(dev, self.connect_timeout)  # resumed
         if dev.cancel_requested and not dev.cancel_sent and dev.run_done is None:
             await self._send_cancel(dev)
         while True:
@@ -366,11 +397,17 @@ class Orchestrator:
                 await self._set_state(dev, RUNNING, dev.current or "following the agent")
                 await self._follow(dev)
             if dev.run_done is not None or not await device_io.alive(dev, self.connect_timeout):
-                if await self._finish_if_complete(run, dev):
+                owner = await self._owner.acts(dev)
+                if owner is None:  # the follower it took over from ended the device
+                    return True
+                if await self._finish_if_complete(run, dev, owner=owner):
                     return True
                 if await self._finished_elsewhere(dev):
                     return True
-                await self._restart(run, dev)
+                if owner:
+                    await self._restart(run, dev)
+                elif await self._owner.wait(dev):
+                    return True
             else:  # the follower ended but the agent lives (tail killed?): follow again, calmly
                 await asyncio.sleep(1.0)
 
@@ -393,6 +430,7 @@ class Orchestrator:
     async def _start_agent(self, run: Run, dev: DeviceRun) -> None:
         """Start the agent again (it resumes from its checkpoint)."""
         self._agent_started(dev, await device_io.start_agent(dev, run.isolate))
+        dev.resuming = False  # one new allocation per resume
 
     def _agent_started(self, dev: DeviceRun, pid: int) -> None:
         dev.pid = pid
@@ -410,6 +448,11 @@ class Orchestrator:
         self._mark_dirty(dev)
 
     def _on_agent_event(self, dev: DeviceRun, event: dict[str, object]) -> None:
+        now = time.monotonic()
+        if not dev.owner and now - dev.owner_asked >= self.owner_poll:  # its owner gone?
+            dev.owner_asked = now
+            if self._owner.owns(dev):
+                self._mark_dirty(dev)  # this follower keeps the device's row from now on
         record_agent_event(dev, self._pending_for(dev), event)
         self._publish(
             RunEvent(dev.run_id, dev.name, "agent", dev.state, event=event,
@@ -417,11 +460,11 @@ class Orchestrator:
                      total=len(dev.keys) or None)
         )  # fmt: skip
 
-    async def _finish_if_complete(self, run: Run, dev: DeviceRun) -> bool:
+    async def _finish_if_complete(self, run: Run, dev: DeviceRun, *, owner: bool = True) -> bool:
         """Agent gone: ingest the checkpoint; finish if complete, cancelled or cancel asked."""
         if dev.run_done is not None:  # it said goodbye: let it exit (the device is free then)
             await device_io.wait_for_exit(dev, self.connect_timeout)
-        checkpoint = await device_io.read_checkpoint(dev)
+        checkpoint = await device_io.read_checkpoint(dev, owner=owner)
         if not dev.keys:
             dev.keys = await device_io.read_trial_keys(dev)
         for key, data in checkpoint.items():
@@ -460,7 +503,22 @@ class Orchestrator:
             return True
         raise NgbError(f"the run directory {dev.paths.run_dir} vanished from the device")
 
+    async def _stored_row(self, dev: DeviceRun) -> Mapping[str, object]:
+        """The device's ``run_devices`` row; empty while the store is busy."""
+        try:
+            rows = await self._writer.store_call(self.store.run_devices, dev.run_id)
+        except DatabaseBusy:
+            return {}
+        return next((r for r in rows if r["device"] == dev.name), {})
+
     async def _restart(self, run: Run, dev: DeviceRun) -> None:
+        # a job the scheduler ended: the slot fails (NgbError), or a new allocation goes on
+        after_end = job_end.next_start(dev)
+        if after_end is not None:
+            await self._record_error(dev, None, "scheduler", after_end)
+            self._publish(self._conn_event(dev, after_end))
+            await self._start_agent(run, dev)
+            return
         dev.restarts += 1
         why = await device_io.stderr_tail(dev)
         msg = f"agent died without finishing (restart {dev.restarts}/{self.max_restarts})"
@@ -529,6 +587,8 @@ class Orchestrator:
     async def _set_state(self, dev: DeviceRun, state: str, message: str, **fields: object) -> None:
         changed = dev.state != state
         dev.state = state
+        if state in FINAL_STATES and dev.current.startswith(QUEUE_PREFIX):
+            dev.current = ""  # a queue line ("RUNNING ... 9:51 left") is not the row's last word
         if message and state in (FAILED, LOST):
             dev.error = message
         self._mark_dirty(dev)

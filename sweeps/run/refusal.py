@@ -6,7 +6,8 @@ both go through ``start_or_refuse``: it waits until every device runs the sweep 
 when none took it, waits for the run to end, removes every row of it, and raises ``RunRefused``
 (the caller prints its one line; nothing says "started", no failed run is left behind for the
 Results screen to open on). A run that some device took is a run: the refusals of the others are
-returned as lines to show beside "started".
+returned as lines to show beside "started". A Slurm slot busy with another run takes the run and
+queues its job there (``device_claim``): its line (``queued: ...``) is returned beside them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError
+from ngb.sweeps.run.device_claim import QUEUED
 from ngb.sweeps.run.events import FINAL_STATES
 
 if TYPE_CHECKING:
@@ -36,7 +38,8 @@ class RunRefused(NgbError):
 async def until_started(
     orch: Orchestrator, run_id: str, sub: Subscription
 ) -> tuple[bool, list[str]]:
-    """Wait until every device's agent runs or its device gave up: (any runs, the refusals).
+    """Wait until every device's agent runs or its device gave up: (any runs, the refusals and
+    the lines of devices whose job was queued behind another run, ``queued: ...``).
 
     ``sub`` must have been subscribed before the run started, so no refusal is missed.
     """
@@ -46,13 +49,17 @@ async def until_started(
         if all(s["state"] in ("running", *FINAL_STATES) for s in states.values()):
             break
         item = await sub.__anext__()
-        if item.run_id != run_id:
+        if item.run_id != run_id or item.kind != "connection":
             continue
-        if item.kind == "connection" and item.state == "failed":
+        if item.state == "failed":
             message = item.message or "failed"
             failures.append(message if item.device in message else f"{item.device}: {message}")
+        elif item.message.startswith(QUEUED):
+            failures.append(item.message)
     started = any(s["state"] == "running" or s.get("done") for s in states.values())
-    return started, failures or ([] if started else ["no device started the run"])
+    if not started and all(line.startswith(QUEUED) for line in failures):
+        failures.append("no device started the run")
+    return started, failures
 
 
 def forget_run(store: Store, run_id: str) -> None:

@@ -22,7 +22,15 @@ from ngb.devices.inventory import Device
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import Transport
 from ngb.sweeps.rows import integer
-from ngb.sweeps.run.events import CANCELLED, DETACHED, FINAL_STATES, FINISHED, LOST, PENDING
+from ngb.sweeps.run.events import (
+    CANCELLED,
+    DETACHED,
+    FAILED,
+    FINAL_STATES,
+    FINISHED,
+    LOST,
+    PENDING,
+)
 
 
 @dataclass
@@ -41,8 +49,19 @@ class DeviceRun:
     started: bool = False  # the agent was launched at least once
     results: dict[str, bool] = field(default_factory=dict)  # key -> ok
     rejected: set[str] = field(default_factory=set)  # results the store could not take as sent
-    restarts: int = 0
+    restarts: int = 0  # the agent died and was started again (an agent's fault, not the queue's)
     restart_base: int = 0  # restarts before this follower attached (the budget is per follow)
+    # this follower acts for the device (starts, restarts, resubmits, writes its row): a lone
+    # follower does; among several, the one holding the device's lock (``ownership``)
+    owner: bool = True
+    # attached to go on (``ngb attach``, ``--resume``): a slot whose job the scheduler ended may
+    # be given a new allocation; a follower that only watches (the console's re-attach) may not
+    resuming: bool = False
+    # what the scheduler's end of the slot's job leaves for the next start (``job_end``):
+    # ("fail", why), ("requeue", line) or ("resume", line)
+    after_end: tuple[str, str] | None = None
+    followed_since: float = 0.0  # when this follower took the device up (epoch seconds)
+    owner_asked: float = 0.0  # when this follower, not the owner, last tried to take it over
     # Any: the agent's run_done event (JSON) as sent; the orchestrator reads its fields
     run_done: dict[str, Any] | None = None
     cancel_requested: bool = False
@@ -116,6 +135,7 @@ class Run:
     isolate: str | None = None
     status: str = "running"
     error: str | None = None  # why the run as a whole stopped, when not a device's fault
+    attached: bool = False  # found in the store (``attach``), not started by this follower
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     watcher: asyncio.Task[None] | None = None
 
@@ -172,12 +192,14 @@ def resumed_run(
     resolve: Callable[[list[str]], list[Device]],
     *,
     cancel: bool = False,
+    resume: bool = True,
 ) -> Run:
     """The run as the store recorded it, with every device that is not finished or cancelled.
 
     ``info`` is its ``runs`` row, ``rows`` its ``run_devices`` rows, ``stored`` its trials. A
     device whose agent never started (the workstation stopped before the launch) gets its trial
-    list again from the sweep stored with the run, so it can be started now.
+    list again from the sweep stored with the run, so it can be started now. Without ``resume``
+    (a follower that only watches) a failed device is left as it is.
     """
     run_id = str(info["run_id"])
     meta = json_field(info.get("meta"))
@@ -193,10 +215,11 @@ def resumed_run(
     owners = [run_device_of(t) for t in stored]
     for row in rows:
         name = str(row["device"])
-        if row.get("state") in (FINISHED, CANCELLED):
+        if row.get("state") in (FINISHED, CANCELLED) or (not resume and row.get("state") == FAILED):
             continue
         dev = DeviceRun.from_row(run_id, resolve([name])[0], row)
         dev.cancel_requested = cancel
+        dev.resuming = resume and not cancel
         dev.results = {
             str(t["key"]): t.get("status") == "ok"
             for t, owner in zip(stored, owners, strict=True)

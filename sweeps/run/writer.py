@@ -11,6 +11,17 @@ before it, so ``ngb attach RUN`` after a workstation restart continues exactly t
 offset alone the row is rewritten at most every ``offset_every`` seconds (re-reading a few events
 after a crash costs nothing: the store ignores results it has).
 
+The writer keeps to a duty cycle (``duty``, 5 %): after a flush that took ``w`` seconds the next
+one waits at least ``w * (1 / duty - 1)`` (at most ``local_flush_interval``, 10 s, however slow
+a loaded machine made the flush), a wake included; only ``flush_now`` (a teardown, which must see
+its results stored) goes at once. Why: a flush costs per device (each device's trials,
+samples and row are statements of their own), so with 128 loopback devices one flush took
+~1-2 s of CPU, a flush a second was more than the whole workstation could give, and the runs
+fell behind (64 devices did not finish in 595 s). Paced, a small run still flushes every second
+and a fleet's flushes carry more each, at the same share of a core; the live view does not wait
+for the store (front ends read the orchestrator's events). Results this writer has stored are
+not written again when the checkpoint is read at a device's end (``PendingWrites.add_to``).
+
 A timed flush also waits, up to ``max_defer_s``, while a local device's worker is warming up or
 in its timed loops (its ``warmup``/``measure`` phase events): a DuckDB write beside worker 0's
 loop was one of the things a localhost sweep measured and a standalone trial did not. Its next
@@ -107,10 +118,20 @@ class PendingWrites:
         self.dirty = True
         return self
 
-    def add_to(self, batch: IngestBatch, run_id: str, device: str, results: bool = True) -> None:
+    def add_to(
+        self,
+        batch: IngestBatch,
+        run_id: str,
+        device: str,
+        results: bool = True,
+        stored: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """Add this buffer to ``batch``; results whose key is in ``stored`` (this writer wrote
+        them already) are left out."""
         if results:
-            for result in self.results.values():
-                batch.add_result(run_id, stored_as(result, device), result)
+            for key, result in self.results.items():
+                if key not in stored:
+                    batch.add_result(run_id, stored_as(result, device), result)
         for event in self.cpu:
             batch.add_cpu_sample(run_id, str(event.get("stored_as") or device), event)
         for key, events in self.tuning.items():
@@ -138,9 +159,11 @@ class RunWriter:
         offset_every: float = 5.0,
         local_flush_interval: float = 10.0,
         max_defer_s: float = 60.0,
+        duty: float = 0.05,
     ) -> None:
         self.store = store
         self.flush_interval = flush_interval
+        self.duty = min(1.0, max(duty, 1e-3))
         self.local_flush_interval = max(local_flush_interval, flush_interval)
         self.offset_every = offset_every
         self.max_defer_s = max_defer_s
@@ -156,6 +179,10 @@ class RunWriter:
         self._cond = asyncio.Condition()
         self._started = 0
         self._done = 0
+        self._urgent = 0  # flush_now calls waiting: they skip the duty cycle's pause
+        self._next_at = 0.0  # loop time before which a timed or woken flush waits (duty cycle)
+        # (run, device) -> keys of the results this writer stored (not written twice)
+        self._stored: dict[tuple[str, str], set[str]] = {}
         # a store with a file: checkpoints deferred while this writer runs (``ensure_running``)
         path = getattr(store, "path", None)
         self._path = path if isinstance(path, Path) else None
@@ -228,8 +255,17 @@ class RunWriter:
                 woken = True
             if not woken:
                 await self._wait_for_gap()
+            await self._pace()
             self._wakeup.clear()
             await self.flush_quietly()
+
+    async def _pace(self) -> None:
+        """Keep to the duty cycle: wait until ``_next_at`` unless a ``flush_now`` waits."""
+        loop = asyncio.get_running_loop()
+        while not self._urgent and loop.time() < self._next_at:
+            self._wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self._next_at - loop.time())
 
     async def _wait_for_gap(self) -> None:
         """Hold a timed flush while a local worker times (see the module docstring)."""
@@ -272,12 +308,16 @@ class RunWriter:
             if self.broken is not None:
                 raise StoreUnwritable(self.broken)
             target = self._started + 1
-            self._wakeup.set()
-            if self._flusher is None or self._flusher.done():
-                await self.flush_quietly()
-            else:
-                async with self._cond:
-                    await self._cond.wait_for(functools.partial(self._flushed, target))
+            self._urgent += 1
+            try:
+                self._wakeup.set()
+                if self._flusher is None or self._flusher.done():
+                    await self.flush_quietly()
+                else:
+                    async with self._cond:
+                        await self._cond.wait_for(functools.partial(self._flushed, target))
+            finally:
+                self._urgent -= 1
             pending = self._pending.get((dev.run_id, dev.name))
             if pending is None or pending.empty():
                 return
@@ -295,7 +335,12 @@ class RunWriter:
             batch = self._take()
             try:
                 if batch:
+                    loop = asyncio.get_running_loop()
+                    began = loop.time()
                     rejected = await asyncio.to_thread(self._write, batch)
+                    took = loop.time() - began
+                    pause = min(self.local_flush_interval, took * (1 / self.duty - 1))
+                    self._next_at = loop.time() + pause
                     self._after_write(batch, rejected)
             except BaseException:
                 for dev, pending, row in batch:  # put it back in front of anything newer
@@ -324,6 +369,9 @@ class RunWriter:
                 or sig != dev.row_sig
                 or (dev.offset != dev.row_offset and now - dev.row_at >= self.offset_every)
             )
+            if not dev.owner:  # one follower writes the row: the one that acts (issue 41)
+                row_due, pending.dirty = False, False
+                pending.fields.clear()
             if not (row_due or pending.has_data()):
                 continue
             # Snapshot the row now (event-loop side): its offset covers only events whose
@@ -345,6 +393,9 @@ class RunWriter:
                 done=dev.done, failed=dev.failed, total=len(dev.keys) or None,
             ))  # fmt: skip
         for dev, pending, _ in batch:
+            self._stored.setdefault((dev.run_id, dev.name), set()).update(
+                key for key in pending.results if key not in dev.rejected
+            )
             if pending.results:
                 self._publish(RunEvent(
                     dev.run_id, dev.name, "ingest", dev.state,
@@ -360,14 +411,15 @@ class RunWriter:
         with self.store.batch():
             ingest = IngestBatch()
             for dev, pending, _ in batch:
-                pending.add_to(ingest, dev.run_id, dev.name)
+                stored = self._stored.get((dev.run_id, dev.name), set())
+                pending.add_to(ingest, dev.run_id, dev.name, stored=stored)
             try:
                 self.store.write_batch(ingest)
             except RowRejected:
                 rejected = self._write_one_by_one(batch)
-            for dev, _, row in batch:  # after the results: an offset never runs ahead of them
-                if row is not None:
-                    self.store.upsert_run_device(dev.run_id, dev.name, **row)
+            # after the results: an offset never runs ahead of them; every row in one go
+            rows = [(dev.run_id, dev.name, row) for dev, _, row in batch if row is not None]
+            self.store.upsert_run_devices(rows)
         return rejected
 
     def _write_one_by_one(self, batch: list[Flushed]) -> list[Rejected]:

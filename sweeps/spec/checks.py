@@ -27,7 +27,7 @@ TARGETS = ("cpu", "cuda")
 INT_MAX = 2**31 - 1
 # The run id (a folder name on every device) is made from the sweep name, so the name follows the
 # run id's alphabet: checking it here means `sweeps check` and `run` accept the same names.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" lets a final "\n" by
 
 
 def unknown_key(where: str, key: str, valid: Iterable[str]) -> ConfigError:

@@ -6,6 +6,8 @@
 
     [[models]]
     name = "text-encoder"               # how results, reports and the console show it
+                                        #   (default: the file's own name, resmlp.py:build,
+                                        #   as ngb measure and ngb.measure name it)
     source = "tiny_nets.text:build"     # timm name | package.module:factory | file.py:factory
                                         #   | model.onnx | program.pt2; default: name (timm)
     kwargs = { vocab = 1000, dim = 32 } # timm.create_model / factory keyword arguments
@@ -29,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ngb.core.errors import ConfigError, NgbError
-from ngb.core.model_sources import InputSpec, ModelSource, parse_source
+from ngb.core.model_sources import InputSpec, ModelSource, default_name, parse_source
 from ngb.core.types import BLOCK_MODELS
 from ngb.sweeps.rows import JsonValue, json_object
 
@@ -52,7 +54,11 @@ def parse_models(
             if key not in MODEL_KEYS:
                 raise ConfigError(f"{here}: unknown key {key!r} (valid: {', '.join(MODEL_KEYS)})")
         name = entry.get("name")
-        if not isinstance(name, str) or not name.strip() or "/" in name:
+        if name is None and isinstance(entry.get("source"), str):
+            # unnamed: the name ngb measure and ngb.measure give the same file (one series)
+            source = _parse_entry(entry, str(entry["source"]), here, base_dir)
+            name = default_name(source)
+        elif not isinstance(name, str) or not name.strip() or "/" in name:
             raise ConfigError(f"{here}: name must be a non-empty string without '/', got {name!r}")
         name = name.strip()
         here = f"{where} {name!r}"

@@ -22,7 +22,6 @@ Nothing here creates a file or folder unless it is about to write.
 from __future__ import annotations
 
 import stat
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -31,21 +30,17 @@ from typing import TYPE_CHECKING
 
 from ngb.core.errors import NgbError, first_line
 from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
+from ngb.sweeps.store.instances import counted, lock_for
 from ngb.sweeps.store.query import is_lock_error
+from ngb.sweeps.store.raw_files import read_head
+from ngb.sweeps.store.recover import is_log_refusal, refusal_line
 from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant
 from ngb.sweeps.store.wal_marker import deferring, finish_write, prepare_writer
 
 if TYPE_CHECKING:
     import duckdb
 
-_process_locks: dict[str, threading.RLock] = {}
-_process_locks_guard = threading.Lock()
-
-
-def lock_for(path: Path) -> threading.RLock:
-    key = str(path.resolve())
-    with _process_locks_guard:
-        return _process_locks.setdefault(key, threading.RLock())
+__all__ = ["check_is_file", "connection", "held_open", "lock_for", "open_connection"]
 
 
 def check_is_file(path: Path) -> None:
@@ -58,11 +53,14 @@ def check_is_file(path: Path) -> None:
         raise NgbError(f"cannot open results database {path}: {first_line(exc)}") from None
     if not stat.S_ISREG(mode):
         raise NgbError(f"results database {path} is not a regular file")
+    with suppress(OSError):  # DuckDB replays the log on open: a FIFO there hung every command
+        if not stat.S_ISREG(Path(f"{path}.wal").stat().st_mode):
+            raise NgbError(f"results database {path}: its log {path}.wal is not a regular file")
     # DuckDB opens a SQLite file through its SQLite extension (once fetched from the internet):
-    # say what the file is instead.
+    # say what the file is instead. Not while this process holds it (``raw_files``: the read
+    # would unlock it), when it is a DuckDB file anyway.
     try:
-        with path.open("rb") as file:
-            head = file.read(16)
+        head = read_head(path, 16)
     except OSError:
         return  # unreadable: DuckDB's own open says why
     if head == b"SQLite format 3\0":
@@ -98,11 +96,11 @@ def open_connection(
 
     ``external_access``: ``True`` for ngb's own statements, ``False`` (no other file) or a
     ``FileGrant`` (exactly those files) for an operator's SQL, whose connection is then locked
-    (``sql_files``). Extensions are never autoloaded or installed.
+    (``sql_files``). Extensions are never autoloaded or installed. The caller holds
+    ``lock_for(path)`` and counts the connection (``instances.counted``) for its whole life.
     """
     import duckdb
 
-    check_is_file(path)
     if write:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +117,8 @@ def open_connection(
         try:
             conn = duckdb.connect(str(path), read_only=not write, config=config)
         except duckdb.Error as exc:
+            if is_log_refusal(str(exc)):  # no retry helps: say what does (``recover``)
+                raise NgbError(refusal_line(path, str(exc))) from None
             if not is_lock_error(exc):
                 kind = StoreUnwritable if write else NgbError
                 verb = "write" if write else "open"
@@ -144,17 +144,21 @@ def connection(
     path: Path, *, write: bool, timeout: float, external_access: bool | FileGrant = True
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     with lock_for(path):
-        conn = open_connection(path, write=write, external_access=external_access, timeout=timeout)
-        committed = False
-        try:
-            yield conn
-            committed = True
-        finally:
-            if write:  # checkpoint unless a reader is copying (or held_open does); the marker
-                last = not _held.get(str(path.resolve()))
-                finish_write(conn, path, last=last, committed=committed)
-            else:
-                conn.close()
+        check_is_file(path)  # before this process opens it (``raw_files``)
+        with counted(path):
+            conn = open_connection(
+                path, write=write, external_access=external_access, timeout=timeout
+            )
+            committed = False
+            try:
+                yield conn
+                committed = True
+            finally:
+                if write:  # checkpoint unless a reader is copying (or held_open does); the marker
+                    last = not _held.get(str(path.resolve()))
+                    finish_write(conn, path, last=last, committed=committed)
+                else:
+                    conn.close()
 
 
 #: paths a ``held_open`` of this process keeps open (only its thread writes them meanwhile)
@@ -167,32 +171,40 @@ def held_open(path: Path) -> Iterator[None]:
     instance among a process's connections to a file, so the writes inside only attach to it,
     and the checkpoint (``finish_write``) happens once, when this connection closes. The file
     stays held meanwhile, this process's lock too (re-entrant): its other threads wait."""
+    with lock_for(path):
+        check_is_file(path)  # before this process opens it (``raw_files``)
+        with counted(path):
+            keeper = _keeper(path)
+            if keeper is None:
+                yield
+                return
+            key = str(path.resolve())
+            _held[key] = _held.get(key, 0) + 1
+            committed = False
+            try:
+                yield
+                committed = True
+            finally:
+                _held[key] -= 1
+                if not _held[key]:
+                    del _held[key]
+                finish_write(keeper, path, last=not _held.get(key), committed=committed)
+
+
+def _keeper(path: Path) -> duckdb.DuckDBPyConnection | None:
+    """``held_open``'s connection, or None while the file is busy (the writes inside then
+    retry on their own)."""
     import duckdb
 
-    key = str(path.resolve())
-    with lock_for(path):
-        keeper = None
-        with suppress(duckdb.Error):  # the file busy: the writes inside retry on their own
-            opened = duckdb.connect(str(path), config=BASE_CONFIG)
-            try:
-                prepare_writer(opened)
-            except duckdb.Error:
-                opened.close()
-                raise
-            keeper = opened
-        if keeper is None:
-            yield
-            return
-        _held[key] = _held.get(key, 0) + 1
-        committed = False
+    with suppress(duckdb.Error):
+        opened = duckdb.connect(str(path), config=BASE_CONFIG)
         try:
-            yield
-            committed = True
-        finally:
-            _held[key] -= 1
-            if not _held[key]:
-                del _held[key]
-            finish_write(keeper, path, last=not _held.get(key), committed=committed)
+            prepare_writer(opened)
+        except duckdb.Error:
+            opened.close()
+            raise
+        return opened
+    return None
 
 
 @contextmanager
@@ -224,6 +236,8 @@ def read_errors(path: Path) -> Iterator[None]:
     except duckdb.Error as exc:
         if is_lock_error(exc):
             raise DatabaseBusy(BUSY_MESSAGE) from None
+        if is_log_refusal(str(exc)):
+            raise NgbError(refusal_line(path, str(exc))) from None
         raise NgbError(f"cannot read results database {path}: {first_line(exc)}") from None
 
 

@@ -7,7 +7,8 @@ How results become rows (idempotent per run, device and key): ``store_ingest``. 
 
 Reading never creates anything: a missing file reads as an empty database (``runs()`` is
 ``[]``), except that free SQL (``query``) says the file is missing; a file that is not an ngb
-database, or is damaged, fails with one line. Only writers create the file and its folder.
+database, or is damaged, fails with one line. Only writers create the file and its folder, and
+only writers upgrade an older ngb's file (readers read an upgraded copy: ``store.older``).
 
 Read-only SQL (``query``) runs on a read-only connection with ``enable_external_access = false``,
 so it can neither change the results nor read or write other files; ``allow_write=True`` is the
@@ -39,10 +40,12 @@ from ngb.sweeps.store.devices import DEVICE_INSERT, PROBE_INSERT, device_row, pr
 from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store.ingest import now, to_datetime, to_json, write_batch
 from ngb.sweeps.store.migrations import empty_database, migrate, read_version
+from ngb.sweeps.store.older import reading
 from ngb.sweeps.store.query import (
     sql_error,
 )
 from ngb.sweeps.store.result_store import IngestBatch
+from ngb.sweeps.store.run_device_rows import RowFields, upsert_rows
 from ngb.sweeps.store.sql_files import FileGrant, apply_grant, plan_files
 
 if TYPE_CHECKING:
@@ -155,7 +158,12 @@ class Store:
                         yield conn
                         return
                     self._check_readable(conn, version)
-                self._ensure_schema()  # an older ngb file: upgrade it once
+                # an older ngb's file: read an upgraded copy, never upgrade the file (``older``)
+                with reading(
+                    self.path, timeout=self.busy_timeout_s, external_access=external_access
+                ) as conn:
+                    yield conn
+                return
             with self._connection(write=False, external_access=external_access) as conn:
                 yield conn
 
@@ -308,6 +316,13 @@ class Store:
                 f"UPDATE run_devices SET {sets} WHERE run_id = ? AND device = ?",  # noqa: S608 - names from a fixed list
                 [*known.values(), run_id, device],
             )
+
+    def upsert_run_devices(self, rows: Sequence[RowFields]) -> None:
+        """``upsert_run_device`` for many ``(run_id, device, fields)`` in one transaction and a
+        few statements (``run_device_rows``): a live flush's rows."""
+        if rows:
+            with self._writer() as conn:
+                upsert_rows(conn, rows, self._RUN_DEVICE_FIELDS)
 
     def upsert_device(self, device: Event) -> None:
         """Store an inventory entry (no secrets: key material and passwords are dropped)."""

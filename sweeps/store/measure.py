@@ -17,9 +17,10 @@ import os
 import time
 from pathlib import Path
 
-from ngb.core.errors import NgbError
+from ngb.core.errors import ConfigError, NgbError
+from ngb.core.safe_files import shorten
 from ngb.core.types import TrialResult
-from ngb.sweeps.store.connect import check_is_file
+from ngb.sweeps.store.connect import check_intact, check_is_file, connection, read_errors
 from ngb.sweeps.store.database import Store
 
 #: the device name measurements made here are stored under (``ngb measure`` runs here)
@@ -31,22 +32,29 @@ def default_run_id(prefix: str) -> str:
     return time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
 
 
+def check_run_id(run_id: str | None, option: str = "--run") -> str | None:
+    """A run id given by the operator (``--run``): it names the run in every listing and line
+    ngb prints, so a blank one, or one with a newline or an escape sequence (which a terminal
+    would obey), is refused in one line before anything is measured."""
+    if run_id is None:
+        return None
+    if not run_id.strip():
+        raise ConfigError(f"{option} wants a non-empty run id")
+    if not run_id.isprintable():
+        bad = next(c for c in run_id if not c.isprintable())
+        raise ConfigError(f"{option}: control character {bad!r} in {shorten(repr(run_id))}")
+    return run_id
+
+
 def writable_store(db: str | Path | None) -> Store:
     """The store for ``db`` (None: ngb's own), refused in one line when it cannot take a result."""
-    from ngb.sweeps.store import schema
-
     store = Store(db)
     path = store.path
     check_is_file(path)  # a FIFO, device or directory: without opening it (a FIFO would block)
     if path.exists():
         if not os.access(path, os.R_OK | os.W_OK):
             raise NgbError(f"cannot write results database {path}: permission denied")
-        version = store.schema_version()  # a damaged or foreign file: one line from the store
-        if version > schema.latest_version():
-            raise NgbError(
-                f"results database {path} has schema version {version}, newer than this ngb "
-                f"understands ({schema.latest_version()}); upgrade ngb or use another file"
-            )
+        _check_kind(store)
     folder = path.parent
     while not folder.exists() and folder != folder.parent:  # the store makes missing folders
         folder = folder.parent
@@ -57,6 +65,27 @@ def writable_store(db: str | Path | None) -> Store:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise NgbError(f"cannot write results database {path}: folder {folder} is read-only")
     return store
+
+
+def _check_kind(store: Store) -> None:
+    """The file is an ngb store this ngb can write (an older one is upgraded by the write): a
+    damaged file, another program's DuckDB file or a newer schema is one line, as the write
+    would have said after the measurement (a foreign file: only when it tried to upgrade it)."""
+    from ngb.sweeps.store import schema
+    from ngb.sweeps.store.migrations import other_tables, read_version
+
+    path = store.path
+    with read_errors(path), connection(path, write=False, timeout=store.busy_timeout_s) as conn:
+        check_intact(conn, path)
+        version = read_version(conn)
+        foreign = version == 0 and other_tables(conn) > 0
+    if foreign:
+        raise NgbError(f"{path} is a DuckDB file but not an ngb results database")
+    if version > schema.latest_version():
+        raise NgbError(
+            f"results database {path} has schema version {version}, newer than this ngb "
+            f"understands ({schema.latest_version()}); upgrade ngb or use another file"
+        )
 
 
 def save(store: Store, run_id: str, trial: TrialResult, origin: str) -> str:

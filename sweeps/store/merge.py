@@ -21,7 +21,6 @@ this ngb's schema, so an older file imports too. All inserts run in one transact
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING
 from ngb.core.errors import NgbError
 from ngb.sweeps.store.connect import connection, write_errors
 from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.raw_files import copy_file
 
 if TYPE_CHECKING:
     import duckdb
@@ -84,9 +84,9 @@ def import_store(target: Store, source: Path) -> ImportSummary:
         raise NgbError(f"{source} is this store itself: nothing to import")
     with tempfile.TemporaryDirectory(prefix="ngb-import-") as tmp:
         copy = Path(tmp) / "source.duckdb"
-        shutil.copyfile(source, copy)
+        copy_file(source, copy)  # never unlocks a store this process holds (``raw_files``)
         if Path(f"{source}.wal").exists():
-            shutil.copyfile(f"{source}.wal", f"{copy}.wal")
+            copy_file(Path(f"{source}.wal"), Path(f"{copy}.wal"))
         other = Store(copy)
         try:
             if other.schema_version() == 0:

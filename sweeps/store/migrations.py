@@ -35,15 +35,21 @@ def read_version(conn: duckdb.DuckDBPyConnection) -> int:
     return _number(conn, "SELECT coalesce(max(version), 0) FROM schema_version")
 
 
+def other_tables(conn: duckdb.DuckDBPyConnection) -> int:
+    """How many tables besides ``schema_version``: some in a file of version 0 make it another
+    program's DuckDB file, not an ngb store of before the version table."""
+    return _number(
+        conn,
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+        "AND table_name NOT IN ('schema_version')",
+    )
+
+
 def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Apply every missing migration step in one transaction (another process may race us)."""
     conn.execute("BEGIN TRANSACTION")
     try:
-        other = _number(
-            conn,
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND table_name NOT IN ('schema_version')",
-        )
+        other = other_tables(conn)
         version = read_version(conn)
         if version == 0 and other:
             raise NgbError(f"{path} is a DuckDB file but not an ngb results database")

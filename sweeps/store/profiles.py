@@ -34,8 +34,11 @@ def _readable(store: Store) -> bool:
     upgrades an older ngb file first, so ask through one."""
     if not store.path.exists():
         return False
-    store.query("SELECT 1")
-    return store.schema_version() >= 9
+    # the version readers see: an older file is read through a copy upgraded to this ngb's
+    # schema (``older``), while ``schema_version`` is the file's own
+    _, rows = store.query("SELECT max(version) FROM schema_version")
+    version = rows[0][0] if rows else None
+    return isinstance(version, int) and version >= 9
 
 
 _KEY = "device, model, width, depth, batch, compiler, precision, coalesce(optimisation, 'none')"

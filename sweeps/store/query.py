@@ -30,7 +30,12 @@ EXPORT_FORMATS = ("parquet", "csv")
 def is_lock_error(exc: BaseException) -> bool:
     import duckdb
 
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+    message = str(exc).lower()
+    # a commit refused for the log's lock is a TransactionException, not an IOException
+    return isinstance(exc, duckdb.Error) and (
+        "could not set lock" in message
+        or (isinstance(exc, duckdb.IOException) and "lock" in message)
+    )
 
 
 def sql_error(exc: Exception, allow_write: bool, allow_files: bool = False) -> NgbError:

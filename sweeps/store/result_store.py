@@ -20,7 +20,7 @@ A write fails in one of three ways, and each is handled differently by the write
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -81,6 +81,10 @@ class ResultStore(Protocol):
     def set_run_status(self, run_id: str, status: str) -> None: ...
 
     def upsert_run_device(self, run_id: str, device: str, **fields: object) -> None: ...
+
+    def upsert_run_devices(self, rows: Sequence[tuple[str, str, Mapping[str, object]]]) -> None:
+        """``upsert_run_device`` for many ``(run_id, device, fields)`` at once."""
+        ...
 
     def write_batch(self, batch: IngestBatch) -> int:
         """Write it in one transaction; returns the number of new trials stored."""

@@ -371,6 +371,85 @@ _V9 = [
     *(f"ALTER TABLE profile_kernels ADD COLUMN {n} {t}" for n, t in PROFILE_KERNEL_COLUMNS_V9),
 ]
 
+# A Slurm slot's results are stored under the node that ran them (``node@partition``), with the
+# slot in ``extra.run_device``: count them for the slot's row, as ``resumed_run`` does (issue 41:
+# `ngb status` showed 0 done for every Slurm run).
+_V10 = [
+    """CREATE OR REPLACE VIEW run_progress AS
+SELECT r.run_id, r.sweep_name, r.status AS run_status, d.device, d.state, d.n_trials,
+       count(t.key) FILTER (WHERE t.status = 'ok') AS ok,
+       count(t.key) FILTER (WHERE t.status <> 'ok') AS failed,
+       d.started_at, d.finished_at
+FROM runs r JOIN run_devices d USING (run_id)
+LEFT JOIN trials t ON t.run_id = d.run_id AND d.device = CASE
+    WHEN t.device LIKE '%@%'
+    THEN coalesce(json_extract_string(t.extra, '$.run_device'), t.device)
+    ELSE t.device END
+GROUP BY ALL""",
+]
+
+# Serving runs (``ngb serve``, issue 43): one ``serving`` row per run at one offered rate (a
+# single run, or one probe of a peak search) with its latency percentiles from the scheduled
+# time and their 95 % bounds, and one ``serving_peaks`` row per peak search (QPS* and its
+# interval). A point's columns are the trials' (``POINT_COLUMNS`` less input_size), so
+# ``ngb advise`` finds the server-scenario p99 of the configuration it ranks.
+_SERVING_POINT: tuple[tuple[str, str], ...] = (
+    ("run_id", "VARCHAR NOT NULL"), ("device", "VARCHAR NOT NULL"),
+    # not ``key``: a serving run is no trial, so ``ngb import`` merges its rows by run
+    ("serve_key", "VARCHAR NOT NULL"), ("label", "VARCHAR"), ("model", "VARCHAR"),
+    ("width", "INTEGER"), ("depth", "INTEGER"), ("batch", "INTEGER"), ("compiler", "VARCHAR"),
+    ("precision", "VARCHAR"), ("optimisation", "VARCHAR"), ("target", "VARCHAR"),
+    ("scenario", "VARCHAR"),
+)  # fmt: skip
+SERVING_COLUMNS: tuple[tuple[str, str], ...] = _SERVING_POINT + (
+    ("probe", "INTEGER"),  # index within a peak search; NULL for a single run
+    ("phase", "VARCHAR"),  # a probe's: bracket | bisect | boundary
+    ("target_qps", "DOUBLE"), ("offered_qps", "DOUBLE"), ("issued_qps", "DOUBLE"),
+    ("completed_qps", "DOUBLE"), ("duration_s", "DOUBLE"), ("requests", "BIGINT"),
+    ("concurrency", "INTEGER"), ("max_batch", "INTEGER"), ("max_queue_delay_ms", "DOUBLE"),
+    ("mean_batch", "DOUBLE"), ("burstiness", "DOUBLE"), ("seed", "BIGINT"),
+    *(
+        (f"latency_{p}{side}_ms", "DOUBLE")
+        for p in ("p50", "p90", "p99")
+        for side in ("", "_lo", "_hi")
+    ),
+    ("issue_lag_p50_ms", "DOUBLE"), ("issue_lag_p99_ms", "DOUBLE"),
+    ("loadgen_cpu_percent", "DOUBLE"), ("process_cpu_percent", "DOUBLE"),
+    ("limit_ms", "DOUBLE"), ("over_limit", "BIGINT"), ("needed", "BIGINT"), ("meets", "BOOLEAN"),
+    ("verdict", "VARCHAR"), ("verdict_reason", "VARCHAR"), ("host", "VARCHAR"),
+    ("extra", "VARCHAR"),  # JSON: the summary and settings as ``ngb serve --json`` prints them
+    ("created_at", "TIMESTAMP"),
+)  # fmt: skip
+SERVING_PEAK_COLUMNS: tuple[tuple[str, str], ...] = _SERVING_POINT + (
+    ("limit_ms", "DOUBLE"), ("q", "DOUBLE"), ("peak_qps", "DOUBLE"), ("peak_low", "DOUBLE"),
+    ("peak_high", "DOUBLE"), ("method", "VARCHAR"), ("verified_qps", "DOUBLE"),
+    ("probes", "INTEGER"), ("search_s", "DOUBLE"), ("capacity_qps", "DOUBLE"),
+    ("host", "VARCHAR"), ("extra", "VARCHAR"), ("created_at", "TIMESTAMP"),
+)  # fmt: skip
+SERVING_MIGRATION = "serving runs from the scheduled time and peak searches (ngb serve)"
+_SERVING = [_ddl("serving", SERVING_COLUMNS), _ddl("serving_peaks", SERVING_PEAK_COLUMNS)]
+
+# A user's model measured with ``ngb measure`` or ``ngb.measure`` was stored under the path typed
+# (``examples/own-models/tiny_cnn.onnx``, an absolute ``/home/me/resmlp.py:build``): each working
+# directory made another series in ``ngb history`` (issue 45). Now it is stored under its own
+# name (``core.model_sources.default_name``: the file's name, with the factory for python), and
+# the rows stored before are renamed the same way. A name with a '/' can only be a typed path (a
+# ``[[models]]`` name cannot hold one), and the source's ``ref`` is the file's path relative to
+# its code folder, so its last part is that name. The trial keys stay: they identify what ran.
+_OWN_MODEL_NAMES = [
+    """UPDATE trials
+SET model = regexp_replace(json_extract_string(spec, '$.source.ref'), '^.*/', '')
+WHERE json_extract_string(spec, '$.source.kind') IN ('onnx', 'pt2', 'python')
+  AND contains(model, '/')""",
+    """UPDATE profiles SET model = t.model FROM trials AS t
+WHERE profiles.run_id = t.run_id AND profiles.device = t.device AND profiles.key = t.key
+  AND contains(profiles.model, '/')""",
+    """UPDATE profile_kernels SET model = t.model FROM trials AS t
+WHERE profile_kernels.run_id = t.run_id AND profile_kernels.device = t.device
+  AND profile_kernels.key = t.key AND contains(profile_kernels.model, '/')""",
+]
+OWN_MODEL_NAMES_MIGRATION = "a user's model named by its own file, not the path typed"
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
@@ -381,6 +460,9 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("latency percentiles with bounds, kept per-call latencies; memory per phase, sources", _V7),
     ("per-operator profiles: one row per profile pass and per kernel", _V8),
     ("profiles keyed to the trial they followed, its timed latency, the optimisation", _V9),
+    ("run_progress counts a Slurm slot's results stored under their node", _V10),
+    (SERVING_MIGRATION, _SERVING),
+    (OWN_MODEL_NAMES_MIGRATION, _OWN_MODEL_NAMES),
 ]
 
 

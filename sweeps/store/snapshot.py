@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ngb.core.errors import NgbError, UnknownNameError
+from ngb.sweeps.store import raw_files
 from ngb.sweeps.store import wal_marker as marked
 from ngb.sweeps.store.connect import (
     check_is_file,
@@ -53,6 +52,7 @@ from ngb.sweeps.store.connect import (
     write_errors,
 )
 from ngb.sweeps.store.copy_check import check_copy
+from ngb.sweeps.store.older import is_upgraded
 from ngb.sweeps.store.query import EXPORT_FORMATS, check_export_destination, sql_error
 from ngb.sweeps.store.sql_files import BASE_CONFIG, apply_grant, plan_files
 
@@ -376,7 +376,13 @@ def take_snapshot(
     try:
         main_from: Path | None = None
         main_id: marked.FileId | None = None
-        if reuse is not None and reuse.copy is not None and reuse.signature is not None:
+        # an upgraded copy (``older``: an older ngb's store) is no longer the file's main file
+        if (
+            reuse is not None
+            and reuse.copy is not None
+            and reuse.signature is not None
+            and not is_upgraded(reuse.copy)
+        ):
             main_from, main_id = reuse.copy, reuse.signature[0]
         marker = marked.copy_marked(
             path, copy, lambda s, d, n: _copy_one(s, d, stop, n), wait_s=timeout,
@@ -419,12 +425,9 @@ def _current_signature(path: Path) -> Signature | None:
     return _marked(marker) if marked.log_holds(path, marker) else _signature(path)
 
 
-#: asked between chunks of a copy: True stops it (a cancelled query)
-Stop = Callable[[], bool]
-
-
-class CopyStopped(Exception):
-    """A copy stopped by its ``stop`` (the query it was for was cancelled)."""
+#: asked while a copy runs: True stops it (a cancelled query)
+Stop = raw_files.Stop
+CopyStopped = raw_files.CopyStopped
 
 
 #: copies tried without the lock before one is taken under it (each restarts on a write)
@@ -460,27 +463,10 @@ def _copy_files(path: Path, copy: Path, stop: Stop | None = None) -> None:
         _copy_one(wal, Path(f"{copy}.wal"), stop)
 
 
-#: bytes copied between two looks at ``stop``
-COPY_CHUNK = 16 * 1024 * 1024
-
-
 def _copy_one(source: Path, dest: Path, stop: Stop | None, length: int | None = None) -> None:
-    """``source`` (its first ``length`` bytes; None: all of it) to ``dest``, looking at
-    ``stop`` between chunks."""
-    if stop is None and length is None:
-        shutil.copyfile(source, dest)
-        return
-    left = length
-    with open(source, "rb") as src, open(dest, "wb") as out:
-        while left is None or left > 0:
-            chunk = src.read(COPY_CHUNK if left is None else min(COPY_CHUNK, left))
-            if not chunk:
-                break
-            if stop is not None and stop():
-                raise CopyStopped("copy stopped")
-            out.write(chunk)
-            if left is not None:
-                left -= len(chunk)
+    """``source`` (its first ``length`` bytes; None: all of it) to ``dest``, by a child process
+    (``raw_files``: this process may hold the store open, and its own read would unlock it)."""
+    raw_files.copy_file(source, dest, length, stop)
 
 
 def _release(snapshot: _Snapshot, *, keep: bool = True) -> None:

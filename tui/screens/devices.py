@@ -122,11 +122,16 @@ class DevicesScreen(ConsoleScreen):
             error = ""
         except NgbError as exc:  # a bad file: show why, keep the last good list, touch nothing
             devices, error = self.devices, str(exc)
+        # The inventory first, the stored probes when the store answers: while a run is
+        # followed its writer holds the store now and then, and the list must not wait for it
+        # (64 devices followed: 10-32 s before this screen showed anything).
+        self.app.call_from_thread(self._show_devices, devices, error)
         try:  # the last probe of each device, so its status survives a restart
             probes = self.backend.probes_sync()
         except NgbError:
             probes = {}
-        self.app.call_from_thread(self._show_devices, devices, error, probes)
+        if probes:
+            self.app.call_from_thread(self._show_devices, devices, error, probes)
 
     def _show_devices(
         self,

@@ -57,6 +57,7 @@ class RunScreen(ConsoleScreen):
         Binding("p", "pause", "Pause/resume"),
         Binding("c", "cancel", "Cancel run"),
         Binding("k", "toggle_cores", "Per-core"),
+        Binding("t", "toggle_tuning", "Tuning view", show=False),
         Binding("escape", "leave_input", "Leave input", show=False),
     ]
 
@@ -82,6 +83,7 @@ class RunScreen(ConsoleScreen):
         self._log_at = 0.0  # when the log tail last took new lines
         self._status_text = ""  # what the status line shows (updated only on a change)
         self.show_cores = False
+        self.fold_tuning: bool | None = None  # ``t``: None until the operator chooses
         self.refusal = ""  # why the last start was refused (e.g. the run holding a device)
         self._cancelling: set[str] = set()  # runs the operator cancelled: they end "cancelled"
         self._starting = False  # a start is waiting for its devices to take the run
@@ -239,8 +241,9 @@ class RunScreen(ConsoleScreen):
         self.refusal = ""
         self.follow_run(run_id, total=len(sweep.trials()), devices=devices)
         self.notify(f"run {run_id} started on {', '.join(devices)}")
-        for line in refusals:  # devices that did not take it (the others run it)
-            self.notify(line, severity="warning", timeout=10)
+        for line in refusals:  # devices that did not take it (the others run it), or queued it
+            queued = line.startswith("queued: ")  # a Slurm slot busy with another run
+            self.notify(line, severity="information" if queued else "warning", timeout=10)
         for other, state in self._unconfirmed.items():  # ends held back while starting
             self._run_ended(other, state)
         self._unconfirmed.clear()
@@ -321,6 +324,15 @@ class RunScreen(ConsoleScreen):
             panel.show_cores = self.show_cores
             panel.show(panel.state)
 
+    def action_toggle_tuning(self) -> None:
+        """The TVM tuning view whole (curve, tasks) or one line, in every device panel (one
+        line by default on a short terminal: ``DevicePanel.tuning_folded``)."""
+        folded = not next(iter(self._panels.values())).tuning_folded() if self._panels else False
+        self.fold_tuning = folded
+        for panel in self._panels.values():
+            panel.fold_tuning = folded
+            panel.show(panel.state)
+
     def watch_paused(self, paused: bool) -> None:
         if self.is_mounted:
             self.query_one("#pause", Button).label = "Resume (p)" if paused else "Pause (p)"
@@ -347,7 +359,11 @@ class RunScreen(ConsoleScreen):
                 self.current_run = changed[0]
         if ev.kind == "run" and ev.state in ("finished", "failed", "cancelled"):
             self._run_ended(ev.run_id, ev.state)
-        elif changed is not None and self._all_finished(ev.run_id):
+        elif (
+            changed is not None
+            and self.model.devices[changed].finished  # (one device's end: O(devices) only then)
+            and self._all_finished(ev.run_id)
+        ):
             self._run_ended(ev.run_id, self.model.derived_state(ev.run_id))
 
     def _all_finished(self, run_id: str) -> bool:
@@ -410,6 +426,7 @@ class RunScreen(ConsoleScreen):
             if panel is None:
                 panel = self._panels[key] = DevicePanel(state, classes="device-panel")
                 panel.show_cores = self.show_cores
+                panel.fold_tuning = self.fold_tuning
                 panel.display = key[0] == self.current_run
                 new_panels.append(panel)
             panel.show(state)

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ngb.devices.slurm import SCHEDULER_ENDS, counted_down
-from ngb.tui.live_run import DeviceState
+from ngb.tui.live_run import DeviceState, TuningState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
-from ngb.tui.widgets.tuning_panel import clock, tuning_lines
+from ngb.tui.widgets.tuning_panel import clock, tuning_lines, tuning_summary
 from rich.text import Text
 from textual.widget import Widget
 
@@ -118,7 +118,9 @@ def eta_text(state: DeviceState, now: float) -> str:
     if state.total - state.done <= 0:
         return ""
     secs = eta_seconds(state, now)
-    return "ETA ?" if secs is None else f"ETA {clock(secs)}"
+    # work is ahead: a prediction used up (a trial past what its like took) is no evidence of
+    # being done -- "?", never 0:00:00 (issue 46: 12 minutes of 0:00:00 while tuning)
+    return "ETA ?" if secs is None or secs < 1.0 else f"ETA {clock(secs)}"
 
 
 def eta_seconds(state: DeviceState, now: float) -> float | None:
@@ -136,14 +138,18 @@ def eta_seconds(state: DeviceState, now: float) -> float | None:
         return _mean_eta(state, now, remaining)
     rate = tuning.seconds_per_trial if tuning is not None else None
     rate = rate or _num(eta.get("s_per_tune_trial"))
+    if not state.trial_seconds and not rate:
+        return None  # nothing of this run timed yet: the agent's inputs are only a cap
+
     elapsed = max(0.0, now - state.trial_seen_at) if state.trial_seen_at is not None else 0.0
     budget = int(_num(eta.get("current_tune_budget")) or 0)
     tune_left, tune_spent = 0.0, 0.0
     if tuning is not None and not tuning.reused and state.phase in ("", "tune"):  # searching
         since = max(0.0, now - tuning.seen_at)
         tune_spent = tuning.elapsed_s + since
-        if rate:
-            tune_left = max(0.0, max(0, tuning.budget - tuning.trials_done) * rate - since)
+        left = tuning.search_left_s(now)  # the panel's figure, counting down with it
+        if left is not None:
+            tune_left = left
     elif tuning is not None:  # the search is over (or was reused): the rest is building and timing
         tune_spent = tuning.elapsed_s
     elif budget and state.phase in ("", "build", "optimise", "compile", "export", "tune"):
@@ -192,6 +198,20 @@ def progress_line(state: DeviceState, width: int, now: float) -> Text:
     return text
 
 
+#: terminals shorter than this show the tuning view folded to one line (``t`` unfolds it)
+FOLD_TUNING_BELOW_ROWS = 40
+
+
+def folded_tuning_line(t: TuningState, now: float) -> str:
+    """The tuning view in one line: trials of the budget, best latency, the search's ETA."""
+    if t.reused:
+        return f"TVM {t.reused}"[:76]
+    line = tuning_summary(t.trials_done, t.budget, t.best_ms)
+    left = t.search_left_s(now)
+    line += "   search ETA ?" if left is None else f"   search ETA {clock(left)}"
+    return f"{line}   (t: curve)"
+
+
 class DevicePanel(Widget):
     DEFAULT_CSS = """
     DevicePanel { height: 6; border: round $panel; padding: 0 1; }
@@ -211,6 +231,8 @@ class DevicePanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self.state = state
         self.show_cores = False  # per-core bars, toggled from the Run screen
+        # the tuning view as one line (True), whole (False), or by the terminal's height (None)
+        self.fold_tuning: bool | None = None
 
     def show(self, state: DeviceState) -> None:
         self.state = state
@@ -229,16 +251,26 @@ class DevicePanel(Widget):
         queue = bool(s.queue) and not s.finished
         return 3 + queue + meters + tuning
 
+    def tuning_folded(self) -> bool:
+        """One line of tuning on a short terminal (issue 46: at 80x24 the whole view pushed the
+        task table and the log off the Run screen); ``t`` there unfolds it."""
+        if self.fold_tuning is not None:
+            return self.fold_tuning
+        return self.app.size.height < FOLD_TUNING_BELOW_ROWS
+
     def _tuning_lines(self) -> list[str]:
         t = self.state.tuning
         if t is None:
             return []
+        if self.tuning_folded():
+            return [folded_tuning_line(t, type(self).clock())]
         return tuning_lines(
             t.trials_done,
             t.budget,
             t.best_ms,
             t.tasks,
             seconds_per_trial=t.seconds_per_trial,
+            search_left_s=t.search_left_s(type(self).clock()),
             early_stop=t.early_stop,
             since_improvement=t.since_improvement,
             history=t.history,

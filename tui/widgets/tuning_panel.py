@@ -8,14 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from ngb.core.clock_text import clock
+
+__all__ = ["clock", "curve_lines", "rate_line", "tuning_lines", "tuning_summary"]
+
 MAX_TASKS = 4  # the panel stays small; the store keeps the full per-task history
 CURVE_ROWS = 7  # the best-so-far plot, axes included
 _curve_cache: dict[tuple[object, ...], list[str]] = {}
-
-
-def clock(seconds: float) -> str:
-    secs = int(max(0.0, seconds))
-    return f"{secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
 
 
 def tuning_summary(trials_done: int, budget: int, best_ms: float | None) -> str:
@@ -30,12 +29,15 @@ def rate_line(
     seconds_per_trial: float | None,
     early_stop: int | None,
     since_improvement: int,
+    search_left_s: float | None = None,
 ) -> str:
-    """The search's rate and what is left: by the budget, and at most until the early stop."""
+    """The search's rate and what is left: by the budget (``search_left_s``: counted down since
+    the last event, as the device's ETA above it is), and at most until the early stop."""
     if not seconds_per_trial:
         return "  rate --  (ETA once the first batch is measured)"
     left = max(0, budget - trials_done)
-    text = f"  {60 / seconds_per_trial:.1f} trials/min   ETA {clock(left * seconds_per_trial)}"
+    search = left * seconds_per_trial if search_left_s is None else search_left_s
+    text = f"  {60 / seconds_per_trial:.1f} trials/min   search ETA {clock(search)}"
     if early_stop:
         window = max(0, early_stop - since_improvement)
         if window < left:
@@ -71,6 +73,7 @@ def tuning_lines(
     tasks: Sequence[Mapping[str, object]],
     *,
     seconds_per_trial: float | None = None,
+    search_left_s: float | None = None,
     early_stop: int | None = None,
     since_improvement: int = 0,
     history: Sequence[tuple[float, float]] = (),
@@ -82,7 +85,11 @@ def tuning_lines(
     if reused:  # nothing to search: the database answered
         return [f"TVM {reused}"]
     lines = [tuning_summary(trials_done, budget, best_ms)]
-    lines.append(rate_line(trials_done, budget, seconds_per_trial, early_stop, since_improvement))
+    lines.append(
+        rate_line(
+            trials_done, budget, seconds_per_trial, early_stop, since_improvement, search_left_s
+        )
+    )
     if width:
         lines.extend(curve_lines(history, width))
     if tasks:

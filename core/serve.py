@@ -1,0 +1,272 @@
+"""One serving measurement here: build, compile, warm up, then serve (``ngb serve``, issue 43).
+
+The model is built and compiled as a trial's worker does it (``ngb.core.models``, the compiler
+registry, the same checks, ``CompileContext``), then driven by the load generator
+(``ngb.core.loadgen``) through ``Compiled.serving_runners``. With dynamic batching the model is
+compiled for ``max_batch`` (static shapes; a short batch is padded), and a request is one sample;
+without it a request is one call at the trial's batch.
+
+The warm-up runs every runner at once for ``warmup_s``: besides the first-call costs it measures
+the closed-loop capacity (calls answered per second with all runners busy), which a peak search
+without ``qps`` starts from (half of it: a server with a p99 budget runs well below saturation).
+
+Call it in a process of its own (``ngb serve`` forks one per compiler, ``ngb.serve`` a fresh
+interpreter where torch is loaded): it starts the runtime's threads and the serving threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ngb.core import arrivals, loadgen, peak, percentiles, serve_stats
+from ngb.core.compilers import CompileContext, get_compiler
+from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
+from ngb.core.types import TrialSpec
+
+#: what ``ngb serve`` says while it runs: one line each
+Say = Callable[[str], None]
+#: the closed loops' fewest queries, whatever the duration (LoadGen's SingleStream minimum; twice
+#: the claim minimum where that is more): enough for the claimed percentile's upper bound to
+#: survive the widening over stretches of the run
+CLOSED_MIN_QUERIES = 1024
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How to serve: the scenario, the load, batching, and the peak search's budget."""
+
+    scenario: str = "server"
+    qps: float | None = None  # server: the offered rate (a peak search: where it starts)
+    duration_s: float = 30.0  # server and closed loops; offline: the capacity times this
+    seed: int = 0
+    burstiness: float = arrivals.POISSON  # gamma shape of the gaps (1: Poisson)
+    concurrency: int | None = None  # None: the runtime's natural requests in flight
+    max_batch: int = 1  # dynamic batching: most requests per call (1: none)
+    max_queue_delay_ms: float = 0.0  # ... and how long the oldest waits for others
+    samples_per_query: int = 8  # multistream
+    p99_ms: float | None = None  # the latency budget (server: LoadGen's target latency)
+    find_peak: bool = False
+    probe_s: float = 60.0
+    max_probe_s: float | None = None  # None: 8 x probe_s
+    max_probes: int = 10
+    target: float = 0.05  # the peak's interval half-width to stop at
+    warmup_s: float = 2.0
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scenario not in loadgen.SCENARIOS:
+            raise ConfigError(
+                f"scenario must be one of {', '.join(loadgen.SCENARIOS)}; got {self.scenario!r}"
+            )
+        if self.find_peak:
+            if self.scenario != "server":
+                raise ConfigError("--find-peak searches the server scenario's rate")
+            if self.p99_ms is None:
+                raise ConfigError("--find-peak needs the latency budget: --p99-ms X")
+        elif self.scenario == "server" and self.qps is None:
+            raise ConfigError("the server scenario needs --qps (or --find-peak --p99-ms X)")
+        for name in ("qps", "p99_ms"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        for name in ("duration_s", "probe_s", "burstiness"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if self.scenario == "server" and self.qps is not None and not self.find_peak:
+            arrivals.check_rate(self.qps, self.duration_s, self.burstiness)
+        if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
+            raise ConfigError(f"warmup must be >= 0 s, got {self.warmup_s!r}")
+        if not (0 < self.target < 1):
+            raise ConfigError(f"target must be between 0 and 1, got {self.target!r}")
+        for name in ("max_probes", "samples_per_query"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
+        self.batching()  # its own checks
+
+    def batching(self) -> loadgen.Batching:
+        return loadgen.Batching(self.max_batch, self.max_queue_delay_ms / 1000.0)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class ServeOutcome:
+    """One compiler served: the run summed up (or the peak search and its probes) and what
+    ran. Plain data, so it crosses from the serving process and is stored as JSON."""
+
+    spec: TrialSpec
+    settings: ServeSettings
+    host: str
+    started_at: float
+    finished_at: float = 0.0
+    summary: serve_stats.Summary | None = None
+    peak: peak.Peak | None = None
+    capacity_qps: float | None = None
+    compile_s: float | None = None
+    precision: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    # Any: the compiled model's facts (plain JSON from each runtime)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "spec": self.spec.to_dict(),
+            "settings": self.settings.to_dict(),
+            "host": self.host,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+            "peak": self.peak.to_dict() if self.peak is not None else None,
+            "capacity_qps": self.capacity_qps,
+            "compile_s": self.compile_s,
+            "precision": self.precision,
+            "versions": self.versions,
+            "extra": self.extra,
+        }
+
+
+def compiled_spec(spec: TrialSpec, settings: ServeSettings) -> TrialSpec:
+    """The spec the model is compiled at: ``max_batch`` with dynamic batching."""
+    return replace(spec, batch=settings.max_batch) if settings.max_batch > 1 else spec
+
+
+def serve(
+    spec: TrialSpec,
+    settings: ServeSettings,
+    *,
+    say: Say | None = None,
+    progress: loadgen.Progress | None = None,
+    cache_dir: Path | None = None,
+) -> ServeOutcome:
+    """Build and compile ``spec`` here, then serve it as ``settings`` say."""
+    tell: Say = say or (lambda line: None)
+    spec = compiled_spec(spec, settings)
+    outcome = ServeOutcome(spec, settings, socket.gethostname(), time.time())
+    compiler = get_compiler(spec.compiler, spec.compiler_options)
+    ok, reason = compiler.available()
+    if not ok:
+        raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {reason}")
+    if spec.device not in compiler.devices:
+        raise UnsupportedTrial(f"{spec.compiler} cannot target {spec.device!r}")
+    precision = spec.measure.precision
+    compiler.check_precision(precision, spec.device)
+    from ngb.core.versions import library_versions
+
+    outcome.versions = {**library_versions(), **compiler.versions()}
+    # Any: None where the compiler takes no model (noop), else what ``create_model`` built
+    model: Any = None
+    example: Any = None
+    if compiler.needs_model:
+        import torch
+        from ngb.core import models
+
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        tell(f"building {spec.model_label} b{spec.batch}")
+        model, example = models.create_model(spec, cache_dir)
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ngb-serve-")))
+        ctx = CompileContext(
+            workdir=workdir, device=spec.device, threads=settings.threads,
+            cache_dir=cache_dir, precision=precision, trial_dir=workdir,
+        )  # fmt: skip
+        tell(f"compiling with {spec.compiler}")
+        began = time.perf_counter()
+        compiled = compiler.compile(model, example, ctx)
+        outcome.compile_s = time.perf_counter() - began
+        del model, example
+        stack.callback(compiled.close)
+        # the same serving threads for the warm-up and every run (``loadgen.Workers``)
+        workers = stack.enter_context(
+            loadgen.Workers(compiled.serving_runners(settings.concurrency))
+        )
+        outcome.capacity_qps = loadgen.warm_up(workers, settings.warmup_s)
+        tell(
+            f"warmed up: {len(workers)} in flight, {outcome.capacity_qps:.4g} calls/s with all "
+            "busy (closed loop)"
+        )
+        if settings.find_peak:
+            outcome.peak = _find_peak(workers, settings, outcome.capacity_qps, tell, progress)
+        else:
+            outcome.summary = _serve_once(workers, settings, outcome.capacity_qps, progress)
+        outcome.precision = compiled.precision
+        outcome.extra = dict(compiled.extra)
+    outcome.finished_at = time.time()
+    return outcome
+
+
+def _serve_once(
+    runners: loadgen.Workers,
+    s: ServeSettings,
+    capacity: float,
+    progress: loadgen.Progress | None,
+) -> serve_stats.Summary:
+    batching = s.batching()
+    if s.scenario == "server":
+        assert s.qps is not None  # ServeSettings checked it
+        plan = arrivals.schedule(s.qps, s.duration_s, s.seed, s.burstiness)
+        trace = loadgen.run(runners, "server", plan=plan, batching=batching, progress=progress)
+    elif s.scenario == "offline":
+        count = max(1, math.ceil(capacity * s.duration_s * s.max_batch))
+        trace = loadgen.run(runners, "offline", count=count, batching=batching, progress=progress)
+    else:
+        q = dict(percentiles.TAILS)[serve_stats.CLAIMED[s.scenario] or "p99"]
+        trace = loadgen.run(
+            runners, s.scenario, duration_s=s.duration_s,
+            samples_per_query=s.samples_per_query,
+            min_queries=max(CLOSED_MIN_QUERIES, 2 * percentiles.min_calls(q)),
+            batching=batching, progress=progress,
+        )  # fmt: skip
+    return serve_stats.summarize(trace, s.p99_ms)
+
+
+def _find_peak(
+    runners: loadgen.Workers,
+    s: ServeSettings,
+    capacity: float,
+    tell: Say,
+    progress: loadgen.Progress | None,
+) -> peak.Peak:
+    assert s.p99_ms is not None  # ServeSettings checked it
+    limit = s.p99_ms
+    start = s.qps or max(capacity * s.max_batch / 2, 0.1)
+    batching = s.batching()
+
+    def probe(qps: float, seconds: float, index: int) -> serve_stats.Summary:
+        plan = arrivals.schedule(qps, seconds, s.seed + index, s.burstiness)
+        trace = loadgen.run(runners, "server", plan=plan, batching=batching, progress=progress)
+        return serve_stats.summarize(trace, limit)
+
+    def shown(p: peak.Probe) -> None:
+        tail = p.summary.latency["p99"]
+        low = f"{tail.low:.3g}" if tail.low is not None else "-"
+        high = f"{tail.high:.3g}" if tail.high is not None else "-"
+        # the rest of an INVALID probe's reasons (the bounds already show an unclaimed p99)
+        why = [r for r in p.summary.reasons if not r.startswith("p99 not claimed")]
+        tell(
+            f"probe {p.index + 1} ({p.phase}): {p.qps:.4g} QPS for {p.duration_s:.3g} s -> "
+            f"p99 {tail.value:.3g} [{low}, {high}] ms: {p.outcome} {limit:g} ms"
+            + (f" [INVALID: {'; '.join(why)}]" if why else "")
+        )
+
+    tell(f"peak search for p99 <= {limit:g} ms from {start:.4g} QPS")
+    return peak.find_peak(
+        probe, limit, start, probe_s=s.probe_s, max_probes=s.max_probes, target=s.target,
+        max_probe_s=s.max_probe_s, on_probe=shown,
+    )  # fmt: skip

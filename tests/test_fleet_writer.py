@@ -1,0 +1,113 @@
+"""The live writer at fleet scale (``ngb.sweeps.run.writer``): a duty cycle, not a fixed period.
+
+A flush costs per device, so with a hundred devices a flush a second is more than a workstation
+has; the writer paces itself to ``duty`` of the time (a ``flush_now`` goes at once), and does not
+write again the results it stored when a device's checkpoint is read at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+
+from ngb.core.types import TrialResult
+from ngb.devices.inventory import Device
+from ngb.sweeps.run.state import DeviceRun
+from ngb.sweeps.run.writer import RunWriter
+from ngb.sweeps.store.result_store import IngestBatch
+
+
+class SlowStore:
+    """Enough of a store for the writer: every write takes ``write_s``; what was written is kept."""
+
+    path = None
+
+    def __init__(self, write_s: float) -> None:
+        self.write_s = write_s
+        self.writes: list[tuple[float, IngestBatch]] = []
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        yield
+
+    def write_batch(self, batch: IngestBatch) -> int:
+        time.sleep(self.write_s)
+        self.writes.append((time.monotonic(), batch))
+        return len(batch.results)
+
+    def upsert_run_devices(self, rows: object) -> None:
+        pass
+
+
+def _writer(store: SlowStore, dev: DeviceRun, duty: float) -> RunWriter:
+    return RunWriter(store, device_of=lambda run, name: dev, publish=lambda e: None,  # type: ignore[arg-type]
+                     on_unwritable=lambda m: None, flush_interval=0.02, duty=duty)  # fmt: skip
+
+
+async def test_flushes_keep_to_the_duty_cycle_and_flush_now_does_not_wait() -> None:
+    dev = DeviceRun("r1", Device(name="d", host="d.lab", transport="ssh"), {"a"})
+    dev.state = "running"
+    store = SlowStore(write_s=0.1)
+    writer = _writer(store, dev, duty=0.2)  # 0.1 s of writing, then 0.4 s apart
+    writer.ensure_running()
+    for i in range(30):  # a sample every 20 ms for 0.6 s, and wakes among them
+        writer.pending_for(dev).cpu.append({"type": "cpu", "ts": float(i)})
+        if i % 5 == 0:
+            writer.wake()
+        await asyncio.sleep(0.02)
+    times = [t for t, _ in store.writes]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) <= 3 and all(gap >= 0.45 for gap in gaps), gaps  # 0.1 s write + 0.4 s
+    writer.pending_for(dev).cpu.append({"type": "cpu", "ts": 99.0})
+    began = time.monotonic()
+    await writer.flush_now(dev)  # a teardown: at once, whatever the cycle says
+    assert time.monotonic() - began < 0.3
+    await writer.close()
+
+
+async def test_results_already_stored_are_not_written_again() -> None:
+    dev = DeviceRun("r1", Device(name="d", host="d.lab", transport="ssh"), {"a", "b"})
+    store = SlowStore(write_s=0.0)
+    writer = _writer(store, dev, duty=1.0)
+    a = TrialResult(key="a", spec={"model": "m"})
+    writer.pending_for(dev).results["a"] = a
+    await writer.flush_now(dev)
+    # the device ended: its checkpoint is read whole (a and b) and handed to the writer again
+    writer.pending_for(dev).results.update({"a": a, "b": TrialResult(key="b", spec={})})
+    await writer.flush_now(dev)
+    written = [r.key for _, batch in store.writes for _, _, r in batch.results]
+    assert written == ["a", "b"]
+    await writer.close()
+
+
+def test_many_rows_in_one_go_mean_what_one_by_one_means(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``upsert_run_devices`` (a flush's rows) = ``upsert_run_device`` per row: only the given
+    fields change, the rest of the fields merge into ``extra``, a new device gets a row."""
+    from ngb.sweeps.store.database import Store
+
+    one, many = Store(tmp_path / "one.duckdb"), Store(tmp_path / "many.duckdb")
+    rows = [
+        ("r1", "a", {"state": "running", "started_at": 1_700_000_000.0, "pid": 7}),
+        ("r1", "b", {"state": "deploying", "message": "x"}),
+        ("r1", "a", {"n_done": 2, "offset": 120}),
+        ("r2", "a", {"state": "finished", "n_trials": 4, "finished_at": 1_700_000_100.0}),
+    ]
+    for store in (one, many):
+        store.create_run("r1", "p", "", ["a", "b"], 4)
+        store.create_run("r2", "p", "", ["a"], 4)
+    for run_id, device, fields in rows:
+        one.upsert_run_device(run_id, device, **fields)
+    many.upsert_run_devices(rows[:2])
+    many.upsert_run_devices(rows[2:])
+
+    def table(store: Store) -> list[dict[str, object]]:
+        out = []
+        for run_id in ("r1", "r2"):
+            for row in store.run_devices(run_id):
+                out.append({k: v for k, v in row.items() if k != "updated_at"})
+        return sorted(out, key=lambda r: (str(r["run_id"]), str(r["device"])))
+
+    assert table(many) == table(one)
+    assert table(many)[0]["extra"] == {"pid": 7, "offset": 120}

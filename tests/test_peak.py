@@ -1,0 +1,95 @@
+"""The peak search (issue 43) against simulated servers in virtual time: the interval holds the
+true QPS* of an M/M/1 queue in at least 90 of 100 seeded searches, at most 5 % half-width, in at
+most 10 probes; the search's phases; a bracket where no line can be read; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from ngb.core import arrivals, peak, serve_sim, serve_stats
+from ngb.core.errors import ConfigError
+
+MU, LIMIT_MS = 100.0, 100.0
+#: the probes' seconds in the calibration (virtual time; ``ngb bench serving`` prints others)
+PROBE_S = 300.0
+
+
+def mm1_probe(seed: int, mu: float = MU) -> peak.ProbeFn:
+    def probe(qps: float, seconds: float, index: int) -> serve_stats.Summary:
+        trace = serve_sim.mm1(qps, mu, seconds, seed=seed * 1000 + index)
+        return serve_stats.summarize(trace, LIMIT_MS, tails=("p99",))
+
+    return probe
+
+
+def test_the_true_peak_of_mm1() -> None:
+    assert serve_sim.mm1_peak(MU, LIMIT_MS / 1000) == pytest.approx(53.95, abs=0.01)
+
+
+def test_the_interval_holds_the_true_peak_in_90_of_100_searches() -> None:
+    truth = serve_sim.mm1_peak(MU, LIMIT_MS / 1000)
+    covered, halves, probes = 0, [], []
+    for seed in range(100):
+        found = peak.find_peak(mm1_probe(seed), LIMIT_MS, MU / 2, probe_s=PROBE_S)
+        covered += found.low <= truth <= found.high
+        halves.append(found.half_width)
+        probes.append(len(found.probes))
+        assert found.method == "line"
+    assert covered >= 90, covered
+    assert max(probes) <= 10
+    # the search stops at a 5 % half-width; where its ten probes did not reach it, close by
+    assert np.median(halves) <= 0.05
+    assert np.mean(np.array(halves) <= 0.05) >= 0.9, sorted(halves)[-10:]
+
+
+def test_a_search_brackets_bisects_then_probes_the_boundary() -> None:
+    shown: list[peak.Probe] = []
+    found = peak.find_peak(mm1_probe(7), LIMIT_MS, 10.0, probe_s=PROBE_S, on_probe=shown.append)
+    assert shown == found.probes
+    phases = [p.phase for p in found.probes]
+    # from 10 QPS: doubled while the p99 came out within 100 ms, then bisected
+    assert phases[:3] == ["bracket"] * 3
+    assert [p.qps for p in found.probes[:3]] == [10.0, 20.0, 40.0]
+    assert "bisect" in phases and phases[-1] == "boundary"
+    first = phases.index("boundary")
+    assert set(phases[first:]) == {"boundary"}  # the boundary's probes come last, all of them
+    boundary = [p for p in found.probes if p.phase == "boundary"]
+    assert len(boundary) >= peak.BOUNDARY_MIN
+    # bracket probes are short, boundary ones at least probe_s
+    assert all(p.duration_s < PROBE_S for p in found.probes if p.phase != "boundary")
+    assert all(p.duration_s >= PROBE_S for p in boundary)
+    assert found.verified_qps is None or found.verified_qps < found.high
+    assert "QPS*" in found.describe() and "probes" in found.describe()
+
+
+def test_a_faster_server_has_a_higher_peak() -> None:
+    slow = peak.find_peak(mm1_probe(1), LIMIT_MS, 50, probe_s=PROBE_S)
+    fast = peak.find_peak(mm1_probe(1, mu=200.0), LIMIT_MS, 100, probe_s=PROBE_S)
+    assert fast.low > slow.high
+    assert fast.low <= serve_sim.mm1_peak(200.0, 0.1) <= fast.high
+
+
+def test_without_a_line_the_interval_is_the_bracket() -> None:
+    """A server whose p99 jumps from far within the limit to far above it (no rate near the
+    boundary sees a late request at a share the line can use): the interval is the highest rate
+    that met the limit and the lowest that missed it."""
+
+    def cliff(qps: float, seconds: float, index: int) -> serve_stats.Summary:
+        service = 0.001 if qps < 60 else 0.5
+        plan = arrivals.schedule(qps, seconds, seed=index)
+        trace = serve_sim.fifo(plan, np.full(plan.count, service))
+        return serve_stats.summarize(trace, LIMIT_MS, tails=("p99",))
+
+    found = peak.find_peak(cliff, LIMIT_MS, 40.0, probe_s=30.0)
+    assert found.method == "bracket"
+    assert found.low < 60 <= found.high
+    assert math.isfinite(found.high)
+
+
+def test_bad_input_is_one_line() -> None:
+    with pytest.raises(ConfigError, match="start rate"):
+        peak.find_peak(mm1_probe(0), LIMIT_MS, 0.0)
+    with pytest.raises(ConfigError, match="at least 4 probes"):
+        peak.find_peak(mm1_probe(0), LIMIT_MS, 10.0, max_probes=3)
