@@ -4,7 +4,8 @@ Each device gets the same sweep of ``--trials`` no-op trials whose compile sleep
 seconds, so the serial work of one device is known: ideal wall time = trials x sleep (every device
 runs concurrently, one trial at a time). Efficiency = ideal / actual wall time from ``start()`` to
 the last device's checkpoint ingested, which includes SSH handshakes, deploying the agent, starting
-32 Python agents on this machine, the event streams and DuckDB ingest (goal >= 0.90).
+32 Python agents on this machine, the event streams and DuckDB ingest (issue 41's goals:
+>= 0.8 at 32 devices, >= 0.6 at 128, 4 trials x 5 s each).
 
 The devices come from the test suite's sshd machinery (``tests/sshd.py``): one real OpenSSH sshd
 on loopback ports, 32 inventory entries with distinct work dirs. Also printed: the live ingest rate
@@ -175,7 +176,8 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
             print(f"  {label}: median {spans[len(spans) // 2]:.2f} s, max {spans[-1]:.2f} s")
     print(f"ideal wall (per-device serial work): {ideal:.2f} s")
     print(f"actual wall: {wall:.2f} s")
-    print(f"parallel efficiency: {ideal / wall:.3f} (goal >= 0.90)")
+    goal = 0.8 if args.devices <= 32 else 0.6  # issue 41, at 32 and at 128 devices
+    print(f"parallel efficiency: {ideal / wall:.3f} (goal >= {goal})")
     print(
         f"live ingest through the orchestrator: {n_trials / wall:.1f} results/s, "
         f"{n_meas / wall:.1f} measurement rows/s (bounded by the sweep itself)"

@@ -109,7 +109,7 @@ def _t_over_z(
     processes a side, 98-99.8 % of simulated intervals held their truth at a 95 % level."""
     from statistics import NormalDist
 
-    from ngb.core.intervals import t_quantile
+    from ngb.core.intervals import t_two_sided
 
     extra = once_comp.value - once_base.value
     gain = t_comp.value - t_base.value
@@ -127,4 +127,4 @@ def _t_over_z(
     if total <= 0 or denom <= 0:
         return 1.0
     z = NormalDist().inv_cdf((1 + level) / 2)
-    return t_quantile(total * total / denom, level) / z
+    return t_two_sided(total * total / denom, level) / z

@@ -17,10 +17,13 @@ PROTOCOL_VERSION = 1
 RUN_STARTED = "run_started"  # run_id, total, skipped (already in the checkpoint)
 TRIAL_STARTED = "trial_started"  # key, label, index, total
 PHASE = "phase"  # key, phase: build | optimise | export | compile | tune | first_call | warmup |
-#                  measure; `worker` (1, 2 ...) when a worker process of the trial sent it
+#                  measure | accuracy (ngb.core.accuracy_pass, after the timed loops); `worker`
+#                  (1, 2 ...) when a worker process of the trial sent it
 PROGRESS = "progress"  # key, rep, reps (repetitions done / planned maximum), throughput,
 #                        ci_relative (CI half-width / mean over all repetitions so far, null
-#                        while n < 2), ci_target, worker (0 = the trial's own process)
+#                        while n < 2), ci_target, fixed (true: a fixed repetition count,
+#                        judged against ci_target at its end but never stopped by it), worker
+#                        (0 = the trial's own process)
 CPU = "cpu"  # key, percent (system 0..100), proc_percent (100 per busy core), others_percent
 #              (other processes' share of the machine, 0..100), per_cpu ([0..100] per logical
 #              core), steal_percent (null where the kernel reports no steal), mem_percent,

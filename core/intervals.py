@@ -43,8 +43,10 @@ from ngb.core.stopping import t_ppf
 LEVEL = 0.95
 
 
-def t_quantile(df: float, level: float = LEVEL) -> float:
-    """The two-sided ``level`` quantile of Student's t (``df`` may be fractional: Satterthwaite).
+def t_two_sided(df: float, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t (``df`` may be fractional: Satterthwaite):
+    the multiplier of a ``level`` interval's standard error. Not ``stopping.t_quantile(p, df)``,
+    the one-sided ``p`` quantile (issue 47: the two shared a name with their arguments swapped).
 
     scipy's ``stdtrit`` where it is installed (the workstation): a report derives an interval
     per point, and the plain-Python quantile a trial uses (``ngb.core.student_t``, ~50 us) would
@@ -89,7 +91,7 @@ class Mean:
     @property
     def se(self) -> float:
         """Standard error (only meaningful when ``known``)."""
-        return float(self.half or 0.0) / t_quantile(self.df, self.level)
+        return float(self.half or 0.0) / t_two_sided(self.df, self.level)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def power_product(terms: Sequence[tuple[Mean, float]], scale: float = 1.0) -> Es
     df = _satterthwaite(variances, [m.df for m, _ in live])
     level = live[0][0].level
     sd = math.sqrt(math.fsum(variances))
-    q = t_quantile(df, level) * sd if math.isfinite(df) else 0.0
+    q = t_two_sided(df, level) * sd if math.isfinite(df) else 0.0
     return Estimate(value, value * math.exp(-q), value * math.exp(q), df, level=level)
 
 
@@ -189,7 +191,7 @@ def linear(parts: Sequence[tuple[Estimate, float]]) -> Estimate:
     if not variances:
         return Estimate.exactly(value)
     df = _satterthwaite(variances, dfs)
-    half = t_quantile(df, level) * math.sqrt(math.fsum(variances))
+    half = t_two_sided(df, level) * math.sqrt(math.fsum(variances))
     return Estimate.around(value, half, df, level=level)
 
 
@@ -198,7 +200,7 @@ def standard_error(e: Estimate) -> float:
     interval was built on (the log scale when its bounds are asymmetric around the value)."""
     if not e.known or not math.isfinite(e.df) or e.hi == e.lo:
         return 0.0
-    t = t_quantile(e.df, e.level)
+    t = t_two_sided(e.df, e.level)
     if e.lo > 0 and not math.isclose(e.value - e.lo, e.hi - e.value, rel_tol=1e-9):
         return e.value * math.log(e.hi / e.lo) / 2 / t  # back to the value's scale (delta method)
     return (e.hi - e.lo) / 2 / t

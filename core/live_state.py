@@ -18,16 +18,34 @@ and for ``tvm-ms`` its tuning budget -- and this run's own evidence: the mean no
 of finished trials of the same compiler (else of any compiler, else the trial's measurement cap)
 and the seconds per tuning trial seen so far. The agent knows every trial of the run; the console
 knows only counts, so the agent sends the sums (``eta`` in ``trial_started`` and ``state``).
-Standard library only: this module is shipped to devices.
+A run's first trial of a compiler has no such evidence; the device's earlier runs do: the agent
+keeps each compiler's recent non-tuning and after-search seconds in its cache folder
+(``EVIDENCE_FILE``) and uses them until this run has its own (issue 46: a fresh run's first
+64-trial search ended 25 s before its trial did -- the tuned build and three workers' timed
+loops -- and the device line had counted none of it: 29-39 % short from half-way on). Without
+either, the after-search part is at least the trial's measurement cap.
+Standard library only: this module is shipped to devices. The tuning budget is the compiler's
+own declaration (``Compiler.tuning_budget_option``), read through the registry: compiler modules
+import their libraries inside methods, so that import stays standard library too.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ngb.core import events
+from ngb.core.compilers import compiler_class
+from ngb.core.errors import UnknownNameError
+from ngb.core.eta_evidence import (
+    EVIDENCE_FILE,
+    EVIDENCE_KEPT,
+    load_evidence,
+    load_first_ratios,
+)
 from ngb.core.types import TrialSpec
 
 #: the event type of a snapshot (not in ``events.ALL_TYPES``: readers that do not know it skip it)
@@ -44,16 +62,17 @@ SNAPSHOT_TASKS = 8
 #: the event fields a snapshot keeps of a ``cpu`` event (not the per-core list)
 _CPU_FIELDS = ("percent", "proc_percent", "others_percent", "mem_percent", "mem_used_mb",
                "mem_total_mb", "worker")  # fmt: skip
-#: the default tuning budget of ``tvm-ms`` (``TvmMetaScheduleConfig.max_trials_global``)
-TVM_MS_DEFAULT_BUDGET = 1500
 
 
 def tuning_budget(compiler: str, options: Mapping[str, object]) -> int:
-    """Tuning trials a trial may run: its ``max_trials_global`` option (``tvm-ms``'s name; a
-    test's fake tuner takes it too), ``tvm-ms``'s default, else 0 (no search)."""
-    default = TVM_MS_DEFAULT_BUDGET if compiler == "tvm-ms" else 0
-    budget = options.get("max_trials_global", default)
-    return int(budget) if isinstance(budget, int | float) and not isinstance(budget, bool) else 0
+    """Tuning trials a trial may run, as its compiler declares (``Compiler.tuning_budget``: the
+    option that bounds its search, else that option's default); 0 for a compiler that does not
+    search, or one this side does not know (the trial itself then fails, not its ETA)."""
+    try:
+        cls = compiler_class(compiler)
+    except (UnknownNameError, ImportError):
+        return 0
+    return cls.tuning_budget(options)
 
 
 @dataclass
@@ -66,6 +85,13 @@ class EtaBook:
     post_s: dict[str, list[float]] = field(default_factory=dict)
     tune_s: float = 0.0  # seconds of tuning seen in finished trials
     tune_trials: int = 0  # tuning trials those ran
+    # the same two per compiler from this device's earlier runs (``load_evidence``): used only
+    # until this run has its own for that compiler
+    earlier_other_s: dict[str, list[float]] = field(default_factory=dict)
+    earlier_post_s: dict[str, list[float]] = field(default_factory=dict)
+    # compiler -> a search's first-batch seconds per trial over its later batches'
+    # (``TuningProgress.first_batch_ratio``), this run's after the earlier runs'
+    first_ratio: dict[str, list[float]] = field(default_factory=dict)
 
     def finished(
         self,
@@ -74,9 +100,14 @@ class EtaBook:
         tune_s: float | None,
         trials: int,
         post_s: float | None = None,
+        first_ratio: float | None = None,
     ) -> None:
         """A trial of ``compiler`` took ``seconds``, ``tune_s`` of them tuning ``trials``, and
-        ``post_s`` after its search ended (None: not seen)."""
+        ``post_s`` after its search ended (None: not seen); its search's first batch ran
+        ``first_ratio`` times slower per trial than the later ones (None: not seen)."""
+        if first_ratio is not None and math.isfinite(first_ratio) and first_ratio > 0:
+            kept = [*self.first_ratio.get(compiler, []), round(first_ratio, 3)]
+            self.first_ratio[compiler] = kept[-EVIDENCE_KEPT:]
         tuning = max(0.0, tune_s or 0.0) if trials else 0.0
         self.other_s.setdefault(compiler, []).append(max(0.0, seconds - tuning))
         if post_s is not None:
@@ -85,18 +116,36 @@ class EtaBook:
             self.tune_s += tuning
             self.tune_trials += trials
 
-    def post(self, compiler: str) -> float | None:
-        """Predicted seconds after a ``compiler`` trial's search (None without evidence)."""
-        same = self.post_s.get(compiler)
-        return sum(same) / len(same) if same else None
+    def post(self, compiler: str, cap_s: float | None = None) -> float | None:
+        """Predicted seconds after a ``compiler`` trial's search: this run's, else this device's
+        earlier runs', else at least the measurement cap ``cap_s`` (None: no cap given)."""
+        same = self.post_s.get(compiler) or self.earlier_post_s.get(compiler)
+        return _mean(same) if same else cap_s
 
     def other(self, compiler: str, cap_s: float) -> float:
         """Predicted non-tuning seconds of a trial of ``compiler``."""
         same = self.other_s.get(compiler)
         if same:
-            return sum(same) / len(same)
+            return _mean(same)
         every = [s for values in self.other_s.values() for s in values]
-        return sum(every) / len(every) if every else cap_s
+        if every:
+            return _mean(every)
+        earlier = self.earlier_other_s.get(compiler)
+        return _mean(earlier) if earlier else cap_s
+
+    def evidence(self) -> dict[str, dict[str, list[float]]]:
+        """What the next run on this device starts from: this run's durations after the
+        earlier runs', the last ``EVIDENCE_KEPT`` per compiler."""
+        kept: dict[str, dict[str, list[float]]] = {"first_ratio": dict(self.first_ratio)}
+        for name, mine, earlier in (
+            ("other_s", self.other_s, self.earlier_other_s),
+            ("post_s", self.post_s, self.earlier_post_s),
+        ):
+            kept[name] = {
+                c: [round(v, 2) for v in ([*earlier.get(c, []), *mine.get(c, [])])][-EVIDENCE_KEPT:]
+                for c in {*mine, *earlier}
+            }
+        return kept
 
     def inputs(
         self, current: tuple[str, int, float], remaining: Iterable[tuple[str, int, float]]
@@ -106,7 +155,7 @@ class EtaBook:
         rest = list(remaining)
         return {
             "current_other_s": round(self.other(current[0], current[2]), 2),
-            "current_post_s": self.post(current[0]),
+            "current_post_s": _rounded(self.post(current[0], current[2])),
             "current_tune_budget": current[1],
             "rest_other_s": round(sum(self.other(c, cap) for c, _, cap in rest), 2),
             "rest_tune_budget": sum(b for _, b, _ in rest),
@@ -124,10 +173,14 @@ def eta_item(spec: TrialSpec) -> tuple[str, int, float]:
 
 
 def book_result(
-    book: EtaBook, record: Mapping[str, object], search_ended: float | None = None
+    book: EtaBook,
+    record: Mapping[str, object],
+    search_ended: float | None = None,
+    first_ratio: float | None = None,
 ) -> None:
     """Add a finished trial (a checkpoint record) to the ETA's evidence; ``search_ended``: the
-    time of its last tuning event, where one was seen."""
+    time of its last tuning event, where one was seen, and ``first_ratio`` that event's
+    ``first_batch_ratio``."""
     start, end = record.get("started_at"), record.get("finished_at")
     spec, extra = record.get("spec"), record.get("extra")
     if not isinstance(start, int | float) or not isinstance(end, int | float):
@@ -141,15 +194,28 @@ def book_result(
         float(tune_s) if isinstance(tune_s, int | float) else None,
         int(trials) if isinstance(trials, int) else 0,
         float(end) - search_ended if search_ended is not None else None,
+        first_ratio,
     )
 
 
-def eta_book(records: Iterable[Mapping[str, object]]) -> EtaBook:
-    """The evidence so far: the trials a resumed run already has in its checkpoint."""
+def eta_book(records: Iterable[Mapping[str, object]], cache_dir: Path | None = None) -> EtaBook:
+    """The evidence so far: the trials a resumed run already has in its checkpoint, and the
+    device's earlier runs (``cache_dir``'s ``EVIDENCE_FILE``)."""
     book = EtaBook()
+    if cache_dir is not None:
+        book.earlier_other_s, book.earlier_post_s = load_evidence(cache_dir / EVIDENCE_FILE)
+        book.first_ratio = load_first_ratios(cache_dir / EVIDENCE_FILE)
     for record in records:
         book_result(book, record)
     return book
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _thin(points: object, keep: int) -> list[object]:
@@ -203,6 +269,15 @@ class LastState:
                 self.tuning = {k: v for k, v in event.items() if k not in ("v", "type")}
             elif kind == events.CPU:
                 self.cpu = {k: event[k] for k in ("ts", *_CPU_FIELDS) if k in event}
+
+    def first_batch_ratio(self, key: str) -> float | None:
+        """Trial ``key``'s search's first-batch ratio, as its last tuning event said it."""
+        with self._lock:
+            tuning, trial = self.tuning, self.trial
+            if tuning is None or trial is None or trial.get("key") != key:
+                return None
+            ratio = tuning.get("first_batch_ratio")
+            return float(ratio) if isinstance(ratio, int | float) else None
 
     def search_ended(self, key: str) -> float | None:
         """When trial ``key``'s last tuning event was written (None: it did not tune)."""

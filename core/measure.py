@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ngb.core import allocator, budget, events, profile_pass, reruns, stopping
+from ngb.core import accuracy_pass, allocator, budget, events, profile_pass, reruns, stopping
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -356,6 +356,9 @@ def _measure(
         with strict_fp32():
             reference = _eager_output(model, example, spec.model)
         checked = time.perf_counter() - checked
+    # the accuracy pass's first half, before compile can touch the module (ngb.core.accuracy_pass)
+    accuracy = _prepare_accuracy(spec, result, model, example) if share.worker == 0 else None
+    checked += accuracy.load_s + accuracy.eager_s if accuracy is not None else 0.0
 
     if spec.device == "cuda":
         import torch
@@ -394,6 +397,9 @@ def _measure(
         part = _time_compiled(
             spec, result, compiled, reference, share, ctx_emit, memory, slow, setup_s
         )
+        if accuracy is not None:  # after the timed loops, never inside them
+            ctx_emit(events.PHASE, phase="accuracy")
+            _run_accuracy(accuracy, compiled, result, settings.confidence)
         result.extra.update(compiled.extra)
         result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
@@ -409,6 +415,32 @@ def _measure(
         result.gpu_mem_mb = memory.peak_gpu_mb if memory.gpu else allocated
         result.gpu_mem_source = memory.gpu_source if memory.gpu else "torch-allocator"
     return part
+
+
+def _prepare_accuracy(
+    spec: TrialSpec, result: TrialResult, model: Model | None, example: Example | None
+) -> accuracy_pass.Prepared | None:
+    """The labelled set and eager's scores on it, where the trial asks for accuracy; a pass
+    that cannot run leaves one line in ``extra["accuracy_error"]`` and the trial goes on."""
+    wanted = spec.measure.accuracy
+    if wanted is None:
+        return None
+    try:
+        if model is None or example is None:
+            raise UnsupportedTrial(f"{spec.compiler} runs no model, so it has no accuracy")
+        return accuracy_pass.prepare(wanted, model, example, spec.model)
+    except Exception as exc:  # the timed trial stands without its accuracy
+        result.extra["accuracy_error"] = one_line(exc)
+        return None
+
+
+def _run_accuracy(
+    prepared: accuracy_pass.Prepared, compiled: Compiled, result: TrialResult, confidence: float
+) -> None:
+    try:
+        result.extra["accuracy"] = accuracy_pass.run_compiled(prepared, compiled, confidence)
+    except Exception as exc:  # the timed trial stands without its accuracy
+        result.extra["accuracy_error"] = one_line(exc)
 
 
 def _phase_memory(spec: TrialSpec) -> PhaseMemory:

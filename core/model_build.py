@@ -297,7 +297,7 @@ def _build_timm(source: ModelSource) -> nn.Module:
 def _call_factory(source: ModelSource, cache_dir: Path | None) -> nn.Module:
     factory = import_factory(source, cache_dir)
     try:
-        with _no_bytecode_files():  # a factory may import the user's other modules
+        with no_bytecode_files():  # a factory may import the user's other modules
             model = factory(**source.kwargs)
     except Exception as exc:  # noqa: BLE001 - user code
         raise NgbError(f"factory {source.ref} raised {one_line(exc)}") from None
@@ -312,7 +312,7 @@ def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[...,
     """The factory callable; its code artifact (if any) is put on ``sys.path`` first."""
     target, _, attr = source.ref.rpartition(":")
     try:
-        with _no_bytecode_files():
+        with no_bytecode_files():
             if source.artifacts and source.artifacts[0].role == "folder":
                 folder = locate(source.artifacts[0], cache_dir)
                 module = _import_file(folder, target, source.artifacts[0].sha256)
@@ -333,7 +333,7 @@ def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[...,
 
 
 @contextmanager
-def _no_bytecode_files() -> Iterator[None]:
+def no_bytecode_files() -> Iterator[None]:
     """Import the user's code without writing ``__pycache__`` beside it: ngb leaves their folder
     as it found it (Python caches bytecode there unless PYTHONDONTWRITEBYTECODE is set)."""
     before = sys.dont_write_bytecode

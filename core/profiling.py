@@ -39,19 +39,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.capture import silenced
-from ngb.core.errors import CompilerUnavailable, UnsupportedTrial
+from ngb.core.compilers import compiler_class
+from ngb.core.errors import CompilerUnavailable, UnknownNameError, UnsupportedTrial
 
 if TYPE_CHECKING:
-    from ngb.core.compilers.base import Compiled
+    from ngb.core.compilers.base import Compiled, Profiler
     from ngb.core.types import TrialSpec
-
-#: compilers whose compiled model runs torch operators, so torch.profiler sees its kernels
-TORCH_PROFILED = ("identity", "torchscript", "inductor")
-#: compilers whose ``Compiled`` reads its runtime's own profiler (``profile_records``)
-HOOKED = ("onnxruntime", "openvino", "tvm", "tvm-ms")
-#: of those, the ones whose profiler is a build option: the profiled model is a second build
-#: (TVM's VM takes its instrument on the model already built)
-REBUILT = ("onnxruntime", "openvino")
 
 OP_CLASSES = (
     "convolution",
@@ -420,6 +413,16 @@ def tvm_records(
     ], wall  # fmt: skip
 
 
+def profiler_of(compiler: str) -> Profiler | None:
+    """How this pass reads ``compiler``'s kernels, as the compiler declares it
+    (``Compiler.profiler``: torch.profiler, its ``Compiled.profile_records`` hook on the model
+    built, or that hook on a second build with the profiler on); None: none is wired to it."""
+    try:
+        return compiler_class(compiler).profiler
+    except (UnknownNameError, ImportError):
+        return None
+
+
 def profile_compiled(
     compiler: str, compiled: Compiled, calls: int, warmup: int, plain: Compiled | None = None
 ) -> Profile:
@@ -436,7 +439,7 @@ def profile_compiled(
             compiled.run()
         records, profiled_ms, tool = hook(calls)
         return Profile(compiler, tool, calls, plain_ms, profiled_ms, list(records))
-    if compiler not in TORCH_PROFILED:
+    if profiler_of(compiler) != "torch":
         raise UnsupportedTrial(f"{compiler}: no profiler is wired to this runtime yet")
     folded = compiled.extra.get("folded_ops")
     records, profiled_ms = torch_records(
@@ -464,7 +467,8 @@ def profile_trial(
     from ngb.core.model_sources import check_compiler_takes, source_of
 
     compiler = get_compiler(spec.compiler, spec.compiler_options)
-    if spec.compiler not in (*TORCH_PROFILED, *HOOKED):
+    profiler = compiler.profiler  # how it is profiled, as it declares
+    if profiler is None:
         raise UnsupportedTrial(f"{spec.compiler}: no profiler is wired to this runtime yet")
     ok, why = compiler.available()
     if not ok:
@@ -503,7 +507,7 @@ def profile_trial(
     with silenced():  # the profilers' own prints stay off the terminal (``capture.silenced``)
         plain = build(False)
         try:
-            compiled = build(True) if spec.compiler in REBUILT else plain
+            compiled = build(True) if profiler == "rebuild" else plain
             try:
                 result = profile_compiled(spec.compiler, compiled, calls, warmup, plain)
                 result.precision = compiled.precision or ""

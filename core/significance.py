@@ -4,7 +4,7 @@ The samples are per-repetition throughputs (the store's ``measurements`` table; 
 loop), so a trial with 100 repetitions gives 100 independent-ish throughput readings.
 
 - ``confidence_interval``: the mean with a Student-t interval, ``mean +- t_{(1+level)/2, n-1} *
-  s / sqrt(n)`` (``s`` the sample std, ddof=1), with ``ngb.core.intervals.t_quantile``.
+  s / sqrt(n)`` (``s`` the sample std, ddof=1), with ``ngb.core.intervals.t_two_sided``.
 - ``compare``: Welch's unequal-variance t-test (``scipy.stats.ttest_ind(equal_var=False)``) at
   ``alpha`` (default 0.05, two-sided). p < alpha names the faster side by its mean, otherwise the
   verdict is "no significant difference". Welch rather than "do the CIs overlap": overlapping 95 %
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from ngb.core.errors import ConfigError
-from ngb.core.intervals import t_quantile
+from ngb.core.intervals import t_two_sided
 
 A_FASTER = "a faster"
 B_FASTER = "b faster"
@@ -96,7 +96,7 @@ def confidence_interval(values: Iterable[float], level: float = 0.95) -> Interva
     if n == 1:
         return Interval(1, mean, math.nan, math.nan, math.nan, level)
     std = float(arr.std(ddof=1))
-    half = t_quantile(n - 1, level) * std / math.sqrt(n)
+    half = t_two_sided(n - 1, level) * std / math.sqrt(n)
     return Interval(n, mean, std, mean - half, mean + half, level)
 
 

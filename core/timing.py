@@ -201,6 +201,7 @@ def _timed(
             throughput=tput,
             ci_relative=pooled.relative if math.isfinite(pooled.relative) else None,
             ci_target=plan.target,
+            fixed=not plan.adaptive,  # a fixed count: the target judges the end, never ends it
             worker=plan.worker,
         )
     part.measure_s = time.perf_counter() - start

@@ -22,6 +22,38 @@ BLOCK_MODELS = ("conv", "mha")
 PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 
 
+@dataclass(frozen=True)
+class AccuracySettings:
+    """Labelled data the compiled model is run over after its timed loops (``[accuracy]`` in a
+    sweep, ``ngb measure --accuracy``; ``ngb.core.accuracy_pass``).
+
+    ``data`` is a built-in data set by name (``digits``), an ``.npz`` file holding ``inputs`` and
+    ``labels``, or a ``package.module:loader`` / ``file.py:loader`` callable returning them
+    (``ngb.core.labelled_data``). The pass runs in the trial's first worker, apart from the timed
+    loops, at the trial's batch (the timed compiled object itself; the last batch padded), with
+    eager fp32 on the same inputs as its baseline.
+    """
+
+    data: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, str) or not self.data.strip():
+            raise ConfigError(f"accuracy data must be a non-empty string, got {self.data!r}")
+
+    @classmethod
+    def of(cls, value: object) -> AccuracySettings:
+        """From a data reference or a table (``{data = "digits"}``), as settings are written."""
+        if isinstance(value, AccuracySettings):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, Mapping):
+            return _from_mapping(cls, value, "accuracy setting")
+        raise ConfigError(
+            f"accuracy must be a data reference or a table with data = ..., got {value!r}"
+        )
+
+
 def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     ok = value >= 0 if allow_zero else value > 0
     if not ok or (isinstance(value, float) and math.isnan(value)):
@@ -46,6 +78,9 @@ class MeasureSettings:
     ``repetitions`` is a fixed count spread over ``workers`` processes. Other processes' CPU use
     during the timed loop above ``disturbance_threshold`` (a fraction of the whole machine) flags
     the trial as disturbed (``ngb.core.interference``); ngb's own processes never count;
+    ``disturbance_threshold = 1`` never flags a CPU share (a share of the machine cannot exceed
+    all of it) -- for work that uses no CPU of its own, such as a sleeping stand-in runtime; the
+    share is still recorded beside the number, and another process on the GPU still disturbs;
     ``disturbed_retries`` waits ``disturbed_wait_s`` and measures again. Warm-up repeats windows
     until the last three agree within ``warmup_tolerance`` (and, on a GPU, the SM clock too),
     after at least ``warmup_s`` (CPU) or ``gpu_warmup_min_s`` (GPU), at most ``warmup_max_s``.
@@ -103,8 +138,12 @@ class MeasureSettings:
     # in a new allocation up to this many times (``ngb.sweeps.run.job_end``); the workstation
     # reads it, the measurement never does, so it is not in the key either
     retry_killed: int = 0
+    # labelled data run through the compiled model after its timed loops (None: no accuracy pass)
+    accuracy: AccuracySettings | None = None
 
     def __post_init__(self) -> None:
+        if self.accuracy is not None:  # a table or a bare reference, as TOML and JSON give it
+            object.__setattr__(self, "accuracy", AccuracySettings.of(self.accuracy))
         for name in ("warmup_iters", "min_iters", "disturbed_retries", "retry_killed"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         for name in (
@@ -126,10 +165,15 @@ class MeasureSettings:
                 f"max_repetitions ({self.max_repetitions}) must be >= min_repetitions "
                 f"({self.min_repetitions})"
             )
-        for name in ("ci_target", "confidence", "warmup_tolerance", "disturbance_threshold"):
+        for name in ("ci_target", "confidence", "warmup_tolerance"):
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
+        if not 0 < self.disturbance_threshold <= 1:  # also refuses NaN
+            raise ConfigError(
+                "disturbance_threshold must be above 0 and at most 1 (1 = never flag a CPU "
+                f"share), got {self.disturbance_threshold!r}"
+            )
         for name in ("quiet_check_s", "disturbed_wait_s", "energy_idle_s"):
             _check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("warmup_s", "min_duration_s", "gpu_warmup_min_s"):
@@ -244,10 +288,11 @@ _KEY_OMITS_AT_DEFAULT: dict[str, object] = {
     "precision": "default",
     "allocator": "retain",
     "energy_idle_s": 0.5,
+    "accuracy": None,
 }
 
 
-_Record = TypeVar("_Record", MeasureSettings, TrialSpec)
+_Record = TypeVar("_Record", MeasureSettings, TrialSpec, AccuracySettings)
 
 
 def _from_mapping(

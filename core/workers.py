@@ -287,6 +287,10 @@ def run_worker(
                         proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
                     )
                     watch.start()
+                elif (
+                    kind == events.PHASE and event.get("phase") == "accuracy" and watch is not None
+                ):
+                    watch.stop()  # the accuracy pass follows the timed loops, outside their window
         _stop_meters(live, watch)
     except BaseException:  # cancelled, timed out: take the worker along
         _stop_meters(live, watch)

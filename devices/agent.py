@@ -49,6 +49,7 @@ from ngb.core.checkpoint import append_checkpoint as append_checkpoint
 from ngb.core.checkpoint import lock_checkpoint as lock_checkpoint
 from ngb.core.checkpoint import read_checkpoint as read_checkpoint
 from ngb.core.errors import NgbError
+from ngb.core.eta_evidence import save_evidence
 from ngb.core.event_stream import EventWriter as EventWriter
 from ngb.core.event_stream import claim_stdout as claim_stdout
 from ngb.core.live_state import book_result, eta_book, eta_item
@@ -315,7 +316,7 @@ def run_trials(
     cancelled = False
     # a tuning database records the run that searched it (ngb.core.compilers.tvm_tuning)
     os.environ["NGB_RUN_ID"] = run_id
-    book = eta_book(done.values())
+    book = eta_book(done.values(), cache_dir)
     with _CancelOnSignal(cancel) as guard:
         try:
             for index, spec in enumerate(pending, skipped + 1):
@@ -350,7 +351,14 @@ def run_trials(
                     break
                 record = {**result.to_dict(), "run_id": run_id}
                 append_checkpoint(checkpoint, record)
-                book_result(book, record, out.state.search_ended(spec.key))
+                book_result(
+                    book,
+                    record,
+                    out.state.search_ended(spec.key),
+                    out.state.first_batch_ratio(spec.key),
+                )
+                if cache_dir is not None:
+                    save_evidence(book.evidence(), cache_dir)
                 counts["ok" if result.ok else "failed"] += 1
                 if result.ok:
                     out(events.TRIAL_DONE, key=spec.key, result=record)

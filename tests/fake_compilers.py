@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 from ngb.core.compilers import _REGISTRY
-from ngb.core.compilers.base import CompileContext, Compiled, Compiler, CompilerConfig
+from ngb.core.compilers.base import CompileContext, Compiled, Compiler, CompilerConfig, Style
 from ngb.core.compilers.tvm_tuning import TuningProgress
 
 
@@ -51,6 +51,10 @@ class BusyChildCompiler(Compiler[BusyChildConfig]):
     name = "busy-child"
     description = "starts a busy helper process that lives until the model is closed"
     needs_model = False
+    style = Style((68, 119, 170), "⬟", "⬠")  # Paul Tol's blue
+    short_name = "busy"
+    profiler = None
+    version_libraries = ()
 
     def compile(self, model: object, example: object, ctx: CompileContext) -> Compiled:
         busy = [sys.executable, "-c", "while True: pass"]
@@ -61,7 +65,7 @@ class BusyChildCompiler(Compiler[BusyChildConfig]):
 
 @dataclass(frozen=True)
 class SlowTunerConfig(CompilerConfig):
-    max_trials_global: int = 40  # the ETA reads the budget under tvm-ms's name
+    max_trials_global: int = 40  # the search's budget (``tuning_budget_option``), as tvm-ms's
     trial_s: float = 0.1  # seconds per tuning trial
     num_trials_per_iter: int = 4
     call_s: float = 0.005
@@ -71,6 +75,11 @@ class SlowTunerCompiler(Compiler[SlowTunerConfig]):
     name = "slow-tuner"
     description = "a MetaSchedule-like search at a known pace (worker 0 only)"
     needs_model = False
+    tuning_budget_option = "max_trials_global"  # what the ETA weighs its trials by
+    style = Style((34, 136, 51), "⬢", "⬡")  # Paul Tol's green
+    short_name = "slow"
+    profiler = None
+    version_libraries = ()
 
     def compile(self, model: object, example: object, ctx: CompileContext) -> Compiled:
         cfg = self.config

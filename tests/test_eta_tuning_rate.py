@@ -42,6 +42,25 @@ def test_small_batches_take_a_window_of_trials_not_one_noisy_batch(monkeypatch) 
     assert only_one.recent_s_per_trial == 45.0  # one batch: what there is
 
 
+def test_the_set_up_before_the_first_batch_is_no_part_of_the_rate(monkeypatch) -> None:
+    """MetaSchedule sets each task up (``PreTuning``) before the loop asks for its first batch;
+    the scheduler's first ``next_task_id`` marks that moment (``search_began``), so a rate from
+    the first batch alone is that batch's, not the set-up's too."""
+    now = [0.0]
+    monkeypatch.setattr(tvm_tuning.time, "monotonic", lambda: now[0])
+    progress = TuningProgress(["conv"], [1.0], budget=64, early_stop=None)
+    now[0] = 30.0  # set-up
+    progress.search_began()
+    now[0] = 78.0  # the first batch: 48 s
+    progress.search_began()  # later calls (every batch asks) move nothing
+    progress.record(0, [0.001] * 16)
+    assert progress.recent_s_per_trial == 48.0 / 16 and progress.search_left_s == 48 * 3.0
+    now[0] = 118.0
+    progress.search_began()
+    progress.record(0, [0.001] * 16)
+    assert progress.recent_s_per_trial == 40.0 / 16  # the first batch left out, as before
+
+
 def test_the_console_panel_and_device_eta_count_down_from_the_agents_figure() -> None:
     from ngb.tui.live_run import tuning_state
 
@@ -78,6 +97,30 @@ def test_the_cli_prints_tuning_progress_eta_and_reuse_as_the_console_does() -> N
     text = out.getvalue()
     assert "orin: tuning 50%: 32/64 trials" in text
     assert text.count("orin: TVM tuning reused from run r0") == 1
+
+
+def test_ngb_attach_mid_search_shows_the_trial_and_its_search_from_the_first_snapshot() -> None:
+    """Attached mid-trial, the CLI saw no trial_started: the agent's snapshot names the trial
+    and its search at once (seen 2026-11-28: `0/1 0:00:27` and nothing else until the next
+    batch of a 64-trial search, minutes later)."""
+    from ngb.sweeps.cli.runs import _Progress
+    from rich.console import Console
+
+    display = _Progress(Console(file=io.StringIO(), width=120, force_terminal=False))
+    snapshot = {"type": "state", "trial": {"key": "k1", "label": "conv32x1/tvm-ms/b1"},
+                "phase": "tune", "tuning": {"trials_done": 16, "budget": 64, "s_per_trial": 30.0,
+                                            "search_left_s": 1440.0}}  # fmt: skip
+    display.handle(RunEvent("r", "orin", "agent", "", event=snapshot))
+    task = display.progress.tasks[display.tasks["orin"]]
+    assert task.fields["current"] == "conv32x1/tvm-ms/b1 tuning 16/64 2.0/min search ETA 0:24:00"
+    display.handle(RunEvent("r", "orin", "agent", "", event={**snapshot, "tuning": None}))
+    assert task.fields["current"].endswith("search ETA 0:24:00")  # a later snapshot: no change
+    display.handle(
+        RunEvent(
+            "r", "orin", "agent", "", event={"type": "trial_started", "label": "conv32x1/tvm-ms/b2"}
+        )
+    )
+    assert task.fields["current"] == "conv32x1/tvm-ms/b2"
 
 
 def test_clock_writes_hours_minutes_seconds_and_never_a_negative() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError, UnknownNameError
-from ngb.core.intervals import t_quantile
+from ngb.core.intervals import t_two_sided
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures.catalog import FIGURES, build_figure, caption, save_figure, write_figures
@@ -198,7 +198,7 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
                      and t["compiler"] == "identity")  # fmt: skip
     h = resnet_id["ci_half"] / resnet_id["throughput_mean"]
     df = resnet_id["repetitions"] - 1
-    delta = math.sqrt(2) * h * t_quantile(2 * df) / t_quantile(df)
+    delta = math.sqrt(2) * h * t_two_sided(2 * df) / t_two_sided(df)
     printed = printed_bounds(2.0, 2.0 * math.exp(-delta), 2.0 * math.exp(delta))
     assert printed is not None and ov.errs[0] == pytest.approx(
         (2.0 - printed.low, printed.high - 2.0)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.intervals import t_quantile
+from ngb.core.intervals import t_two_sided
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import compare as compare_runs
 from ngb.sweeps.report import derived, history
@@ -39,7 +39,7 @@ def synthetic(
     runs' own intervals), repetition noise ``within``; each run's mean and its relative standard
     error as the store's t interval gives it. A ``STEP`` slowdown from run ``step_at`` on."""
     rng = random.Random(seed)
-    reps, t = 10, t_quantile(9)
+    reps, t = 10, t_two_sided(9)
     values, rel_se = [], []
     for i in range(RUNS):
         level = 1000.0 * (1 - STEP if step_at is not None and i >= step_at else 1.0)
@@ -138,7 +138,7 @@ def test_the_threshold_table_is_what_its_simulation_gives():
         assert thresholds.simulate(n, 40_000, seed=7) == pytest.approx(
             thresholds.THRESHOLDS[n], abs=0.12
         )
-    assert thresholds.THRESHOLDS[6] == pytest.approx(t_quantile(4, 0.99), abs=0.05)  # one split
+    assert thresholds.THRESHOLDS[6] == pytest.approx(t_two_sided(4, 0.99), abs=0.05)  # one split
     assert thresholds.threshold(45) < thresholds.threshold(40)  # interpolated in log n
     assert thresholds.threshold(45) > thresholds.threshold(50)
     assert thresholds.threshold(300) == thresholds.bonferroni(300) > thresholds.threshold(200)
@@ -440,17 +440,18 @@ name = "gate"
 warmup_iters = 1
 warmup_s = 0
 min_iters = 3
-min_duration_s = 0.03
+min_duration_s = 0.1
 repetitions = 5
 workers = 1
 quiet_check_s = 0
 verify = false
-# the gate cannot judge an INVALID run (issue 45): neither others' CPU use (a sleeping no-op
-# uses none itself, and `make test` keeps both cores of CI busy: 93-97 % seen) nor a
-# 5-repetition interval wider than 2 % may make these sleeps INVALID -- disturbance is not
-# what this test is about
-disturbance_threshold = 0.999
-ci_target = 0.2
+# the gate cannot judge an INVALID run (issue 45), and disturbance is not what this test is
+# about: a sleeping no-op uses no CPU of its own, yet `make test` keeps both cores of CI busy.
+# At 0.999 a CI run still came out "other processes used 100% of the CPU" (the gate rightly
+# said undecidable); 1 never flags a CPU share. A 5-repetition interval of 10 ms sleeps on a
+# loaded machine may be wider than +-20 % too; 0.9 still leaves B / A ~0.2 far from 5 %.
+disturbance_threshold = 1
+ci_target = 0.9
 [[matrix]]
 models = ["resnet18"]
 compilers = ["noop"]
@@ -486,7 +487,7 @@ async def test_compare_names_the_changed_points_and_the_field_and_gates(tmp_path
     )
     assert r.exit_code == 2, r.output
     assert "localhost resnet18/noop/b1" in r.output and "localhost resnet18/noop/b2" in r.output
-    assert r.output.count("slower FAIL") == 2
+    assert r.output.count("slower FAIL") == 2, r.output
     assert "differs at every point: compiler_options.sleep_s: 0.01 -> 0.05" in r.output
     assert r.stderr.startswith("gate fail at 5 %: 2 fail, 0 undecidable, 0 pass -- localhost")
 

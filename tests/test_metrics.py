@@ -146,7 +146,9 @@ def measured(values: list[float], key: str | None = None) -> Any:
     from ngb.core import intervals
 
     n = len(values)
-    half = intervals.t_quantile(n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else None
+    half = (
+        intervals.t_two_sided(n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else None
+    )
     return intervals.Mean(statistics.fmean(values), half, n - 1, key)
 
 
@@ -173,10 +175,10 @@ def test_a_ratio_interval_is_the_log_scale_delta_method() -> None:
 
     a, b = intervals.Mean(200.0, 20.0, 4), intervals.Mean(100.0, 5.0, 9)
     est = intervals.speedup(a, b)
-    va = (20.0 / intervals.t_quantile(4) / 200.0) ** 2
-    vb = (5.0 / intervals.t_quantile(9) / 100.0) ** 2
+    va = (20.0 / intervals.t_two_sided(4) / 200.0) ** 2
+    vb = (5.0 / intervals.t_two_sided(9) / 100.0) ** 2
     df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 9)  # Welch-Satterthwaite
-    q = intervals.t_quantile(df) * math.sqrt(va + vb)
+    q = intervals.t_two_sided(df) * math.sqrt(va + vb)
     assert est.df == pytest.approx(df) and est.high == pytest.approx(2.0 * math.exp(q))
     assert est.low == pytest.approx(2.0 * math.exp(-q))  # the log interval itself, not widened
 

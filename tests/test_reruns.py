@@ -134,7 +134,7 @@ def test_a_trial_reads_and_writes_the_hosts_history(tmp_path) -> None:
     spec = TrialSpec(
         model="m", compiler="noop", compiler_options={"sleep_s": 0.001},
         measure=MeasureSettings(
-            **FAST, repetitions=6, workers=3, verify=False, disturbance_threshold=0.999
+            **FAST, repetitions=6, workers=3, verify=False, disturbance_threshold=1
         ),
     )  # fmt: skip
     first = run_trial(spec, cache_dir=tmp_path)

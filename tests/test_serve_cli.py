@@ -83,6 +83,31 @@ def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> No
     assert [r[0] for r in probe_rows] == [0, 1, 2, 3, 4]
     assert probe_rows[0][1] == "bracket" and probe_rows[-1][1] == "boundary"
 
+    # `ngb report serving` shows the search and its probes as stored, never recomputed
+    report = CliRunner().invoke(
+        cli, ["report", "serving", "--db", str(db), "--format", "csv", "--device", "localhost"]
+    )  # a store of serving runs only knows its device from the serving tables
+    assert report.exit_code == 0, report.output
+    lines = report.output.splitlines()
+    peak_line = next(line for line in lines if line.startswith("localhost,conv16x1/b1,server,30"))
+    assert ",noop,?," in peak_line and f",{probes}," in peak_line  # noop states no precision
+    probe_lines = [
+        line for line in lines if ",noop,0 bracket," in line or ",noop,4 boundary," in line
+    ]
+    assert len(probe_lines) == 2
+    report = CliRunner().invoke(cli, ["report", "serving", "--db", str(db), "--format", "markdown"])
+    assert "latency counted from each request's scheduled time" in report.output
+
+
+def test_the_serving_report_says_when_nothing_was_served(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    Store(db).create_run("r1", "t", "", ["dev1"], 0)
+    report = CliRunner().invoke(cli, ["report", "serving", "--db", str(db)])
+    assert report.exit_code == 0, report.output
+    assert (
+        "no serving runs in scope (`ngb serve MODEL -c A,B --db PATH` adds them)" in report.output
+    )
+
 
 @pytest.mark.parametrize(
     ("args", "words"),

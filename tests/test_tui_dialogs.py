@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ngb.sweeps.store.database import Store
-from ngb.tui.narrow_table import narrow
+from ngb.tui.narrow_table import fit, narrow, table_width
 from ngb.tui.results_data import TABLE_COLUMNS, Chart
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.device_form import DeviceFormScreen
@@ -61,11 +61,24 @@ def test_the_narrow_table_keeps_the_key_columns() -> None:
     row = ("conv w16", "onnxruntime", "8", "2", "3", "7800 [7610, 7990]", "1.95 [1.88, 2.02]",
            "5.200", "0.650", "1.170", "unstable")  # fmt: skip
     numeric = set(range(2, 10))
-    columns, rows, right = narrow(TABLE_COLUMNS, [row], numeric)
-    assert columns == ["comp", "b×d", "tput [95%]", "speed-up", "RTR", "ASE", "BSR", "flags"]
-    assert rows == [["ORT", "8×2", "7800 [7610, 7990]", "1.95 [1.88, 2.02]", "5.200", "0.650",
-                     "1.170", "unst"]]  # fmt: skip
-    assert right == {1, 2, 3, 4, 5, 6}
+    table = narrow(TABLE_COLUMNS, [row], numeric)
+    assert table.columns == ["comp", "b×d", "tput [95%]", "speed-up [95%]", "RTR", "ASE", "BSR",
+                             "flags"]  # fmt: skip
+    assert table.rows == [["ORT", "8×2", "7800 [7610, 7990]", "1.95 [1.88, 2.02]", "5.200",
+                           "0.650", "1.170", "unst"]]  # fmt: skip
+    assert table.numeric == {1, 2, 3, 4, 5, 6}
+    # too wide still: intervals give way, RTR's first, the speed-up's never
+    derived = ("10.00 [9.77, 10.23]", "0.3125 [0.3054, 0.3197]", "16 [5, 44] n.s.")
+    wide = row[:7] + derived + row[10:]
+    whole = fit(TABLE_COLUMNS, [wide], numeric, 200)
+    assert whole.columns == list(TABLE_COLUMNS) and not whole.note  # it fits: as it is
+    tight = fit(TABLE_COLUMNS, [wide], numeric, 76)
+    assert tight.shed == ["RTR", "BSR", "ASE", "throughput [95%]"]
+    assert tight.rows[0][2:7] == ["7800", "1.95 [1.88, 2.02]", "10.00", "0.3125", "16 n.s."]
+    assert table_width(tight.columns, tight.rows) <= 76
+    assert "no interval on RTR, BSR, ASE, tput" in tight.note
+    roomy = fit(TABLE_COLUMNS, [wide], numeric, 116)
+    assert roomy.shed == ["RTR"] and roomy.rows[0][5] == "0.3125 [0.3054, 0.3197]"
 
 
 def test_chart_styles_are_distinct_stable_and_the_axis_holds_the_whiskers() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ngb.core.intervals import t_quantile
+from ngb.core.intervals import t_two_sided
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.store.database import Store
 from ngb.tui import results_data as rd
@@ -33,7 +33,7 @@ def _store(path: Path) -> Path:
     for compiler, (rel, tputs) in SEED.items():
         for batch, mean in tputs.items():
             spec = TrialSpec(model="conv", compiler=compiler, batch=batch, width=8, measure=MEASURE)
-            std = rel * mean / t_quantile(1) * 1.4
+            std = rel * mean / t_two_sided(1) * 1.4
             r = TrialResult(
                 key=spec.key, spec=spec.to_dict(), started_at=1.7e9, finished_at=1.7e9 + 10,
                 throughput=Stats(n=2, mean=mean, std=std), cpu_percent_mean=50.0,

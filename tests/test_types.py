@@ -105,3 +105,18 @@ def test_event_encoding_is_strict_json_and_decode_is_tolerant() -> None:
 def test_unknown_name_error_suggests_close_matches() -> None:
     err = UnknownNameError("compiler", "openvno", ["openvino", "onnxruntime", "tvm"])
     assert "did you mean: openvino" in str(err) and err.close[0] == "openvino"
+
+
+@pytest.mark.parametrize("value", [0.0, -0.1, 1.0001, float("nan"), float("inf")])
+def test_a_disturbance_threshold_outside_0_to_1_is_refused(value: float) -> None:
+    with pytest.raises(ConfigError, match="disturbance_threshold must be above 0 and at most 1"):
+        MeasureSettings(disturbance_threshold=value)
+
+
+def test_a_disturbance_threshold_of_1_never_flags_a_cpu_share_but_a_gpu_process_still_does():
+    from ngb.core.interference import disturbance
+
+    assert MeasureSettings(disturbance_threshold=1).disturbance_threshold == 1
+    assert disturbance(threshold=1.0, before=100.0, during=100.0) is None
+    assert disturbance(threshold=0.999, before=None, during=100.0) is not None
+    assert "GPU (pid 42)" in str(disturbance(threshold=1.0, before=0, during=0, gpu_others=[42]))

@@ -138,6 +138,8 @@ class ExportResult:
 
 #: samples of one trial: (run_id, device, key) -> per-repetition throughputs
 SampleMap = dict[tuple[str, str, str], list[float]]
+#: variant -> depth -> ``ngb advise``'s lines for it (``Backend.advice_sync``)
+Advice = dict[str, dict[int, str]]
 
 
 class Backend:
@@ -285,10 +287,12 @@ class Backend:
         rows = self.store().trials(run_id=run_id, device=device or None)
         return cast("list[TrialRow]", list(rows))
 
-    def advice_sync(self, run_id: str, device: str | None = None) -> dict[str, str]:
-        """Variant (the Results screen's model choice) -> ``ngb advise``'s answer for the run
-        (objective throughput, no constraints), one line per model and device: the answer the
-        CLI prints (``ngb.sweeps.report.advise``), with prices from this console's inventory."""
+    def advice_sync(self, run_id: str, device: str | None = None) -> Advice:
+        """Variant (the Results screen's model choice) -> depth -> ``ngb advise``'s answer for
+        the run (objective throughput, no constraints), one line per model and device: the
+        answer the CLI prints (``ngb.sweeps.report.advise``), with prices from this console's
+        inventory. A block's depths are its own models to ``advise`` (``conv16x1``,
+        ``conv16x2``), kept apart so the screen can show the depth its charts show."""
         if not self.database_exists():
             return {}
         from ngb.devices.pricing import price_of
@@ -304,13 +308,14 @@ class Backend:
             str(r["label"]): f"{r['model']} w{r['width']}" if r.get("width") else str(r["model"])
             for r in trials
         }
+        depth = {str(r["label"]): int(r.get("depth") or 1) for r in trials}
         limits = advise.Constraints()
-        out: dict[str, list[str]] = {}
+        out: dict[str, dict[int, list[str]]] = {}
         for model in advise.models_in_scope(data):
             for a in advise.advise(data, [model], devices, limits):
                 line = "advise: " + "; ".join(text.strip() for text in a.lines)
-                out.setdefault(variant[model], []).append(line)
-        return {k: "\n".join(v) for k, v in out.items()}
+                out.setdefault(variant[model], {}).setdefault(depth[model], []).append(line)
+        return {v: {d: "\n".join(lines) for d, lines in by.items()} for v, by in out.items()}
 
     def samples_sync(self, run_id: str, device: str | None = None) -> SampleMap:
         """Per-repetition throughputs of a run's trials (what the significance test compares)."""

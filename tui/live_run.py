@@ -129,6 +129,7 @@ class DeviceState:
     gpu_power_w: float | None = None
     ci_relative: float | None = None  # the trial's interval so far (half-width / mean)
     ci_target: float | None = None
+    ci_fixed: bool = False  # a fixed repetition count: the target does not end the trial
     tuning: TuningState | None = None
     # the agent's ETA inputs for the trial in flight (``ngb.core.live_state.EtaBook.inputs``)
     eta: Mapping[str, object] | None = None
@@ -310,6 +311,7 @@ class RunModel:
             s.rep, s.reps = _count(e.get("rep")), _count(e.get("reps"))
             s.ci_relative = _num(e.get("ci_relative"))
             s.ci_target = _num(e.get("ci_target")) or s.ci_target
+            s.ci_fixed = e.get("fixed") is True
         elif kind == "phase":
             s.phase = str(e.get("phase") or "")
             if s.phase != "measure":
@@ -440,7 +442,9 @@ class RunModel:
 
 def trial_line(label: str, result: Mapping[str, object]) -> str:
     """The log's line for a finished trial: what it was, its throughput with the interval, the
-    verdict, and where the time went (tuning apart from measuring)."""
+    verdict, and where the time went (tuning apart from measuring). A verdict other than VALID
+    and "disturbed" lead the line (``INVALID, disturbed: done ...``): the log tail cuts long
+    lines at its right edge, where the flag used to stand and was lost at 80 columns."""
     from ngb.sweeps.report import derived
 
     spec = result.get("spec")
@@ -457,8 +461,9 @@ def trial_line(label: str, result: Mapping[str, object]) -> str:
     }
     rate = f"{derived.throughput(row).number()} samples/s" if mean is not None else "no rate"
     verdict = str(result.get("verdict") or "-")
+    flags = [verdict] if verdict not in ("VALID", "-") else []  # core.stopping.VALID
     if result.get("disturbed"):
-        verdict += ", disturbed"
+        flags.append("disturbed")
     parts = []
     tune = _num(result.get("tune_s"))
     if tune:
@@ -470,4 +475,6 @@ def trial_line(label: str, result: Mapping[str, object]) -> str:
         timed = sum(_num(w.get("measure_s")) or 0.0 for w in workers if isinstance(w, Mapping))
         parts.append(f"measure {timed + (_num(measure.get('warmup_s')) or 0.0):.1f} s")
     tail = f" ({', '.join(parts)})" if parts else ""
+    if flags:
+        return f"{', '.join(flags)}: done {what}: {rate}{tail}"
     return f"done {what}: {rate} [{verdict}]{tail}"

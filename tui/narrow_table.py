@@ -1,62 +1,115 @@
-"""The Results table at 80 columns: keep the key columns, drop the rest with a note.
+"""The Results table at the terminal's width: every column in view, what gave way said in a note.
 
-The full table (``results_data.TABLE_COLUMNS``) needs about 120 columns. On a narrow terminal the
-columns that matter for a verdict stay (compiler, batch and depth, throughput and speed-up with
-their intervals, RTR/ASE/BSR and the flags); the model (the one chosen above the table) and the
+The full table (``results_data.TABLE_COLUMNS``) with every interval needs about 160 columns:
+at 80 and at 120 columns ASE, BSR and the flags ran past the right edge (issue 46). Where it
+does not fit, the columns that matter for a verdict stay (compiler, batch and depth, throughput
+and speed-up, RTR/ASE/BSR and the flags); the model (the one chosen above the table) and the
 repetition count go, batch and depth share a column (``b×d``) and the long compiler names are
-abbreviated. The screen shows ``NOTE`` so nothing disappears silently. Only the view changes:
-cells are passed through as ``results_data`` formatted them.
+abbreviated (each compiler's own ``short_name``). Then, while the table is still too wide,
+intervals give way in ``SHED_ORDER`` (RTR's first; the speed-up's never, the comparison the
+table is read for), each such cell keeping its value and verdict ("n.s.") as printed. ``fit``
+returns the note that says what went, so nothing disappears silently. Only the view changes:
+what stays of a cell is as ``results_data`` formatted it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-#: below this width the narrow table is used
-NARROW_BELOW = 120
+from ngb.core.compilers import compiler_classes
+
 DROPPED = ("model", "n")
+#: compiler -> its name in a narrow table, as each declares (``Compiler.short_name``)
 SHORT_NAMES = {
-    "identity": "eager",
-    "onnxruntime": "ORT",
-    "openvino": "OV",
-    "torchscript": "TS",
-    "inductor": "ind",
-    "tensorrt": "TRT",
+    name: cls.short_name for name, cls in compiler_classes(include_internal=True).items()
 }
-HEADERS = {"compiler": "comp", "throughput [95%]": "tput [95%]", "speed-up [95%]": "speed-up"}
+HEADERS = {"compiler": "comp", "throughput [95%]": "tput", "speed-up [95%]": "speed-up"}
 SHORT_FLAGS = {"unstable": "unst", "disturbed": "dist"}
-NOTE = "80 cols: model, n hidden; b×d=batch×depth; eager=identity; unst=unstable"
+#: the intervals that give way, first to last, while the table is too wide
+SHED_ORDER = ("RTR", "BSR", "ASE", "throughput [95%]")
+#: a column's padding in the table (Textual's DataTable: one cell each side)
+PADDING = 2
+KEYS = "b×d=batch×depth; eager=identity; unst=unstable"
+_INTERVAL = re.compile(r" \[[^\]]*\]")
+
+
+def without_interval(cell: str) -> str:
+    """``1.4 [0.5, 3.9] n.s.`` -> ``1.4 n.s.``: the value and its verdict as printed."""
+    return _INTERVAL.sub("", cell, count=1)
+
+
+@dataclass
+class Fitted:
+    """The table as shown: columns, rows, the numeric (right-aligned) columns and the note."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: set[int]
+    note: str = ""
+    shed: list[str] = field(default_factory=list)  # the columns shown without their interval
+
+
+def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """Columns wide as their widest cell or header, with their padding."""
+    widths = [len(c) for c in columns]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=False)]
+    return sum(w + PADDING for w in widths)
+
+
+def fit(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int], width: int
+) -> Fitted:
+    """The table within ``width`` columns: whole where it fits, else narrowed as the module
+    says (at ``SHED_ORDER``'s end it is as narrow as it goes, and scrolls)."""
+    if table_width(columns, rows) <= width:
+        return Fitted(list(columns), [list(r) for r in rows], set(numeric))
+    shed: list[str] = []
+    fitted = narrow(columns, rows, numeric, shed)
+    for name in SHED_ORDER:
+        if table_width(fitted.columns, fitted.rows) <= width:
+            break
+        shed.append(name)
+        fitted = narrow(columns, rows, numeric, shed)
+    short = [HEADERS.get(n, n) for n in shed]
+    gone = f"; no interval on {', '.join(short)}" if short else ""
+    fitted.note = f"to fit: model, n hidden{gone} (a wider terminal shows them); {KEYS}"
+    return fitted
 
 
 def narrow(
-    columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]
-) -> tuple[list[str], list[list[str]], set[int]]:
-    """(columns, rows, numeric column indices) of the narrow table."""
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: set[int],
+    shed: Sequence[str] = (),
+) -> Fitted:
+    """The narrow table, the columns in ``shed`` without their intervals."""
     index = {name: i for i, name in enumerate(columns)}
-    keep = [c for c in columns if c not in DROPPED]
     out_cols: list[str] = []
     plan: list[tuple[str, int | tuple[int, int]]] = []
-    for name in keep:
+    for name in (c for c in columns if c not in DROPPED):
         if name == "depth" and "batch" in index:
             continue  # folded into b×d
         if name == "batch" and "depth" in index:
             out_cols.append("b×d")
             plan.append(("bd", (index["batch"], index["depth"])))
             continue
-        out_cols.append(HEADERS.get(name, name))
+        header = HEADERS.get(name, name)
+        kept = name.endswith("[95%]") and name not in shed
+        out_cols.append(f"{header} [95%]" if kept and header != name else header)
         plan.append((name, index[name]))
-    out_rows = []
-    for row in rows:
-        cells = []
-        for name, at in plan:
-            if isinstance(at, tuple):
-                cells.append(f"{row[at[0]]}×{row[at[1]]}")
-            elif name == "compiler":
-                cells.append(SHORT_NAMES.get(row[at], row[at]))
-            elif name == "flags":
-                cells.append(" ".join(SHORT_FLAGS.get(f, f) for f in row[at].split(" ")))
-            else:
-                cells.append(row[at])
-        out_rows.append(cells)
+    out_rows = [[_cell(row, name, at, shed) for name, at in plan] for row in rows]
     out_numeric = {i for i, (name, at) in enumerate(plan) if isinstance(at, tuple) or at in numeric}
-    return out_cols, out_rows, out_numeric
+    return Fitted(out_cols, out_rows, out_numeric, shed=list(shed))
+
+
+def _cell(row: Sequence[str], name: str, at: int | tuple[int, int], shed: Sequence[str]) -> str:
+    if isinstance(at, tuple):
+        return f"{row[at[0]]}×{row[at[1]]}"
+    if name == "compiler":
+        return SHORT_NAMES.get(row[at], row[at])
+    if name == "flags":
+        return " ".join(SHORT_FLAGS.get(f, f) for f in row[at].split(" "))
+    return without_interval(row[at]) if name in shed else row[at]

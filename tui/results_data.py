@@ -309,6 +309,22 @@ def ase_heatmap(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     return chart
 
 
+def no_depth_series(variant: str, mine: Sequence[TrialRow], depths: set[int]) -> str:
+    """Why the Depth tab has nothing to draw for ``variant``: a model is not a stack of blocks,
+    or the blocks ran at one depth (the demo's MHA block)."""
+    blocks = " and ".join(BLOCK_MODELS)
+    if not mine or str(mine[0].get("model")) not in BLOCK_MODELS:
+        return (
+            f"no depth series for {variant or 'this model'}: depth scaling is measured on the "
+            f"{blocks} blocks at two depths or more (`depths = [1, 2]` in a [[matrix]])"
+        )
+    only = ", ".join(map(str, sorted(depths)))
+    return (
+        f"no depth series in this run: {variant} ran at depth {only} only; depth scaling needs "
+        f"the {blocks} blocks at two depths or more (`depths = [1, 2]` in a [[matrix]])"
+    )
+
+
 def depth_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     """Speed-up vs depth per compiler at the largest batch, with slope and retention."""
     mine = [r for r in rows if variant_of(r) == sel.variant]
@@ -316,7 +332,7 @@ def depth_chart(rows: Sequence[TrialRow], sel: Selection) -> Chart:
     chart.reference = 1.0
     depths = {_depth(r) for r in mine}
     if len(depths) < 2:
-        chart.note = "depth scaling needs a block sweep with at least two depths"
+        chart.note = no_depth_series(sel.variant, mine, depths)
         return chart
     batch = max(int(r["batch"]) for r in mine)
     chart.title = f"Speed-up vs depth ({_fixed(sel, batch=batch)})"

@@ -5,7 +5,11 @@ compiler library (compiler modules import their libraries inside methods). Addin
 module + one line here; the contract test in ``tests/test_compilers_contract.py`` then covers it
 automatically. The harness asks the classes themselves what they support (``Compiler``'s class
 attributes); ``unsupported_error_names`` and ``version_packages`` gather those facts across the
-registry for the error classifier and the version record.
+registry for the error classifier and the version record. A compiler also says how it is shown and
+handled elsewhere (``Compiler.style``, ``short_name``, ``profiler``, ``version_libraries``,
+``tuning_budget_option``): the console's charts and narrow table, the profiler, the paper's
+software table and the ETA read those through ``compiler_classes``, so no other module keeps a
+table of compiler names.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "CompilerConfig",
     "LoopResult",
     "compiler_class",
+    "compiler_classes",
     "get_compiler",
     "list_compilers",
     "unsupported_error_names",
@@ -81,15 +86,23 @@ def get_compiler(
     return compiler_class(name)(options)
 
 
-def _classes() -> list[type[Compiler[CompilerConfig]]]:
-    """Every registered class whose module is importable (cheap: no compiler library loads)."""
-    found = []
-    for name in _REGISTRY:
+def compiler_classes(
+    pattern: str = "*", *, include_internal: bool = False
+) -> dict[str, type[Compiler[CompilerConfig]]]:
+    """name -> class of the registered compilers matching ``pattern`` whose module is importable
+    (cheap: no compiler library loads), in the registry's order."""
+    found = {}
+    for name in list_compilers(pattern, include_internal=include_internal):
         try:
-            found.append(compiler_class(name))
+            found[name] = compiler_class(name)
         except ImportError:  # a backend module missing from a trimmed build
             continue
     return found
+
+
+def _classes() -> list[type[Compiler[CompilerConfig]]]:
+    """Every registered class whose module is importable, the internal ones too."""
+    return list(compiler_classes(include_internal=True).values())
 
 
 def onnx_compilers() -> list[str]:

@@ -12,11 +12,21 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    TypeVar,
+    cast,
+    get_args,
+    get_origin,
+)
 
 from ngb.core.dist_version import dist_version
 from ngb.core.errors import ConfigError, UnsupportedTrial
@@ -130,6 +140,16 @@ class Compiled(ABC):
         """Run once and return the (first) output as a numpy array, for correctness checks."""
         return to_numpy(self.run())
 
+    def feed(self, arrays: Sequence[Array]) -> None:
+        """Write new values into the bound input buffers, one array per input, each of the
+        example batch's shape and dtype; the next ``run`` computes on them. The accuracy pass
+        (``ngb.core.accuracy_pass``) runs a labelled set through the timed object this way,
+        after its timed loops: no second compile, the same bound buffers. A runtime whose
+        buffers cannot be written says so here (the pass records that one line)."""
+        raise UnsupportedTrial(
+            f"{type(self).__name__} cannot take new inputs, so it has no accuracy pass yet"
+        )
+
     def serving_runners(self, concurrency: int | None = None) -> list[Callable[[], object]]:
         """Callables a serving run (``ngb.core.loadgen``) gives one worker thread each; each
         answers one request at a time, and they may run at the same time. ``concurrency``
@@ -184,6 +204,26 @@ def to_numpy(out: object) -> Array:
     return np.asarray(out)
 
 
+@dataclass(frozen=True)
+class Style:
+    """How the console's charts draw a compiler's series (``ngb.tui.widgets.result_chart``): its
+    colour (RGB) and point marker, each its own among the registered compilers so a chart tells
+    them apart in colour and in monochrome, and the hollow form of the marker for its series at
+    another precision ("openvino bf16" beside "openvino")."""
+
+    colour: tuple[int, int, int]
+    marker: str
+    hollow: str
+
+
+#: how ``ngb profile`` (``ngb.core.profiling``) reads a compiler's kernels: ``"torch"``, the
+#: compiled model runs torch operators and ``torch.profiler`` sees them; ``"hook"``, its
+#: ``Compiled.profile_records`` reads the runtime's own profiler on the model already built;
+#: ``"rebuild"``, the same, but that profiler is a build option (``CompileContext.profile``), so
+#: the profiled model is a second build
+Profiler = Literal["torch", "hook", "rebuild"]
+
+
 #: covariant: a ``Compiler[XConfig]`` is a ``Compiler[CompilerConfig]`` (the registry's type)
 ConfigT = TypeVar("ConfigT", bound=CompilerConfig, covariant=True)
 
@@ -201,7 +241,11 @@ class Compiler(ABC, Generic[ConfigT]):
     * ``unsupported_optimisations``: optimisation kinds it refuses, with the one-line reason;
     * ``unsupported_errors``: exception class names that mean "this model cannot go through this
       compiler" (classified ``unsupported``, not ``error``);
-    * ``version_packages``: label -> distributions whose versions are recorded with its results.
+    * ``version_packages``: label -> distributions whose versions are recorded with its results;
+    * ``style``, ``short_name``, ``profiler``, ``version_libraries``, ``tuning_budget_option``:
+      how the console draws and abbreviates it, how ``ngb profile`` reads its kernels, what the
+      paper's software table shows of it, what bounds its search (no default for the first four:
+      ``tests/test_compilers_describe.py`` fails on a registered compiler without them).
     """
 
     name: ClassVar[str]
@@ -222,6 +266,17 @@ class Compiler(ABC, Generic[ConfigT]):
     unsupported_errors: ClassVar[tuple[str, ...]] = ()
     #: result.versions label -> distribution names to try, first installed wins
     version_packages: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: its colour and markers on the console's charts, each its own (``Style``)
+    style: ClassVar[Style]
+    #: its name where a table is narrow (``ngb.tui.narrow_table``); the name itself if short
+    short_name: ClassVar[str]
+    #: how ``ngb profile`` reads its kernels (``Profiler``); None: no profiler is wired to it
+    profiler: ClassVar[Profiler | None]
+    #: the ``version_packages`` labels the paper's software table (Table II) has a column for
+    version_libraries: ClassVar[tuple[str, ...]]
+    #: the config option that bounds its tuning search, in trials (its default: the config
+    #: field's); None: it does not search (``tuning_budget``, the ETA's weight of a trial)
+    tuning_budget_option: ClassVar[str | None] = None
 
     config: ConfigT
 
@@ -280,6 +335,19 @@ class Compiler(ABC, Generic[ConfigT]):
 
         Honour ``ctx.precision`` and report what ran in ``Compiled.precision``.
         """
+
+    @classmethod
+    def tuning_budget(cls, options: Mapping[str, object]) -> int:
+        """Tuning trials a trial with these ``options`` may run: its ``tuning_budget_option``,
+        else that option's default, 0 for a compiler that does not search."""
+        option = cls.tuning_budget_option
+        if option is None:
+            return 0
+        defaults = {f.name: f.default for f in fields(cls.Config)}
+        budget = options.get(option, defaults.get(option))
+        if isinstance(budget, bool) or not isinstance(budget, int | float):
+            return 0
+        return int(budget)
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries this compiler uses (recorded with every result)."""

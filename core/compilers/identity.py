@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from ngb.core.compilers.base import (
     Compiler,
     CompilerConfig,
     LoopResult,
+    Style,
     timed_calls,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
@@ -35,7 +36,7 @@ from ngb.core.precision import (
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Example, Model
+    from ngb.core.model_types import Array, Example, Model
 
 #: what the torch backends can run: strict fp32 or TF32 are flags (TF32 exists on NVIDIA GPUs only),
 #: bf16/fp16 cast the model; fp16 convolutions on the CPU are slow or missing in torch, so GPU only
@@ -155,6 +156,14 @@ class TorchCompiled(Compiled):
             self._sync()
         return out
 
+    def feed(self, arrays: Sequence[Array]) -> None:
+        import numpy as np
+        import torch
+
+        with self._inference_mode():  # an input made under inference mode is written there only
+            for tensor, array in zip(self._inputs, arrays, strict=True):
+                tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+
     def timed_loop(self, min_iters: int, min_duration_s: float) -> LoopResult:
         # Inference mode entered once around the loop, as a user's own loop has it: entering it
         # per call costs ~2-3 us, which was 2-3 % of a 0.1 ms call (MHA-128 b1: ngb / plain 0.971).
@@ -266,6 +275,10 @@ class IdentityCompiler(Compiler[IdentityConfig]):
     requires = ("torch",)
     precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
+    style = Style((230, 159, 0), "●", "○")  # Okabe-Ito orange
+    short_name = "eager"
+    profiler = "torch"
+    version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with ctx.phase("compile"), torch_precision(ctx) as before:

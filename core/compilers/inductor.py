@@ -17,6 +17,7 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
+    Style,
     choice,
 )
 from ngb.core.compilers.identity import (
@@ -58,6 +59,10 @@ class InductorCompiler(Compiler[InductorConfig]):
     version_packages = TORCH_VERSIONS
     #: torch._dynamo.exc.Unsupported: dynamo cannot trace a construct
     unsupported_errors = ("Unsupported",)
+    style = Style((0, 114, 178), "✚", "✜")  # Okabe-Ito blue
+    short_name = "ind"
+    profiler = "torch"
+    version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with torch_precision(ctx) as before:  # flags must be set before tracing/codegen

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ngb.core.compilers.base import CompileContext, Compiled, Compiler, CompilerConfig
+from ngb.core.compilers.base import CompileContext, Compiled, Compiler, CompilerConfig, Style
 from ngb.core.errors import ConfigError
 
 
@@ -54,6 +54,10 @@ class NoopCompiler(Compiler[NoopConfig]):
         "cpu": ("default", "fp32", "tf32", "bf16", "fp16"),
         "cuda": ("default", "fp32", "tf32", "bf16", "fp16"),
     }
+    style = Style((187, 187, 187), "✱", "✲")  # Paul Tol's grey
+    short_name = "noop"
+    profiler = None  # nothing runs to profile
+    version_libraries = ()
 
     def compile(self, model: object, example: object, ctx: CompileContext) -> Compiled:
         # needs_model is False: the harness passes no model (None), which is all this takes

@@ -17,6 +17,7 @@ intra-op threads, not concurrent requests, fill the cores.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
+    Style,
     choice,
     module_available,
 )
@@ -145,6 +147,7 @@ class _OrtCompiled(Compiled):
         self._session = session
         self._binding = binding
         self._keep_alive = keep_alive  # the bound input buffers must outlive the binding
+        self._names = [i.name for i in session.get_inputs()]
         self.optimised: Path | None = None  # the optimised model a profiled session saved
 
     def run(self) -> object:
@@ -154,6 +157,18 @@ class _OrtCompiled(Compiled):
     def output_numpy(self) -> Array:
         self._session.run_with_iobinding(self._binding)
         return self._binding.copy_outputs_to_cpu()[0]
+
+    def feed(self, arrays: Sequence[Array]) -> None:
+        import numpy as np
+
+        for i, (name, array) in enumerate(zip(self._names, arrays, strict=True)):
+            kept = self._keep_alive[i]
+            if isinstance(kept, np.ndarray):  # CPU: bind the new array in place of the old one
+                new = np.ascontiguousarray(array, dtype=kept.dtype)
+                self._binding.bind_cpu_input(name, new)
+                self._keep_alive[i] = new
+            else:  # an OrtValue on the GPU: written where it is bound
+                kept.update_inplace(np.ascontiguousarray(array))  # type: ignore[attr-defined]
 
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
         """``calls`` runs of a session built with ``enable_profiling`` (``ctx.profile``): its
@@ -188,6 +203,10 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
     precisions = {"cpu": ("default", "fp32"), "cuda": ("default", "fp32", "tf32")}
     version_packages = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")}
     sources = ("torch", "onnx")  # a user's ONNX file is read as is
+    style = Style((86, 180, 233), "■", "□")  # Okabe-Ito sky blue
+    short_name = "ORT"
+    profiler = "rebuild"  # its trace is a session option (``enable_profiling``)
+    version_libraries = ("onnxruntime",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import onnxruntime as ort

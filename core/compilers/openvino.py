@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from ngb.core.compilers.base import (
     Compiler,
     CompilerConfig,
     LoopResult,
+    Style,
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
@@ -115,6 +116,14 @@ class _OvCompiled(Compiled):
         import numpy as np
 
         return np.array(self.run(), copy=True)
+
+    def feed(self, arrays: Sequence[Array]) -> None:
+        import numpy as np
+
+        self.drain()  # no queued request may read the buffers while they change
+        for kept, array in zip(self._arrays, arrays, strict=True):
+            np.copyto(kept, array, casting="same_kind")  # the tensors share this memory
+        self._bind(self._request)
 
     def serving_runners(self, concurrency: int | None = None) -> list[Callable[[], object]]:
         """One infer request per runner, each bound to the example batch, ``nireq`` of them
@@ -250,6 +259,10 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     precisions = {"cpu": ("default", "fp32", "bf16", "fp16")}
     version_packages = {"openvino": ("openvino",)}
     sources = ("torch", "onnx")  # a user's ONNX file is read as is
+    style = Style((0, 158, 115), "▲", "△")  # Okabe-Ito bluish green
+    short_name = "OV"
+    profiler = "rebuild"  # its counters are a compile option (``PERF_COUNT``)
+    version_libraries = ("openvino",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import openvino as ov

@@ -32,6 +32,7 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
+    Style,
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
@@ -148,6 +149,10 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
     precisions = {"cuda": ("default", "fp32", "tf32", "fp16")}
     version_packages = {"tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12")}
     sources = ("torch", "onnx")  # a user's ONNX file is read as is
+    style = Style((240, 228, 66), "★", "☆")  # Okabe-Ito yellow
+    short_name = "TRT"
+    profiler = None  # no profiler is wired to it yet
+    version_libraries = ("tensorrt",)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

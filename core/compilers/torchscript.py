@@ -16,6 +16,7 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
+    Style,
 )
 from ngb.core.compilers.identity import (
     TORCH_PRECISIONS,
@@ -55,6 +56,10 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
     requires = ("torch",)
     precisions = TORCH_PRECISIONS
     version_packages = TORCH_VERSIONS
+    style = Style((213, 94, 0), "◆", "◇")  # Okabe-Ito vermillion
+    short_name = "TS"
+    profiler = "torch"
+    version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         with torch_precision(ctx) as before:  # flags must be set before tracing/codegen

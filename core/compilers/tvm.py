@@ -12,6 +12,7 @@ TVM's errors carry the useful line last (a C++ backtrace comes first), hence ``l
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
@@ -21,6 +22,7 @@ from ngb.core.compilers.base import (
     Compiled,
     Compiler,
     CompilerConfig,
+    Style,
     choice,
     to_numpy,
 )
@@ -237,6 +239,10 @@ class TvmCompiled(Compiled):
             out = first(0)
         return to_numpy(out)
 
+    def feed(self, arrays: Sequence[Array]) -> None:
+        for tensor, array in zip(self._inputs, arrays, strict=True):
+            tensor.copyfrom(array)
+
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
         """``calls`` runs under the VM's instrument hook (``ngb.core.profiling.tvm_records``):
         the time of each called kernel, the wall ms per call, the tool."""
@@ -265,11 +271,15 @@ class TvmBase(Compiler[ConfigT]):
     unsupported_errors = TVM_UNSUPPORTED_ERRORS
     version_packages = TVM_VERSIONS
     sources = ("torch", "onnx")  # a user's ONNX file goes through the Relax ONNX frontend
+    profiler = "hook"  # the VM's instrument hook, set on the model built
+    version_libraries = ("tvm",)
 
 
 class TvmCompiler(TvmBase[TvmConfig]):
     name = "tvm"
     description = "Apache TVM Relax, untuned (legalised operators as they come)"
+    style = Style((204, 121, 167), "✖", "✕")  # Okabe-Ito reddish purple
+    short_name = "tvm"
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:
         import tvm

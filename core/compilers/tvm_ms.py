@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.compilers.base import CompileContext, Compiled, choice, module_available
+from ngb.core.compilers.base import CompileContext, Compiled, Style, choice, module_available
 from ngb.core.compilers.identity import check_bool
 from ngb.core.compilers.tvm import (
     TvmBase,
@@ -44,6 +44,7 @@ from ngb.core.compilers.tvm_tuning import (
     quiet_meta_schedule_console,
 )
 from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
+from ngb.core.eta_evidence import first_batch_factor
 
 if TYPE_CHECKING:
     from ngb.core.compilers.tvm import TargetSpec
@@ -88,9 +89,23 @@ class TvmMetaScheduleConfig(TvmConfig):
                 raise ConfigError(f"{name} must be a number > 0; got {value!r}")
 
 
+def early_stop_words(early_stop: int | None, budget: int) -> str:
+    """The start line's words on the early stop: one that needs more trials without a better
+    one than the budget holds cannot fire (the log said "early stop after 150 trials" for a
+    64-trial job), so it says so instead."""
+    if not early_stop:
+        return "no early stop"
+    if early_stop >= budget:
+        return f"no early stop within {budget} trials (it needs {early_stop} without a better one)"
+    return f"early stop after {early_stop} trials without a better one"
+
+
 class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
     name = "tvm-ms"
     description = "Apache TVM Relax tuned with MetaSchedule (reusable tuning database)"
+    style = Style((238, 102, 119), "▼", "▽")  # Paul Tol's red
+    short_name = "tvm-ms"
+    tuning_budget_option = "max_trials_global"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -263,11 +278,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
                 provenance=provenance_line(meta),
             )
             return None
-        stop = (
-            f"early stop after {cfg.early_stop} trials without a better one"
-            if cfg.early_stop
-            else "no early stop"
-        )
+        stop = early_stop_words(cfg.early_stop, remaining)
         ctx.emit(
             "log",
             level="info",
@@ -293,6 +304,7 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
             early_stop=cfg.early_stop,
             emit=ctx.emit,
             trials_before=before,
+            first_batch_factor=first_batch_factor(ctx.cache_dir, self.name),
         )
 
         earlier_s = float(meta.get("tune_s", 0.0) or 0.0)

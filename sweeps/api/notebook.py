@@ -118,6 +118,15 @@ class Result:
         )
 
     @property
+    def accuracy(self) -> dict[str, object] | None:
+        """The accuracy pass (``accuracy=`` given): the compiled model's top-1 (top-5) with
+        intervals, eager's, agreement, the drop and McNemar's verdict
+        (``ngb.core.accuracy_stats.AccuracyRecord``); None without one. A pass that could not
+        run raises nothing here: its line is ``trial.extra["accuracy_error"]``."""
+        record = self.trial.extra.get("accuracy")
+        return dict(record) if isinstance(record, Mapping) else None
+
+    @property
     def label(self) -> str:
         spec = self.trial.spec
         return f"{spec.get('model')} {spec.get('compiler')} b{spec.get('batch')}"
@@ -220,7 +229,12 @@ def measure(
     result is also stored (run id ``run``, default ``api-<time>``), where ``open_results`` and
     ``ngb report`` find it.
     """
-    from ngb.sweeps.spec.checks import check_trial, parse_measure
+    from ngb.sweeps.spec.checks import (
+        accuracy_table,
+        check_accuracy_data,
+        check_trial,
+        parse_measure,
+    )
     from ngb.sweeps.store import measure as measure_store
 
     typed = check.model_text(model)
@@ -232,6 +246,8 @@ def measure(
     width = None if width is None else check.whole("width", width)
     if precision is not None:
         settings["precision"] = check.text("precision", precision)
+    if settings.get("accuracy") is not None:  # a relative file from this working directory
+        settings["accuracy"] = accuracy_table(settings["accuracy"], "accuracy")
     if not isinstance(progress, bool):
         raise ConfigError(f"progress must be True or False, got {progress!r}")
     run = measure_store.check_run_id(check.optional_text("run", run), "run")
@@ -270,6 +286,8 @@ def measure(
         source=source,
     )
     check_trial(spec, "measure")
+    if spec.measure.accuracy is not None:  # a missing file or a failing loader: one line, now
+        check_accuracy_data(spec.measure.accuracy.data, "accuracy")
     result = Result(_run(spec, progress))
     if store is not None:
         run = run or measure_store.default_run_id("api")

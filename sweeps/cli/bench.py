@@ -61,7 +61,9 @@ def bench(name: str | None, args: tuple[str, ...]) -> None:
             from ngb.core.errors import UnknownNameError
 
             raise UnknownNameError("benchmark", bench_name, list(names))
-        click.echo(f"== {bench_name}")
+        if len(chosen) > 1:  # `ngb bench all`: which benchmark the figures below are from;
+            # one named benchmark's stdout is its own (``ngb bench eta --print-sweep > job.toml``)
+            click.echo(f"== {bench_name}")
         run_script(bench_name, benchmarks_dir() / f"{bench_name}.py", args)
 
 

@@ -149,6 +149,14 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
     "`ngb report ops` prints for it; the timed numbers are not touched. Stored with --db/--run.",
 )  # fmt: skip
 @click.option(
+    "--accuracy",
+    metavar="DATA",
+    help="After the timed loops, run the compiled model over a labelled set, beside eager fp32: "
+    "top-1 (top-5) with a 95 % interval, agreement and McNemar's test of the drop. DATA: digits "
+    "(scikit-learn's load_digits), an .npz with inputs and labels, or module:loader / "
+    "file.py:loader.",
+)
+@click.option(
     "--db",
     metavar="FILE",
     help="Store the result in this results file (default with --run: the data dir's), where "
@@ -196,6 +204,7 @@ def measure(
     precision: str | None,
     allocator: str | None,
     profile: bool,
+    accuracy: str | None,
     db: str | None,
     run_id: str | None,
     as_json: bool,
@@ -213,7 +222,12 @@ def measure(
     from ngb.core.models import resolve_model
     from ngb.core.types import TrialSpec
     from ngb.sweeps.cli.own_model import model_source, stored_name
-    from ngb.sweeps.spec.checks import check_trial, parse_measure
+    from ngb.sweeps.spec.checks import (
+        accuracy_table,
+        check_accuracy_data,
+        check_trial,
+        parse_measure,
+    )
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
     source = model_source(model, kwargs, inputs, code, sweep_file, _warn)
@@ -242,6 +256,7 @@ def measure(
         "precision": precision,
         "allocator": allocator,
         "profile": True if profile else None,
+        "accuracy": None if accuracy is None else accuracy_table(accuracy, "--accuracy"),
     }
     spec = TrialSpec(
         model=name,
@@ -257,6 +272,8 @@ def measure(
         source=source,
     )
     check_trial(spec, "measure")  # the sweep file's rules (int32 sizes, width/depth for blocks)
+    if spec.measure.accuracy is not None:  # a missing file or a failing loader: one line, now
+        check_accuracy_data(spec.measure.accuracy.data, "--accuracy")
     store, stored = None, ""
     if db is not None or run_id is not None:
         from ngb.sweeps.store import measure as measure_store
@@ -286,7 +303,8 @@ def measure(
         click.echo(
             f"  {upfront(m)}; "
             f"trial timeout {m.timeout_s:g} s"
-            + ("; then a profile pass, not timed" if m.profile else ""),
+            + ("; then a profile pass, not timed" if m.profile else "")
+            + ("; accuracy after the timed loops" if m.accuracy else ""),
             err=True,
         )
 
@@ -369,6 +387,7 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
     from ngb.sweeps.report import derived
     from ngb.sweeps.report.numbers import format_value
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -426,6 +445,13 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
         ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),
     ]
+    if spec.measure.accuracy is not None:
+        from ngb.core.accuracy_stats import summary
+
+        said = result.extra.get("accuracy_error")
+        record = result.extra.get("accuracy")
+        line = f"error: {said}" if said else summary(record) if isinstance(record, dict) else "-"
+        facts.append((f"accuracy ({escape(spec.measure.accuracy.data)})", escape(line)))
     tuning = result.extra.get("tuning")
     if isinstance(tuning, dict) and tuning.get("reused"):
         from ngb.core.compilers.tvm_tuning import provenance_line

@@ -162,7 +162,23 @@ class _Progress:
                 self.console.print(f"[dim]{item.device}: {event['msg']}[/]")
             elif etype == "tuning":
                 fields["current"] = self._tuning(item.device, event)[:70]
+            elif etype == "state":
+                fields.update(self._snapshot(item.device, event))
         self.progress.update(task, **fields)
+
+    def _snapshot(self, device: str, event: Mapping[str, object]) -> dict[str, Any]:
+        """The agent's snapshot (``ngb.core.live_state``), sent every second: a follower that
+        attached mid-trial gets the trial in flight and its search at once, as the console
+        does (an `ngb attach` during a search showed no trial until the search's next batch,
+        minutes later). Later snapshots change nothing a trial event already said."""
+        trial = event.get("trial")
+        if not isinstance(trial, Mapping) or self.current.get(device):
+            return {}
+        self.current[device] = str(trial.get("label") or "")
+        tuning = event.get("tuning")
+        if isinstance(tuning, Mapping) and tuning.get("budget"):
+            return {"current": self._tuning(device, tuning)[:70]}
+        return {"current": self.current[device][:70]}
 
     def _tuning(self, device: str, event: Mapping[str, object]) -> str:
         """The trial line while TVM tunes: trials of the budget, the search's recent rate and

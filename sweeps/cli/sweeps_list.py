@@ -45,7 +45,8 @@ def show(name: str, show_trials: bool) -> None:
 @click.option(
     "--no-models",
     is_flag=True,
-    help="Skip checking timm names and importing [[models]] factories (imports timm, your code).",
+    help="Skip checking timm names, importing [[models]] factories and reading [accuracy] data "
+    "(imports timm, your code).",
 )
 def check(file: str, no_models: bool) -> None:
     """Validate a sweep file (or preset) and print its number of trials."""
@@ -53,6 +54,7 @@ def check(file: str, no_models: bool) -> None:
 
     sweep = load_sweep(file)
     n = len(sweep.trials())
-    if not no_models and (sweep.models() or sweep.model_sources):
-        sweep.check_models()  # timm names exist, [[models]] factories import
+    reads_data = any(t.measure.accuracy for t in sweep.trials())
+    if not no_models and (sweep.models() or sweep.model_sources or reads_data):
+        sweep.check_models()  # timm names exist, [[models]] factories import, [accuracy] reads
     click.echo(f"ok: {sweep.name}: {n} trials")

@@ -22,6 +22,7 @@ from ngb.sweeps.report import deploy as report_deploy
 from ngb.sweeps.report import dlas as report_dlas
 from ngb.sweeps.report import ops as profile_report
 from ngb.sweeps.report import paper as report_paper
+from ngb.sweeps.report import serving as report_serving
 from ngb.sweeps.report.data import Cell, Report, ReportData, Table
 from ngb.sweeps.report.render import FORMATS, render
 
@@ -49,9 +50,11 @@ REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
     "ase": (report_paper.ase, "ASE per model/width x batch for each compiler (heatmaps)"),
     "dlas": (report_dlas.dlas, "Achieved and % of expected speed-up per optimisation"),
     "reversals": (report_dlas.reversals, "Model pairs whose order flips under a compiler"),
+    "accuracy": (report_dlas.accuracy, "Top-1/top-5 on labelled data beside throughput, drop"),
     "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
     "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
     "ops": (profile_report.ops, "Per-operator profiles side by side (ngb profile --db)"),
+    "serving": (report_serving.serving, "p99 from the scheduled time, QPS* (ngb serve --db)"),
 }
 
 
@@ -115,14 +118,17 @@ def build_report(
             for row in [{"verdict": verdict, "verdict_reason": reason}] * n
         ]
         if invalid:
-            from ngb.sweeps.report.verdicts import (
-                invalid_causes,  # counted as the run's summary does
+            from ngb.sweeps.report.verdicts import (  # counted as the run's summary does
+                invalid_causes,
+                offer_text,
+                reached_target,
             )
 
             report.notes.append(
                 f"{len(invalid)} of {judged} trials are INVALID "
                 f"({', '.join(invalid_causes(invalid))}): read their numbers "
                 "with their intervals (`ngb report bsr` lists each verdict)"
+                + offer_text(reached_target(data.width_rows()))
             )
     scope = [f"run {run_id}" if run_id else "all runs (newest result per point)"]
     if device:

@@ -262,7 +262,11 @@ class ReportData:
         if run_id is not None:
             store.run(run_id)  # UnknownNameError listing the runs
         if device is not None:
-            _, rows = store.query("SELECT DISTINCT device FROM trials ORDER BY device")
+            # a store of ``ngb serve --db`` runs only has its devices in the serving tables
+            _, rows = store.query(
+                "SELECT device FROM trials UNION SELECT device FROM serving "
+                "UNION SELECT device FROM serving_peaks ORDER BY device"
+            )
             known = [r[0] for r in rows]
             if device not in known:
                 raise UnknownNameError("device", device, known)
@@ -506,6 +510,17 @@ class ReportData:
             f"FROM ({sql}) l WHERE coalesce(verdict, '') <> '' GROUP BY ALL ORDER BY ALL"
         )
         return [(str(v), str(r), int(n)) for v, r, n in self.store.query(query, params)[1]]
+
+    def width_rows(self) -> list[StoreRow]:
+        """The judged trials' verdicts with their stated interval and mean (and settings): what
+        ``verdicts.reached_target`` offers a wider target from; narrow columns, read in SQL."""
+        sql, params = self._latest_sql("t.measure")
+        query = (  # fixed column names; the filters are parameters
+            "SELECT 'ok' AS status, verdict, verdict_reason, throughput_ci_half, "  # noqa: S608
+            f"throughput_mean, measure FROM ({sql}) l WHERE coalesce(verdict, '') <> ''"
+        )
+        names, rows = self.store.query(query, params)
+        return [dict(zip(names, r, strict=True)) for r in rows]
 
     def labels(self) -> list[str]:
         """The model labels (``model_label``) with a successful trial in scope, sorted: the

@@ -75,7 +75,7 @@ def half_width(row: ResultRow, df: float) -> float | None:
         std, n = statistics.stdev(samples), float(len(samples))
     if std is None or n is None or n < 2 or df < 1:
         return None
-    return intervals.t_quantile(df) * std / math.sqrt(n)
+    return intervals.t_two_sided(df) * std / math.sqrt(n)
 
 
 def mean_of(row: ResultRow) -> Mean:
@@ -295,3 +295,56 @@ def batch_points(per_compiler: Mapping[str, Mapping[int, R]], baseline: str) -> 
                 )
             )
     return out
+
+
+# ---------------------------------------------------------------- accuracy (issue 42)
+
+
+def _accuracy(row: ResultRow) -> Mapping[str, object]:
+    """The trial's accuracy pass (``extra["accuracy"]``, ``ngb.core.accuracy_pass``)."""
+    return mapping(mapping(row.get("extra")).get("accuracy"))
+
+
+def _points(row: ResultRow, name: str, null: float | None) -> Derived | None:
+    """A stored fraction and its stored bounds, in percent (points); None where not recorded."""
+    record = _accuracy(row)
+    value = _number(record.get(name))
+    if value is None:
+        return None
+    bounds = record.get(f"{name}_ci")
+    low, high = (
+        (_number(bounds[0]), _number(bounds[1]))
+        if isinstance(bounds, Sequence) and not isinstance(bounds, str) and len(bounds) == 2
+        else (None, None)
+    )
+    if low is None or high is None:
+        return judge(Estimate(100 * value), null)
+    if low == high == value:  # no discordant pair: the same answers, nothing to judge
+        return judge(Estimate.exactly(100 * value), null, [NS] if null is not None else [])
+    return judge(Estimate(100 * value, 100 * low, 100 * high), null)
+
+
+def top1(row: ResultRow) -> Derived | None:
+    """The compiled model's top-1 accuracy (%) on the labelled set, its Wilson interval."""
+    return _points(row, "top1", None)
+
+
+def top5(row: ResultRow) -> Derived | None:
+    """Top-5 accuracy (%), recorded where the model scores more than 5 classes."""
+    return _points(row, "top5", None)
+
+
+def eager_top1(row: ResultRow) -> Derived | None:
+    """Eager fp32's top-1 (%) on the same inputs: the baseline of the drop."""
+    return _points(row, "eager_top1", None)
+
+
+def agreement(row: ResultRow) -> Derived | None:
+    """The share (%) of samples whose top-1 is eager's."""
+    return _points(row, "agreement", None)
+
+
+def accuracy_drop(row: ResultRow) -> Derived | None:
+    """Eager top-1 minus the compiled model's, in points, with the exact conditional interval
+    of McNemar's test; n.s. where the printed interval includes 0, as every comparison."""
+    return _points(row, "drop", 0.0)

@@ -69,6 +69,11 @@ def dlas(data: ReportData) -> Report:
     )
     table.notes.append(UNCERTAINTY_NOTE)
     report = Report("dlas", "DLAS optimisation axis", [table])
+    # the compiled model's accuracy beside its speed, where a trial ran an accuracy pass
+    with_accuracy = any(derived.top1(r) is not None for r in rows)
+    if with_accuracy:
+        table.columns[7:7] = ["top-1 % none", "top-1 % opt", "drop vs eager"]
+        table.notes.append(ACCURACY_NOTE)
     marks = PrecisionMarks("none")
     optimised = [r for r in rows if (r.get("optimisation") or "none") != "none"]
     optimised.sort(
@@ -94,11 +99,16 @@ def dlas(data: ReportData) -> Report:
         achieved_cell = cell(ratio)
         if r.get("optimisation") not in _NUMBER_FORMATS:
             achieved_cell = marks.mark(achieved_cell, r, base)
-        table.rows.append(
-            [r["device"], _label(r), r["compiler"], r["batch"], r.get("optimisation"),
-             mean_throughput(base), mean_throughput(r), achieved_cell,
-             expected if finite(expected) else None, percent, verdict_text(r)]
-        )  # fmt: skip
+        line = [r["device"], _label(r), r["compiler"], r["batch"], r.get("optimisation"),
+                mean_throughput(base), mean_throughput(r), achieved_cell,
+                expected if finite(expected) else None, percent, verdict_text(r)]  # fmt: skip
+        if with_accuracy:
+            line[7:7] = [
+                cell(derived.top1(base)),
+                cell(derived.top1(r)),
+                cell(derived.accuracy_drop(r)),
+            ]
+        table.rows.append(line)
     marks.add_note(table)
     return report
 
@@ -159,4 +169,45 @@ def reversals(data: ReportData) -> Report:
     report = Report("reversals", "Ranking-reversal finder", [table])
     if not table.rows:
         report.notes.append("no ranking reversals found")
+    return report
+
+
+#: what the accuracy columns mean, under every table that shows them
+ACCURACY_NOTE = (
+    "top-1/top-5 = the compiled model's accuracy (%) on the labelled set, on the device, 95 % "
+    "Wilson interval; eager = eager fp32 on the same inputs; agree = share of samples with "
+    "eager's top-1; drop = eager - compiled top-1 in points, exact interval of McNemar's paired "
+    "test, n.s. = the printed interval includes 0"
+)
+
+
+def accuracy(data: ReportData) -> Report:
+    """Every trial with an accuracy pass: its throughput beside the compiled model's accuracy."""
+    table = Table(
+        "Accuracy of the compiled model beside its speed",
+        ["device", "model", "compiler", "optimisation", "precision", "batch", "throughput",
+         "top-1 %", "top-5 %", "eager top-1 %", "agree %", "drop (points)", "data", "pass s"],
+    )  # fmt: skip
+    table.notes.append(ACCURACY_NOTE)
+    table.notes.append(UNCERTAINTY_NOTE)
+    report = Report("accuracy", "Accuracy on labelled data beside throughput", [table])
+    rows = [r for r in data.trials() if derived.top1(r) is not None]
+    rows.sort(
+        key=lambda r: (r["device"], _label(r), r.get("optimisation") or "",
+                       compiler_order(r["compiler"]), r["batch"])
+    )  # fmt: skip
+    for r in rows:
+        record = mapping(mapping(r.get("extra")).get("accuracy"))
+        table.rows.append(
+            [r["device"], _label(r), r["compiler"], r.get("optimisation") or "none",
+             r.get("precision"), r["batch"], cell(derived.throughput(r)), cell(derived.top1(r)),
+             cell(derived.top5(r)), cell(derived.eager_top1(r)), cell(derived.agreement(r)),
+             cell(derived.accuracy_drop(r)), record.get("data"), record.get("pass_s")]
+        )  # fmt: skip
+    failed = [r for r in data.trials() if mapping(r.get("extra")).get("accuracy_error")]
+    for r in failed:
+        said = mapping(r.get("extra")).get("accuracy_error")
+        report.notes.append(f"{r['device']} {_label(r)} {r['compiler']} b{r['batch']}: {said}")
+    if not rows and not failed:
+        report.notes.append("no trial with an accuracy pass (`[accuracy]`, `--accuracy`)")
     return report

@@ -60,7 +60,18 @@ PerCompiler = dict[str, dict[int, TrialRow]]
 
 FAMILY_BATCH_GROUPS: dict[str, tuple[int, int]] = {"2-4": (2, 4), "8-16": (8, 16)}
 BLOCK_FAMILY = "block"
-VERSION_LIBRARIES = ("torch", "timm", "onnxruntime", "openvino", "tvm", "tensorrt", "cuda")
+#: Table II's version columns around the compilers' own: the models' libraries first, CUDA last
+MODEL_LIBRARIES = ("torch", "timm")
+PLATFORM_LIBRARIES = ("cuda",)
+
+
+def version_libraries() -> tuple[str, ...]:
+    """Table II's version columns: the models' libraries, then each compiler's own
+    (``Compiler.version_libraries``, in the registry's order, each once), then CUDA."""
+    from ngb.core.compilers import compiler_classes
+
+    own = [lib for cls in compiler_classes().values() for lib in cls.version_libraries]
+    return tuple(dict.fromkeys((*MODEL_LIBRARIES, *own, *PLATFORM_LIBRARIES)))
 
 
 def compiler_order(name: str) -> tuple[int, str]:
@@ -126,9 +137,8 @@ def testbed(data: ReportData) -> Report:
         "Table I: devices",
         ["device", "hostname", "cpu", "cores", "ram_gb", "gpu", "os", "python"],
     )
-    software = Table(
-        "Table II: software and compilers", ["device", *VERSION_LIBRARIES, "compilers"]
-    )
+    libraries = version_libraries()
+    software = Table("Table II: software and compilers", ["device", *libraries, "compilers"])
     for p in probes:
         raw = mapping(p.get("probe"))
         cores = p.get("cpu_cores") or raw.get("cores_logical")
@@ -148,7 +158,7 @@ def testbed(data: ReportData) -> Report:
         compilers = mapping(p.get("compilers"))
         available = [n for n, info in compilers.items() if mapping(info).get("available")]
         software.rows.append(
-            [p["device"], *(versions.get(lib, "-") for lib in VERSION_LIBRARIES),
+            [p["device"], *(versions.get(lib, "-") for lib in libraries),
              ", ".join(available) or "-"]
         )  # fmt: skip
     report = Report("testbed", "Testbed (Tables I and II)", [hardware, software])

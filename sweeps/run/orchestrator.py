@@ -23,9 +23,10 @@ Failure handling, and why:
 - a failing trial is a failed trial row, never a stopped sweep; an unreachable device or a refused
   host key fails that device only, with a one-line message.
 
-Around it: ``run_events`` (what front ends read), ``run_writer`` (the write path), ``run_state``,
-``device_io`` / ``device_links`` / ``device_claim`` (the device side; one run per device) and
-``result_store`` (the typed seam to ``ngb.sweeps.store.database``); ``run_listing`` lists every run.
+Around it, in this package: ``events`` (what front ends read), ``writer`` (the write path),
+``state``, ``device_io`` / ``device_links`` / ``device_claim`` (the device side; one run per
+device), ``ownership`` (one follower acts for a device) and ``listing`` (every run); the typed seam
+to the store is ``ngb.sweeps.store.result_store``.
 """
 
 from __future__ import annotations

@@ -129,6 +129,32 @@ def parse_measure_table(value: object, where: str) -> dict[str, JsonValue]:
     return dict(value)
 
 
+def accuracy_table(value: object, where: str, base: Path | None = None) -> dict[str, JsonValue]:
+    """An ``[accuracy]`` table (or a bare data reference) as the trial's ``measure.accuracy``:
+    its file made absolute from ``base`` (the sweep's folder, the cwd), which must exist. The
+    data themselves are read by ``check_accuracy_data`` (a loader is the user's code)."""
+    from ngb.core.labelled_data import resolve
+    from ngb.core.types import AccuracySettings
+
+    try:
+        settings = AccuracySettings.of(value)
+        return {"data": resolve(settings.data, base)}
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def check_accuracy_data(data: str, where: str) -> str:
+    """Read the labelled set once, in a child process (a loader is the user's code, and may
+    import torch: ngb's own process forks workers later), and say what it holds."""
+    from ngb.core.isolate import call_in_child
+    from ngb.core.labelled_data import describe
+
+    try:
+        return call_in_child(f"{where}: reading labelled data {data}", describe, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def parse_measure(value: Mapping[str, object], where: str) -> MeasureSettings:
     """Measure settings from a table (a sweep's or the command line's), strictly typed."""
     return MeasureSettings.from_dict(parse_measure_table(value, where))

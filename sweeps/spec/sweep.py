@@ -36,6 +36,9 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
 Users' own models are named in ``[[models]]`` tables (``sweeps/spec/models.py``: source, kwargs,
 inputs, code) and used by that name in ``models = [...]``; ``baseline = "onnxruntime"`` (top level)
 names the compiler that reports measure speed-up, BSR and depth against (default ``identity``).
+``[accuracy]`` (``data = "digits"``, an ``.npz`` file or a ``module:loader`` / ``file.py:loader``,
+relative to the sweep's folder) runs every trial's compiled model over that labelled set after its
+timed loops (``ngb.core.accuracy_pass``); it becomes each trial's ``measure.accuracy``.
 
 Why matrices: the paper's grids are rectangular per family, and one product per table keeps the
 file short while still allowing blocks and timm models side by side. Axis values may be written as
@@ -65,7 +68,9 @@ from ngb.core.safe_files import check_readable, read_text, shorten
 from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
 from ngb.sweeps.rows import JsonValue
 from ngb.sweeps.spec.checks import (
+    accuracy_table,
     as_values,
+    check_accuracy_data,
     check_compiler,
     check_optimisation,
     check_sweep_name,
@@ -89,6 +94,7 @@ _TOP_KEYS = (
     "device",
     "baseline",
     "measure",
+    "accuracy",
     "compiler_options",
     "models",
     "matrix",
@@ -212,6 +218,10 @@ class Sweep:
                 resolve_model(name)
             except NgbError as exc:
                 raise ConfigError(f"{self.source}: models: {exc}") from None
+        # the labelled data each accuracy pass reads: a missing file or a failing loader now
+        wanted = {t.measure.accuracy.data for t in self.trials() if t.measure.accuracy}
+        for data in sorted(wanted):
+            check_accuracy_data(data, f"{self.source}: accuracy")
 
     def to_dict(self) -> dict[str, JsonValue]:
         out: dict[str, JsonValue] = {"name": self.name}
@@ -319,6 +329,15 @@ def parse_sweep(
         raise ConfigError(f"{source}: description must be a string")
     device = parse_device(data.get("device", "cpu"), f"{source}: device")
     measure = parse_measure_table(data.get("measure", {}), f"{source}: [measure]")
+    # [accuracy] (a table: data = "digits") is every trial's measure.accuracy, files made absolute
+    if "accuracy" in data:
+        if "accuracy" in measure:
+            raise ConfigError(f"{source}: accuracy is given twice, in [measure] and [accuracy]")
+        measure["accuracy"] = accuracy_table(data["accuracy"], f"{source}: [accuracy]", base_dir)
+    elif "accuracy" in measure:
+        measure["accuracy"] = accuracy_table(
+            measure["accuracy"], f"{source}: [measure] accuracy", base_dir
+        )
     options = parse_compiler_options(
         data.get("compiler_options", {}), f"{source}: [compiler_options]"
     )
@@ -334,7 +353,7 @@ def parse_sweep(
     if not isinstance(raw_matrices, list) or not raw_matrices:
         raise ConfigError(f"{source}: matrix must be one or more [[matrix]] tables")
     matrices = tuple(
-        _parse_matrix(raw, f"{source}: matrix[{i}]", measure, model_sources)
+        _parse_matrix(raw, f"{source}: matrix[{i}]", measure, model_sources, base_dir)
         for i, raw in enumerate(raw_matrices)
     )
     sweep = Sweep(
@@ -361,6 +380,7 @@ def _parse_matrix(
     where: str,
     sweep_measure: Mapping[str, object],
     model_sources: Mapping[str, Mapping[str, object]] | None = None,
+    base_dir: Path | None = None,
 ) -> Matrix:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where} must be a table")
@@ -402,6 +422,8 @@ def _parse_matrix(
             f"{timm_models[0]!r}; put blocks in their own [[matrix]]"
         )
     measure = parse_measure_table(raw.get("measure", {}), f"{where}.measure")
+    if "accuracy" in measure:
+        measure["accuracy"] = accuracy_table(measure["accuracy"], f"{where}.measure", base_dir)
     try:
         MeasureSettings.from_dict({**sweep_measure, **measure})
     except ConfigError as exc:

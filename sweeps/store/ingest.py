@@ -422,7 +422,45 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "energy_note": r.energy_note,
         **provenance_rows.trial_columns(r),
         **_tail_and_memory_columns(r),
+        **_accuracy_columns(r),
     }
+
+
+def _accuracy_columns(r: TrialResult) -> dict[str, object]:
+    """Migration 13's columns from ``extra["accuracy"]`` (``ngb.core.accuracy_pass``)."""
+    extra = r.extra if isinstance(r.extra, dict) else {}
+    record = extra.get("accuracy")
+    record = record if isinstance(record, dict) else {}
+    data = record.get("data")
+    if data is None:
+        wanted = (r.spec or {}).get("measure") or {}
+        asked = wanted.get("accuracy") if isinstance(wanted, dict) else None
+        data = asked.get("data") if isinstance(asked, dict) else None
+    error = extra.get("accuracy_error")
+    out: dict[str, object] = {
+        "accuracy_data": data if isinstance(data, str) else None,
+        "accuracy_samples": as_int(record.get("samples")),
+        "accuracy_classes": as_int(record.get("classes")),
+        "accuracy_p": num(record.get("p_value")),
+        "accuracy_verdict": record.get("verdict")
+        if isinstance(record.get("verdict"), str)
+        else None,
+        "accuracy_pass_s": num(record.get("pass_s")),
+        "accuracy_error": error if isinstance(error, str) else None,
+    }
+    for name, column in (
+        ("top1", "top1"),
+        ("top5", "top5"),
+        ("eager_top1", "eager_top1"),
+        ("agreement", "agreement"),
+        ("drop", "accuracy_drop"),
+    ):
+        bounds = record.get(f"{name}_ci")
+        low, high = ((list(bounds) if isinstance(bounds, list) else []) + [None, None])[:2]
+        out[column] = num(record.get(name))
+        out[f"{column}_lo"] = num(low)
+        out[f"{column}_hi"] = num(high)
+    return out
 
 
 def _tail_and_memory_columns(r: TrialResult) -> dict[str, object]:

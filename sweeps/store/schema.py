@@ -120,6 +120,33 @@ _TRIAL_COLUMNS_V7: tuple[tuple[str, str], ...] = (
     ("peak_rss_timed_mb", "DOUBLE"),  # the timed loops
     ("rss_source", "VARCHAR"),  # vmhwm-per-phase | ru_maxrss-cumulative (includes earlier phases)
 )
+# Migration 13 (ngb.core.accuracy_pass, issue 42): the compiled model over a labelled set, beside
+# eager fp32 on the same inputs. Fractions 0..1; _lo/_hi the 95 % bounds (Wilson's for the
+# proportions, the exact conditional interval for the drop); NULL where no accuracy was asked.
+_TRIAL_COLUMNS_V13: tuple[tuple[str, str], ...] = (
+    ("accuracy_data", "VARCHAR"),  # the data reference: digits, a file, module:loader
+    ("accuracy_samples", "INTEGER"),
+    ("accuracy_classes", "INTEGER"),
+    ("top1", "DOUBLE"),  # the compiled model's top-1 accuracy
+    ("top1_lo", "DOUBLE"),
+    ("top1_hi", "DOUBLE"),
+    ("top5", "DOUBLE"),  # NULL at 5 classes or fewer
+    ("top5_lo", "DOUBLE"),
+    ("top5_hi", "DOUBLE"),
+    ("eager_top1", "DOUBLE"),  # eager fp32 on the same inputs: the baseline
+    ("eager_top1_lo", "DOUBLE"),
+    ("eager_top1_hi", "DOUBLE"),
+    ("agreement", "DOUBLE"),  # share of samples whose top-1 equals eager's
+    ("agreement_lo", "DOUBLE"),
+    ("agreement_hi", "DOUBLE"),
+    ("accuracy_drop", "DOUBLE"),  # eager top-1 - compiled top-1 (positive: worse)
+    ("accuracy_drop_lo", "DOUBLE"),
+    ("accuracy_drop_hi", "DOUBLE"),
+    ("accuracy_p", "DOUBLE"),  # McNemar's exact test of the paired correctness
+    ("accuracy_verdict", "VARCHAR"),  # n.s. | drop | gain
+    ("accuracy_pass_s", "DOUBLE"),  # seconds of the whole pass (data, eager, compiled)
+    ("accuracy_error", "VARCHAR"),  # why a pass that was asked for did not run
+)
 LATENCY_COLUMNS = (
     ("run_id", "VARCHAR NOT NULL"),
     ("device", "VARCHAR NOT NULL"),
@@ -134,6 +161,7 @@ TRIAL_COLUMNS = (
     + _TRIAL_COLUMNS_V5
     + _TRIAL_COLUMNS_V6
     + _TRIAL_COLUMNS_V7
+    + _TRIAL_COLUMNS_V13
 )
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
@@ -450,6 +478,17 @@ WHERE profile_kernels.run_id = t.run_id AND profile_kernels.device = t.device
 ]
 OWN_MODEL_NAMES_MIGRATION = "a user's model named by its own file, not the path typed"
 
+_V13 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V13),
+    f"""CREATE OR REPLACE VIEW results AS
+{_RESULTS_V4_SELECT},
+       energy_j_per_sample, energy_j_per_sample_ci_half, energy_above_idle_j_per_sample,
+       samples_per_j, power_w_mean, idle_power_w, energy_source, energy_note,
+       accuracy_data, top1, top1_lo, top1_hi, top5, eager_top1, agreement, accuracy_drop,
+       accuracy_drop_lo, accuracy_drop_hi, accuracy_verdict
+FROM trials""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
@@ -463,6 +502,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("run_progress counts a Slurm slot's results stored under their node", _V10),
     (SERVING_MIGRATION, _SERVING),
     (OWN_MODEL_NAMES_MIGRATION, _OWN_MODEL_NAMES),
+    ("accuracy of the compiled model on labelled data beside eager's, agreement, McNemar", _V13),
 ]
 
 

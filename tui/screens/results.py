@@ -14,7 +14,7 @@ from typing import ClassVar
 from ngb.core.errors import NgbError
 from ngb.tui import narrow_table, ops_view
 from ngb.tui import results_data as rd
-from ngb.tui.backend import Backend, RunRow, TrialRow
+from ngb.tui.backend import Advice, Backend, RunRow, TrialRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.data_grid import DataGrid
@@ -60,6 +60,19 @@ def trials_note(run_id: str, rows: Sequence[TrialRow], failed: int) -> str:
     )
 
 
+def advice_text(by_depth: dict[int, str], run_id: str) -> str:
+    """``ngb advise``'s answer for the depth the charts show (the shallowest), whole: it wraps.
+    A block run at three depths gave three answers of two rows each at 80 columns, cut to
+    two; the others are a command away."""
+    if not by_depth:
+        return ""
+    shallowest, *deeper = sorted(by_depth)
+    if not deeper:
+        return by_depth[shallowest]
+    more = ", ".join(map(str, deeper))
+    return f"{by_depth[shallowest]} (depth {more}: `ngb advise --sweep {run_id}`)"
+
+
 def _options(values: list[str]) -> list[tuple[str, str]]:
     return [(v, v) for v in values]
 
@@ -89,7 +102,7 @@ class ResultsScreen(ConsoleScreen):
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
         self.drawn_log = False  # whether the chart shown has a log axis (``l`` flips it)
         self._stamp: tuple[object, ...] = ()  # what the last poll answered (unchanged: no redraw)
-        self.advice: dict[str, str] = {}  # model -> `ngb advise`'s answer (backend.advice_sync)
+        self.advice: Advice = {}  # model -> depth -> `ngb advise`'s answer (advice_sync)
         self._advice_signature: tuple[str, str | None, int] | None = None
         self.profiles: ops_view.Stored = []  # the run's per-operator profiles (the Ops tab)
 
@@ -120,7 +133,7 @@ class ResultsScreen(ConsoleScreen):
                 yield Label("", id="results-table-note")
                 yield DataGrid(id="results-table")
             with TabPane("Ops", id="tab-ops"):  # per-operator profiles (tui/ops_view.py)
-                yield Label(ops_view.NOTE, id="results-ops-note")
+                yield Label(escape(ops_view.NOTE), id="results-ops-note")
                 yield DataGrid(id="results-ops")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -271,7 +284,7 @@ class ResultsScreen(ConsoleScreen):
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
 
     # -- rendering -------------------------------------------------------------------------------
-    def _set_advice(self, advice: dict[str, str]) -> None:
+    def _set_advice(self, advice: Advice) -> None:
         self.advice = advice
 
     def _show_trials(self, run_id: str, devices: list[str], rows: list[TrialRow]) -> None:
@@ -367,15 +380,16 @@ class ResultsScreen(ConsoleScreen):
         tab = self.active_tab()
         sel = self.selection()
         self.query_one("#results-advice", Label).update(
-            escape(self.advice.get(sel.variant, "")) if sel.variant else ""
+            escape(advice_text(self.advice.get(sel.variant, {}), self.run_id))
         )
         if tab == "table":
             self._fill_table(sel)
             return
         if tab == "ops":
             columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
+            # escaped: "[measure]" in the hint is text, not markup (it vanished)
             self.query_one("#results-ops-note", Label).update(
-                ops_view.NOTE if rows else ops_view.NO_PROFILES
+                escape(ops_view.NOTE if rows else ops_view.NO_PROFILES)
             )
             self.query_one("#results-ops", DataGrid).fill(columns, rows)
             return
@@ -398,13 +412,11 @@ class ResultsScreen(ConsoleScreen):
         rows = rd.metrics_table(self.rows, sel) if sel.family else []
         shown = [r for r in rows if not needle or any(needle in c.casefold() for c in r)]
         numeric = {i for i, c in enumerate(rd.TABLE_COLUMNS) if c in rd.NUMERIC_COLUMNS}
-        if self.size.width and self.size.width < narrow_table.NARROW_BELOW:
-            columns, cells, numeric = narrow_table.narrow(rd.TABLE_COLUMNS, shown, numeric)
-            table.fill(columns, cells, numeric=numeric)
-            self._table_note(narrow_table.NOTE)
-            return
-        self._table_note("")
-        table.fill(rd.TABLE_COLUMNS, shown, numeric=numeric)
+        # the room beside the vertical scrollbar, which a long table shows
+        room = (table.size.width or self.size.width) - table.styles.scrollbar_size_vertical
+        fitted = narrow_table.fit(rd.TABLE_COLUMNS, shown, numeric, room)
+        table.fill(fitted.columns, fitted.rows, numeric=fitted.numeric)
+        self._table_note(fitted.note)
 
     def _table_note(self, text: str) -> None:
         note = self.query_one("#results-table-note", Label)
@@ -412,7 +424,7 @@ class ResultsScreen(ConsoleScreen):
         note.display = bool(text)
 
     def on_resize(self) -> None:
-        """The table's columns follow the width (80 columns: the narrow table)."""
+        """The table's columns follow the width (``narrow_table.fit``)."""
         if self.rows:
             self.redraw()
 

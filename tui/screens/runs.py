@@ -11,6 +11,7 @@ screen follows it from then on), ``c`` cancels after a yes/no.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, ClassVar
 
 from ngb.core.errors import NgbError
@@ -84,6 +85,7 @@ class RunsScreen(ConsoleScreen):
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend, id="runs")
         self.runs: list[RunOverview] = []
+        self.read_at: float | None = None  # when the rows shown were read (None: not yet)
         self._timer: Timer | None = None
         self._probe_next = False
 
@@ -97,6 +99,13 @@ class RunsScreen(ConsoleScreen):
 
     # -- polling -----------------------------------------------------------------------------
     def on_screen_resume(self) -> None:
+        # the rows are the last read's until this one lands (seconds while a live run's writer
+        # is busy): say so rather than pass them off as current
+        note = "reading the store..."
+        if self.read_at is not None:
+            stamp = time.strftime("%H:%M:%S", time.localtime(self.read_at))
+            note += f"; the list below is as of {stamp}"
+        self.query_one("#runs-note", Label).update(note)
         self.load_runs()
 
     def on_screen_suspend(self) -> None:
@@ -141,6 +150,7 @@ class RunsScreen(ConsoleScreen):
 
     def _show_runs(self, runs: list[RunOverview]) -> None:
         self.runs = runs
+        self.read_at = time.time()
         self._fill()
         self._rearm()
 

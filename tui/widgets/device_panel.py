@@ -60,9 +60,18 @@ def current_line(state: DeviceState) -> str:
     phase = f" [{state.phase}]" if state.phase else ""
     ci = ""
     if state.ci_relative is not None:
-        target = f" (target ±{state.ci_target * 100:.0f}%)" if state.ci_target else ""
-        ci = f"  95% CI ±{state.ci_relative * 100:.1f}%{target}"
+        ci = f"  95% CI ±{state.ci_relative * 100:.1f}%{target_words(state)}"
     return f"{state.current}{phase}{reps}{ci}"
+
+
+def target_words(state: DeviceState) -> str:
+    """What the interval so far is held to. An adaptive trial times until it is within the
+    target; a fixed count runs its repetitions whatever the interval (``±810.0% (target ±2%)``
+    after 2 of 6 read as a trial far from its end) and is judged against the target after."""
+    if not state.ci_target:
+        return ""
+    target = f"±{state.ci_target * 100:.0f}%"
+    return f" (fixed count; VALID within {target})" if state.ci_fixed else f" (target {target})"
 
 
 def queue_line(state: DeviceState, now: float) -> Text | None:

@@ -13,8 +13,10 @@ value at or below zero.
 Readable by everyone: each series has its own colour from the Okabe-Ito palette (told apart with
 the common colour-vision deficiencies; plotext's defaults gave two near-identical reds) and its
 own point marker, so shapes tell them apart in monochrome too. The legend sits under the plot,
-never over the data (plotext puts it inside the plot area, where it hid points). Both axes are
-fixed to the data with its whiskers plus a margin, so no line or error bar runs past the frame.
+never over the data (plotext puts it inside the plot area, where it hid points); the title and
+the chart's note sit above it as text that wraps (``caption``), never as plotext's title. Both
+axes are fixed to the data with its whiskers plus a margin, so no line or error bar runs past
+the frame.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import math
 import zlib
 
+from ngb.core.compilers import compiler_classes
+from ngb.core.compilers.base import Style
 from ngb.tui.results_data import Chart
 from rich.text import Text
 from textual.app import ComposeResult
@@ -41,15 +45,32 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 )
 MARKERS = ("●", "■", "▲", "◆", "✚", "✖", "★")
 
+RGB = tuple[int, int, int]
+#: a compiler keeps its colour and marker on every chart and every start (eager first): each
+#: declares its own (``Compiler.style``, in its module under ``ngb.core.compilers``; the internal
+#: ``noop`` too), and ``tests/test_compilers_describe.py`` fails on a registered compiler without
+#: one or two sharing one (a hashed fallback gave ``tvm-ms`` TorchScript's vermillion diamond).
+#: Okabe-Ito has seven colours; the two beyond them are Tol's red and grey (told apart from the
+#: rest by their markers where colour vision cannot).
+STYLES: dict[str, Style] = {
+    name: cls.style for name, cls in compiler_classes(include_internal=True).items()
+}
+#: a compiler's series at another precision ("openvino bf16" beside "openvino fp32", as
+#: ``report.data.series_names`` splits them) keeps the compiler's colour and takes the hollow
+#: form of its marker (``Style.hollow``), so the two differ in shape
+PLAIN_PRECISIONS = ("fp32", "default")
 
-#: a compiler keeps its colour and marker on every chart and every start (eager first)
-KNOWN = ("identity", "onnxruntime", "openvino", "torchscript", "inductor", "tvm", "tensorrt")
 
-
-def style_of(name: str) -> tuple[tuple[int, int, int], str]:
-    """The colour and marker of series ``name``: fixed for the known compilers, else by a hash
-    of the name (stable across runs, unlike Python's ``hash``)."""
-    index = KNOWN.index(name) if name in KNOWN else zlib.crc32(name.encode())
+def style_of(name: str) -> tuple[RGB, str]:
+    """The colour and marker of series ``name``: fixed for the registered compilers (a
+    precision's series in its compiler's colour), else by a hash of the name (stable across
+    runs, unlike Python's ``hash``)."""
+    compiler, _, precision = name.partition(" ")
+    style = STYLES.get(compiler)
+    if style is not None:
+        plain = precision in ("", *PLAIN_PRECISIONS)
+        return style.colour, style.marker if plain else style.hollow
+    index = zlib.crc32(name.encode())
     return PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)]
 
 
@@ -101,14 +122,30 @@ def whisker(chart: Chart, bounds: tuple[float, float] | None) -> tuple[float, fl
     return (low, high)
 
 
+def caption(chart: Chart) -> Text:
+    """The chart's title, then its subtitle or the reason it is empty: text that wraps. Plotext
+    drops a title wider than the plot whole, which left the Depth tab an empty box at 80
+    columns (its reason, or its slopes and retentions, ran past the edge)."""
+    text = Text(chart.title, style="bold")
+    more = chart.note or chart.subtitle
+    if more:
+        text.append(": " if chart.note else " | ")
+        text.append(more, style="" if chart.note else "italic")
+    return text
+
+
 class ResultChart(Vertical):
     DEFAULT_CSS = """
-    ResultChart { height: 1fr; min-height: 10; }
-    ResultChart > PlotextPlot { height: 1fr; }
+    ResultChart { height: 1fr; }
+    ResultChart > .chart-caption { height: auto; padding: 0 1; text-align: center; }
+    /* the plot gives way first: with a floor on the whole chart, a long note or advice above
+       it pushed the axis labels and the legend off an 80x24 screen */
+    ResultChart > PlotextPlot { height: 1fr; min-height: 5; }
     ResultChart > .chart-legend { height: auto; max-height: 2; padding: 0 1; }
     """
 
     def compose(self) -> ComposeResult:
+        yield Static("", classes="chart-caption")
         yield PlotextPlot()
         yield Static("", classes="chart-legend")
 
@@ -122,12 +159,12 @@ class ResultChart(Vertical):
         plt.clear_data()
         plt.clear_figure()
         names = [n for n, ys in chart.series.items() if any(y is not None for y in ys)]
+        self.query_one(".chart-caption", Static).update(caption(chart))
         self.query_one(".chart-legend", Static).update(legend(names) if not chart.note else "")
+        # an empty chart is its reason alone: no empty frame under it
+        plot.display = not chart.note
         if chart.note:
-            plt.title(f"{chart.title}: {chart.note}")
-            plot.refresh()
             return
-        plt.title(chart.title if not chart.subtitle else f"{chart.title} | {chart.subtitle}")
         if chart.log_y:
             plt.yscale("log")
         if len(chart.xticks) == 1:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from ngb.core.clock_text import clock
 
-__all__ = ["clock", "curve_lines", "rate_line", "tuning_lines", "tuning_summary"]
+__all__ = ["best_steps", "clock", "curve_lines", "rate_line", "tuning_lines", "tuning_summary"]
 
 MAX_TASKS = 4  # the panel stays small; the store keeps the full per-task history
 CURVE_ROWS = 7  # the best-so-far plot, axes included
@@ -45,6 +45,16 @@ def rate_line(
     return text
 
 
+def best_steps(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The best-so-far as steps: it holds its value until the batch that lowered it ends, so
+    each change is drawn straight down at that batch's trial count (a line from one batch to
+    the next claimed bests in between that were never measured)."""
+    out = list(points[:1])
+    for (_, before), (x, y) in zip(points, points[1:], strict=False):
+        out += [(x, before), (x, y)]
+    return out
+
+
 def curve_lines(history: Sequence[tuple[float, float]], width: int) -> list[str]:
     """Best latency so far (ms) against trials done, as plain text lines (cached: plotext
     takes ~25 ms a plot, and the panel redraws twice a second)."""
@@ -58,7 +68,19 @@ def curve_lines(history: Sequence[tuple[float, float]], width: int) -> list[str]
         plt.clear_figure()
         plt.plotsize(max(30, width - 2), CURVE_ROWS)
         plt.theme("clear")
-        plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille")
+        drawn = best_steps(points)
+        plt.plot([p[0] for p in drawn], [p[1] for p in drawn], marker="braille")
+        # the first and the best latency as the y ticks: with three rows of plot plotext's own
+        # ticks left the best, the number the curve is read for, unlabelled
+        ys = sorted({min(p[1] for p in points), max(p[1] for p in points)})
+        plt.yticks(ys, [f"{y:.4g}" for y in ys])
+        first, last = points[0][0], points[-1][0]
+        if last > first:
+            plt.xlim(first, last + (last - first) * 0.02)  # the last step off the frame's edge
+            ticks = sorted({round(first + (last - first) * k / 4) for k in range(5)})
+            plt.xticks(ticks, [str(t) for t in ticks])  # trial counts are whole
+        plt.xlabel("trials measured")  # the units: one row under the axis holds both
+        plt.ylabel("best ms")
         text = plt.build()
         lines = [line.replace("\x1b[0m", "").rstrip() for line in text.splitlines()]
         _curve_cache.clear()  # one device tunes at a time: keep the last plot only
