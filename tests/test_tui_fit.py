@@ -164,6 +164,27 @@ async def test_every_chart_has_its_legend_and_every_sentence_is_whole(
             assert shown_whole(caption, app, str(caption.render())), (tab, text)
 
 
+async def test_a_long_caution_at_80x24_scrolls_and_leaves_the_chart_in_view(tmp_path: Path) -> None:
+    """A real demo run on the 2-core VM made the answer 11 rows at 80x24 (an INVALID caution, a
+    precision change) and the chart had no row left: below 36 rows the answer keeps 3 rows and
+    scrolls, the note 2, and the plot keeps its rows and legend."""
+    app = app_on(tmp_path)
+    async with app.run_test(size=SIZES["80x24"]) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: len(screen.rows) == len(POINTS) * len(COMPILERS))
+        await wait_for(pilot, lambda: screen.advice)
+        long = "advise: conv32x1 on localhost: deploy openvino bf16 b8 -- " + "caution: " * 90
+        screen.query_one("#results-advice", Label).update(long)
+        await pilot.pause(0.3)
+        box = screen.query_one("#results-advice-box")
+        assert box.region.height == 3 and box.max_scroll_y > 0  # the rest scrolls
+        view = screen.query_one("#chart-throughput", ResultChart)
+        plot = view.query_one(PlotextPlot)
+        legend = view.query_one(".chart-legend", Static)
+        assert plot.region.height >= 6, screen_text(app)
+        assert legend.region.bottom <= screen.region.bottom, screen_text(app)
+
+
 @pytest.mark.parametrize("size", SIZES)
 async def test_the_depth_tab_says_why_it_is_empty(tmp_path: Path, size: str) -> None:
     """The demo's MHA block ran at one depth: the tab said nothing (its reason was a plotext

@@ -24,7 +24,7 @@ from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import (
@@ -116,8 +116,12 @@ class ResultsScreen(ConsoleScreen):
                 yield Select[str]([], prompt="family", id="results-family")
                 yield Select[str]([], prompt="model", id="results-variant")
             yield Checklist(id="results-compilers")
-        yield Label("", id="results-note")
-        yield Label("", id="results-advice")  # `ngb advise`'s answer for the model shown
+        # the note and `ngb advise`'s answer for the model shown, each in a box that scrolls
+        # where the screen is short (app.tcss: .-short caps the boxes)
+        with VerticalScroll(id="results-note-box", can_focus=False):
+            yield Label("", id="results-note")
+        with VerticalScroll(id="results-advice-box", can_focus=False):
+            yield Label("", id="results-advice")
         with TabbedContent(id="results-tabs"):
             for tab_id, kind in rd.CHARTS.items():
                 with TabPane(kind.title, id=f"tab-{tab_id}"):
