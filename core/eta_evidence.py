@@ -38,11 +38,9 @@ def load_evidence(path: Path) -> tuple[dict[str, list[float]], dict[str, list[fl
 
 def load_first_ratios(path: Path) -> dict[str, list[float]]:
     """compiler -> its searches' first-batch ratios from an evidence file (see ``EtaBook``)."""
-    return {
-        c: [r for r in ratios if r > 0]
-        for c, ratios in _durations(_evidence_doc(path).get("first_ratio")).items()
-        if any(r > 0 for r in ratios)
-    }
+    table = _durations(_evidence_doc(path).get("first_ratio"))
+    positive = {c: [r for r in ratios if r > 0] for c, ratios in table.items()}
+    return {c: ratios for c, ratios in positive.items() if ratios}
 
 
 #: the first-batch factor a search may use: within what a first batch plausibly costs

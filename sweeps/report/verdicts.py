@@ -76,7 +76,7 @@ def summary_line(rows: Iterable[Mapping[str, object]]) -> str | None:
     causes = invalid_causes(judged)
     if causes:
         text += f"; INVALID: {', '.join(causes)}"
-    return text + _advice(wide, len(judged)) + _offer(judged)
+    return text + _advice(wide, len(judged)) + offer_text(reached_target(judged))
 
 
 #: the targets offered (a fraction of the mean): round figures an operator would write down
@@ -110,10 +110,6 @@ def reached_target(rows: Iterable[Mapping[str, object]]) -> tuple[float, int, in
         if target > current and held >= OFFER_SHARE * len(widths):
             return target, valid + held, len(judged)
     return None
-
-
-def _offer(judged: list[Mapping[str, object]]) -> str:
-    return offer_text(reached_target(judged))
 
 
 def offer_text(reached: tuple[float, int, int] | None) -> str:
