@@ -31,7 +31,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import dataclasses
 
-    from ngb.core import model_sources
+    from ngb.core import artifact_files, model_sources
     from ngb.core.artifact_hashes import verify_shipped
     from ngb.devices.artifacts import ShipItem, ship_artifacts
     from ngb.devices.ssh import SshTransport
@@ -65,7 +65,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
             uploads.append(t1 - t0)
             reuses.append(t2 - t1)
             source = {"artifacts": [{"name": it.name, "sha256": it.sha256} for it in items]}
-            model_sources._HASHES.clear()  # cold: as the first trial of a run sees it
+            artifact_files._HASHES.clear()  # cold: as the first trial of a run sees it
             t3 = time.perf_counter()
             assert verify_shipped(source, Path(first.workdir) / "cache") is None
             t4 = time.perf_counter()

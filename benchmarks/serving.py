@@ -113,7 +113,7 @@ def part_peak(seeds: int, probe_lengths: list[float]) -> None:
                 return serve_stats.summarize(trace, limit, tails=("p99",))
 
             found = peak.find_peak(probe, limit, mu / 2, probe_s=probe_s)  # type: ignore[arg-type]
-            covered += found.low <= truth <= found.high
+            covered += found.low is not None and found.low <= truth <= found.high
             halves.append(found.half_width)
             counts.append(len(found.probes))
             spent.append(sum(p.duration_s for p in found.probes))

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from ngb.core import accuracy_stats, labelled_data
+from ngb.core import accuracy_stats, labelled_data, labelled_files
 from ngb.core.errors import NgbError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ngb.core.compilers.base import Compiled
     from ngb.core.model_types import Example, Model
     from ngb.core.types import AccuracySettings
@@ -59,15 +61,23 @@ def _example_args(example: Example) -> tuple[object, ...]:
     return tuple(example) if isinstance(example, tuple | list) else (example,)
 
 
-def prepare(settings: AccuracySettings, model: Model, example: Example, name: str) -> Prepared:
-    """Load the set and run eager fp32 over it (see the module docstring)."""
+def prepare(
+    settings: AccuracySettings,
+    model: Model,
+    example: Example,
+    name: str,
+    cache_dir: Path | str | None = None,
+) -> Prepared:
+    """Load the set and run eager fp32 over it (see the module docstring). Data that travelled
+    with the trial is read from the device's copy (``labelled_files.here``: ``cache_dir``'s
+    shipped artifact, else the workstation's path when its hash still matches)."""
     import torch
     from ngb.core.model_build import NamedInputs, is_onnx
     from ngb.core.models import reference_output
     from ngb.core.precision import strict_fp32
 
     start = time.perf_counter()
-    data = labelled_data.load(settings.data)
+    data = labelled_data.load(labelled_files.here(settings, cache_dir))
     args = _example_args(example)
     if len(args) != 1:
         raise NgbError(

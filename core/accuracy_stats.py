@@ -14,11 +14,15 @@ drop's interval is the same conditional model: Clopper-Pearson's exact interval 
 exactly where the exact test's p is at most ``1 - confidence``, so the verdict -- ``n.s.`` where
 the interval includes 0, as every other ngb comparison -- and the p value never disagree.
 
+Without labels, ``fidelity`` compares a compiled model's outputs with eager's on the verify
+batch: SQNR in dB and top-1 agreement (issue 42), beside the worst absolute error.
+
 Pure Python and numpy: it runs on the device agent, which has neither scipy nor the reports.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping
 from statistics import NormalDist
@@ -162,6 +166,8 @@ class AccuracyRecord(TypedDict, total=False):
     p_value: float  # McNemar's exact test of the paired correctness
     verdict: str  # n.s. | drop | gain
     nan_outputs: int  # samples whose compiled scores hold a NaN (counted wrong)
+    correct: str  # the compiled model's top-1 right/wrong per sample, packed (``pack_correct``)
+    eager_correct: str  # the same for eager
     note: str  # one line where something needs saying (NaN outputs, a reshape)
     eager_s: float  # seconds of the eager pass
     compiled_s: float  # seconds of the compiled model's pass
@@ -216,12 +222,76 @@ def compare(
     record["p_value"] = mcnemar_p(b, c)
     record["verdict"] = verdict(b, c, confidence)
     record["nan_outputs"] = int(nan_rows.sum())
+    # per sample, so that two stored trials on the same set compare paired (``between``)
+    record["correct"] = pack_correct(hit)
+    record["eager_correct"] = pack_correct(base_hit)
     if nan_rows.any():
         record["note"] = (
             f"the compiled model gave NaN outputs for {int(nan_rows.sum())} of {n} samples "
             "(counted wrong)"
         )
     return record
+
+
+def pack_correct(hits: np.ndarray) -> str:
+    """Right/wrong per sample as base64 of ``numpy.packbits`` (1,797 samples: 300 characters)."""
+    return base64.b64encode(np.packbits(np.asarray(hits, dtype=bool)).tobytes()).decode("ascii")
+
+
+def unpack_correct(text: object, samples: int) -> np.ndarray | None:
+    """``pack_correct``'s booleans back, or None where ``text`` is not a packing of ``samples``."""
+    if not isinstance(text, str) or samples <= 0:
+        return None
+    try:
+        raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+    except ValueError:
+        return None
+    if raw.size != (samples + 7) // 8:
+        return None
+    return np.unpackbits(raw)[:samples].astype(bool)
+
+
+class PairedDrop(TypedDict):
+    """How much ``other`` loses against ``base`` on the same samples (positive: a drop)."""
+
+    samples: int
+    base_top1: float
+    other_top1: float
+    discordant: list[int]
+    drop: float
+    drop_ci: list[float]
+    p_value: float
+    verdict: str
+
+
+def between(
+    base: Mapping[str, object], other: Mapping[str, object], confidence: float = 0.95
+) -> PairedDrop | None:
+    """The paired drop from one stored accuracy record to another (the ``none`` row of a model to
+    its pruned row, eager to a compiler): McNemar over their per-sample correctness. None where
+    the two did not answer the same samples of the same set (or one lacks the bits)."""
+    if base.get("data") != other.get("data") or base.get("samples") != other.get("samples"):
+        return None
+    n = base.get("samples")
+    if not isinstance(n, int):
+        return None
+    a = unpack_correct(base.get("correct"), n)
+    o = unpack_correct(other.get("correct"), n)
+    if a is None or o is None:
+        return None
+    b = int((a & ~o).sum())
+    c = int((~a & o).sum())
+    drop, low, high = paired_drop(b, c, n, confidence)
+    return {
+        "samples": n,
+        "base_top1": float(a.mean()),
+        "other_top1": float(o.mean()),
+        "discordant": [b, c],
+        "drop": drop,
+        "drop_ci": [low, high],
+        "p_value": mcnemar_p(b, c),
+        "verdict": verdict(b, c, confidence),
+    }
 
 
 def _percent(value: object) -> str:
@@ -257,3 +327,21 @@ def summary(record: Mapping[str, object]) -> str:
     line = ", ".join(parts)
     note = record.get("note")
     return f"{line}; {note}" if note else line
+
+
+def fidelity(reference: np.ndarray, got: np.ndarray) -> dict[str, object]:
+    """Beyond one number's worst error, without labels (issue 42): the signal-to-quantisation-
+    noise ratio of the whole output, ``10 log10(sum ref^2 / sum (got - ref)^2)`` in dB (None and
+    ``exact`` where the outputs are equal), and for class scores ``(batch, classes)`` the share
+    of rows whose top-1 class is eager's."""
+    noise = float(np.sum((got - reference) ** 2))
+    signal = float(np.sum(reference**2))
+    out: dict[str, object] = {"exact": noise == 0.0, "sqnr_db": None}
+    if noise > 0.0 and signal > 0.0 and math.isfinite(noise):
+        out["sqnr_db"] = round(10.0 * math.log10(signal / noise), 2)
+    if reference.ndim == 2 and reference.shape[1] > 1 and reference.shape[0] > 0:
+        broken = ~np.isfinite(got).all(axis=1)  # a row with NaN or inf agrees with nothing
+        same = (np.argmax(reference, axis=1) == np.argmax(np.nan_to_num(got), axis=1)) & ~broken
+        out["top1_agreement"] = float(same.mean())
+        out["rows"] = int(reference.shape[0])
+    return out

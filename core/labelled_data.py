@@ -6,7 +6,10 @@ A reference (``AccuracySettings.data``) is one of
   of the digits 0-9, shipped inside the scikit-learn wheel, no download), given as float32
   ``(1797, 1, 8, 8)`` in [0, 1] (the 0..16 pixel values over 16) with int64 labels. Read from
   the wheel's ``datasets/data/digits.csv.gz`` without importing scikit-learn (its import pulls
-  scipy and costs a trial's worker ~1 s), falling back to ``load_digits`` itself;
+  scipy and costs a trial's worker ~1 s), falling back to ``load_digits`` itself.
+  ``digits-train`` and ``digits-test`` are one fixed split of it (``digits_split``: 1,257 and
+  540 samples, seeded, the same on every machine): the DLAS zoo (``ngb.core.dlas_zoo``) trains on
+  the first and every accuracy it reports is on the second, which no model has seen;
 - an ``.npz`` file holding an ``inputs`` and a ``labels`` array;
 - ``package.module:loader`` or ``path/to/file.py:loader``: a callable taking no argument that
   returns ``(inputs, labels)`` or a mapping with those two keys (numpy arrays, or anything
@@ -30,14 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from ngb.core.errors import ConfigError, one_line
+from ngb.core.errors import ConfigError, NgbError, one_line
 from ngb.core.model_build import no_bytecode_files  # leave the user's folder as found
+from ngb.core.safe_files import check_readable
 
 #: built-in data sets by name -> one line for ``--help`` and errors
 BUILTIN: dict[str, str] = {
     "digits": "scikit-learn's load_digits: 1,797 8x8 digit images, 10 classes, (n, 1, 8, 8) "
     "float32 in [0, 1]",
+    "digits-train": "the 1,257 digits the DLAS zoo trains on (a fixed, seeded split)",
+    "digits-test": "the 540 held-out digits every DLAS accuracy is measured on",
 }
+#: the digits split: its seed and how many samples are held out for testing (30 %)
+SPLIT_SEED = 20261128
+TEST_SAMPLES = 540
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -90,8 +99,12 @@ def resolve(ref: str, base: Path | None = None) -> str:
 
 def _existing(path: Path, base: Path | None, ref: str) -> Path:
     full = ((base or Path.cwd()) / path.expanduser()).resolve()
-    if not full.is_file():
+    if not full.exists():
         raise ConfigError(f"labelled data file not found: {full} (from {ref!r})")
+    try:
+        check_readable(full, "labelled data")  # a FIFO would block the reader for ever
+    except NgbError as exc:
+        raise ConfigError(str(exc)) from None
     return full
 
 
@@ -102,6 +115,9 @@ def load(ref: str, base: Path | None = None) -> LabelledSet:
     labels: object
     if kind == "builtin":
         inputs, labels = _digits()
+        if ref != "digits":
+            part = digits_split()[ref.removeprefix("digits-")]
+            inputs, labels = inputs[part], labels[part]
     elif kind == "npz":
         inputs, labels = _npz(_existing(Path(ref), base, ref), ref)
     else:
@@ -186,6 +202,14 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
         images, labels = np.asarray(bunch.data), np.asarray(bunch.target, dtype=np.int64)
     inputs = (images / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     return inputs, labels
+
+
+def digits_split() -> dict[str, np.ndarray]:
+    """Indices of ``digits`` in its two parts, ``train`` and ``test``, each in ascending order:
+    a permutation from ``SPLIT_SEED`` (numpy's PCG64 gives the same one everywhere), its first
+    ``TEST_SAMPLES`` held out."""
+    order = np.random.default_rng(SPLIT_SEED).permutation(1797)
+    return {"test": np.sort(order[:TEST_SAMPLES]), "train": np.sort(order[TEST_SAMPLES:])}
 
 
 def _npz(path: Path, ref: str) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,16 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ngb.core import accuracy_pass, allocator, budget, events, profile_pass, reruns, stopping
+from ngb.core import (
+    accuracy_pass,
+    accuracy_stats,
+    allocator,
+    budget,
+    events,
+    profile_pass,
+    reruns,
+    stopping,
+)
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -357,7 +366,9 @@ def _measure(
             reference = _eager_output(model, example, spec.model)
         checked = time.perf_counter() - checked
     # the accuracy pass's first half, before compile can touch the module (ngb.core.accuracy_pass)
-    accuracy = _prepare_accuracy(spec, result, model, example) if share.worker == 0 else None
+    accuracy = (
+        _prepare_accuracy(spec, result, model, example, cache_dir) if share.worker == 0 else None
+    )
     checked += accuracy.load_s + accuracy.eager_s if accuracy is not None else 0.0
 
     if spec.device == "cuda":
@@ -418,7 +429,11 @@ def _measure(
 
 
 def _prepare_accuracy(
-    spec: TrialSpec, result: TrialResult, model: Model | None, example: Example | None
+    spec: TrialSpec,
+    result: TrialResult,
+    model: Model | None,
+    example: Example | None,
+    cache_dir: Path | None = None,
 ) -> accuracy_pass.Prepared | None:
     """The labelled set and eager's scores on it, where the trial asks for accuracy; a pass
     that cannot run leaves one line in ``extra["accuracy_error"]`` and the trial goes on."""
@@ -428,7 +443,7 @@ def _prepare_accuracy(
     try:
         if model is None or example is None:
             raise UnsupportedTrial(f"{spec.compiler} runs no model, so it has no accuracy")
-        return accuracy_pass.prepare(wanted, model, example, spec.model)
+        return accuracy_pass.prepare(wanted, model, example, spec.model, cache_dir)
     except Exception as exc:  # the timed trial stands without its accuracy
         result.extra["accuracy_error"] = one_line(exc)
         return None
@@ -559,7 +574,9 @@ def _max_abs_err(reference: Array, out: object, result: TrialResult) -> float | 
     if got.shape != reference.shape:
         result.extra["verify_error"] = f"output shape {got.shape} != eager {reference.shape}"
         return None
-    return float(np.max(np.abs(got - reference.astype(np.float64)))) if got.size else 0.0
+    ref = reference.astype(np.float64)
+    result.extra["fidelity"] = accuracy_stats.fidelity(ref, got)
+    return float(np.max(np.abs(got - ref))) if got.size else 0.0
 
 
 def _synchronizer(device: str) -> Callable[[], None]:

@@ -5,9 +5,9 @@ A trial's ``optimisation`` names one transform (``TrialSpec.optimisation``):
 - ``none``            the model as built (the baseline every other row is compared with)
 - ``fp16``            weights and input cast to float16 (``Module.half()``)
 - ``int8``            post-training static quantisation, torch FX graph mode, calibrated on a
-                      small synthetic set (``CALIBRATION_BATCHES`` seeded ``randn`` batches shaped
-                      like the example: no data set can be downloaded, and for throughput only the
-                      quantisation ranges matter, not accuracy). Engine ``x86`` where torch has
+                      small synthetic set (``CALIBRATION_BATCHES`` seeded ``randn`` batches
+                      shaped like the example, ``ngb.core.compress``: the ranges only, no
+                      accuracy: the "uncalibrated" row of DLAS). Engine ``x86`` where torch has
                       it, else ``qnnpack`` (ARM boards). Conv/Linear layers become int8 kernels.
 - ``prune-l1-R``      global L1 unstructured pruning of ratio R (0 < R < 1) over every Conv/Linear
                       (and attention projection) weight with ``torch.nn.utils.prune``, made
@@ -19,6 +19,15 @@ A trial's ``optimisation`` names one transform (``TrialSpec.optimisation``):
                       conv block's output gets narrower. Attention stacks have no prunable channel
                       (the embedding is tied to the input by the residual) and timm ViTs need
                       head-aware pruning: both fail with ``UnsupportedOptimisation``.
+
+**On a DLAS zoo model** (``ngb.core.dlas_zoo``: a small CNN trained on real digits, which
+carries its recipe): ``prune-l1-R`` and ``prune-ch-R`` are fine-tuned steps of the DLAS ladder
+(``ngb.core.dlas_ladder``), not one-shot cuts; ``int8-cal`` is ``int8`` calibrated on real
+training samples instead of ``randn`` (``int8`` stays the uncalibrated row beside it);
+``elbow-prune-l1`` / ``elbow-prune-ch`` are the ladder's elbow, chosen by its stated rule; and
+every optimisation's facts carry ``dlas``: the step's eager top-1 on the 540 held-out digits,
+paired against the trained model's, and for pruning the technique's whole curve. These three
+names refuse any other model (``UnsupportedOptimisation``): they need the model's own data.
 
 Every transform returns *facts* recorded with the result (``TrialResult.extra["optimisation"]``):
 sizes before/after, the achieved compression ratio and the expected speed-up.
@@ -48,27 +57,27 @@ from __future__ import annotations
 import math
 import re
 import time
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError, UnknownNameError, UnsupportedOptimisation, one_line
+from ngb.core.errors import ConfigError, UnknownNameError, UnsupportedOptimisation
 
 if TYPE_CHECKING:
-    import torch
     from ngb.core.model_types import Example
     from torch import nn
 
 #: what an optimisation reports (``TrialResult.extra["optimisation"]``): names, counts, ratios
-Facts = dict[str, str | float | None]
+Facts = dict[str, object]
 
 NONE = "none"
-KINDS = ("none", "fp16", "int8", "prune-l1", "prune-ch")
+KINDS = ("none", "fp16", "int8", "int8-cal", "prune-l1", "prune-ch", "elbow-prune-l1",
+         "elbow-prune-ch")  # fmt: skip
+#: kinds that only a DLAS zoo model can take: they need the model's own training data
+ZOO_ONLY = ("int8-cal", "elbow-prune-l1", "elbow-prune-ch")
 VALID_FORMS = (
-    "none, fp16, int8, prune-l1-R, prune-ch-R (R a ratio with 0 < R < 1, e.g. prune-l1-0.5)"
+    "none, fp16, int8, prune-l1-R, prune-ch-R (R a ratio with 0 < R < 1, e.g. prune-l1-0.5); "
+    "for a DLAS zoo model also int8-cal, elbow-prune-l1, elbow-prune-ch"
 )
-CALIBRATION_BATCHES = 8
-CALIBRATION_SEED = 4321
 _PRUNE = re.compile(r"\A(prune-l1|prune-ch)-(\d*\.?\d+)\Z")
 
 
@@ -86,7 +95,7 @@ def parse(name: object) -> Optimisation:
     if not isinstance(name, str):
         raise ConfigError(f"optimisation must be a string; valid: {VALID_FORMS}")
     text = name.strip()
-    if text in ("none", "fp16", "int8"):
+    if text in ("none", "fp16", "int8", *ZOO_ONLY):
         return Optimisation(text, text)
     match = _PRUNE.match(text)
     if match:
@@ -100,7 +109,7 @@ def parse(name: object) -> Optimisation:
 def check_supported(name: str, compiler: str, device: str = "cpu") -> None:
     """Raise ``UnsupportedOptimisation`` for a combination known not to work (before any work)."""
     opt = parse(name)
-    if opt.kind != "int8":
+    if opt.kind not in ("int8", "int8-cal"):
         return
     if device != "cpu":
         raise UnsupportedOptimisation(
@@ -113,9 +122,9 @@ def check_supported(name: str, compiler: str, device: str = "cpu") -> None:
         refused = compiler_class(compiler).unsupported_optimisations
     except UnknownNameError:  # not ours to judge: the trial fails on the name later
         refused = {}
-    reason = refused.get(opt.kind)
+    reason = refused.get("int8")
     if reason:
-        raise UnsupportedOptimisation(f"int8 is unsupported with {compiler}: {reason}")
+        raise UnsupportedOptimisation(f"{opt.name} is unsupported with {compiler}: {reason}")
 
 
 def apply(
@@ -139,25 +148,40 @@ def apply_with_facts(
         return model, example, {"name": NONE, "kind": NONE}
     if model is None or example is None:
         return model, example, {"name": opt.name, "kind": opt.kind, "applied": False}
+    from ngb.core import compress, dlas_ladder, dlas_zoo
+
+    tag = dlas_zoo.tag_of(model)
+    if opt.kind in ZOO_ONLY and tag is None:
+        raise UnsupportedOptimisation(
+            f"{opt.name} needs a model that carries its own training data: a DLAS zoo model "
+            "(source = ngb.core.dlas_zoo:digits_net)"
+        )
     start = time.perf_counter()
-    before = _size(model)
+    before = compress.model_size(model)
+    dlas: dict[str, object] | None = None
     if opt.kind == "fp16":
-        model, example = _to_fp16(model, example)
+        model, example = compress.to_fp16(model, example)
         facts: Facts = {"dtype": "float16"}
         size_unit = "bytes"
-    elif opt.kind == "int8":
-        model, facts = _quantise_int8(model, example)
+    elif opt.kind in ("int8", "int8-cal"):
+        real = dlas_zoo.calibration_inputs() if opt.kind == "int8-cal" else None
+        model, facts = compress.quantise_int8(model, example, real)
         size_unit = "bytes"
+    elif tag is not None:  # a zoo model: pruning is a fine-tuned step of the DLAS ladder
+        model, facts, dlas = dlas_ladder.ladder_step(model, opt.kind, opt.ratio, tag)
+        size_unit = "nonzero parameters" if opt.kind.endswith("prune-l1") else "parameters"
     elif opt.kind == "prune-l1":
         assert opt.ratio is not None
-        facts = _prune_unstructured(model, opt.ratio)
+        facts = compress.prune_unstructured(model, opt.ratio)
         size_unit = "nonzero parameters"
     else:
         assert opt.ratio is not None
-        facts = _prune_channels(model, example, opt.ratio)
+        facts = compress.prune_channels(model, example, opt.ratio)
         size_unit = "parameters"
+    if tag is not None:
+        dlas = dlas_ladder.step_facts(tag, opt.name, opt.kind, opt.ratio, model, dlas)
     facts["size_unit"] = size_unit
-    after = _size(model)
+    after = compress.model_size(model)
     key = {"bytes": "bytes", "parameters": "params"}.get(size_unit, "nonzero")
     ratio = before[key] / after[key] if after[key] else math.inf
     facts.update(
@@ -175,6 +199,8 @@ def apply_with_facts(
         compression_ratio=ratio,
         expected_speedup=ratio,
     )
+    if dlas is not None:
+        facts["dlas"] = dlas  # type: ignore[assignment]  # a nested record (see _dlas_facts)
     return model, example, facts
 
 
@@ -183,181 +209,3 @@ def percent_of_expected(achieved: float, expected: float) -> float:
     if not expected or not math.isfinite(expected) or expected <= 0:
         raise ConfigError(f"expected speed-up must be a finite number > 0, got {expected!r}")
     return 100.0 * achieved / expected
-
-
-# ---------------------------------------------------------------- sizes
-
-
-def _tensors(value: object) -> list[torch.Tensor]:
-    """Tensors inside a state-dict value (quantised Linear keeps a (weight, bias) tuple)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
-def _size(model: nn.Module) -> dict[str, int]:
-    """Parameters, non-zero parameters and bytes of a model's state (weights and buffers)."""
-    import torch
-
-    params = nonzero = nbytes = 0
-    for value in model.state_dict().values():
-        for t in _tensors(value):
-            nbytes += t.numel() * t.element_size()
-            if t.is_quantized:
-                params += t.numel()
-                nonzero += int(torch.count_nonzero(t.int_repr()))
-            elif t.is_floating_point():
-                params += t.numel()
-                nonzero += int(torch.count_nonzero(t))
-    # BatchNorm's running stats count as state but not as parameters for an fp32 model; keep the
-    # parameter count the usual one where the model still has ordinary parameters.
-    plain = sum(p.numel() for p in model.parameters())
-    if plain:
-        params = plain
-        nonzero = int(sum(int(torch.count_nonzero(p)) for p in model.parameters()))
-    return {"params": params, "nonzero": nonzero, "bytes": nbytes}
-
-
-# ---------------------------------------------------------------- transforms
-
-
-def _to_fp16(model: nn.Module, example: Example) -> tuple[nn.Module, Example]:
-    from ngb.core.model_build import map_inputs
-
-    model = model.half()
-    # several inputs keep their names; integer inputs (token ids) stay integers
-    example = map_inputs(example, lambda t: t.half() if t.is_floating_point() else t)
-    return model, example
-
-
-def _args(example: Example) -> tuple[torch.Tensor, ...]:
-    """Positional inputs as a plain tuple (one tensor, or a user model's ``NamedInputs``)."""
-    return tuple(example) if isinstance(example, tuple | list) else (example,)
-
-
-def _quant_engine() -> str:
-    import torch
-
-    engines = torch.backends.quantized.supported_engines
-    for engine in ("x86", "fbgemm", "qnnpack"):
-        if engine in engines:
-            return engine
-    raise UnsupportedOptimisation(f"int8: torch has no quantised engine here ({engines})")
-
-
-def _quantise_int8(model: nn.Module, example: Example) -> tuple[nn.Module, Facts]:
-    with warnings.catch_warnings():
-        # torch.ao.quantization warns that it is deprecated (torchao's pt2e flow replaces it);
-        # it is still the route that ships with torch 2.15, so keep the agent's stderr readable.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return _quantise_fx(model, example)
-
-
-def _quantise_fx(model: nn.Module, example: Example) -> tuple[nn.Module, Facts]:
-    import torch
-    from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-
-    args = _args(example)
-    if any(getattr(a, "device", None) is not None and a.device.type != "cpu" for a in args):
-        raise UnsupportedOptimisation("int8 (torch post-training quantisation) runs on CPU only")
-    engine = _quant_engine()
-    torch.backends.quantized.engine = engine
-    try:
-        prepared = prepare_fx(
-            model.eval(), get_default_qconfig_mapping(engine), example_inputs=args
-        )
-    except Exception as exc:  # FX cannot trace every model (data-dependent control flow)
-        raise UnsupportedOptimisation(f"int8: FX cannot trace this model: {exc}") from None
-    generator = torch.Generator().manual_seed(CALIBRATION_SEED)
-    with torch.inference_mode():
-        for _ in range(CALIBRATION_BATCHES):
-            # random floats like the example's; integer inputs (token ids) are reused as given
-            prepared(
-                *(
-                    torch.randn(a.shape, generator=generator, dtype=a.dtype)
-                    if a.is_floating_point()
-                    else a
-                    for a in args
-                )
-            )
-    quantised = convert_fx(prepared)
-    # torch.ao.nn.quantized.* and the fused torch.ao.nn.intrinsic.quantized.* (e.g. ConvReLU2d)
-    n_int8 = sum(1 for m in quantised.modules() if ".quantized" in type(m).__module__)
-    return quantised, {
-        "dtype": "int8",
-        "engine": engine,
-        "method": "torch FX post-training static quantisation",
-        "calibration_batches": CALIBRATION_BATCHES,
-        "quantised_modules": n_int8,
-    }
-
-
-def _prunable_weights(model: nn.Module) -> list[tuple[nn.Module, str]]:
-    from torch import nn
-
-    found: list[tuple[nn.Module, str]] = []
-    for module in model.modules():
-        if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.Linear):
-            found.append((module, "weight"))
-        elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
-            found.append((module, "in_proj_weight"))  # out_proj is an nn.Linear, found above
-    return found
-
-
-def _prune_unstructured(model: nn.Module, ratio: float) -> Facts:
-    from torch.nn.utils import prune
-
-    targets = _prunable_weights(model)
-    if not targets:
-        raise UnsupportedOptimisation("prune-l1: the model has no Conv/Linear weights to prune")
-    prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=ratio)
-    for module, name in targets:
-        prune.remove(module, name)  # make the zeros permanent: a plain Parameter again
-    total = sum(getattr(m, n).numel() for m, n in targets)
-    zeros = sum(int((getattr(m, n) == 0).sum()) for m, n in targets)
-    return {
-        "method": "torch.nn.utils.prune global L1 unstructured",
-        "pruned_tensors": len(targets),
-        "sparsity": zeros / total,
-    }
-
-
-def _prune_channels(model: nn.Module, example: Example, ratio: float) -> Facts:
-    import torch_pruning as tp
-
-    ignored = []
-    classifier = getattr(model, "get_classifier", None)
-    if callable(classifier):
-        head = classifier()
-        if head is not None and sum(p.numel() for p in head.parameters()):
-            ignored.append(head)
-    params_before = sum(p.numel() for p in model.parameters())
-    args = _args(example)
-    try:
-        pruner = tp.pruner.MagnitudePruner(
-            model,
-            args[0] if len(args) == 1 else args,
-            importance=tp.importance.MagnitudeImportance(p=1),
-            pruning_ratio=ratio,
-            ignored_layers=ignored,
-        )
-        pruner.step()
-        import torch
-
-        with torch.inference_mode():
-            model(*args)  # a pruned graph that no longer runs is caught here, not in a compiler
-    except Exception as exc:
-        raise UnsupportedOptimisation(
-            f"prune-ch: torch-pruning cannot prune this model ({one_line(exc)})"
-        ) from None
-    if sum(p.numel() for p in model.parameters()) == params_before:
-        raise UnsupportedOptimisation(
-            "prune-ch: no prunable channels (attention embeddings are tied to the input)"
-        )
-    return {"method": "torch-pruning L1 magnitude channel pruning", "ignored_layers": len(ignored)}

@@ -39,9 +39,15 @@ searches with a median half-width of 4.4 % (300 s probes; 200 s: 4.7 %); against
 log-normal service, 57-59 of 60.
 
 When no line can be fitted (fewer than two rates near the boundary, no late request, a slope not
-clearly positive), the interval is the bracket: the highest rate that met X below the lowest
-that missed it. Also reported: the highest rate a probe *verified* (its p99 upper bound within
-X): a conservative number that needs no model of the curve.
+clearly positive, a Fieller interval reaching down to 0 QPS), the interval is the bracket: the
+highest rate a probe *verified* below the lowest that missed X. A probe verifies its rate when
+it is VALID (``serve_stats``: the rate achieved, the issue lag small, the p99 claimed) and its p99
+upper bound is within X. Where no probe verified a rate there is no lower bound at all: ``low``
+is None and every surface says so ("QPS* below 7.8 ...: no VALID probe met p99 <= 30 ms, down
+to the lowest probe at 5.1 QPS"), never a bracket from 0, which would claim a rate nothing
+showed to meet X; ``qps`` is then only the sample p99s' estimate. Where no probe missed X,
+``high`` is infinite. Also reported: the highest rate verified, a conservative number that
+needs no model of the curve.
 
 Pure functions; the caller's ``probe`` runs the servings (real or simulated).
 """
@@ -54,7 +60,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from ngb.core.errors import ConfigError
-from ngb.core.serve_stats import Summary
+from ngb.core.serve_stats import VALID, Summary
 
 MEETS, MISSES, UNDECIDED = "meets", "misses", "undecided"
 #: bisect while the bracket's high / low is above this
@@ -85,6 +91,11 @@ class Probe:
     summary: Summary
 
     @property
+    def verified(self) -> bool:
+        """The probe shows its rate meets the limit: VALID, and its p99 upper bound within."""
+        return self.outcome == MEETS and self.summary.verdict == VALID
+
+    @property
     def outcome(self) -> str:
         limit = self.summary.limit_ms
         p = self.summary.latency[self.summary.claimed or "p99"]
@@ -105,12 +116,15 @@ class Probe:
 
 @dataclass
 class Peak:
-    """QPS* with its interval, how it was found, and every probe."""
+    """QPS* with its interval, how it was found, and every probe.
+
+    ``low`` is None where no probe verified a rate below ``high`` (no lower bound: see the
+    module docstring), ``high`` infinite where no probe missed the limit."""
 
     limit_ms: float
     q: float
     qps: float
-    low: float
+    low: float | None
     high: float
     method: str  # "line" (pooled fit) or "bracket"
     verified_qps: float | None
@@ -119,8 +133,19 @@ class Peak:
 
     @property
     def half_width(self) -> float:
-        """Half the interval's width relative to QPS*."""
-        return (self.high - self.low) / 2 / self.qps if self.qps > 0 else math.nan
+        """Half the interval's width relative to QPS*; NaN without a lower bound."""
+        if self.low is None or not self.qps > 0:
+            return math.nan
+        return (self.high - self.low) / 2 / self.qps
+
+    @property
+    def lowest_qps(self) -> float | None:
+        """The lowest rate probed."""
+        return min((p.qps for p in self.probes), default=None)
+
+    def text(self) -> str:
+        """QPS* and its interval in one phrase (``star_text``)."""
+        return star_text(self.qps, self.low, self.high, self.limit_ms, self.q, self.lowest_qps)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -130,12 +155,45 @@ class Peak:
         }  # fmt: skip
 
     def describe(self) -> str:
+        """The line ``ngb serve`` prints: QPS* [interval], how it was found, the rate verified."""
         verified = f"{self.verified_qps:.4g}" if self.verified_qps is not None else "none"
+        how = f"{self.level * 100:g} % interval, {self.method}, {len(self.probes)} probes"
         return (
-            f"QPS* {self.qps:.4g} [{self.low:.4g}, {self.high:.4g}] (95 %, {self.method}) for "
-            f"p{self.q * 100:g} <= {self.limit_ms:g} ms after {len(self.probes)} probes; "
-            f"highest rate verified (p{self.q * 100:g} upper bound within): {verified}"
+            f"{self.text()} ({how}); highest rate verified (VALID, p{self.q * 100:g} upper "
+            f"bound within {self.limit_ms:g} ms): {verified}"
         )
+
+
+def star_text(
+    qps: float,
+    low: float | None,
+    high: float | None,
+    limit_ms: float,
+    q: float = 0.99,
+    lowest: float | None = None,
+) -> str:
+    """QPS* and its interval as every surface prints it, from a ``Peak`` or a stored
+    ``serving_peaks`` row (``high`` None or infinite: no upper bound; ``low`` None or NaN: no
+    probe verified a rate, so no lower bound, said in words rather than as a bracket from 0 --
+    the 0 a row stored before that means the same; ``lowest``: the lowest rate probed, where
+    known)."""
+    bound = f"p{q * 100:g} <= {limit_ms:g} ms"
+    has_low = low is not None and math.isfinite(low) and low > 0
+    has_high = high is not None and math.isfinite(high)
+    if has_low and has_high:
+        return f"QPS* {qps:.4g} [{low:.4g}, {high:.4g}] for {bound}"
+    if has_low:
+        return f"QPS* {qps:.4g} [{low:.4g}, unbounded] for {bound}: no probe missed it"
+    # no VALID probe's p99 upper bound was within the limit: nothing shows a rate that meets it
+    down = f", down to the lowest probe at {lowest:.4g} QPS" if lowest is not None else ""
+    if has_high:
+        assert high is not None
+        # the sample p99s' estimate, where it says more than the bound
+        guess = f"estimate {qps:.4g}, " if qps < high else ""
+        return f"QPS* below {high:.4g} ({guess}no lower bound): no VALID probe met {bound}{down}"
+    return (
+        f"QPS* not bracketed (estimate {qps:.4g}): no VALID probe met {bound}, none missed it{down}"
+    )
 
 
 @dataclass(frozen=True)
@@ -255,14 +313,16 @@ def _line(probes: list[Probe], centre: float, q: float, level: float) -> _Line |
         return None
     root = math.sqrt(disc)
     low, high = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
-    return _Line(fit.xbar + x0, max(fit.xbar + low, 0.0), fit.xbar + high)
+    if fit.xbar + low <= 0:  # the interval reaches down to no load: the line bounds nothing
+        return None
+    return _Line(fit.xbar + x0, fit.xbar + low, fit.xbar + high)
 
 
 def _bracket(probes: list[Probe]) -> tuple[float | None, float | None]:
-    """The highest rate that met the limit below the lowest that missed it, and that lowest."""
+    """The highest rate verified below the lowest that missed the limit, and that lowest."""
     missed = [p.qps for p in probes if p.outcome == MISSES]
     high = min(missed) if missed else None
-    met = [p.qps for p in probes if p.outcome == MEETS and (high is None or p.qps < high)]
+    met = [p.qps for p in probes if p.verified and (high is None or p.qps < high)]
     return (max(met) if met else None), high
 
 
@@ -363,11 +423,10 @@ def _centre(probes: list[Probe], q: float, level: float) -> float:
 def _result(probes: list[Probe], limit_ms: float, q: float, level: float) -> Peak:
     centre = _centre(probes, q, level)
     line = _line(probes, centre, q, level)
-    met = [p.qps for p in probes if p.outcome == MEETS]
+    met = [p.qps for p in probes if p.verified]
     verified = max(met) if met else None
     if line is not None:
         return Peak(limit_ms, q, line.qps, line.low, line.high, "line", verified, probes, level)
-    low, high = _bracket(probes)
-    lo = low if low is not None else 0.0
+    low, high = _bracket(probes)  # low None: no probe verified a rate, so no lower bound
     hi = high if high is not None else math.inf
-    return Peak(limit_ms, q, centre, lo, hi, "bracket", verified, probes, level)
+    return Peak(limit_ms, q, centre, low, hi, "bracket", verified, probes, level)

@@ -22,13 +22,14 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ngb.core import arrivals, loadgen, peak, percentiles, serve_stats
 from ngb.core.compilers import CompileContext, get_compiler
-from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
+from ngb.core.errors import CompilerUnavailable, UnsupportedTrial
+from ngb.core.serve_settings import ServeSettings as ServeSettings  # re-exported
 from ngb.core.types import TrialSpec
 
 #: what ``ngb serve`` says while it runs: one line each
@@ -37,68 +38,6 @@ Say = Callable[[str], None]
 #: the claim minimum where that is more): enough for the claimed percentile's upper bound to
 #: survive the widening over stretches of the run
 CLOSED_MIN_QUERIES = 1024
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """How to serve: the scenario, the load, batching, and the peak search's budget."""
-
-    scenario: str = "server"
-    qps: float | None = None  # server: the offered rate (a peak search: where it starts)
-    duration_s: float = 30.0  # server and closed loops; offline: the capacity times this
-    seed: int = 0
-    burstiness: float = arrivals.POISSON  # gamma shape of the gaps (1: Poisson)
-    concurrency: int | None = None  # None: the runtime's natural requests in flight
-    max_batch: int = 1  # dynamic batching: most requests per call (1: none)
-    max_queue_delay_ms: float = 0.0  # ... and how long the oldest waits for others
-    samples_per_query: int = 8  # multistream
-    p99_ms: float | None = None  # the latency budget (server: LoadGen's target latency)
-    find_peak: bool = False
-    probe_s: float = 60.0
-    max_probe_s: float | None = None  # None: 8 x probe_s
-    max_probes: int = 10
-    target: float = 0.05  # the peak's interval half-width to stop at
-    warmup_s: float = 2.0
-    threads: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.scenario not in loadgen.SCENARIOS:
-            raise ConfigError(
-                f"scenario must be one of {', '.join(loadgen.SCENARIOS)}; got {self.scenario!r}"
-            )
-        if self.find_peak:
-            if self.scenario != "server":
-                raise ConfigError("--find-peak searches the server scenario's rate")
-            if self.p99_ms is None:
-                raise ConfigError("--find-peak needs the latency budget: --p99-ms X")
-        elif self.scenario == "server" and self.qps is None:
-            raise ConfigError("the server scenario needs --qps (or --find-peak --p99-ms X)")
-        for name in ("qps", "p99_ms"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        for name in ("duration_s", "probe_s", "burstiness"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        if self.scenario == "server" and self.qps is not None and not self.find_peak:
-            arrivals.check_rate(self.qps, self.duration_s, self.burstiness)
-        if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
-            raise ConfigError(f"warmup must be >= 0 s, got {self.warmup_s!r}")
-        if not (0 < self.target < 1):
-            raise ConfigError(f"target must be between 0 and 1, got {self.target!r}")
-        for name in ("max_probes", "samples_per_query"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
-        self.batching()  # its own checks
-
-    def batching(self) -> loadgen.Batching:
-        return loadgen.Batching(self.max_batch, self.max_queue_delay_ms / 1000.0)
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass

@@ -11,9 +11,14 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ngb.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ngb.core.artifact_files import Artifact
+    from ngb.core.serve_settings import ServeSettings
 
 BLOCK_MODELS = ("conv", "mha")
 #: numeric precision a trial asks for (``MeasureSettings.precision``): ``default`` leaves each
@@ -32,13 +37,43 @@ class AccuracySettings:
     (``ngb.core.labelled_data``). The pass runs in the trial's first worker, apart from the timed
     loops, at the trial's batch (the timed compiled object itself; the last batch padded), with
     eager fp32 on the same inputs as its baseline.
+
+    ``artifact``: the file that carries an ``.npz`` or a ``file.py:loader``'s folder to the device
+    (``ngb.core.model_sources.Artifact``, content-addressed, shipped as a model's files are; set
+    where the reference is read, ``ngb.core.labelled_files``). The trial key names the data by
+    that content (``key_form``), not by the workstation path in ``data``.
     """
 
     data: str
+    artifact: Artifact | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, str) or not self.data.strip():
             raise ConfigError(f"accuracy data must be a non-empty string, got {self.data!r}")
+        if self.artifact is None:
+            return
+        from ngb.core.artifact_files import Artifact
+
+        if isinstance(self.artifact, Mapping):  # read back as JSON (a trial's spec)
+            if "name" not in self.artifact or "sha256" not in self.artifact:
+                raise ConfigError(f"accuracy artifact needs a name and a sha256: {self.artifact}")
+            object.__setattr__(self, "artifact", Artifact.from_dict(self.artifact))
+        elif not isinstance(self.artifact, Artifact):
+            raise ConfigError(f"accuracy artifact must be a table, got {self.artifact!r}")
+
+    def key_form(self) -> dict[str, object]:
+        """What the trial key holds: ``{"data": ref}`` (a built-in name, an installed module's
+        loader: as before), or for shipped data its own name and content hash (``my.npz``,
+        ``load.py:digits`` within its folder) -- the same from any folder or machine."""
+        if self.artifact is None:
+            return {"data": self.data}
+        target, sep, attr = self.data.rpartition(":")
+        name = self.artifact.name
+        if sep and target.endswith(".py"):
+            here, folder = PurePath(target), PurePath(self.artifact.local)
+            rel = here.relative_to(folder) if here.is_relative_to(folder) else PurePath(here.name)
+            name = f"{rel.as_posix()}:{attr}"
+        return {"data": name, "sha256": self.artifact.sha256}
 
     @classmethod
     def of(cls, value: object) -> AccuracySettings:
@@ -215,8 +250,15 @@ class TrialSpec:
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     # A user's model (ngb.core.model_sources.ModelSource as JSON); None for timm names and blocks.
     source: Mapping[str, object] | None = None
+    # Served under load instead of timed (``[serve]`` in a sweep, ``ngb.core.serve_trial``); a
+    # table read back as JSON becomes the settings. None: a timed trial, its key as before.
+    serve: ServeSettings | None = None
 
     def __post_init__(self) -> None:
+        if self.serve is not None:
+            from ngb.core.serve_settings import ServeSettings
+
+            object.__setattr__(self, "serve", ServeSettings.of(self.serve))
         if not self.model or not isinstance(self.model, str):
             raise ConfigError("model must be a non-empty string")
         _check_positive("batch", self.batch)
@@ -250,7 +292,12 @@ class TrialSpec:
         return f"{self.model_label}/{self.compiler}{opt}/b{self.batch}"
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        accuracy = self.measure.accuracy
+        if accuracy is not None:  # as written before data travelled: no "artifact" without one
+            shipped = {} if accuracy.artifact is None else {"artifact": accuracy.artifact.to_dict()}
+            out["measure"]["accuracy"] = {"data": accuracy.data, **shipped}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> TrialSpec:
@@ -267,6 +314,8 @@ class TrialSpec:
         data = self.to_dict()
         if data.get("source") is None:
             data.pop("source", None)  # keys of trials without a source stay what they were
+        if data.get("serve") is None:
+            data.pop("serve", None)  # nor do those of timed trials
         # Settings added later are left out at their default, so specs written before they existed
         # keep their keys (a resumed run must not redo what it already measured).
         measure = asdict(self.measure)
@@ -275,6 +324,8 @@ class TrialSpec:
                 del measure[name]
         measure.pop("profile", None)  # a profile pass after the timed workers changes no number
         measure.pop("retry_killed", None)  # nor does running a killed trial again
+        if self.measure.accuracy is not None:  # the data's content, not where it was read
+            measure["accuracy"] = self.measure.accuracy.key_form()
         data["measure"] = measure
         canon = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canon.encode()).hexdigest()[:16]

@@ -82,9 +82,23 @@ def _self_command() -> list[str]:
 def run_inprocess(
     spec: TrialSpec, out: EventWriter, workdir: Path | None, cache_dir: Path | None
 ) -> TrialResult:
+    if spec.serve is not None:  # served under load, not timed (a sweep's [serve], issue 43)
+        from ngb.core.serve_trial import run_serving
+
+        return run_serving(spec, emit=out.emit, cache_dir=cache_dir)
     from ngb.core.measure import run_trial
 
     return run_trial(spec, emit=out.emit, workdir=workdir, cache_dir=cache_dir)
+
+
+def trial_timeout_s(spec: TrialSpec) -> float:
+    """How long a trial may run before it is killed: ``measure.timeout_s``, and for a serving
+    trial the serving's planned seconds on top (``ngb.core.serve_trial.timeout_s``)."""
+    if spec.serve is None:
+        return spec.measure.timeout_s
+    from ngb.core.serve_trial import timeout_s
+
+    return timeout_s(spec)
 
 
 def run_subprocess(
@@ -122,7 +136,8 @@ def run_subprocess(
     for t in readers:
         t.start()
 
-    deadline = time.monotonic() + spec.measure.timeout_s
+    limit_s = trial_timeout_s(spec)
+    deadline = time.monotonic() + limit_s
     payload: dict[str, Any] | None = None
     timed_out = ended = False
     while True:
@@ -163,6 +178,11 @@ def run_subprocess(
             f"trial exceeded timeout_s={spec.measure.timeout_s:g}s and was killed",
             "timeout",
         )
+        if spec.serve is not None:
+            error = (
+                f"serving trial exceeded {limit_s:g} s (timeout_s={spec.measure.timeout_s:g} s + "
+                f"the serving's {limit_s - spec.measure.timeout_s:g} s) and was killed"
+            )
     elif proc.returncode < 0:
         error, kind = f"trial process killed by signal {_signal_name(-proc.returncode)}", "crash"
         if -proc.returncode == signal.SIGKILL:

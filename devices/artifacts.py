@@ -2,8 +2,10 @@
 
 A trial whose model is the user's own (``TrialSpec.source``, see ``ngb.core.model_sources``) names
 the files it needs as artifacts: ``{"name", "sha256", "local", "role"}``, content-addressed by
-sha256 (a file's bytes; a code folder's file list and file hashes). Before a run's agent starts,
-the orchestrator calls ``ship_run_artifacts(transport, device, trials_jsonl)``:
+sha256 (a file's bytes; a code folder's file list and file hashes); a trial's labelled data for
+its accuracy pass travels the same way (``measure.accuracy.artifact``,
+``ngb.core.labelled_files``). Before a run's agent starts, the orchestrator calls
+``ship_run_artifacts(transport, device, trials_jsonl)``:
 
 1. one remote command asks which of the run's hashes the device's cache already holds
    (``<workdir>/cache/artifacts/<sha256>/<name>``); nothing else happens when it holds them all;
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ngb.core.errors import NgbError
+from ngb.core.safe_files import check_readable
 from ngb.devices import protocol
 from ngb.devices.agent_remote import sha256_file
 from ngb.devices.inventory import Device
@@ -84,10 +87,7 @@ def artifacts_in(trials: Iterable[Mapping[str, object]]) -> list[ShipItem]:
     """
     items: dict[tuple[str, str], ShipItem] = {}
     for trial in trials:
-        source = trial.get("source")
-        if not isinstance(source, Mapping):
-            continue
-        for art in source.get("artifacts") or ():
+        for art in _listed(trial):
             if not isinstance(art, Mapping):
                 continue
             sha, name, local = art.get("sha256"), art.get("name"), art.get("local")
@@ -101,6 +101,22 @@ def artifacts_in(trials: Iterable[Mapping[str, object]]) -> list[ShipItem]:
                 if (sha, member) not in items:
                     items[(str(sha), member)] = ShipItem(str(sha), member, str(path or ""), bundle)
     return list(items.values())
+
+
+def _listed(trial: Mapping[str, object]) -> list[object]:
+    """The artifacts one trial dict names: its model source's, then its labelled data's
+    (``measure.accuracy.artifact``: an ``.npz`` or a loader's folder,
+    ``ngb.core.labelled_files``)."""
+    listed: list[object] = []
+    source = trial.get("source")
+    if isinstance(source, Mapping):
+        arts = source.get("artifacts") or ()
+        listed.extend(arts if isinstance(arts, list | tuple) else ())
+    measure = trial.get("measure")
+    accuracy = measure.get("accuracy") if isinstance(measure, Mapping) else None
+    if isinstance(accuracy, Mapping) and accuracy.get("artifact") is not None:
+        listed.append(accuracy["artifact"])
+    return listed
 
 
 def artifacts_in_jsonl(text: str) -> list[ShipItem]:
@@ -139,7 +155,9 @@ def payload(item: ShipItem) -> tuple[Path, str]:
 
     local = Path(item.local)
     if not item.local or not local.exists():
-        raise NgbError(f"model file {item.name} is gone from {item.local or 'the workstation'}")
+        raise NgbError(f"{item.name} is gone from {item.local or 'the workstation'}")
+    if not local.is_dir():
+        check_readable(local)  # a FIFO put in its place would block the hash for ever
     if item.bundle:
         model = local.parent / item.bundle[0]
         others = item.bundle[1:]

@@ -186,7 +186,7 @@ def test_bad_labelled_data_is_refused_before_measuring(model_dir: Path, tmp_path
     for data, said in [
         ("missing.npz", "error: --accuracy: labelled data file not found: "),
         (str(tmp_path / "short.npz"), "short.npz: 4 labels for 5 inputs"),
-        ("mnist", "expected a built-in name (digits)"),
+        ("mnist", "expected a built-in name (digits, digits-train, digits-test)"),
     ]:
         code, out, err = ngb(
             "measure", "digits_model.py:build", "-i", "x:batch,1,8,8:float32", "-c", "identity",

@@ -14,6 +14,11 @@ symmetrically by ±1 % around the mean, so means are exact and every difference 
     conv64 d2    openvino  120  400     60
     resnet18     tvm        (failed: "TVM build exploded")
 
+and serving runs of resnet18 b1 under identity and openvino at 20, 40, 70 and 95 QPS, simulated
+M/M/1 servers held to p99 <= 100 ms (``tests/serving_store.py``; identity's run at 95 QPS is
+INVALID: its p99 has no upper bound), and digits-resnet b1 under identity at the DLAS
+optimisations with their stored accuracy facts (``tests/dlas_rows.py``; DLAS Fig. 3).
+
 Drawing is headless (matplotlib's Agg/SVG/PDF canvases; no display is ever opened).
 """
 
@@ -42,6 +47,10 @@ from ngb.sweeps.report.latex import escape, inline
 from ngb.sweeps.report.numbers import printed_bounds
 from ngb.sweeps.report.paper import UNCERTAINTY_NOTE
 from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.serving import save_serving
+
+from tests.dlas_rows import trial as dlas_trial
+from tests.serving_store import LIMIT_MS, RATES, add_serving, unverified_peak
 
 NOISE = (
     -0.01,
@@ -100,8 +109,15 @@ def _build_store(path: Path) -> Store:
             error="RuntimeError: TVM build exploded", error_kind="crash",
         )
     )  # fmt: skip
+    # a DLAS zoo model's optimised trials, with their facts (DLAS Fig. 3); no plain trial, so
+    # the paper's figures keep their panels
+    results += [
+        dlas_trial("digits-resnet", "identity", o, 0.0, batch=1)
+        for o in ("elbow-prune-l1", "elbow-prune-ch", "fp16", "int8", "int8-cal")
+    ]
     store.create_run("r1", "fixture", "", ["dev1"], len(results))
     assert store.ingest_results("r1", "dev1", results) == len(results)
+    add_serving(store, "r1", "dev1")
     store.record_probe(
         "dev1",
         {
@@ -152,8 +168,20 @@ def test_every_figure_is_a_valid_png_svg_pdf_with_caption(written: Path, name: s
     assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
 
     caption = (written / f"{name}.caption.txt").read_text()
-    assert caption.startswith("Fig. ")
+    assert caption.startswith("DLAS Fig. 3: " if name == "dlas-accuracy" else "Fig. ")
     assert "Device: dev1" in caption
+    if name == "dlas-accuracy":  # eager models on a labelled set, not timed trials
+        assert "Labelled set: digits-test (540 samples)" in caption
+        assert "Error bars: 95% Wilson interval of each top-1" in caption
+        assert "Repetitions" not in caption and "Models: 1. Source: run r1." in caption
+        return
+    if name == "fig14-serving-latency":  # drawn from serving runs, not trials
+        assert "Precision: fp32" in caption and "Repetitions" not in caption
+        assert "Each point: one server-scenario run at its offered rate" in caption
+        assert "Error bars: 95 % interval of the percentile over 10 stretches" in caption
+        assert "Runs: 8 (1 INVALID, drawn hollow)" in caption
+        assert re.search(r"Source: run r1\. Made by ngb \S+\.$", caption.strip())
+        return
     assert "Precision: not recorded by this store" in caption
     assert "Repetitions: 5 per point (fixed count, each repetition >= 5 calls and >= 0.3 s)" in (
         caption
@@ -332,6 +360,76 @@ def test_save_figure_for_a_tui_tab(store: Store, tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["fig06-speedup-batch.png", "fig06-speedup-batch.caption.txt"]
     with pytest.raises(ConfigError, match="nothing to draw"):
         save_figure("depth", store, tmp_path, run_id="r1", family="resnet")
+
+
+def test_serving_figure_plots_each_stored_run(store: Store) -> None:
+    """Fig. 14 from the serving table: a panel for resnet18 b1, per compiler a p99 line (solid,
+    its printed 95 % interval as the bar) and a p50 line (dashed), at the offered rates stored;
+    the INVALID run hollow, its p99 (no upper bound) without a bar; the limit as the reference."""
+    spec = build_figure("fig14", FigureData(store, run_id="r1"))
+    (panel,) = spec.panels
+    assert isinstance(panel, LinePanel) and panel.title == "resnet18/b1"
+    assert panel.reference == LIMIT_MS and panel.logx and panel.logy
+    _, rows = store.query(
+        "SELECT compiler, offered_qps, latency_p99_ms, latency_p99_lo_ms, latency_p99_hi_ms, "
+        "latency_p50_ms, latency_p50_lo_ms, latency_p50_hi_ms, verdict FROM serving "
+        "WHERE run_id = 'r1' ORDER BY compiler, offered_qps"
+    )
+    assert [ln.label for ln in panel.lines] == [
+        "identity p99", "identity p50", "openvino p99", "openvino p50",
+    ]  # fmt: skip
+    for compiler in ("identity", "openvino"):
+        mine = [r for r in rows if r[0] == compiler]
+        assert len(mine) == len(RATES)
+        p99, p50 = _line(panel, f"{compiler} p99"), _line(panel, f"{compiler} p50")
+        assert not p99.dashed and p50.dashed and p99.colour_key == p50.colour_key == compiler
+        assert p99.xs == p50.xs == [r[1] for r in mine]
+        assert p99.ys == [r[2] for r in mine] and p50.ys == [r[5] for r in mine]
+        for line, (value, lo, hi) in ((p99, (2, 3, 4)), (p50, (5, 6, 7))):
+            for r, err in zip(mine, line.errs, strict=True):
+                if r[hi] is None:
+                    assert err is None
+                    continue
+                printed = printed_bounds(r[value], r[lo], r[hi])
+                assert printed is not None
+                assert err == pytest.approx((r[value] - printed.low, printed.high - r[value]))
+        assert p99.weak == p50.weak == [r[8] != "VALID" for r in mine]
+    # identity at 95 QPS: INVALID, its p99 unbounded above -- hollow and without a bar
+    identity = _line(panel, "identity p99")
+    assert identity.weak == [False, False, False, True] and identity.errs[-1] is None
+    assert identity.ys[-1] > LIMIT_MS > identity.ys[0]
+    # openvino's server is twice as fast: below identity's p99 at every rate
+    assert all(o < i for o, i in zip(_line(panel, "openvino p99").ys, identity.ys, strict=True))
+
+
+def test_serving_figure_notes_a_peak_search_as_every_surface_prints_it(tmp_path: Path) -> None:
+    """A peak search in which no probe verified a rate: the caption says QPS* is below the
+    lowest rate that missed, with no lower bound -- never a bracket from 0."""
+    store = Store(tmp_path / "served.duckdb")
+    store.create_run("s", "fixture", "", ["dev1"], 0)
+    outcome = unverified_peak()
+    save_serving(store, "s", outcome, "dev1")
+    assert outcome.peak is not None
+    data = FigureData(store, run_id="s")
+    spec = build_figure("fig14", data)
+    assert len(spec.panels) == 1
+    text = caption(spec, data)
+    high = outcome.peak.high
+    assert f"resnet18/b1 identity: QPS* below {high:.4g} (no lower bound): no VALID probe met " in (
+        text
+    )
+    assert "p99 <= 100 ms (6 probes)" in text and "[0" not in text
+    assert "Runs: 6, 6 of them peak-search probes (6 INVALID, drawn hollow)" in text
+
+
+def test_serving_figure_without_serving_runs_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    blind = Store(tmp_path / "blind.duckdb")
+    blind.create_run("b", "fixture", "", ["dev1"], 1)
+    blind.ingest_results("b", "dev1", [_result("resnet18", None, 1, "identity", 1, 10)])
+    written = write_figures(FigureData(blind), tmp_path, ["fig14"], ["png"])
+    assert written[0].skipped == (
+        "no serving runs in scope (`ngb serve MODEL -c A,B --db PATH` adds them)"
+    )
 
 
 # ---------------------------------------------------------------- LaTeX

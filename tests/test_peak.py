@@ -33,7 +33,7 @@ def test_the_interval_holds_the_true_peak_in_90_of_100_searches() -> None:
     covered, halves, probes = 0, [], []
     for seed in range(100):
         found = peak.find_peak(mm1_probe(seed), LIMIT_MS, MU / 2, probe_s=PROBE_S)
-        covered += found.low <= truth <= found.high
+        covered += found.low is not None and found.low <= truth <= found.high
         halves.append(found.half_width)
         probes.append(len(found.probes))
         assert found.method == "line"
@@ -67,7 +67,7 @@ def test_a_search_brackets_bisects_then_probes_the_boundary() -> None:
 def test_a_faster_server_has_a_higher_peak() -> None:
     slow = peak.find_peak(mm1_probe(1), LIMIT_MS, 50, probe_s=PROBE_S)
     fast = peak.find_peak(mm1_probe(1, mu=200.0), LIMIT_MS, 100, probe_s=PROBE_S)
-    assert fast.low > slow.high
+    assert fast.low is not None and fast.low > slow.high
     assert fast.low <= serve_sim.mm1_peak(200.0, 0.1) <= fast.high
 
 
@@ -84,8 +84,61 @@ def test_without_a_line_the_interval_is_the_bracket() -> None:
 
     found = peak.find_peak(cliff, LIMIT_MS, 40.0, probe_s=30.0)
     assert found.method == "bracket"
-    assert found.low < 60 <= found.high
+    assert found.low is not None and 0 < found.low < 60 <= found.high
     assert math.isfinite(found.high)
+    assert found.verified_qps == found.low
+
+
+def _slow(service_s: float, verdict: str | None = None) -> peak.ProbeFn:
+    """Every request takes ``service_s`` (its rate never matters much); ``verdict`` forced."""
+
+    def probe(qps: float, seconds: float, index: int) -> serve_stats.Summary:
+        plan = arrivals.schedule(qps, seconds, seed=index)
+        trace = serve_sim.fifo(plan, np.full(plan.count, service_s))
+        summary = serve_stats.summarize(trace, LIMIT_MS, tails=("p99",))
+        if verdict is not None:
+            summary.verdict, summary.reasons = verdict, ["forced by the test"]
+        return summary
+
+    return probe
+
+
+def test_without_a_verified_rate_there_is_no_lower_bound() -> None:
+    """Every request takes 150 ms against a 100 ms limit: every probe misses, none verifies a
+    rate, so QPS* has no lower bound -- None, said in words, never a bracket from 0."""
+    found = peak.find_peak(_slow(0.15), LIMIT_MS, 4.0, probe_s=60.0, max_probes=6)
+    assert found.method == "bracket" and found.verified_qps is None
+    assert found.low is None and math.isnan(found.half_width)
+    lowest = min(p.qps for p in found.probes)
+    missed = [p.qps for p in found.probes if p.outcome == peak.MISSES]
+    assert found.high == min(missed) and math.isfinite(found.high)
+    text = found.describe()
+    assert f"QPS* below {found.high:.4g}" in text and "[0" not in text
+    assert "no VALID probe met p99 <= 100 ms" in text
+    assert f"down to the lowest probe at {lowest:.4g} QPS" in text
+    assert found.to_dict()["low"] is None
+
+
+def test_a_probe_that_meets_the_limit_but_is_invalid_verifies_nothing() -> None:
+    """Fast requests, well within the limit, from runs that do not count (INVALID: say the load
+    generator fell behind): no rate is verified, and no probe missed, so nothing is bracketed."""
+    found = peak.find_peak(_slow(0.001, serve_stats.INVALID), LIMIT_MS, 40.0, probe_s=30.0,
+                           max_probes=5)  # fmt: skip
+    assert all(p.outcome == peak.MEETS and not p.verified for p in found.probes)
+    assert found.low is None and found.high == math.inf and found.verified_qps is None
+    assert "QPS* not bracketed" in found.text() and "none missed it" in found.text()
+
+
+def test_star_text_says_each_missing_bound_in_words() -> None:
+    assert peak.star_text(6.9, 6.1, 7.8, 30.0) == "QPS* 6.9 [6.1, 7.8] for p99 <= 30 ms"
+    assert peak.star_text(6.9, None, 7.8, 30.0, lowest=5.0) == (
+        "QPS* below 7.8 (estimate 6.9, no lower bound): no VALID probe met p99 <= 30 ms, down "
+        "to the lowest probe at 5 QPS"
+    )
+    # a row stored before the fix holds 0: the same statement, not a bracket from 0
+    assert peak.star_text(6.9, 0.0, 7.8, 30.0) == peak.star_text(6.9, None, 7.8, 30.0)
+    assert peak.star_text(6.9, 6.1, None, 30.0).endswith("[6.1, unbounded] for p99 <= 30 ms: no "
+                                                         "probe missed it")  # fmt: skip
 
 
 def test_bad_input_is_one_line() -> None:

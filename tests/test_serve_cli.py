@@ -19,6 +19,8 @@ from ngb.sweeps.cli import cli
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.serving import save_run
 
+from tests.serving_store import unverified_peak
+
 NOOP = ["conv", "--width", "16", "-c", "noop", "-o", "sleep_s=0.002", "--warmup", "0.2"]
 
 
@@ -75,13 +77,26 @@ def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> No
     assert "peak search for p99 <= 30 ms" in err and "probe 1 (bracket)" in err
     store = Store(db)
     _, peaks = store.query(
-        "SELECT compiler, limit_ms, peak_qps, peak_low, probes FROM serving_peaks"
+        "SELECT compiler, limit_ms, peak_qps, peak_low, peak_high, method, probes "
+        "FROM serving_peaks"
     )
-    (compiler, limit, qps, low, probes), = peaks  # fmt: skip
-    assert compiler == "noop" and limit == 30 and probes == 5 and 0 <= low <= qps
-    _, probe_rows = store.query("SELECT probe, phase FROM serving ORDER BY probe")
+    (compiler, limit, qps, low, high, method, probes), = peaks  # fmt: skip
+    assert compiler == "noop" and limit == 30 and probes == 5
+    _, probe_rows = store.query(
+        "SELECT probe, phase, target_qps, verdict, latency_p99_hi_ms FROM serving ORDER BY probe"
+    )
     assert [r[0] for r in probe_rows] == [0, 1, 2, 3, 4]
     assert probe_rows[0][1] == "bracket" and probe_rows[-1][1] == "boundary"
+    # a lower bound is a rate a VALID probe showed to meet the limit (its p99 upper bound
+    # within), or none at all: NULL, said in words, never a bracket from 0
+    verified = [r[2] for r in probe_rows if r[3] == "VALID" and r[4] is not None and r[4] <= 30]
+    if method == "bracket":
+        below = [v for v in verified if high is None or v < high]
+        assert low == (max(below) if below else None)
+    assert low is None or 0 < low <= qps
+    if low is None:
+        assert "no lower bound): no VALID probe met p99 <= 30 ms" in out
+    assert "[0," not in out and "[0 " not in out
 
     # `ngb report serving` shows the search and its probes as stored, never recomputed
     report = CliRunner().invoke(
@@ -97,6 +112,46 @@ def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> No
     assert len(probe_lines) == 2
     report = CliRunner().invoke(cli, ["report", "serving", "--db", str(db), "--format", "markdown"])
     assert "latency counted from each request's scheduled time" in report.output
+
+
+def test_a_search_that_verified_no_rate_has_no_lower_bound_anywhere(tmp_path: Path) -> None:
+    """No probe verified a rate: QPS* has no lower bound -- NULL in the store, and every surface
+    (the search's line, the side-by-side line, the API, the report) says so in words, never as
+    a bracket from 0; a row stored as 0 before that reads the same."""
+    from ngb.sweeps.api.serving import Served
+    from ngb.sweeps.cli.serve import _side_by_side
+
+    outcome = unverified_peak()
+    assert outcome.peak is not None
+    high = outcome.peak.high
+    said = f"QPS* below {high:.4g} (no lower bound): no VALID probe met p99 <= 100 ms"
+    assert said in outcome.peak.describe()
+    served = Served("identity", outcome)
+    assert served.peak_interval == (None, high) and said in repr(served)
+    assert said in _side_by_side([served, Served("openvino", error="boom")])
+    assert served.to_dict()["peak"]["low"] is None  # type: ignore[index]
+    db = tmp_path / "r.duckdb"
+    store = Store(db)
+    save_run(store, "u1", [outcome], "localhost")
+    _, ((low, stored_high),) = store.query("SELECT peak_low, peak_high FROM serving_peaks")
+    assert low is None and stored_high == high
+
+    def report(fmt: str) -> str:
+        out = CliRunner().invoke(cli, ["report", "serving", "--db", str(db), "--format", fmt])
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    words = f"(below {high:.4g}, no lower bound: no VALID probe met p99 <= 100 ms)"
+    text = report("markdown")
+    assert words in text and "[0" not in text
+    assert "'no lower bound' = no probe verified any rate" in text
+    csv_lines = report("csv").splitlines()
+    header = next(line for line in csv_lines if line.startswith("device,point"))
+    assert "QPS* note" in header and "QPS* 95% lo" not in header
+    assert any(words in line for line in csv_lines)
+    with store.transaction() as conn:  # as a search stored before the fix wrote it
+        conn.execute("UPDATE serving_peaks SET peak_low = 0")
+    assert words in report("markdown")
 
 
 def test_the_serving_report_says_when_nothing_was_served(tmp_path: Path) -> None:

@@ -5,11 +5,15 @@ at 80 and at 120 columns ASE, BSR and the flags ran past the right edge (issue 4
 does not fit, the columns that matter for a verdict stay (compiler, batch and depth, throughput
 and speed-up, RTR/ASE/BSR and the flags); the model (the one chosen above the table) and the
 repetition count go, batch and depth share a column (``b×d``) and the long compiler names are
-abbreviated (each compiler's own ``short_name``). Then, while the table is still too wide,
-intervals give way in ``SHED_ORDER`` (RTR's first; the speed-up's never, the comparison the
-table is read for), each such cell keeping its value and verdict ("n.s.") as printed. ``fit``
-returns the note that says what went, so nothing disappears silently. Only the view changes:
-what stays of a cell is as ``results_data`` formatted it.
+abbreviated (each compiler's own ``short_name``; ``OV bf16`` for a series at another
+precision). Then, while the table is still too wide, intervals give way in ``SHED_ORDER``
+(RTR's first; the speed-up's never, the comparison the table is read for; top-1's last, the
+only interval its accuracy has, where the speed-up carries the throughput's comparison), each
+such cell keeping its value and verdict ("n.s.") as printed. ``fit`` returns the note that
+says what went, so nothing disappears silently. Only the view changes: what stays of a cell is
+as ``results_data`` formatted it. The accuracy columns (issue 42) sit after the speed-up, so at
+80 columns they stay in view even where a run at two precisions (its flags) makes the table
+scroll.
 """
 
 from __future__ import annotations
@@ -25,13 +29,20 @@ DROPPED = ("model", "n")
 SHORT_NAMES = {
     name: cls.short_name for name, cls in compiler_classes(include_internal=True).items()
 }
-HEADERS = {"compiler": "comp", "throughput [95%]": "tput", "speed-up [95%]": "speed-up"}
+HEADERS = {
+    "compiler": "comp",
+    "throughput [95%]": "tput",
+    "speed-up [95%]": "speed-up",
+    "top-1 [95%]": "top-1",
+    "agree [95%]": "agree",
+}
 SHORT_FLAGS = {"unstable": "unst", "disturbed": "dist"}
 #: the intervals that give way, first to last, while the table is too wide
-SHED_ORDER = ("RTR", "BSR", "ASE", "throughput [95%]")
+SHED_ORDER = ("RTR", "BSR", "ASE", "agree [95%]", "throughput [95%]", "top-1 [95%]")
 #: a column's padding in the table (Textual's DataTable: one cell each side)
 PADDING = 2
 KEYS = "b×d=batch×depth; eager=identity; unst=unstable"
+AGREE_KEY = "agree=% same top-1 as eager fp32"
 _INTERVAL = re.compile(r" \[[^\]]*\]")
 
 
@@ -68,14 +79,15 @@ def fit(
         return Fitted(list(columns), [list(r) for r in rows], set(numeric))
     shed: list[str] = []
     fitted = narrow(columns, rows, numeric, shed)
-    for name in SHED_ORDER:
+    for name in (n for n in SHED_ORDER if n in columns):
         if table_width(fitted.columns, fitted.rows) <= width:
             break
         shed.append(name)
         fitted = narrow(columns, rows, numeric, shed)
     short = [HEADERS.get(n, n) for n in shed]
     gone = f"; no interval on {', '.join(short)}" if short else ""
-    fitted.note = f"to fit: model, n hidden{gone} (a wider terminal shows them); {KEYS}"
+    keys = f"{KEYS}; {AGREE_KEY}" if "agree [95%]" in columns else KEYS
+    fitted.note = f"to fit: model, n hidden{gone} (a wider terminal shows them); {keys}"
     return fitted
 
 
@@ -108,8 +120,10 @@ def narrow(
 def _cell(row: Sequence[str], name: str, at: int | tuple[int, int], shed: Sequence[str]) -> str:
     if isinstance(at, tuple):
         return f"{row[at[0]]}×{row[at[1]]}"
-    if name == "compiler":
-        return SHORT_NAMES.get(row[at], row[at])
+    if name == "compiler":  # a series at another precision keeps it: "OV bf16"
+        compiler, _, precision = row[at].partition(" ")
+        short = SHORT_NAMES.get(compiler, compiler)
+        return f"{short} {precision}" if precision else short
     if name == "flags":
         return " ".join(SHORT_FLAGS.get(f, f) for f in row[at].split(" "))
     return without_interval(row[at]) if name in shed else row[at]

@@ -68,20 +68,33 @@ def family_of(row: TrialRow) -> str:
     return str(row.get("family") or row.get("model") or "?")
 
 
-def variant_of(row: TrialRow) -> str:
+#: between a model and its DLAS optimisation in the model selector ("digits-vgg · int8-cal")
+OPTIMISATION_JOIN = " · "
+
+
+def model_of(row: TrialRow) -> str:
+    """The model as the selector names it, without the optimisation."""
     if row.get("model") in BLOCK_MODELS:
         return f"{row['model']} w{row.get('width')}"
     return str(row.get("model"))
 
 
+def variant_of(row: TrialRow) -> str:
+    """The selector's entry of a row: the model, and its optimisation where it has one (each
+    DLAS optimisation is a model of its own here: its compilers side by side, identity under
+    the same optimisation as the baseline, its accuracy beside its speed)."""
+    optimisation = str(row.get("optimisation") or "none")
+    name = model_of(row)
+    return name if optimisation == "none" else f"{name}{OPTIMISATION_JOIN}{optimisation}"
+
+
+def model_part(variant: str) -> str:
+    """The model of a selector entry (what ``ngb advise`` answers are keyed by)."""
+    return variant.split(OPTIMISATION_JOIN, 1)[0]
+
+
 def ok_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
-    return [
-        r
-        for r in rows
-        if r.get("status", "ok") == "ok"
-        and throughput(r) is not None
-        and (r.get("optimisation") or "none") == "none"
-    ]
+    return [r for r in rows if r.get("status", "ok") == "ok" and throughput(r) is not None]
 
 
 def families(rows: Sequence[TrialRow]) -> list[str]:
@@ -90,11 +103,17 @@ def families(rows: Sequence[TrialRow]) -> list[str]:
 
 def variants(rows: Sequence[TrialRow], family: str) -> list[str]:
     found = {
-        variant_of(r): (r.get("width") or 0, str(r.get("model")))
+        variant_of(r): (str(r.get("model")), r.get("width") or 0, _optimisation_order(r))
         for r in rows
         if family_of(r) == family
     }
-    return sorted(found, key=lambda v: (found[v][1], found[v][0]))
+    return sorted(found, key=lambda v: found[v])
+
+
+def _optimisation_order(row: TrialRow) -> tuple[bool, str]:
+    """The model itself first, then its optimisations by name."""
+    optimisation = str(row.get("optimisation") or "none")
+    return (optimisation != "none", optimisation)
 
 
 def baseline_first(names: Iterable[str]) -> list[str]:
@@ -394,19 +413,50 @@ TABLE_COLUMNS = (
     "BSR",
     "flags",
 )
+#: accuracy beside throughput (issue 42), after the speed-up, where a row of the table carries
+#: ``extra["accuracy"]``: the compiled model's top-1 (%) on the labelled set with its Wilson
+#: interval, and its agreement (%) with eager fp32's top-1 on the same samples -- what a bf16 or
+#: int8 row's speed-up needs beside it. Absent where no row of the table has an accuracy pass.
+ACCURACY_COLUMNS = ("top-1 [95%]", "agree [95%]")
 #: columns whose cells are numbers (right-aligned, sorted numerically)
-NUMERIC_COLUMNS = frozenset(TABLE_COLUMNS[2:10])
+NUMERIC_COLUMNS = frozenset(TABLE_COLUMNS[2:10]) | frozenset(ACCURACY_COLUMNS)
+_AFTER = TABLE_COLUMNS.index("speed-up [95%]") + 1  # where the accuracy columns go
 
 
 def _text(value: Derived | None) -> str:
     return value.text() if value is not None and math.isfinite(value.value) else "--"
 
 
+def accuracy_cells(row: TrialRow) -> tuple[str, str]:
+    """The row's top-1 and agreement with eager fp32 as the reports print them (``derived``);
+    ``--`` where the trial ran no accuracy pass."""
+    return _text(derived.top1(row)), _text(derived.agreement(row))
+
+
+def results_table(
+    rows: Sequence[TrialRow], sel: Selection
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The Results table: its columns (``TABLE_COLUMNS``, with ``ACCURACY_COLUMNS`` after the
+    speed-up where a row shown carries accuracy) and ``metrics_table``'s rows to match."""
+    shown = _table_rows(rows, sel)
+    if not any(derived.top1(row) is not None for _, row in shown):
+        return TABLE_COLUMNS, [cells for cells, _ in shown]
+    columns = (*TABLE_COLUMNS[:_AFTER], *ACCURACY_COLUMNS, *TABLE_COLUMNS[_AFTER:])
+    return columns, [
+        (*cells[:_AFTER], *accuracy_cells(row), *cells[_AFTER:]) for cells, row in shown
+    ]
+
+
 def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, ...]]:
     """The same numbers as the charts and ``ngb report bsr``, each with its interval and
     verdict, one row per (variant, depth, compiler, batch): "n.s." marks a value whose printed
     interval includes 1, "≠prec" a ratio between results of different precisions."""
-    out: list[tuple[str, ...]] = []
+    return [cells for cells, _ in _table_rows(rows, sel)]
+
+
+def _table_rows(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[tuple[str, ...], TrialRow]]:
+    """``metrics_table``'s rows, each with the trial row it shows."""
+    out: list[tuple[tuple[str, ...], TrialRow]] = []
     for variant in variants(rows, sel.family):
         depths = sorted({_depth(r) for r in rows if variant_of(r) == variant})
         for depth in depths:
@@ -415,7 +465,7 @@ def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, .
             points = batch_points(ordered)
             base = per.get(BASELINE, {})
             for c, by_batch in points.items():
-                if sel.compilers and c not in sel.compilers:
+                if sel.compilers and c.split(" ")[0] not in sel.compilers:  # "openvino bf16"
                     continue
                 for b, p in sorted(by_batch.items()):
                     flags = list(derived.result_flags(p.row))
@@ -423,19 +473,18 @@ def metrics_table(rows: Sequence[TrialRow], sel: Selection) -> list[tuple[str, .
                         ran, other = derived.precision_of(p.row), derived.precision_of(base[b])
                         flags.append(f"{ran} vs {other}")
                     n = p.row.get("repetitions") or len(p.row.get("samples") or ()) or "?"
-                    out.append(
-                        (
-                            variant,
-                            c,
-                            str(b),
-                            str(depth),
-                            str(n),
-                            _text(p.throughput),
-                            _text(p.speedup),
-                            _text(p.rtr),
-                            _text(p.ase),
-                            _text(p.bsr),
-                            " ".join(flags),
-                        )
+                    cells = (
+                        variant,
+                        c,
+                        str(b),
+                        str(depth),
+                        str(n),
+                        _text(p.throughput),
+                        _text(p.speedup),
+                        _text(p.rtr),
+                        _text(p.ase),
+                        _text(p.bsr),
+                        " ".join(flags),
                     )
+                    out.append((cells, p.row))
     return out

@@ -67,7 +67,10 @@ class Served:
         return found.qps if found is not None else math.nan
 
     @property
-    def peak_interval(self) -> tuple[float, float]:
+    def peak_interval(self) -> tuple[float | None, float]:
+        """QPS*'s 95 % interval; its low end None where no probe verified a rate (no lower
+        bound, ``ngb.core.peak``), its high end infinite where none missed; NaN without a
+        search."""
         found = self.outcome.peak if self.outcome is not None else None
         return (found.low, found.high) if found is not None else (math.nan, math.nan)
 

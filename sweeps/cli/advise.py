@@ -1,13 +1,32 @@
 """``ngb advise``: what to deploy on a device (or each device of a group), from the store.
 
 The ranking, ties and constraints are ``ngb.sweeps.report.advise``'s; this module only parses
-options.
+options (``--max-drop``'s text: ``advise.parse_drop``).
 """
 
 from __future__ import annotations
 
 import click
 from ngb.sweeps.cli.options import NON_NEGATIVE, results_db_options
+
+
+class DropBound(click.ParamType):
+    """``--max-drop``: percentage points of top-1 (``1``, ``1%``, ``0.5%``), refused in one line
+    (NaN, the infinities, a sign, beyond 100, other text)."""
+
+    name = "points"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        from ngb.core.errors import ConfigError
+        from ngb.sweeps.report.advise import parse_drop
+
+        try:
+            return parse_drop(value if isinstance(value, str | float) else str(value))
+        except ConfigError as exc:
+            # after click's "Invalid value for '--max-drop':", without the name again
+            self.fail(str(exc).removeprefix("max-drop "), param, ctx)
 
 
 @click.command("advise")
@@ -19,14 +38,19 @@ from ngb.sweeps.cli.options import NON_NEGATIVE, results_db_options
 @click.option("--max-err", type=NON_NEGATIVE, help="Max abs error against eager at most.")
 @click.option("--max-mem-mb", type=NON_NEGATIVE, help="Peak memory at most (MB).")
 @click.option(
+    "--max-drop", type=DropBound(),
+    help="Top-1 accuracy drop at most, in percentage points (1, 1% or 0.5%): a row beyond it, "
+    "or with no accuracy measured, is refused.",
+)  # fmt: skip
+@click.option(
     "--objective", type=click.Choice(("throughput", "energy", "cost")), default="throughput",
     show_default=True, help="What to maximise (throughput) or minimise (energy, cost).",
 )  # fmt: skip
 @results_db_options
 def advise(
     model: str | None, sweep_run: str | None, device: str | None, group: str | None,
-    p99_ms: float | None, max_err: float | None, max_mem_mb: float | None, objective: str,
-    db: str | None, wait: float,
+    p99_ms: float | None, max_err: float | None, max_mem_mb: float | None,
+    max_drop: float | None, objective: str, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """The configuration to deploy for MODEL (or --sweep RUN's models) on --device or --group."""
     from ngb.core.errors import ConfigError
@@ -38,7 +62,7 @@ def advise(
         raise ConfigError("give a MODEL or --sweep RUN (one of them)")
     if (device is None) == (group is None):
         raise ConfigError("give --device NAME or --group NAME (one of them)")
-    limits = advice.Constraints(p99_ms, max_err, max_mem_mb, objective)
+    limits = advice.Constraints(p99_ms, max_err, max_mem_mb, objective, max_drop)
     members: list[str] = []
     slurm = False  # a member whose results are stored under its nodes
     if group is not None:

@@ -439,7 +439,10 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB") + _phases_text(result)),
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("allocator", str(result.extra.get("allocator", "-"))),
-        (f"max |err| vs {_reference_name(spec)}", _fmt(result.max_abs_err, ".3g")),
+        (
+            f"max |err| vs {_reference_name(spec)}",
+            _fmt(result.max_abs_err, ".3g") + _fidelity_text(result.extra.get("fidelity")),
+        ),
         ("energy", _energy_line(result)),
         ("params / MACs", f"{_fmt(result.params, ',')} / {_fmt(result.macs, ',')}"),
         ("threads", ", ".join(f"{k}={v}" for k, v in result.threads.items() if v is not None)),
@@ -463,6 +466,22 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         )
     for name, value in facts:
         console.print(f"[bold]{name}:[/] {value}", highlight=False)
+
+
+def _fidelity_text(fidelity: object) -> str:
+    """``; SQNR 42.1 dB, top-1 agreement 8/8`` on the verify batch (``measure.fidelity``)."""
+    if not isinstance(fidelity, dict):
+        return ""
+    parts = []
+    sqnr = fidelity.get("sqnr_db")
+    if fidelity.get("exact"):
+        parts.append("outputs equal")
+    elif isinstance(sqnr, int | float):
+        parts.append(f"SQNR {sqnr:.1f} dB")
+    share, rows = fidelity.get("top1_agreement"), fidelity.get("rows")
+    if isinstance(share, int | float) and isinstance(rows, int):
+        parts.append(f"top-1 agreement {round(share * rows)}/{rows}")
+    return f"; {', '.join(parts)}" if parts else ""
 
 
 def _time_part(result: TrialResult) -> str:

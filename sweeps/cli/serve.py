@@ -7,7 +7,6 @@ served, and the compilers side by side at the end (or one JSON object with ``--j
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import click
@@ -190,9 +189,8 @@ def _side_by_side(answers: list[object]) -> str:
             rows.append(f"{a.compiler:14} failed: {a.error}")
         elif o.peak is not None:
             p = o.peak
-            hi = f"{p.high:.4g}" if math.isfinite(p.high) else "inf"
             rows.append(
-                f"{a.compiler:14} QPS* {p.qps:8.4g} [{p.low:.4g}, {hi}]  ({len(p.probes)} probes,"
+                f"{a.compiler:14} {p.text()}  ({len(p.probes)} probes,"
                 f" {o.finished_at - o.started_at:.0f} s)"
             )
         elif o.summary is not None:

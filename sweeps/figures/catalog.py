@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
 from ngb.core.safe_files import write_atomic
-from ngb.sweeps.figures import series
+from ngb.sweeps.figures import dlas_curves, series, serving
 from ngb.sweeps.figures.data import FigureData, caption_facts
 from ngb.sweeps.figures.plot import FORMATS
 from ngb.sweeps.figures.spec import FigureSpec, HeatPanel
@@ -43,6 +43,14 @@ FIGURES: dict[str, tuple[Callable[[FigureData], FigureSpec], str]] = {
     "fig11-block-bsr": (series.block_bsr, "BSR of the blocks, width x batch (Fig. 11)"),
     "fig12-cpu": (series.cpu_usage, "CPU usage and its reduction vs eager (Fig. 12)"),
     "fig13-energy": (series.energy, "Energy per sample vs batch, where a meter was read"),
+    "fig14-serving-latency": (
+        serving.latency_vs_load,
+        "Latency under load: p99 [95 %] and p50 vs offered QPS per compiler (ngb serve --db)",
+    ),
+    dlas_curves.NAME: (
+        dlas_curves.accuracy_curves,
+        "Top-1 vs compression ratio per technique, elbows ringed (DLAS Fig. 3)",
+    ),
 }
 
 
@@ -88,9 +96,13 @@ def build_figure(name: str, data: FigureData) -> FigureSpec:
 
 
 def caption(spec: FigureSpec, data: FigureData) -> str:
-    """Title, what is shown, notes, then device / precision / repetitions / ngb version."""
+    """Title, what is shown, notes, then device / precision / repetitions / ngb version (or the
+    facts of what the figure is drawn from, where that is not trials: ``FigureSpec.facts``)."""
     parts = [spec.title + ".", spec.description]
     parts += [note.rstrip(".") + "." for note in spec.notes]
+    if spec.facts is not None:
+        parts.append(spec.facts)
+        return " ".join(parts)
     heat = bool(spec.panels) and all(isinstance(p, HeatPanel) for p in spec.panels)
     parts.append(caption_facts(data, spec.trials or data.trials(), heat=heat))
     return " ".join(parts)

@@ -107,6 +107,13 @@ def draw(spec: FigureSpec) -> Figure:
         else:
             _bars(ax, panel, handles)
     fig.suptitle(spec.title, fontsize=11)
+    if any(m for p in spec.panels if isinstance(p, LinePanel) for ln in p.lines for m in ln.ringed):
+        from matplotlib.lines import Line2D
+
+        handles[spec.ring_label] = Line2D(
+            [], [], marker="o", linestyle="none", markerfacecolor="none", color="black",
+            markersize=9,
+        )  # fmt: skip
     if handles:
         weak = any(
             w for p in spec.panels if isinstance(p, LinePanel) for ln in p.lines for w in ln.weak
@@ -208,6 +215,7 @@ def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
             marker=marker,
             markersize=4.5,
             linewidth=1.3,
+            linestyle="--" if line.dashed else "-",
             label=line.label,
         )
         if has_err:
@@ -230,6 +238,18 @@ def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
                 color=colour,
             )
         crossed = [(x, y) for x, y, m in zip(line.xs, line.ys, line.mismatch, strict=False) if m]
+        ringed = [(x, y) for x, y, m in zip(line.xs, line.ys, line.ringed, strict=False) if m]
+        if ringed:
+            ax.plot(
+                [p[0] for p in ringed],
+                [p[1] for p in ringed],
+                linestyle="none",
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgewidth=1.4,
+                color="black",
+            )
         if crossed:  # the reports' "≠prec": a ratio that includes the number format
             ax.plot(
                 [p[0] for p in crossed],
@@ -258,7 +278,14 @@ def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
         ax.legend(fontsize=7, frameon=False)
     if panel.reference is not None:
         ax.axhline(panel.reference, color="0.5", linestyle="--", linewidth=0.8)
-    if panel.logx:
+    if panel.logx and not panel.tick_every_x:
+        from matplotlib import ticker
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    elif panel.logx:
         ax.set_xscale("log", base=2)
         xs = sorted({x for ln in panel.lines for x in ln.xs})
         ax.set_xticks(xs, [f"{x:g}" for x in xs])

@@ -41,6 +41,9 @@ class Line:
     colour_key: str = ""  # the compiler: one colour per compiler across every figure
     # per point: a ratio between results of different precisions (the reports' "≠prec")
     mismatch: list[bool] = field(default_factory=list)
+    # per point: drawn inside a ring, a point the figure singles out (``FigureSpec.ring_label``)
+    ringed: list[bool] = field(default_factory=list)
+    dashed: bool = False  # a second series of the same compiler (the serving figure's p50)
 
 
 @dataclass
@@ -53,6 +56,8 @@ class LinePanel:
     logy: bool = False
     reference: float | None = None  # a dashed horizontal line (1.0 for speed-up and BSR)
     xticklabels: list[str] | None = None  # categorical x axis (xs are 0..n-1)
+    # a log x axis ticked at every x (batch sizes); False: 1-2-5 ticks (offered rates)
+    tick_every_x: bool = True
 
 
 @dataclass
@@ -101,3 +106,7 @@ class FigureSpec:
     panels: list[Panel] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     trials: list[FigureTrial] = field(default_factory=list)
+    ring_label: str = "ringed: singled out"  # the legend's words for ``Line.ringed`` points
+    # the caption's facts where the figure is not drawn from trials (the serving figure: its
+    # runs, ``figures.serving``); None: ``figures.data.caption_facts`` of ``trials``
+    facts: str | None = None

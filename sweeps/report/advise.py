@@ -6,8 +6,9 @@ user's constraints -- p99 latency <= ``p99_ms`` (its 95 % upper bound; the serve
 p99 under load where ``ngb serve --db`` stored one for the configuration, else the timed loop's
 per-call p99 on an idle device, and each answer says which: ``_check_p99``),
 max abs error against torch eager <= ``max_err`` (the baseline itself counts as 0), peak memory
-<= ``max_mem_mb`` (GPU memory on a GPU target, resident memory on a CPU) -- and the ones that
-pass are ranked by the objective:
+<= ``max_mem_mb`` (GPU memory on a GPU target, resident memory on a CPU), top-1 accuracy drop
+<= ``max_drop`` percentage points (``_check_drop``, issue 42) -- and the ones that pass are
+ranked by the objective:
 
 - throughput: samples/s, higher is better;
 - cost: cost per million inferences (``ngb.devices.pricing``; the price of the inventory entry
@@ -29,6 +30,23 @@ When nothing passes, the nearest configuration is named with the constraints it 
 smallest sum of relative excesses; an unrecorded value counts as a full miss). A tie comes with
 the sweep that would settle it: the tied configurations measured again to a tighter interval.
 
+The accuracy gate (``--max-drop``, in percentage points of top-1: ``1``, ``1%`` and ``0.5%``;
+absolute, so 97.2 % -> 96.2 % is a drop of 1 whatever the accuracy) judges each row's drop on
+the labelled set its accuracy pass ran (``extra["accuracy"]``, ``ngb.core.accuracy_stats``):
+
+- a ``none`` row: its drop against eager fp32 on the same samples (the pass's own paired record);
+- an optimised row (``prune-l1-0.9``, ``int8-cal``...): paired (McNemar, per-sample bits) against
+  the same model's ``none`` row under the same compiler on the same device (the same precision
+  and batch where stored), and against that row's eager fp32 answers -- both must be within the
+  bound, so neither a compiler's own loss nor the optimisation's hides behind the other.
+
+The rule: a row is refused when a drop's point estimate is beyond the bound (strictly); where it
+is within but its 95 % interval reaches past the bound, it passes flagged (the interval
+straddles the bound: more labelled samples would settle it). A row with no accuracy measured --
+no pass asked, a pass that failed (its one-line error is quoted), no ``none`` row with accuracy
+to pair an optimised row with -- is refused too: a gate never passes what it cannot judge. The
+answer names every row the gate refused and why, one line each, best-ranked first.
+
 Each model and device is read with a query of its own (``ReportData.trials_of``); past
 ``ONE_BY_ONE`` answers (``--sweep`` over a store of many models) all are read in one pass over
 the trials, sorted by model and device (``ReportData.streamed``), rather than a query of the
@@ -41,17 +59,19 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ngb.core import percentiles
+from ngb.core import accuracy_stats, percentiles
 from ngb.core.errors import ConfigError
+from ngb.core.peak import star_text
 from ngb.core.types import BLOCK_MODELS, PRECISIONS
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report.deploy import cost_cell, energy_cell
 from ngb.sweeps.report.numbers import format_interval, format_value
 from ngb.sweeps.report.paper import throughput_cell
-from ngb.sweeps.rows import StoreRow, TrialRow
+from ngb.sweeps.rows import StoreRow, TrialRow, mapping
 
 OBJECTIVES = ("throughput", "energy", "cost")
 #: answers read a query each; more are read in one pass over the trials (``advise``)
@@ -64,6 +84,7 @@ class Constraints:
     max_err: float | None = None
     max_mem_mb: float | None = None
     objective: str = "throughput"
+    max_drop: float | None = None  # top-1 drop, percentage points (``parse_drop``)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -74,6 +95,34 @@ class Constraints:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name.replace('_', '-')} must be a number >= 0, got {value}")
+        if self.max_drop is not None:
+            parse_drop(self.max_drop)  # the same one line as the option's
+
+
+#: ``--max-drop``'s text: a plain decimal number, an optional ``%``, spaces (no sign, no nan/inf)
+_DROP_TEXT = re.compile(r" *((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?) *%? *")
+
+
+def parse_drop(value: str | float) -> float:
+    """``--max-drop``'s bound in percentage points of top-1: ``1``, ``1%`` and ``0.5%`` (a point
+    is absolute: 97.2 % -> 96.2 % drops 1). NaN, the infinities, a sign, anything outside 0..100
+    and any other text are refused in one line."""
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and (found := _DROP_TEXT.fullmatch(value)):
+        number = float(found.group(1))
+    if not (math.isfinite(number) and 0.0 <= number <= 100.0):
+        shown = value if isinstance(value, str) else f"{value}"
+        raise ConfigError(
+            "max-drop must be percentage points of top-1 accuracy from 0 to 100 "
+            f"(1, 1% or 0.5%), got {shown!r}"
+        )
+    return number
+
+
+def _points(bound: float) -> str:
+    return f"{bound:g} point" + ("" if bound == 1 else "s")
 
 
 @dataclass
@@ -85,6 +134,8 @@ class Candidate:
     misses: list[str] = field(default_factory=list)  # constraints it does not meet, in words
     excess: float = 0.0  # sum of relative excesses over the limits (0 = meets them all)
     p99_source: str = ""  # which p99 the limit was checked on, in words
+    refused_for: str = ""  # why the accuracy gate refused it (``--max-drop``), in words
+    accuracy: str = ""  # its accuracy as the gate judged it, in words (shown for the choice)
 
     @property
     def label(self) -> str:
@@ -120,8 +171,18 @@ def _number(value: object) -> float | None:
     return float(value) if finite(value) else None
 
 
-def _check(c: Candidate, limits: Constraints, baseline: str, data: ReportData) -> None:
+def _check(
+    c: Candidate,
+    limits: Constraints,
+    baseline: str,
+    data: ReportData,
+    rows: list[TrialRow] | None = None,
+) -> None:
+    """The constraints on ``c``; ``rows``: its model's rows on its device (the accuracy gate
+    pairs an optimised row with the ``none`` row among them)."""
     row = c.row
+    if limits.max_drop is not None:
+        _check_drop(c, limits.max_drop, rows if rows is not None else [row])
     err = 0.0 if row["compiler"] == baseline else row.get("max_abs_err")
     if limits.p99_ms is not None:
         runs, peaks = data.serving(str(row["device"]))
@@ -173,6 +234,119 @@ def _check_p99(c: Candidate, limit: float) -> None:
         c.excess += (point - limit) / limit if limit > 0 else 1.0
 
 
+def _accuracy(row: TrialRow) -> Mapping[str, object]:
+    return mapping(mapping(row.get("extra")).get("accuracy"))
+
+
+@dataclass(frozen=True)
+class _Drop:
+    """One judged drop: points (percentage points of top-1) with its 95 % interval."""
+
+    points: float
+    low: float
+    high: float
+    against: str  # what it is measured against, in words
+
+
+def _drop_of(record: Mapping[str, object], against: str) -> _Drop | None:
+    drop, ci = _number(record.get("drop")), record.get("drop_ci")
+    if drop is None or not isinstance(ci, list) or len(ci) != 2:
+        return None
+    low, high = _number(ci[0]), _number(ci[1])
+    if low is None or high is None:
+        return None
+    return _Drop(100 * drop, 100 * low, 100 * high, against)
+
+
+def _unoptimised(row: TrialRow, rows: list[TrialRow]) -> list[TrialRow]:
+    """The same model's ``none`` rows under the row's compiler (the rows are one model on one
+    device) that carry accuracy: the same precision and batch first."""
+    ran, batch = precision_of(row), row.get("batch")
+    found = [
+        r
+        for r in rows
+        if (r.get("optimisation") or "none") == "none"
+        and r.get("compiler") == row.get("compiler")
+        and _accuracy(r)
+    ]
+    return sorted(found, key=lambda r: (precision_of(r) != ran, r.get("batch") != batch))
+
+
+def _drops(row: TrialRow, rows: list[TrialRow]) -> tuple[list[_Drop], str]:
+    """The drops the gate judges for ``row`` (see the module docstring), or why there are none."""
+    record = _accuracy(row)
+    if not record:
+        error = mapping(row.get("extra")).get("accuracy_error")
+        why = f" (its pass failed: {error})" if isinstance(error, str) and error else ""
+        return [], f"no accuracy measured{why}"
+    if (row.get("optimisation") or "none") == "none":
+        own = _drop_of(record, "against eager fp32")
+        return ([own], "") if own else ([], "no accuracy drop recorded")
+    for base in _unoptimised(row, rows):
+        base_record = _accuracy(base)
+        paired = accuracy_stats.between(base_record, record)
+        if paired is None:
+            continue
+        name = f"{base['compiler']} {precision_of(base)} b{base['batch']} none"
+        found = [_drop_of(paired, f"against {name} (paired)")]
+        eager = {**base_record, "correct": base_record.get("eager_correct")}
+        total = accuracy_stats.between(eager, record)
+        if total is not None:
+            found.append(_drop_of(total, "against eager fp32"))
+        return [d for d in found if d is not None], ""
+    return [], (
+        f"no accuracy measured: no {row['compiler']} none row with accuracy on the same samples "
+        "to pair it with"
+    )
+
+
+def _check_drop(c: Candidate, bound: float, rows: list[TrialRow]) -> None:
+    """Top-1 drop <= ``bound`` points on each drop ``_drops`` finds: refused where a point
+    estimate is beyond it, flagged where only an interval reaches past it; refused where
+    nothing could be judged (the module docstring)."""
+    drops, missing = _drops(c.row, rows)
+    if missing:
+        c.refused_for = missing
+        c.misses.append(missing)
+        c.excess += 1.0
+        return
+    record = _accuracy(c.row)
+    samples = f"{record.get('samples')} samples"
+    eps = 1e-9  # a drop printed as the bound is within it: "beyond" is strictly greater
+
+    def shown(d: _Drop) -> str:
+        # as the reports print it (``ngb report accuracy``): the bounds rounded outwards
+        text = format_interval(d.points, d.low, d.high)
+        if d.points > bound + eps and float(text.split(" ")[0]) <= bound:
+            text = f"{d.points:.4g} ({text})"  # rounded onto the bound: the digits that differ
+        return f"{text} points {d.against}"
+
+    beyond = [d for d in drops if d.points > bound + eps]
+    if beyond:
+        straddles = any(d.low <= bound + eps for d in beyond)
+        why = "; its 95 % interval straddles the bound" if straddles else ""
+        miss = (
+            f"accuracy drop {' and '.join(shown(d) for d in beyond)} > {_points(bound)} "
+            f"({samples}{why})"
+        )
+        c.refused_for = miss
+        c.misses.append(miss)
+        c.excess += max((d.points - bound) / bound if bound > 0 else 1.0 for d in beyond)
+        return
+    flagged = any(d.high > bound + eps for d in drops)
+    top1 = derived.top1(c.row)  # the reports' cell: Wilson's interval, printed as they print it
+    head = f"top-1 {top1.text()} %; " if top1 is not None else ""
+    c.accuracy = (
+        f"{head}drop {', '.join(shown(d) for d in drops)} ({samples}): within {_points(bound)}"
+        + (
+            "; flagged: its 95 % interval reaches past the bound (more labelled samples would "
+            "settle it)"
+            if flagged
+            else ""
+        )
+    )
+
+
 def _same_point(trial: TrialRow, served: StoreRow) -> bool:
     """A serving row of the trial's configuration (``ngb.sweeps.store.serving``)."""
     names = ("model", "width", "depth", "batch", "compiler", "target")
@@ -199,9 +373,11 @@ def _check_server_p99(
     c.p99_source = f"p99 under load (server scenario at {qps:g} QPS, run {r['run_id']}): {shown}"
     same_limit = [p for p in peaks if math.isclose(float(_number(p["limit_ms"]) or 0.0), limit)]
     if same_limit:
-        peak = [_number(same_limit[0][n]) for n in ("peak_qps", "peak_low", "peak_high")]
-        star, lo, hi = (math.inf if v is None else v for v in peak)
-        c.p99_source += f"; QPS* {star:.4g} [{lo:.4g}, {hi:.4g}] for p99 <= {limit:g} ms"
+        row = same_limit[0]
+        star = _number(row["peak_qps"])
+        if star is not None:  # one wording on every surface, a missing bound said in words
+            low_q, high_q = _number(row["peak_low"]), _number(row["peak_high"])
+            c.p99_source += "; " + star_text(star, low_q, high_q, limit)
     if not within:
         c.misses.append(f"p99 under load may be {high:.3g}ms > {limit:g}ms at {qps:g} QPS")
         c.excess += (high - limit) / limit if limit > 0 else 1.0
@@ -286,7 +462,7 @@ def advise_one(
         for r in rows
     ]
     for c in cands:
-        _check(c, limits, baseline, data)
+        _check(c, limits, baseline, data, rows)
     if objective == "cost" and all(data.price_for(r) is None for r in rows):
         advice.lines.append(
             f"{model} on {device}: no price_per_hour for {device} in the inventory: "
@@ -318,6 +494,7 @@ def advise_one(
         )
         if nearest.p99_source:
             advice.lines.append(f"  {nearest.p99_source}")
+        advice.lines.extend(_refused(scored, rank, objective))
         return advice
     best = passing[0]
     advice.choice = best
@@ -330,6 +507,8 @@ def advise_one(
     )
     if best.p99_source:
         advice.lines.append(f"  {best.p99_source}")
+    if best.accuracy:
+        advice.lines.append(f"  accuracy: {best.accuracy}")
     if advice.tied:
         labels = [best.label, *(c.label for c in advice.tied)]
         names = ", ".join(labels[:-1]) + " and " + labels[-1]
@@ -339,14 +518,29 @@ def advise_one(
     caution = _caution(best, rows)
     if caution:
         advice.lines.append(caution)
+    advice.lines.extend(_refused(scored, rank, objective))
     ran = precision_of(best.row)
     if ran not in ("fp32", "?"):
         err = best.row.get("max_abs_err")
+        agree = derived.agreement(best.row)  # the same top-1 as eager fp32, on labelled data
+        said = [f"max abs err {err:.3g} against eager" if finite(err) else ""]
+        said.append(f"top-1 agreement with eager fp32 {agree.text()} %" if agree else "")
+        shown = "; ".join(s for s in said if s)
         advice.lines.append(
-            f"  changes precision: runs {ran}, not fp32"
-            + (f" (max abs err {err:.3g} against eager)" if finite(err) else "")
+            f"  changes precision: runs {ran}, not fp32" + (f" ({shown})" if shown else "")
         )
     return advice
+
+
+def _refused(
+    scored: list[Candidate], rank: Callable[[Candidate], float], objective: str
+) -> list[str]:
+    """One line per row the accuracy gate refused, best-ranked first: which and why."""
+    refused = sorted((c for c in scored if c.refused_for), key=rank)
+    return [
+        f"  refused: {c.label} ({_fmt(c.value(objective), _unit(objective))}): {c.refused_for}"
+        for c in refused
+    ]
 
 
 def _caution(best: Candidate, rows: list[TrialRow]) -> str:
@@ -443,6 +637,7 @@ def render(advices: list[Advice], limits: Constraints, data: ReportData) -> str:
         f"p99 <= {limits.p99_ms:g} ms" if limits.p99_ms is not None else "",
         f"max abs err <= {limits.max_err:g}" if limits.max_err is not None else "",
         f"memory <= {limits.max_mem_mb:g} MB" if limits.max_mem_mb is not None else "",
+        f"top-1 drop <= {_points(limits.max_drop)}" if limits.max_drop is not None else "",
     ]
     head = f"objective: {limits.objective}; constraints: " + (
         ", ".join(g for g in given if g) or "none"

@@ -13,6 +13,10 @@
   significant only when both orders are (the 95 % interval of T_A/T_B under the
   baseline and of T_B/T_A under the compiler each excludes 1, ``ngb.sweeps.report.derived``);
   otherwise it is listed as n.s.
+
+The dlas report's accuracy tables (the paper's Tables 2/5, the compiled model's accuracy per
+compiler, observation I's rank correlations) are ``ngb.sweeps.report.dlas_accuracy`` and
+``ngb.sweeps.report.dlas_ranks``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ngb.core.optimise import percent_of_expected
-from ngb.sweeps.report import derived
+from ngb.sweeps.report import derived, dlas_accuracy, dlas_ranks
 from ngb.sweeps.report.data import (
     PrecisionMarks,
     Report,
@@ -110,6 +114,14 @@ def dlas(data: ReportData) -> Report:
             ]
         table.rows.append(line)
     marks.add_note(table)
+    # DLAS's first half (issue 42), each table only where its facts were stored
+    trials = data.trials()
+    extra = (
+        dlas_accuracy.elbow_table(trials),
+        dlas_accuracy.compiled_table(data, trials),
+        dlas_ranks.observation_one(trials),
+    )
+    report.tables += [t for t in extra if t is not None]
     return report
 
 

@@ -1,10 +1,11 @@
 """``ngb report serving``: what ``ngb serve --db`` stored, compilers side by side (issue 43).
 
-- Peak QPS under a p99 bound: one row per peak search (``serving_peaks``): the highest offered
-  rate whose p99 upper bound met the limit, QPS* [its 95 % interval], how it was found (the
-  probes it took and the seconds) and the capacity the closed-loop start measured. The rows of
-  one point (device, model, batch, scenario, limit) follow each other, one per compiler, so the
-  compilers read side by side.
+- Peak QPS under a p99 bound: one row per peak search (``serving_peaks``): QPS* [its 95 %
+  interval] -- "6.9 (below 7.8, no lower bound: no VALID probe met p99 <= 30 ms)" where no probe
+  verified a rate, never a bracket from 0 -- how it was found (the probes it took and the
+  seconds) and the capacity the closed-loop start measured. The rows of one point (device,
+  model, batch, scenario, limit) follow each other, one per compiler, so the compilers read side
+  by side.
 - Serving runs: every run at one offered rate (``serving``: a single ``ngb serve`` or one probe
   of a search): offered and achieved rates, p50 / p99 [their intervals] counted from each
   request's *scheduled* time (a stall is not hidden), the issuing thread's lag p99, and the
@@ -35,10 +36,13 @@ RUN_COLUMNS = (
 )
 _NOTE = (
     "latency counted from each request's scheduled time (open loop: a stall delays every request "
-    "scheduled during it); [low, high] = 95 % interval; QPS* = the highest offered rate whose p99 "
-    "upper bound met the limit (method: how the search ended); 'no bound' = the p99 has no upper "
-    "bound, and the verdict says why (too few requests past it for LoadGen's early-stopping "
-    "count, or stretches of the run that differ too much)"
+    "scheduled during it); [low, high] = 95 % interval; QPS* = the offered rate at which the p99 "
+    "reaches the limit (method line: a fit pooling the probes near it; bracket: from the highest "
+    "rate a VALID probe verified, its p99 upper bound within the limit, to the lowest that "
+    "missed); 'no lower bound' = no probe verified any rate, so QPS* is only the sample p99s' "
+    "estimate, below the rate shown; 'no bound' = the p99 has no upper bound, and the verdict "
+    "says why (too few requests past it for LoadGen's early-stopping count, or stretches of the "
+    "run that differ too much)"
 )
 
 
@@ -104,6 +108,24 @@ def _interval(value: object, low: object, high: object, note: str = "") -> Cell 
     return Cell(v, None, note, number(low), number(high))
 
 
+def _star(r: Mapping[str, object]) -> Cell | None:
+    """QPS* [its interval]; a missing bound said in words, never a bracket from 0 (no probe
+    verified a rate: ``ngb.core.peak``)."""
+    value, low, high = (number(r[n]) for n in ("peak_qps", "peak_low", "peak_high"))
+    if value is None:
+        return None
+    if low is not None and low <= 0:  # a row stored before ``low`` could be None: the same
+        low = None
+    if low is not None and high is not None:
+        return Cell(value, None, "", low, high)
+    limit = f"p{(number(r.get('q')) or 0.99) * 100:g} <= {number(r['limit_ms']) or 0:g} ms"
+    if low is not None:
+        return Cell(value, note=f"[{low:.4g}, unbounded]: no probe missed {limit}")
+    if high is not None:
+        return Cell(value, note=f"(below {high:.4g}, no lower bound: no VALID probe met {limit})")
+    return Cell(value, note=f"(not bracketed: no VALID probe met {limit}, none missed it)")
+
+
 def _peak_table(peaks: Sequence[StoreRow]) -> Table:
     table = Table(
         "Peak QPS under a p99 bound (ngb serve --find-peak)",
@@ -130,7 +152,7 @@ def _peak_table(peaks: Sequence[StoreRow]) -> Table:
                 number(r["limit_ms"]),
                 r["compiler"],
                 r.get("precision") or "?",
-                _interval(r["peak_qps"], r["peak_low"], r["peak_high"]),
+                _star(r),
                 r.get("method") or "",
                 r["probes"],
                 _rounded(r["search_s"], 1),

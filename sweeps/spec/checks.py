@@ -103,6 +103,7 @@ def check_trial(spec: TrialSpec, where: str = "trial") -> TrialSpec:
         )
     parse_device(spec.device, f"{where}: device")
     check_optimisation(spec.optimisation, f"{where}: optimisation")
+    check_zoo_only(spec, where)
     _check_options(spec.compiler, spec.compiler_options, f"{where}: {spec.compiler} options")
     return spec
 
@@ -113,15 +114,20 @@ def parse_device(value: object, where: str) -> str:
     return value
 
 
-def parse_measure_table(value: object, where: str) -> dict[str, JsonValue]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    valid = [f.name for f in fields(MeasureSettings)]
-    types_ = typing.get_type_hints(MeasureSettings)
+def _check_settings(value: Mapping[str, object], settings: type, where: str) -> None:
+    """Every key of a settings table is a field of ``settings``, of that field's type."""
+    valid = [f.name for f in fields(settings)]
+    types_ = typing.get_type_hints(settings)
     for key in value:
         if key not in valid:
             raise unknown_key(where, key, valid)
         _check_setting_type(key, value[key], types_[key], where)
+
+
+def parse_measure_table(value: object, where: str) -> dict[str, JsonValue]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _check_settings(value, MeasureSettings, where)
     try:
         MeasureSettings.from_dict(value)
     except ConfigError as exc:
@@ -131,16 +137,24 @@ def parse_measure_table(value: object, where: str) -> dict[str, JsonValue]:
 
 def accuracy_table(value: object, where: str, base: Path | None = None) -> dict[str, JsonValue]:
     """An ``[accuracy]`` table (or a bare data reference) as the trial's ``measure.accuracy``:
-    its file made absolute from ``base`` (the sweep's folder, the cwd), which must exist. The
+    its file made absolute from ``base`` (the sweep's folder, the cwd), which must exist, and
+    hashed now as the artifact that carries it to a device (an ``.npz``, a ``file.py:loader``'s
+    folder: ``ngb.core.labelled_files``; a sweep read again hashes it again, as its models). The
     data themselves are read by ``check_accuracy_data`` (a loader is the user's code)."""
     from ngb.core.labelled_data import resolve
+    from ngb.core.labelled_files import artifact_for
     from ngb.core.types import AccuracySettings
 
     try:
         settings = AccuracySettings.of(value)
-        return {"data": resolve(settings.data, base)}
+        data = resolve(settings.data, base)
+        artifact = artifact_for(data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    if artifact is None:
+        return {"data": data}
+    shipped: dict[str, JsonValue] = {k: str(v) for k, v in artifact.to_dict().items()}
+    return {"data": data, "artifact": shipped}
 
 
 def check_accuracy_data(data: str, where: str) -> str:
@@ -158,6 +172,43 @@ def check_accuracy_data(data: str, where: str) -> str:
 def parse_measure(value: Mapping[str, object], where: str) -> MeasureSettings:
     """Measure settings from a table (a sweep's or the command line's), strictly typed."""
     return MeasureSettings.from_dict(parse_measure_table(value, where))
+
+
+def parse_serve_table(value: object, where: str) -> dict[str, JsonValue]:
+    """A sweep's ``[serve]`` table: every trial served under load instead of timed (issue 43).
+    Keys and kinds as ``ngb.core.serve.ServeSettings`` has them (NaN, infinity, a string where
+    a number belongs: refused here), then its own checks (scenario, positive rates, ...)."""
+    from ngb.core.serve import ServeSettings
+
+    if not isinstance(value, Mapping):
+        raise ConfigError(f'{where} must be a table, e.g. [serve] with scenario = "server"')
+    _check_settings(value, ServeSettings, where)
+    types_ = typing.get_type_hints(ServeSettings)
+    # qps = 50 and qps = 50.0 are one setting, and one trial key
+    table: dict[str, JsonValue] = {
+        k: float(v) if _takes_float(types_[k]) and type(v) is int else v for k, v in value.items()
+    }
+    try:
+        ServeSettings.of(table)
+    except ConfigError as exc:  # said as ``ngb serve``'s options: named as the table's keys
+        said = str(exc)
+        for flag, key in _SERVE_FLAGS:
+            said = said.replace(flag, key)
+        raise ConfigError(f"{where}: {said}") from None
+    return table
+
+
+_SERVE_FLAGS = (
+    ("--find-peak --p99-ms X", "find_peak = true and p99_ms = X"),
+    ("--find-peak", "find_peak = true"),
+    ("--p99-ms X", "p99_ms = X"),
+    ("--qps", "qps = X"),
+)
+
+
+def _takes_float(annotation: object) -> bool:
+    allowed = set(typing.get_args(annotation)) if _is_union(annotation) else {annotation}
+    return float in allowed
 
 
 def _check_setting_type(key: str, value: object, annotation: object, where: str) -> None:
@@ -216,6 +267,22 @@ def check_optimisation(name: str, where: str) -> None:
         parse(name)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def check_zoo_only(spec: TrialSpec, where: str) -> None:
+    """``int8-cal`` and ``elbow-*`` need a model that carries its training data (the DLAS zoo,
+    ``ngb.core.dlas_zoo``): a timm model, a block or a model file never does, so say it here
+    rather than after a device has built the model. A python factory may return a zoo model, so
+    it is left to the trial."""
+    from ngb.core.optimise import ZOO_ONLY, parse
+
+    kind = parse(spec.optimisation).kind
+    source = spec.source or {}
+    if kind in ZOO_ONLY and source.get("kind") != "python":
+        raise ConfigError(
+            f"{where}: optimisation {spec.optimisation!r} needs a DLAS zoo model (source = "
+            f'"ngb.core.dlas_zoo:digits_net"); {spec.model!r} carries no training data'
+        )
 
 
 def parse_compiler_options(value: object, where: str) -> dict[str, dict[str, JsonValue]]:

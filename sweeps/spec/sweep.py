@@ -39,6 +39,9 @@ names the compiler that reports measure speed-up, BSR and depth against (default
 ``[accuracy]`` (``data = "digits"``, an ``.npz`` file or a ``module:loader`` / ``file.py:loader``,
 relative to the sweep's folder) runs every trial's compiled model over that labelled set after its
 timed loops (``ngb.core.accuracy_pass``); it becomes each trial's ``measure.accuracy``.
+``[serve]`` (``scenario = "server"``, ``qps = 50``, ``duration_s = 30``, ``p99_ms``,
+``find_peak``, ``probe_s``, ...: ``ngb.core.serve.ServeSettings``) serves every trial under load
+instead of timing it (``ngb.core.serve_trial``; stored as ``serving`` rows, issue 43).
 
 Why matrices: the paper's grids are rectangular per family, and one product per table keeps the
 file short while still allowing blocks and timm models side by side. Axis values may be written as
@@ -74,9 +77,11 @@ from ngb.sweeps.spec.checks import (
     check_compiler,
     check_optimisation,
     check_sweep_name,
+    check_zoo_only,
     parse_compiler_options,
     parse_device,
     parse_measure_table,
+    parse_serve_table,
     unknown_key,
 )
 
@@ -95,6 +100,7 @@ _TOP_KEYS = (
     "baseline",
     "measure",
     "accuracy",
+    "serve",
     "compiler_options",
     "models",
     "matrix",
@@ -163,6 +169,8 @@ class Sweep:
     # [[models]]: name -> ModelSource JSON, and the tables as to_toml writes them back
     model_sources: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
     model_tables: tuple[Mapping[str, JsonValue], ...] = ()
+    # [serve]: every trial served under load (ngb.core.serve.ServeSettings), None: timed
+    serve: Mapping[str, JsonValue] | None = None
 
     @property
     def measure_settings(self) -> MeasureSettings:
@@ -171,7 +179,12 @@ class Sweep:
     def trials(self) -> list[TrialSpec]:
         """Every trial, in a fixed order, each key once (first occurrence wins)."""
         seen: dict[str, TrialSpec] = {}
-        for matrix in self.matrices:
+        serve = None
+        if self.serve is not None:
+            from ngb.core.serve import ServeSettings
+
+            serve = ServeSettings.of(self.serve)
+        for index, matrix in enumerate(self.matrices):
             measure = MeasureSettings.from_dict({**self.measure, **matrix.measure})
             device = matrix.device or self.device
             axes = [getattr(matrix, name) for name in _AXES]
@@ -188,7 +201,9 @@ class Sweep:
                     compiler_options=options,
                     measure=measure,
                     source=self.model_sources.get(point["model"]),
+                    serve=serve,
                 )
+                check_zoo_only(spec, f"matrix[{index}]")
                 seen.setdefault(spec.key, spec)
         return list(seen.values())
 
@@ -232,6 +247,8 @@ class Sweep:
             out["baseline"] = self.baseline
         if self.measure:
             out["measure"] = dict(self.measure)
+        if self.serve is not None:
+            out["serve"] = dict(self.serve)
         if self.compiler_options:
             out["compiler_options"] = {k: dict(v) for k, v in self.compiler_options.items()}
         if self.model_tables:
@@ -251,8 +268,9 @@ class Sweep:
             for k, v in data.items()
             if not isinstance(v, Mapping | list)
         ]
-        if "measure" in data:
-            lines += ["", "[measure]", *_toml_pairs(data["measure"])]
+        for section in ("measure", "serve"):
+            if section in data:
+                lines += ["", f"[{section}]", *_toml_pairs(data[section])]
         for compiler, options in _toml_items(data.get("compiler_options")):
             lines += ["", f"[compiler_options.{_toml_key(compiler)}]", *_toml_pairs(options)]
         for header, key in (("[[models]]", "models"), ("[[matrix]]", "matrix")):
@@ -342,6 +360,7 @@ def parse_sweep(
         data.get("compiler_options", {}), f"{source}: [compiler_options]"
     )
     baseline = check_compiler(data.get("baseline", DEFAULT_BASELINE), f"{source}: baseline")
+    serve = parse_serve_table(data["serve"], f"{source}: [serve]") if "serve" in data else None
     from ngb.sweeps.spec.models import parse_models
 
     model_sources, model_tables = parse_models(
@@ -367,6 +386,7 @@ def parse_sweep(
         baseline=baseline,
         model_sources=model_sources,
         model_tables=model_tables,
+        serve=serve,
     )
     try:
         sweep.trials()  # catches what only a combination can break (e.g. an option type)

@@ -7,7 +7,8 @@ transaction. Batches go in as Arrow tables, which DuckDB appends without per-row
 Ingest is idempotent: a result already stored for (run_id, device, key) is skipped together with
 its measurements and CPU samples (checked inside the writer's transaction, and DuckDB admits one
 writer process), so ingesting the same checkpoint twice (e.g. after a reconnect) stores every
-trial exactly once.
+trial exactly once. A sweep's finished serving trial (``[serve]``) is no ``trials`` row: its
+outcome goes to ``serving`` / ``serving_peaks``, also once (``ngb.sweeps.store.serving_ingest``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
+from ngb.core.serve_trial import EXTRA as SERVED
 from ngb.core.types import BLOCK_MODELS, TrialResult
 from ngb.sweeps.rows import Event
 from ngb.sweeps.store import profile_rows, schema
 from ngb.sweeps.store import provenance as provenance_rows
 from ngb.sweeps.store.result_store import ErrorRow, IngestBatch
+from ngb.sweeps.store.timestamps import now as now  # re-exported
+from ngb.sweeps.store.timestamps import to_datetime as to_datetime  # re-exported
 
 if TYPE_CHECKING:
     import duckdb
@@ -103,15 +106,6 @@ def _stats(result_stats: object) -> dict[str, object]:
     return dict(vars(result_stats))
 
 
-def now() -> datetime:
-    return to_datetime(time.time())
-
-
-def to_datetime(seconds: float) -> datetime:
-    """A naive UTC datetime (DuckDB TIMESTAMP), the way every timestamp here is stored."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
-
-
 # ---------------------------------------------------------------- rows and appends
 
 
@@ -163,15 +157,17 @@ def ingest_result_groups(
     table, not eight per device (a live flush of 128 devices' results cost ~10 ms a device);
     a trial already stored for (run, device, key) is skipped. Returns the trials stored."""
     wanted: list[tuple[str, str, dict[str, TrialResult]]] = []
+    served = 0
     for (run_id, device), results in groups.items():
         batch: dict[str, TrialResult] = {}
         for item in results:
             result = item if isinstance(item, TrialResult) else TrialResult.from_dict(item)
             batch.setdefault(result.key, result)  # the first copy of a key wins
+        served += _take_served(conn, run_id, device, batch)
         if batch:
             wanted.append((run_id, device, batch))
     if not wanted:
-        return 0
+        return served
     stored = _stored_keys(conn, [(r, d, key) for r, d, batch in wanted for key in batch])
     # copies whose ``extra`` the takers below may empty: the caller's results keep theirs (the
     # API returns the very result it stored, whose profile vanished from ``extra`` once stored)
@@ -182,7 +178,7 @@ def ingest_result_groups(
                       if (run_id, device, key) not in stored])
     ]  # fmt: skip
     if not fresh_groups:
-        return 0
+        return served
     now_us = _ts(time.time())
     # package lists leave the trials' extra for `environments`, once per hash (issue 35)
     every = [r for _, _, fresh in fresh_groups for r in fresh]
@@ -222,7 +218,21 @@ def ingest_result_groups(
     for table, parts in per_trial.items():
         if parts:
             _append(conn, table, pa.concat_tables(parts))
-    return len(every)
+    return len(every) + served
+
+
+def _take_served(
+    conn: duckdb.DuckDBPyConnection, run_id: str, device: str, batch: dict[str, TrialResult]
+) -> int:
+    """A sweep's finished serving trials leave ``batch`` for the serving tables, not
+    ``trials`` (``ngb.sweeps.store.serving_ingest`` says why); the number stored there."""
+    keys = [k for k, r in batch.items() if r.ok and SERVED in r.extra]
+    if not keys:
+        return 0
+    from ngb.sweeps.store.serving_ingest import is_served, store_served
+
+    taken = [batch.pop(k) for k in keys if is_served(batch[k])]
+    return store_served(conn, run_id, device, taken)
 
 
 def _stored_keys(

@@ -384,7 +384,7 @@ class ResultsScreen(ConsoleScreen):
         tab = self.active_tab()
         sel = self.selection()
         self.query_one("#results-advice", Label).update(
-            escape(advice_text(self.advice.get(sel.variant, {}), self.run_id))
+            escape(advice_text(self.advice.get(rd.model_part(sel.variant), {}), self.run_id))
         )
         if tab == "table":
             self._fill_table(sel)
@@ -413,12 +413,13 @@ class ResultsScreen(ConsoleScreen):
     def _fill_table(self, sel: rd.Selection) -> None:
         table = self.query_one("#results-table", DataGrid)
         needle = self.filter_text.casefold()
-        rows = rd.metrics_table(self.rows, sel) if sel.family else []
+        # the accuracy columns only where a row of this family carries an accuracy pass
+        columns, rows = rd.results_table(self.rows, sel) if sel.family else (rd.TABLE_COLUMNS, [])
         shown = [r for r in rows if not needle or any(needle in c.casefold() for c in r)]
-        numeric = {i for i, c in enumerate(rd.TABLE_COLUMNS) if c in rd.NUMERIC_COLUMNS}
+        numeric = {i for i, c in enumerate(columns) if c in rd.NUMERIC_COLUMNS}
         # the room beside the vertical scrollbar, which a long table shows
         room = (table.size.width or self.size.width) - table.styles.scrollbar_size_vertical
-        fitted = narrow_table.fit(rd.TABLE_COLUMNS, shown, numeric, room)
+        fitted = narrow_table.fit(columns, shown, numeric, room)
         table.fill(fitted.columns, fitted.rows, numeric=fitted.numeric)
         self._table_note(fitted.note)
 
