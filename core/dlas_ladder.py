@@ -151,9 +151,15 @@ def weight_steps(upto: float | None) -> list[float]:
 def weight_pruned(tag: ZooTag, ratio: float | None) -> tuple[nn.Module, list[Record]]:
     """The fine-tuned model at ``ratio`` (the ladder's top where None) and every step's record
     on the way there."""
+    steps = weight_steps(ratio)
+    found = _from_cache(tag, "prune-l1", steps)
+    if found is not None:  # the whole chain is cached: only its last step's weights are needed
+        model = baseline(tag)
+        if load_state(model, tag.folder() / f"{step_name('prune-l1', steps[-1])}.pt"):
+            return model.eval(), found
     model = baseline(tag)
     records: list[Record] = []
-    for step in weight_steps(ratio):
+    for step in steps:
         name = step_name("prune-l1", step)
         path = tag.folder() / f"{name}.pt"
         if not load_state(model, path):
@@ -173,6 +179,12 @@ def channel_pruned(tag: ZooTag, ratio: float | None) -> tuple[nn.Module, list[Re
     records of every listed step up to it."""
     steps = list(CHANNEL_STEPS) if ratio is None else [r for r in CHANNEL_STEPS if r < ratio]
     steps += [] if ratio is None else [ratio]
+    found = _from_cache(tag, "prune-ch", steps)
+    if found is not None:  # every step is cached: cut and load the last one only
+        last = step_name("prune-ch", steps[-1])
+        cached = _load_pruned(tag, steps[-1], tag.folder() / f"{last}.pt")
+        if cached is not None:
+            return cached, found
     records: list[Record] = []
     model: nn.Module | None = None
     for step in steps:
@@ -195,7 +207,7 @@ def channel_pruned(tag: ZooTag, ratio: float | None) -> tuple[nn.Module, list[Re
 
 def _load_pruned(tag: ZooTag, step: float, path: Path) -> nn.Module | None:
     """A channel-pruned step from the cache: the trained model pruned again (L1 magnitude from
-    the same trained weights gives the same channels, in milliseconds) and the fine-tuned
+    the same trained weights gives the same channels; a torch-pruning trace) and the fine-tuned
     weights loaded into it; None where missing or not fitting. A plain state dict, so the
     cache is read with ``weights_only`` (torch-pruning's own state format pickles modules)."""
     if not path.is_file():
@@ -232,9 +244,29 @@ def choose_elbow(records: Sequence[Record]) -> Record | None:
 
 def ladder(tag: ZooTag, technique: str) -> tuple[list[Record], Record | None]:
     """The technique's whole curve and its elbow (None where the first step already drops)."""
-    run = weight_pruned if technique == "prune-l1" else channel_pruned
-    _, records = run(tag, None)
+    steps = weight_steps(None) if technique == "prune-l1" else list(CHANNEL_STEPS)
+    records = _from_cache(tag, technique, steps)
+    if records is None:  # a step to train (or to measure): the ladder itself, in order
+        run = weight_pruned if technique == "prune-l1" else channel_pruned
+        _, records = run(tag, None)
     return records, choose_elbow(records)
+
+
+def _from_cache(tag: ZooTag, kind: str, steps: Sequence[float]) -> list[Record] | None:
+    """Every step's record where each step's weights and record are both cached (a step that
+    is trained again loses its record first), else None. Every worker of every trial on a
+    device asks for the ladder: read, it costs milliseconds; rebuilt, each channel step's cut
+    is a torch-pruning graph trace (2.3 s for the MobileNet-style ladder)."""
+    records: list[Record] = []
+    for step in steps:
+        name = step_name(kind, step)
+        record = load_json(tag.folder() / f"{name}.json")
+        if not (isinstance(record, dict) and record.get("name") == name):
+            return None
+        if not (tag.folder() / f"{name}.pt").is_file():
+            return None
+        records.append(record)
+    return records
 
 
 def elbow_model(tag: ZooTag, technique: str) -> tuple[nn.Module, list[Record], Record | None]:
@@ -312,7 +344,7 @@ def step_facts(
         "recipe_key": tag.recipe.key,
         "baseline": {k: base[k] for k in ("top1", "top1_ci", "samples")},
         "technique": kind,
-        "step": step_record(tag, name, ratio, on_cpu),
+        "step": _record(tag, name, ratio, on_cpu),  # each worker reads what the first measured
     }
     out.update(found or {})
     return out

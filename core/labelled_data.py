@@ -27,14 +27,13 @@ import hashlib
 import importlib
 import importlib.util
 import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from ngb.core.errors import ConfigError, NgbError, one_line
-from ngb.core.model_build import no_bytecode_files  # leave the user's folder as found
+from ngb.core.model_build import import_file, no_bytecode_files
 from ngb.core.safe_files import check_readable
 
 #: built-in data sets by name -> one line for ``--help`` and errors
@@ -234,7 +233,9 @@ def _call_loader(ref: str, base: Path | None) -> tuple[object, object]:
     try:
         with no_bytecode_files():
             if target.endswith(".py"):
-                module = _import_file(_existing(Path(target), base, ref))
+                path = _existing(Path(target), base, ref)
+                digest = hashlib.sha256(str(path).encode()).hexdigest()
+                module = import_file(path.parent, path.name, digest)
             else:
                 module = importlib.import_module(target)
     except ConfigError:
@@ -258,24 +259,3 @@ def _call_loader(ref: str, base: Path | None) -> tuple[object, object]:
         f"labelled data loader {ref} returned {type(got).__name__}; expected (inputs, labels) "
         "or a mapping with 'inputs' and 'labels'"
     )
-
-
-def _import_file(path: Path) -> object:
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    name = f"ngb_data_{digest}_{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # its sibling modules import as they would beside it
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module

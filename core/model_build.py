@@ -315,7 +315,7 @@ def import_factory(source: ModelSource, cache_dir: Path | None) -> Callable[...,
         with no_bytecode_files():
             if source.artifacts and source.artifacts[0].role == "folder":
                 folder = locate(source.artifacts[0], cache_dir)
-                module = _import_file(folder, target, source.artifacts[0].sha256)
+                module = import_file(folder, target, source.artifacts[0].sha256)
             else:
                 if source.artifacts:
                     where = locate(source.artifacts[0], cache_dir)
@@ -358,7 +358,9 @@ def _forget_other_copies(top: str, where: Path) -> None:
             del sys.modules[name]
 
 
-def _import_file(folder: Path, rel: str, digest: str) -> ModuleType:
+def import_file(folder: Path, rel: str, digest: str) -> ModuleType:
+    """The python file ``folder/rel`` imported under a name of its own (``digest`` tells two
+    copies apart), its folder on ``sys.path`` so its sibling modules import as beside it."""
     path = folder / rel
     if not path.is_file():
         raise NgbError(f"python file {rel} not found in {folder}")

@@ -17,9 +17,9 @@ import io
 import math
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ngb.core.errors import NgbError
 from ngb.core.safe_files import write_atomic
@@ -237,28 +237,11 @@ def _lines(ax: Axes, panel: LinePanel, handles: dict[str, Artist]) -> None:
                 markersize=4,
                 color=colour,
             )
-        crossed = [(x, y) for x, y, m in zip(line.xs, line.ys, line.mismatch, strict=False) if m]
-        ringed = [(x, y) for x, y, m in zip(line.xs, line.ys, line.ringed, strict=False) if m]
-        if ringed:
-            ax.plot(
-                [p[0] for p in ringed],
-                [p[1] for p in ringed],
-                linestyle="none",
-                marker="o",
-                markersize=11,
-                markerfacecolor="none",
-                markeredgewidth=1.4,
-                color="black",
-            )
-        if crossed:  # the reports' "≠prec": a ratio that includes the number format
-            ax.plot(
-                [p[0] for p in crossed],
-                [p[1] for p in crossed],
-                linestyle="none",
-                marker="x",
-                markersize=7,
-                color="black",
-            )
+        # the elbow's ring (DLAS Fig. 3), and the reports' "≠prec" (a ratio that includes the
+        # number format) as a cross: black marks over the points they flag
+        _mark(ax, line.xs, line.ys, line.ringed, marker="o", markersize=11,
+              markerfacecolor="none", markeredgewidth=1.4)  # fmt: skip
+        _mark(ax, line.xs, line.ys, line.mismatch, marker="x", markersize=7)
         hollow = [(x, y) for x, y, w in zip(line.xs, line.ys, line.weak, strict=True) if w]
         if hollow:
             ax.plot(
@@ -496,3 +479,13 @@ def save(fig: Figure, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Pa
 
 
 __all__ = ["FORMATS", "Panel", "draw", "save", "svg_text", "text_outside_canvas"]
+
+
+def _mark(
+    ax: Axes, xs: Sequence[float], ys: Sequence[float], flags: Sequence[bool], **style: Any
+) -> None:
+    """Black markers, no line, over the points whose flag is set (none: nothing drawn)."""
+    points = [(x, y) for x, y, m in zip(xs, ys, flags, strict=False) if m]
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle="none",
+                color="black", **style)  # fmt: skip
