@@ -29,6 +29,13 @@ CPU = "cpu"  # key, percent (system 0..100), proc_percent (100 per busy core), o
 #              core), steal_percent (null where the kernel reports no steal), mem_percent,
 #              mem_used_mb, mem_total_mb (system memory), worker (when a worker process sent it)
 TUNING = "tuning"  # key, trials_done, budget, best_ms, tasks: [{name, trials, best_ms}]
+SERVING = "serving"  # key, scenario, elapsed_s, duration_s (this run's or probe's plan),
+#                      offered_qps (the run's rate; null for closed loops and offline),
+#                      achieved_qps (answered / elapsed), issued, answered, p99_ms (so far, from
+#                      each request's scheduled time, to 1 %; null before an answer), limit_ms,
+#                      probe (a peak search's, 0-based; null for a single run), max_probes. A
+#                      serving trial's live progress (``ngb.core.serve.ServingProgress``): at
+#                      each run's or probe's start, then once a second; shown, never stored
 TRIAL_DONE = "trial_done"  # key, result (TrialResult.to_dict())
 TRIAL_FAILED = "trial_failed"  # key, error, error_kind, result
 LOG = "log"  # level, msg
@@ -41,6 +48,7 @@ ALL_TYPES = (
     PROGRESS,
     CPU,
     TUNING,
+    SERVING,
     TRIAL_DONE,
     TRIAL_FAILED,
     LOG,

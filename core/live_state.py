@@ -6,16 +6,19 @@ trial in flight, not the last ``tuning`` event (MetaSchedule may send the next o
 later), and none of the earlier trials' durations. So the agent keeps the last of each
 (``LastState.observe``, fed every event it writes) and, while a trial runs, writes it again as
 one ``state`` event at most every ``SNAPSHOT_S`` seconds, right after an event it writes anyway
-(``LastState.due``; a worker sends a CPU sample every second through every phase, so no thread
-is needed -- a thread in the trial's process would make its workers' fork unsafe): whatever
-offset a follower resumes from, the replayed tail or the next live seconds carry a snapshot,
-and the console draws the trial, its phase, the tuning view, the meters and the ETA from it.
+(``LastState.due``; a worker sends a CPU sample every second through every phase, and a serving
+trial its progress, so no thread is needed -- a thread in the trial's process would make its
+workers' fork unsafe): whatever offset a follower resumes from, the replayed tail or the next
+live seconds carry a snapshot, and the console draws the trial, its phase, the tuning view, the
+meters, a serving trial's progress and the ETA from it.
 The snapshot is not stored (the writer ignores the type) and is kept small (no per-core list, a
 thinned best-so-far curve): under 1 KB a second while a trial runs.
 
 ETA inputs (``EtaBook``): a trial's remaining time is predicted from what it *is* -- its compiler,
 and for ``tvm-ms`` its tuning budget -- and this run's own evidence: the mean non-tuning seconds
-of finished trials of the same compiler (else of any compiler, else the trial's measurement cap)
+of finished trials of the same compiler (else of any compiler, else the trial's measurement cap;
+a serving trial's evidence is kept apart from its compiler's timed trials, and its cap is the
+serving's planned seconds: ``eta_item``)
 and the seconds per tuning trial seen so far. The agent knows every trial of the run; the console
 knows only counts, so the agent sends the sums (``eta`` in ``trial_started`` and ``state``).
 A run's first trial of a compiler has no such evidence; the device's earlier runs do: the agent
@@ -62,6 +65,11 @@ SNAPSHOT_TASKS = 8
 #: the event fields a snapshot keeps of a ``cpu`` event (not the per-core list)
 _CPU_FIELDS = ("percent", "proc_percent", "others_percent", "mem_percent", "mem_used_mb",
                "mem_total_mb", "worker")  # fmt: skip
+
+
+#: what the evidence of a serving trial is kept under, beside its compiler's name: a serving
+#: (a run or a peak search) is no timed trial, so the two never stand for each other
+SERVED_SUFFIX = " (serving)"
 
 
 def tuning_budget(compiler: str, options: Mapping[str, object]) -> int:
@@ -127,7 +135,13 @@ class EtaBook:
         same = self.other_s.get(compiler)
         if same:
             return _mean(same)
-        every = [s for values in self.other_s.values() for s in values]
+        served = compiler.endswith(SERVED_SUFFIX)  # a serving never stands for a timed trial
+        every = [
+            s
+            for name, values in self.other_s.items()
+            if name.endswith(SERVED_SUFFIX) == served
+            for s in values
+        ]
         if every:
             return _mean(every)
         earlier = self.earlier_other_s.get(compiler)
@@ -166,9 +180,19 @@ class EtaBook:
         }
 
 
+def eta_name(compiler: str, served: bool) -> str:
+    """The name a trial's evidence is kept under: its compiler's, a serving trial's apart."""
+    return compiler + SERVED_SUFFIX if served else compiler
+
+
 def eta_item(spec: TrialSpec) -> tuple[str, int, float]:
-    """What the ETA weighs a trial by: its compiler, tuning budget and measurement cap."""
+    """What the ETA weighs a trial by: its compiler (a serving trial's apart: ``eta_name``),
+    tuning budget and measurement cap -- for a serving trial the serving's planned seconds
+    (``ServeSettings.planned_s``: the run, or the peak search's probes), not ``max_measure_s``,
+    which it never uses."""
     budget = tuning_budget(spec.compiler, spec.compiler_options)
+    if spec.serve is not None:
+        return eta_name(spec.compiler, True), budget, float(spec.serve.planned_s())
     return spec.compiler, budget, float(spec.measure.max_measure_s)
 
 
@@ -186,6 +210,7 @@ def book_result(
     if not isinstance(start, int | float) or not isinstance(end, int | float):
         return
     compiler = str(spec.get("compiler")) if isinstance(spec, Mapping) else "?"
+    compiler = eta_name(compiler, isinstance(spec, Mapping) and spec.get("serve") is not None)
     trials = extra.get("trials_run") if isinstance(extra, Mapping) else None
     tune_s = record.get("tune_s")
     book.finished(
@@ -227,8 +252,9 @@ def _thin(points: object, keep: int) -> list[object]:
 
 
 class LastState:
-    """The last trial start, phase, tuning event and CPU sample the agent wrote (thread-safe:
-    the event writer is called from the trial's reader thread and sampler threads)."""
+    """The last trial start, phase, tuning event, CPU sample and serving progress the agent
+    wrote (thread-safe: the event writer is called from the trial's reader thread, sampler
+    threads and a serving's watching thread)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -236,6 +262,7 @@ class LastState:
         self.phase: str | None = None
         self.tuning: dict[str, object] | None = None
         self.cpu: dict[str, object] | None = None
+        self.serving: dict[str, object] | None = None  # a serving trial's last progress
         self.eta: dict[str, object] | None = None
         self._last_snapshot = 0.0
         self._snapshot_lock = threading.Lock()  # not ``_lock``: ``snapshot`` takes that one
@@ -260,15 +287,17 @@ class LastState:
                 self.trial = {k: v for k, v in event.items() if k not in ("v", "type", "eta")}
                 eta = event.get("eta")
                 self.eta = dict(eta) if isinstance(eta, Mapping) else None
-                self.phase, self.tuning, self.cpu = None, None, None
+                self.phase, self.tuning, self.cpu, self.serving = None, None, None, None
             elif kind in (events.TRIAL_DONE, events.TRIAL_FAILED, events.RUN_DONE):
-                self.trial = self.tuning = self.cpu = self.phase = None
+                self.trial = self.tuning = self.cpu = self.phase = self.serving = None
             elif kind == events.PHASE:
                 self.phase = str(event.get("phase") or "")
             elif kind == events.TUNING:
                 self.tuning = {k: v for k, v in event.items() if k not in ("v", "type")}
             elif kind == events.CPU:
                 self.cpu = {k: event[k] for k in ("ts", *_CPU_FIELDS) if k in event}
+            elif kind == events.SERVING:
+                self.serving = {k: v for k, v in event.items() if k not in ("v", "type")}
 
     def first_batch_ratio(self, key: str) -> float | None:
         """Trial ``key``'s search's first-batch ratio, as its last tuning event said it."""
@@ -306,5 +335,6 @@ class LastState:
                 "phase": self.phase,
                 "tuning": tuning,
                 "cpu": dict(self.cpu) if self.cpu else None,
+                "serving": dict(self.serving) if self.serving else None,
                 "eta": dict(self.eta) if self.eta else None,
             }

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import queue
 import sys
@@ -67,12 +68,29 @@ SCENARIOS = ("server", "singlestream", "multistream", "offline")
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two progress callbacks
 PROGRESS_PERIOD_S = 1.0
+#: the progress p99's histogram: latencies from 1 us to 1,000 s in bins 1 % wide
+_LAT_FLOOR_MS, _LAT_RATIO = 1e-3, 1.01
+_LAT_BINS = int(math.ceil(math.log(1e9) / math.log(_LAT_RATIO))) + 1
 _PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30  # <linux/prctl.h>
 
 Runner = Callable[[], object]
-#: progress callback: (requests issued, requests answered, seconds since the start,
-#: latencies in ms of the answered ones so far)
-Progress = Callable[[int, int, float, np.ndarray], None]
+
+
+@dataclass(frozen=True)
+class SoFar:
+    """A run so far, as its progress callback is given it: requests issued and answered, the
+    seconds since its start, and the p99 of the answered requests' latency (ms, from each
+    one's scheduled time; to 1 %: a display figure, never the run's statistic), None before
+    the first answer."""
+
+    issued: int
+    answered: int
+    seconds: float
+    p99_ms: float | None
+
+
+#: progress callback, called from a thread of its own (``_Watch``), never the issuing thread
+Progress = Callable[[SoFar], None]
 
 
 @dataclass(frozen=True)
@@ -231,6 +249,7 @@ class _Pool:
         self.finished = 0
         self.errors = 0
         self.first_error: str | None = None
+        self.issued_count = 0  # requests put so far (in index order): what ``_Watch`` reads
         self._lock = threading.Lock()
         self._wait: Callable[[], None] | None = None
 
@@ -240,6 +259,7 @@ class _Pool:
     def put(self, index: int) -> None:
         self.issued[index] = self.clock()
         self.queue.put(index)
+        self.issued_count = index + 1
 
     def stop(self) -> None:
         """Let the workers finish what is queued, then end this run's task in each."""
@@ -367,21 +387,78 @@ def _trace(
     )
 
 
-class _Ticker:
-    """Calls ``progress`` at most every ``PROGRESS_PERIOD_S`` from the issuing thread."""
+class _Watch:
+    """Calls ``progress`` every ``PROGRESS_PERIOD_S`` from a thread of its own while the run
+    goes on (started before the run's clock is, ``begin``), never from the issuing thread,
+    whose every microsecond of work would delay the requests due next (the ``ngb serve`` line
+    once took the latencies of every answered request there each second). Each answer is added
+    once to a histogram of latencies (``_LAT_BINS`` bins 1 % wide): a tick reads only the
+    requests since the first one still unanswered, so its cost follows the requests in flight,
+    not the run's length.
+    A callback that raises is not called again; the run goes on (it is display only)."""
 
-    def __init__(self, progress: Progress | None, pool: _Pool, start: int) -> None:
-        self.progress, self.pool, self.start = progress, pool, start
-        self.next = start + int(PROGRESS_PERIOD_S * 1e9)
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.pool: _Pool | None = None
+        self.scheduled = np.zeros(0, dtype=np.int64)
+        self.start = 0
+        self.cursor = 0  # every request before it is answered and in ``counts``
+        self.counts = np.zeros(_LAT_BINS, dtype=np.int64)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def __call__(self, issued: int, scheduled: np.ndarray, now: int) -> None:
-        if self.progress is None or now < self.next:
-            return
-        self.next = now + int(PROGRESS_PERIOD_S * 1e9)
-        done = self.pool.done[:issued]
-        mask = done > 0
-        lat = (done[mask] - scheduled[:issued][mask]) / 1e6
-        self.progress(issued, int(mask.sum()), (now - self.start) / 1e9, lat)
+    def __enter__(self) -> _Watch:
+        if self.progress is not None:
+            self._thread = threading.Thread(target=self._loop, name="ngb-serve-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def begin(self, pool: _Pool, scheduled: np.ndarray, start: int) -> None:
+        """The run's clock started at ``start``; request i of ``pool`` is due at
+        ``scheduled[i]``."""
+        self.scheduled, self.start = scheduled, start
+        self.pool = pool
+
+    def _loop(self) -> None:
+        assert self.progress is not None
+        while not self._stop.wait(PROGRESS_PERIOD_S):
+            pool = self.pool
+            if pool is None:
+                continue
+            try:
+                self.progress(self.so_far(pool, self.scheduled))
+            except Exception:  # display only: a broken callback ends the display, not the run
+                return
+
+    def so_far(self, pool: _Pool, scheduled: np.ndarray) -> SoFar:
+        """The run now (see the class docstring)."""
+        lo = self.cursor
+        n = pool.issued_count
+        done = pool.done[lo:n]
+        answered = done > 0
+        lat_ms = (done[answered] - scheduled[lo:n][answered]) / 1e6
+        bins = np.clip(
+            np.floor(np.log(np.maximum(lat_ms, _LAT_FLOOR_MS) / _LAT_FLOOR_MS)
+                     / math.log(_LAT_RATIO)),
+            0, _LAT_BINS - 1,
+        ).astype(np.int64)  # fmt: skip
+        # the answered prefix is final: into ``counts``, and the cursor past it
+        settled = int(np.argmin(answered)) if not answered.all() else len(answered)
+        self.counts += np.bincount(bins[:settled], minlength=_LAT_BINS)
+        self.cursor = lo + settled
+        counts = self.counts + np.bincount(bins[settled:], minlength=_LAT_BINS)
+        total = int(counts.sum())
+        p99 = None
+        if total:
+            k = int(np.searchsorted(np.cumsum(counts), math.ceil(0.99 * total)))
+            p99 = _LAT_FLOOR_MS * _LAT_RATIO ** (k + 1)  # the bin's upper edge
+        seconds = (pool.clock() - self.start) / 1e9
+        return SoFar(n, total, seconds, p99)
 
 
 @contextlib.contextmanager
@@ -443,15 +520,15 @@ def _server(
     workers: Workers, plan: Schedule, batching: Batching, progress: Progress | None
 ) -> Trace:
     facts: dict[str, object] = {}
-    with _issuing_thread(facts):
-        trace = _issue(workers, plan, batching, progress)
+    # the watching thread first: one started from the issuing thread would inherit its
+    # real-time class and timer slack
+    with _Watch(progress) as watch, _issuing_thread(facts):
+        trace = _issue(workers, plan, batching, watch)
     trace.facts.update(facts)
     return trace
 
 
-def _issue(
-    workers: Workers, plan: Schedule, batching: Batching, progress: Progress | None
-) -> Trace:
+def _issue(workers: Workers, plan: Schedule, batching: Batching, watch: _Watch) -> Trace:
     clock = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: what time.sleep counts in
     n = plan.count
     pool = _Pool(workers, n, batching, clock)
@@ -460,14 +537,13 @@ def _issue(
     cpu0, proc0 = time.thread_time(), time.process_time()
     start = clock()
     scheduled = offsets + start
-    tick = _Ticker(progress, pool, start)
+    watch.begin(pool, scheduled, start)
     sleep, put = time.sleep, pool.put
     for i in range(n):
         due = int(scheduled[i])
         while (wait := due - clock()) > 0:  # an absolute deadline: lateness never accumulates
             sleep(wait / 1e9)
         put(i)
-        tick(i + 1, scheduled, due)
     issue_end = clock()
     loadgen_cpu = time.thread_time() - cpu0  # the issuing thread alone, before it waits
     pool.stop()
@@ -482,19 +558,19 @@ def _issue(
 def _offline(workers: Workers, count: int, batching: Batching, progress: Progress | None) -> Trace:
     clock = time.perf_counter_ns
     pool = _Pool(workers, count, batching, clock)
-    cpu0, proc0 = time.thread_time(), time.process_time()
-    start = clock()
-    for i in range(count):  # all queued before the first call: nothing waits on an issue
-        pool.put(i)
-    issue_end = clock()
-    loadgen_cpu = time.thread_time() - cpu0
-    pool.start()
-    tick = _Ticker(progress, pool, start)
-    scheduled = np.full(count, start, dtype=np.int64)
-    while pool.finished < count:
-        time.sleep(0.05)
-        tick(count, scheduled, clock())
-    pool.stop()
+    with _Watch(progress) as watch:
+        cpu0, proc0 = time.thread_time(), time.process_time()
+        start = clock()
+        scheduled = np.full(count, start, dtype=np.int64)
+        for i in range(count):  # all queued before the first call: nothing waits on an issue
+            pool.put(i)
+        issue_end = clock()
+        loadgen_cpu = time.thread_time() - cpu0
+        watch.begin(pool, scheduled, start)
+        pool.start()
+        while pool.finished < count:
+            time.sleep(0.05)
+        pool.stop()
     return _trace(
         "offline", pool, count, scheduled, np.zeros(count, dtype=np.int64), start,
         (loadgen_cpu, time.process_time() - proc0), issue_end,
@@ -528,28 +604,28 @@ def _closed(
     pool = _Pool(workers, capacity, batching, clock, on_answer)
     pool.start()
     query = np.zeros(capacity, dtype=np.int64)
-    cpu0, proc0 = time.thread_time(), time.process_time()
-    loadgen_cpu = 0.0
-    start = clock()
-    end_ns = start + int(duration_s * 1e9)
-    tick = _Ticker(progress, pool, start)
-    n = q = 0
-    while (clock() < end_ns or q < min_queries) and n + per_query <= capacity:
-        answered.clear()
-        with guard:
-            left[0] = per_query
-        for _ in range(per_query):
-            query[n] = q
-            pool.put(n)
-            n += 1
-        q += 1
-        cpu1 = time.thread_time()
-        answered.wait()
-        loadgen_cpu -= time.thread_time() - cpu1  # waiting is not the load generator's work
-        tick(n, pool.issued, clock())
-    issue_end = clock()
-    loadgen_cpu += time.thread_time() - cpu0
-    pool.stop()
+    with _Watch(progress) as watch:
+        cpu0, proc0 = time.thread_time(), time.process_time()
+        loadgen_cpu = 0.0
+        start = clock()
+        end_ns = start + int(duration_s * 1e9)
+        watch.begin(pool, pool.issued, start)  # a closed loop's request is due when it is issued
+        n = q = 0
+        while (clock() < end_ns or q < min_queries) and n + per_query <= capacity:
+            answered.clear()
+            with guard:
+                left[0] = per_query
+            for _ in range(per_query):
+                query[n] = q
+                pool.put(n)
+                n += 1
+            q += 1
+            cpu1 = time.thread_time()
+            answered.wait()
+            loadgen_cpu -= time.thread_time() - cpu1  # waiting is not the load generator's work
+        issue_end = clock()
+        loadgen_cpu += time.thread_time() - cpu0
+        pool.stop()
     scheduled = pool.issued.copy()  # a closed loop's request is due when it is issued
     return _trace(
         scenario, pool, n, scheduled, query, start,

@@ -32,6 +32,7 @@ import numpy as np
 from ngb.core import (
     accuracy_pass,
     accuracy_stats,
+    algorithms,
     allocator,
     budget,
     events,
@@ -164,6 +165,7 @@ def _refuse_early(spec: TrialSpec) -> Compiler[CompilerConfig]:
         )
     compiler.check_precision(spec.measure.precision, spec.device)
     _check_optimisation(spec)
+    how_it_runs(spec, compiler)
     return compiler
 
 
@@ -349,10 +351,11 @@ def _measure(
     example: Any = None
     reference: Array | None = None
     _check_optimisation(spec)
+    how_it_runs(spec, compiler)
     memory.start()  # the compile phase's memory counts from here: build, reference, compile
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
-        model, example = _build_model(spec, result, cache_dir)
+        model, example = _build_model(spec, result, cache_dir, with_macs=share.worker == 0)
     if spec.optimisation != "none":
         ctx_emit(events.PHASE, phase="optimise")
         model, example = _apply_optimisation(model, example, spec, result)
@@ -370,6 +373,11 @@ def _measure(
         _prepare_accuracy(spec, result, model, example, cache_dir) if share.worker == 0 else None
     )
     checked += accuracy.load_s + accuracy.eager_s if accuracy is not None else 0.0
+    if spec.algorithm != "default":
+        # After the reference: the verify pass checks the rewritten model against the model as
+        # built, so a wrong im2col or sparse product shows as an error, not as a speed-up.
+        ctx_emit(events.PHASE, phase="algorithm")
+        model = _apply_algorithm(model, spec, compiler, result)
 
     if spec.device == "cuda":
         import torch
@@ -511,13 +519,15 @@ def _time_compiled(
 
 
 def _build_model(
-    spec: TrialSpec, result: TrialResult, cache_dir: Path | None
+    spec: TrialSpec, result: TrialResult, cache_dir: Path | None, with_macs: bool = True
 ) -> tuple[Model, Example]:
     from ngb.core import models
 
     # cache_dir: where a device keeps users' model files (ngb.core.model_sources.artifact_dir)
     model, example = models.create_model(spec, cache_dir)
     result.params = models.count_params(model)
+    if not with_macs:  # worker 0's count is the trial's; torch's counter imports torch._dynamo
+        return model, example
     try:  # MACs (batch 1) are a nice-to-have: a counter that chokes must not fail the trial
         macs = models.model_info_for(spec, cache_dir).macs
         if macs is not None:
@@ -544,6 +554,41 @@ def _apply_optimisation(
     model, example, facts = optimise.apply_with_facts(model, example, optimisation)
     result.extra["optimisation"] = facts
     return model, example
+
+
+def how_it_runs(spec: TrialSpec, compiler: Compiler[CompilerConfig]) -> str:
+    """What ``compiler`` runs for ``spec.algorithm`` (its ``algorithms`` entry), or
+    ``UnsupportedTrial`` with its stated reason, before the (slow) model build."""
+    kind = algorithms.parse(spec.algorithm).kind
+    source = spec.source or {}
+    if kind != "default" and source.get("kind") == "onnx":
+        raise UnsupportedTrial(
+            f"algorithm {spec.algorithm} rewrites a torch model's layers; an ONNX file's graph "
+            "runs as it is given"
+        )
+    runs = compiler.algorithms.get(kind)
+    if runs is None:
+        reason = compiler.algorithm_refusals.get(kind, "it does not say it can")
+        raise UnsupportedTrial(
+            f"algorithm {spec.algorithm} is unsupported with {spec.compiler}: {reason}"
+        )
+    return runs
+
+
+def _apply_algorithm(
+    model: Model | None, spec: TrialSpec, compiler: Compiler[CompilerConfig], result: TrialResult
+) -> Model | None:
+    """Rewrite the model's layers for ``spec.algorithm`` (ngb.core.algorithms); the facts,
+    with what the compiler runs for it, go in ``result.extra["algorithm"]``."""
+    import torch
+
+    runs = how_it_runs(spec, compiler)
+    if not isinstance(model, torch.nn.Module) or algorithms.parse(spec.algorithm).kind == "direct":
+        facts: dict[str, object] = {"name": spec.algorithm, "layers_changed": 0}
+    else:
+        model, facts = algorithms.apply(model, spec.algorithm)
+    result.extra["algorithm"] = {**facts, "runs": runs}
+    return model
 
 
 def _check_optimisation(spec: TrialSpec) -> None:

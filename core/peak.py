@@ -171,29 +171,34 @@ def star_text(
     limit_ms: float,
     q: float = 0.99,
     lowest: float | None = None,
+    *,
+    value_shown: bool = False,
 ) -> str:
     """QPS* and its interval as every surface prints it, from a ``Peak`` or a stored
     ``serving_peaks`` row (``high`` None or infinite: no upper bound; ``low`` None or NaN: no
     probe verified a rate, so no lower bound, said in words rather than as a bracket from 0 --
     the 0 a row stored before that means the same; ``lowest``: the lowest rate probed, where
-    known)."""
+    known). ``value_shown``: the caller prints ``qps`` itself just before (a report's cell), so
+    the words leave out "QPS*" and the estimate and go on from it ("6.9 below 7.8 (no lower
+    bound): no VALID probe met p99 <= 30 ms")."""
     bound = f"p{q * 100:g} <= {limit_ms:g} ms"
     has_low = low is not None and math.isfinite(low) and low > 0
     has_high = high is not None and math.isfinite(high)
+    head = "" if value_shown else f"QPS* {qps:.4g} "
     if has_low and has_high:
-        return f"QPS* {qps:.4g} [{low:.4g}, {high:.4g}] for {bound}"
+        return f"{head}[{low:.4g}, {high:.4g}] for {bound}"
     if has_low:
-        return f"QPS* {qps:.4g} [{low:.4g}, unbounded] for {bound}: no probe missed it"
+        return f"{head}[{low:.4g}, unbounded] for {bound}: no probe missed it"
     # no VALID probe's p99 upper bound was within the limit: nothing shows a rate that meets it
     down = f", down to the lowest probe at {lowest:.4g} QPS" if lowest is not None else ""
+    named = "" if value_shown else "QPS* "
     if has_high:
         assert high is not None
         # the sample p99s' estimate, where it says more than the bound
-        guess = f"estimate {qps:.4g}, " if qps < high else ""
-        return f"QPS* below {high:.4g} ({guess}no lower bound): no VALID probe met {bound}{down}"
-    return (
-        f"QPS* not bracketed (estimate {qps:.4g}): no VALID probe met {bound}, none missed it{down}"
-    )
+        guess = f"estimate {qps:.4g}, " if qps < high and not value_shown else ""
+        return f"{named}below {high:.4g} ({guess}no lower bound): no VALID probe met {bound}{down}"
+    guess = "" if value_shown else f" (estimate {qps:.4g})"
+    return f"{named}not bracketed{guess}: no VALID probe met {bound}, none missed it{down}"
 
 
 @dataclass(frozen=True)

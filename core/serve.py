@@ -34,6 +34,40 @@ from ngb.core.types import TrialSpec
 
 #: what ``ngb serve`` says while it runs: one line each
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServingProgress:
+    """A serving's progress, as ``serve``'s ``progress`` callback is given it: at the start of
+    each run (a probe's, between probes) and then every ``loadgen.PROGRESS_PERIOD_S`` from the
+    load generator's watching thread (never its issuing thread). ``offered_qps``: the rate this
+    run offers (server; None for the closed loops and offline); ``duration_s``: its planned
+    seconds; ``probe``: a peak search's probe (0-based) of at most ``max_probes``."""
+
+    scenario: str
+    so_far: loadgen.SoFar
+    offered_qps: float | None
+    duration_s: float
+    limit_ms: float | None = None
+    probe: int | None = None
+    max_probes: int | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The ``serving`` event's fields (``ngb.core.events.SERVING``)."""
+        so_far = self.so_far
+        achieved = so_far.answered / so_far.seconds if so_far.seconds > 0 else None
+        return {
+            "scenario": self.scenario, "elapsed_s": round(so_far.seconds, 2),
+            "duration_s": self.duration_s, "offered_qps": self.offered_qps,
+            "achieved_qps": None if achieved is None else round(achieved, 3),
+            "issued": so_far.issued, "answered": so_far.answered,
+            "p99_ms": None if so_far.p99_ms is None else round(so_far.p99_ms, 4),
+            "limit_ms": self.limit_ms, "probe": self.probe, "max_probes": self.max_probes,
+        }  # fmt: skip
+
+
+#: ``serve``'s progress callback
+OnProgress = Callable[[ServingProgress], None]
 #: the closed loops' fewest queries, whatever the duration (LoadGen's SingleStream minimum; twice
 #: the claim minimum where that is more): enough for the claimed percentile's upper bound to
 #: survive the widening over stretches of the run
@@ -90,7 +124,7 @@ def serve(
     settings: ServeSettings,
     *,
     say: Say | None = None,
-    progress: loadgen.Progress | None = None,
+    progress: OnProgress | None = None,
     cache_dir: Path | None = None,
 ) -> ServeOutcome:
     """Build and compile ``spec`` here, then serve it as ``settings`` say."""
@@ -150,13 +184,38 @@ def serve(
     return outcome
 
 
+def _watched(
+    progress: OnProgress | None,
+    scenario: str,
+    offered_qps: float | None,
+    duration_s: float,
+    limit_ms: float | None,
+    probe: int | None = None,
+    max_probes: int | None = None,
+) -> loadgen.Progress | None:
+    """The load generator's callback for one run, told the run's start at once (here, between
+    runs: the issuing thread has not started)."""
+    if progress is None:
+        return None
+
+    def tell(so_far: loadgen.SoFar) -> None:
+        progress(
+            ServingProgress(scenario, so_far, offered_qps, duration_s, limit_ms, probe, max_probes)
+        )
+
+    tell(loadgen.SoFar(0, 0, 0.0, None))
+    return tell
+
+
 def _serve_once(
     runners: loadgen.Workers,
     s: ServeSettings,
     capacity: float,
-    progress: loadgen.Progress | None,
+    on_progress: OnProgress | None,
 ) -> serve_stats.Summary:
     batching = s.batching()
+    offered = s.qps if s.scenario == "server" else None
+    progress = _watched(on_progress, s.scenario, offered, s.duration_s, s.p99_ms)
     if s.scenario == "server":
         assert s.qps is not None  # ServeSettings checked it
         plan = arrivals.schedule(s.qps, s.duration_s, s.seed, s.burstiness)
@@ -180,7 +239,7 @@ def _find_peak(
     s: ServeSettings,
     capacity: float,
     tell: Say,
-    progress: loadgen.Progress | None,
+    on_progress: OnProgress | None,
 ) -> peak.Peak:
     assert s.p99_ms is not None  # ServeSettings checked it
     limit = s.p99_ms
@@ -189,6 +248,7 @@ def _find_peak(
 
     def probe(qps: float, seconds: float, index: int) -> serve_stats.Summary:
         plan = arrivals.schedule(qps, seconds, s.seed + index, s.burstiness)
+        progress = _watched(on_progress, "server", qps, seconds, limit, index, s.max_probes)
         trace = loadgen.run(runners, "server", plan=plan, batching=batching, progress=progress)
         return serve_stats.summarize(trace, limit)
 

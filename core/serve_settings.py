@@ -104,6 +104,15 @@ class ServeSettings:
             return self.warmup_s + self.max_probes * longest
         return self.warmup_s + self.duration_s
 
+    def planned_s(self) -> float:
+        """Seconds the serving is expected to take once compiled, what the ETA weighs a serving
+        trial by: the warm-up and the run, or the warm-up and ``max_probes`` probes of
+        ``probe_s`` (a search may stop sooner, and lengthen its boundary probes up to
+        ``max_probe_s``, which ``budget_s`` allows for)."""
+        if self.find_peak:
+            return self.warmup_s + self.max_probes * self.probe_s
+        return self.warmup_s + self.duration_s
+
     def batching(self) -> loadgen.Batching:
         return loadgen.Batching(self.max_batch, self.max_queue_delay_ms / 1000.0)
 

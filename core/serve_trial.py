@@ -29,7 +29,7 @@ from ngb.core.types import TrialResult, TrialSpec
 
 if TYPE_CHECKING:
     from ngb.core.peak import Peak
-    from ngb.core.serve import ServeOutcome
+    from ngb.core.serve import ServeOutcome, ServingProgress
     from ngb.core.serve_stats import Summary
 
 #: where a serving trial's outcome rides in ``TrialResult.extra``
@@ -64,10 +64,15 @@ def run_serving(
         if emit is not None:
             emit(events.make_event(events.LOG, key=spec.key, level="info", msg=line))
 
+    def progress(p: ServingProgress) -> None:  # from the load generator's watching thread
+        if emit is not None:
+            emit(events.make_event(events.SERVING, key=spec.key, **p.fields()))
+
     try:
         outcome = core_serve.serve(
-            spec, spec.serve, say=say, cache_dir=Path(cache_dir) if cache_dir else None
-        )
+            spec, spec.serve, say=say, progress=progress,
+            cache_dir=Path(cache_dir) if cache_dir else None,
+        )  # fmt: skip
     except Exception as exc:  # a failure is a result, as for a timed trial
         result.status = "failed"
         result.error = one_line(exc)
@@ -86,6 +91,55 @@ def run_serving(
         if not result.versions:
             result.versions = library_versions()
     return result
+
+
+# ---------------------------------------------------------------- the live line
+
+
+def serving_line(event: Mapping[str, object]) -> str:
+    """A ``serving`` event (``ngb.core.events.SERVING``) in one line, as the console's device
+    panel, ``ngb run``'s progress line and ``ngb serve``'s terminal line show it: which run
+    (a peak search's probe and its offered rate), how far into it in seconds of its planned
+    ones, the rate achieved and the p99 so far of the limit where there is one ("probe 3/10 at
+    75.5 QPS, 44/60 s: achieved 75.1, p99 so far 12.3/30 ms"): within an 80-column console's
+    panel (76 characters) up to 10,000 QPS."""
+    probe, probes = _int(event.get("probe")), _int(event.get("max_probes"))
+    offered = _num(event.get("offered_qps"))
+    if probe is not None:
+        head = f"probe {probe + 1}/{probes}" if probes else f"probe {probe + 1}"
+    else:
+        scenario = str(event.get("scenario") or "server")
+        head = "serving" if scenario == "server" else scenario
+    if offered is not None:
+        head += f" at {_qps(offered)} QPS"
+    elapsed, duration = _num(event.get("elapsed_s")), _num(event.get("duration_s"))
+    if elapsed is not None:
+        places = 0 if (duration or elapsed) >= 10 else 1  # a short probe's tenths
+        head += f", {elapsed:.{places}f}" + (f"/{duration:.{places}f} s" if duration else " s")
+    answered = _int(event.get("answered")) or 0
+    achieved = _num(event.get("achieved_qps"))
+    if not answered or achieved is None:
+        return f"{head}: no answer yet"
+    unit = "" if offered is not None else " QPS"
+    text = f"{head}: achieved {_qps(achieved)}{unit}"
+    p99, limit = _num(event.get("p99_ms")), _num(event.get("limit_ms"))
+    if p99 is not None:  # "12.3/30 ms": of the limit, as "4/15 s" is of the run's seconds
+        text += f", p99 so far {p99:.3g}" + (f"/{limit:g} ms" if limit is not None else " ms")
+    return text
+
+
+def _qps(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ---------------------------------------------------------------- the outcome as plain data

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ngb.core.algorithms import parse as parse_algorithm
 from ngb.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -253,8 +254,12 @@ class TrialSpec:
     # Served under load instead of timed (``[serve]`` in a sweep, ``ngb.core.serve_trial``); a
     # table read back as JSON becomes the settings. None: a timed trial, its key as before.
     serve: ServeSettings | None = None
+    # The convolution primitive (``ngb.core.algorithms``: default, direct, gemm, sparse-csr,
+    # sparse-bsr-B); ``default`` is the compiler's own choice and leaves the key as it was.
+    algorithm: str = "default"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", parse_algorithm(self.algorithm).name)
         if self.serve is not None:
             from ngb.core.serve_settings import ServeSettings
 
@@ -289,7 +294,8 @@ class TrialSpec:
     @property
     def label(self) -> str:
         opt = "" if self.optimisation == "none" else f"/{self.optimisation}"
-        return f"{self.model_label}/{self.compiler}{opt}/b{self.batch}"
+        alg = "" if self.algorithm == "default" else f"+{self.algorithm}"
+        return f"{self.model_label}/{self.compiler}{alg}{opt}/b{self.batch}"
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -316,6 +322,8 @@ class TrialSpec:
             data.pop("source", None)  # keys of trials without a source stay what they were
         if data.get("serve") is None:
             data.pop("serve", None)  # nor do those of timed trials
+        if data.get("algorithm") == "default":
+            data.pop("algorithm", None)  # nor those of the compiler's own convolution
         # Settings added later are left out at their default, so specs written before they existed
         # keep their keys (a resumed run must not redo what it already measured).
         measure = asdict(self.measure)

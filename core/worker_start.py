@@ -10,12 +10,18 @@ coverage``, 10 re-runs) mha:128:1 got 50 % coverage at width ratio 0.35 that way
 is its own interpreter samples that level, so a re-run meets exactly the spread the interval was
 built from (``tests/test_calibration.py`` simulates both designs).
 
-What it costs: every worker imports torch (and timm for a timm model) itself, ~2-7 s of CPU on
-the 2-core VM. To keep that out of the trial's wall time where it can, ``Interpreters`` starts
-the first ``workers`` interpreters side by side at the start of the trial and waits until all of
-them have imported, before the first worker builds anything: a started interpreter then sits
-blocked on its pipe, using no CPU, until its turn -- nothing imports while a worker measures.
-Workers the stopping rule adds later are started then (two at a time).
+What it costs: every worker imports torch (and timm for a timm model) itself, ~2-5 s of CPU on
+the 2-core VM (issue 44: ~2.3 s for a block's worker, ~5 s with timm, which imports torchvision
+and with it torch._dynamo). To keep that out of the trial's wall time where it can,
+``Interpreters`` starts the first ``workers`` interpreters when the trial's first worker is
+asked for, at most ``parallel`` importing at a time (one a core: the first ones are ready sooner
+than if all shared the cores), hands worker 0 the first one as soon as it is ready, and goes on
+starting the rest while worker 0 builds its model (its build, MAC count and eager reference use
+a core the imports leave). The gate (``BESIDE_IMPORTS``, ``ngb.core.workers``): a worker stops
+before its compile and its timed loops until every interpreter started has imported
+(``settle``), so nothing imports while a worker compiles or measures; a started interpreter then
+sits blocked on its pipe, using no CPU, until its turn. Workers the stopping rule adds later are
+started then (two at a time), behind the same gate.
 
 Methods (``NGB_WORKER_START``):
 
@@ -42,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for_any
 from multiprocessing.context import ForkContext, ForkServerContext
 
 from ngb.core.errors import ConfigError, NgbError
@@ -97,13 +104,15 @@ _CHILD = (
     "import sys; from ngb.core.worker_start import _serve; "
     "_serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])"
 )
+READY = "ready"
 
 
 class Interpreter:
     """A newly started ``python`` that imports ``preload`` and then waits for one job.
 
     It looks like a ``multiprocessing.Process`` to ``ngb.core.workers`` (pid, kill, join,
-    is_alive, exitcode); its connection carries the job one way and the worker's events back.
+    is_alive, exitcode); its connection carries the job one way and the worker's events back
+    (and the gate's go-ahead to the worker: ``ngb.core.workers``).
     """
 
     def __init__(self, preload: Sequence[str]) -> None:
@@ -111,6 +120,7 @@ class Interpreter:
         env = dict(os.environ)
         # the child finds what this process found: the agent's zipapp, a test's checkout
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
+        self.started_at = time.monotonic()
         try:
             self._popen = subprocess.Popen(
                 [sys.executable, "-c", _CHILD, str(theirs.fileno()), str(os.getpid()), *preload],
@@ -123,23 +133,33 @@ class Interpreter:
         self.conn = Connection(ours.detach())
         self.pid = self._popen.pid
         self.ready = False
+        self.ready_at: float | None = None  # monotonic, when its "ready" was read
+        self.import_cpu_s: float | None = None  # its own user + sys CPU seconds up to "ready"
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Block until the child has imported its preload (raises if it died or hung)."""
+    def poll_ready(self) -> bool:
+        """Whether it has imported (without waiting); raises if it died or broke before."""
         if self.ready:
-            return
-        if not self.conn.poll(timeout_s):
-            self.kill()
-            raise NgbError(f"a fresh worker interpreter did not start within {timeout_s:.0f} s")
+            return True
+        if not self.conn.poll(0):
+            if time.monotonic() - self.started_at > READY_TIMEOUT_S:
+                self.kill()
+                raise NgbError(
+                    f"a fresh worker interpreter did not start within {READY_TIMEOUT_S:.0f} s"
+                )
+            return False
         try:
             message = self.conn.recv()
         except (EOFError, OSError):
             message = None
-        if message != "ready":
+        if not (isinstance(message, tuple) and message and message[0] == READY):
             self.kill()
             code = self._popen.wait()
             raise NgbError(f"a fresh worker interpreter exited with status {code} before its job")
+        cpu = message[1] if len(message) > 1 else None
+        self.import_cpu_s = float(cpu) if isinstance(cpu, int | float) else None
+        self.ready_at = time.monotonic()
         self.ready = True
+        return True
 
     def run(self, target: Callable[..., None], args: tuple[object, ...]) -> None:
         """Hand the interpreter its job: it calls ``target(args[0], its connection, *args[1:])``
@@ -170,16 +190,19 @@ class Interpreter:
 
 
 def _serve(fd: int, parent: int, preload: Sequence[str]) -> None:
-    """The fresh interpreter's main: import, say ready, run the one job sent, exit."""
+    """The fresh interpreter's main: import, say ready (with the CPU seconds that took), run
+    the one job sent, exit."""
     conn = Connection(fd)
     _die_with_parent(parent)
     import importlib
+    import resource
 
     for name in preload:  # the job's code path and the heavy libraries, before "ready"
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     try:
-        conn.send("ready")
+        conn.send((READY, round(usage.ru_utime + usage.ru_stime, 3)))
         target, args = conn.recv()
     except (EOFError, OSError):  # the trial ended or did not need this one
         return
@@ -208,41 +231,108 @@ def _die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
-class Interpreters:
-    """The fresh interpreters of one trial: started in batches, handed out one per worker."""
+def import_parallel() -> int:
+    """How many interpreters import at once: one a core (at least two)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(2, cores)
 
-    def __init__(self, preload: Sequence[str], *, batch: int = 2) -> None:
+
+class Interpreters:
+    """The fresh interpreters of one trial: started ``parallel`` at a time, handed out one per
+    worker in the order they were started, each as soon as it has imported.
+
+    ``pump`` starts the next one when a slot frees (the trial's process calls it while it waits
+    on a worker); ``settle`` is the gate: it returns once every interpreter asked for has been
+    started and has imported, so that none imports while a worker compiles or measures.
+    """
+
+    def __init__(self, preload: Sequence[str], *, batch: int = 2, parallel: int = 2) -> None:
         self.preload = tuple(preload)
         self.batch = max(1, batch)
-        self._idle: list[Interpreter] = []
+        self.parallel = max(1, parallel)
+        self._pending = 0  # asked for, not started yet
+        self._started: list[Interpreter] = []  # started and not yet taken, oldest first
         self.started = 0
         self.start_s = 0.0  # wall seconds this trial waited for interpreters to import
+        self.gate_s = 0.0  # ... of which a worker waited at the gate (``settle``)
+        self._cpu: list[float] = []
         # the same figures as one dict, updated in place as more start, so the copy worker 0
         # records (``result.extra["worker_start"]``) ends with the trial's totals
         self.facts: dict[str, object] = {"method": FRESH}
 
+    @property
+    def importing(self) -> bool:
+        """Whether an interpreter asked for has not imported yet (started or still to start)."""
+        return self._pending > 0 or any(not i.ready for i in self._started)
+
     def prestart(self, count: int) -> None:
-        """Start ``count`` side by side and wait for all: none imports while a worker runs."""
-        began = time.monotonic()
-        fresh = [Interpreter(self.preload) for _ in range(max(0, count))]
+        """Ask for ``count`` more interpreters; the first ``parallel`` start now, the rest as
+        slots free (``pump``). Nothing waits here."""
+        self._pending += max(0, count)
+        self.pump()
+
+    def pump(self) -> None:
+        """Read the ready ones, start the next while fewer than ``parallel`` import (no wait)."""
         try:
-            for interp in fresh:
-                interp.wait_ready(READY_TIMEOUT_S)
+            for interp in self._started:
+                if not interp.ready and interp.poll_ready():
+                    self._count_ready(interp)
+            while self._pending and sum(not i.ready for i in self._started) < self.parallel:
+                self._pending -= 1
+                self._started.append(Interpreter(self.preload))
+                self.started += 1
         except BaseException:
-            for interp in fresh:
-                interp.close()
+            self.close()
             raise
-        self._idle += fresh
-        self.started += len(fresh)
-        self.start_s += time.monotonic() - began
-        self.facts.update(interpreters_started=self.started, start_wait_s=round(self.start_s, 3))
+        self._update_facts()
+
+    def _count_ready(self, interp: Interpreter) -> None:
+        if interp.import_cpu_s is not None:
+            self._cpu.append(interp.import_cpu_s)
+
+    def _wait(self, done: Callable[[], bool], *, gate: bool = False) -> None:
+        """Pump until ``done()``, sleeping on the importing interpreters' pipes meanwhile."""
+        began = time.monotonic()
+        try:
+            self.pump()
+            while not done():
+                waiting = [i.conn for i in self._started if not i.ready]
+                if not waiting:  # nothing importing and nothing to start: done() cannot change
+                    raise NgbError("no fresh worker interpreter is left to wait for")
+                wait_for_any(waiting, timeout=1.0)
+                self.pump()
+        finally:
+            waited = time.monotonic() - began
+            self.start_s += waited
+            if gate:
+                self.gate_s += waited
+            self._update_facts()
 
     def take(self) -> Interpreter:
-        """A ready interpreter (starting a batch when none is left)."""
-        if not self._idle:
+        """The oldest interpreter, once it has imported (asking for a batch when none is left)."""
+        if not self._started and not self._pending:
             self.prestart(self.batch)
-        return self._idle.pop(0)
+        self._wait(lambda: bool(self._started) and self._started[0].ready)
+        return self._started.pop(0)
+
+    def settle(self) -> None:
+        """The gate: wait until every interpreter asked for has started and imported."""
+        if self.importing:
+            self._wait(lambda: not self.importing, gate=True)
+
+    def _update_facts(self) -> None:
+        self.facts.update(
+            interpreters_started=self.started,
+            start_wait_s=round(self.start_s, 3),
+            gate_wait_s=round(self.gate_s, 3),
+        )
+        if self._cpu:  # an interpreter's own CPU seconds to its "ready", the mean over them
+            self.facts["import_cpu_s"] = round(sum(self._cpu) / len(self._cpu), 3)
 
     def close(self) -> None:
-        while self._idle:
-            self._idle.pop().close()
+        self._pending = 0
+        while self._started:
+            self._started.pop().close()

@@ -7,8 +7,10 @@ as pyperf builds its numbers over 20 processes x 3 values. For that each process
 independent draw of the level a process runs at, so by default each worker is its own newly
 started interpreter (``ngb.core.worker_start``: workers forked from one trial process share its
 level, and their interval did not hold re-runs -- issue 30). The trial's process starts the first
-``workers`` interpreters side by side and waits until they have imported torch (and timm), so
-no import runs while a worker measures; it never builds, runs or holds a model itself -- and on
+``workers`` interpreters, one a core at a time, and hands worker 0 the first as soon as it has
+imported torch (and timm); worker 0 builds its model while the others import, and then waits at
+the gate (``BESIDE_IMPORTS``) until they all have, so no import runs while a worker compiles or
+measures (issue 44). The trial's process never builds, runs or holds a model itself -- and on
 a GPU never creates a CUDA context -- so nothing of ngb's sits on the device or in the measured
 process while a worker measures: the parent only reads the worker's events and samples CPU/GPU
 from outside (``ngb.core.telemetry``). ``NGB_WORKER_START=auto`` (the test suite) forks the
@@ -54,14 +56,17 @@ from ngb.core.worker_start import (
     Interpreter,
     Interpreters,
     _die_with_parent,
+    import_parallel,
     start_method,
     worker_context,
 )
 
 # Event types a worker's output may pass on to the trial's listener.
 _FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
-# How often the parent looks at the clock while waiting for a worker's next event.
+# How often the parent looks at the clock while waiting for a worker's next event (and, while
+# interpreters import beside the worker's build, whether the next one may start).
 _POLL_S = 0.25
+_IMPORT_POLL_S = 0.05
 # Progress events are passed on at most this often while a worker measures: each one wakes the
 # agent, the event log's reader and the console, and on a localhost sweep those share the cores
 # with the timed loop (the worker's last repetition is always passed on).
@@ -70,6 +75,16 @@ PROGRESS_PERIOD_S = 1.0
 # (no thread pool, no device context until first use). Compiler runtimes (OpenVINO, TVM, ONNX
 # Runtime) may start threads at import, so each worker imports those itself.
 _PRELOAD = ("torch", "timm")
+# The phases a fresh worker may run while other interpreters of its trial still import (issue 44):
+# the model's build (with worker 0's MAC count and eager reference) and its rewrites. At the first
+# other phase -- its compile, whose time is a recorded figure, then the timed loops -- it stops
+# until the trial's process says every interpreter has imported (``_GO``).
+BESIDE_IMPORTS = frozenset({"build", "optimise", "algorithm"})
+_GO = "go"
+# Compilers whose compile and run import no torch._dynamo (checked with a block on the CPU): their
+# workers' interpreters leave it out (~1.3 s of CPU each on the VM). Only worker 0 counts MACs,
+# whose torch counter imports it; a timm model imports it anyway (timm -> torchvision.ops).
+_NO_DYNAMO = frozenset({"identity", "torchscript", "onnxruntime", "noop"})
 
 
 #: an event as it crosses the pipe (``ngb.core.events``: JSON-like fields)
@@ -141,18 +156,25 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
 
 def _fresh_preload(spec: TrialSpec) -> list[str]:
     """What a fresh worker interpreter imports before it says ready: the worker's code path,
-    torch and what the build imports (timm only for a timm model: ~4 s on the VM). No scipy: the
-    t quantile is plain Python (``ngb.core.student_t``)."""
+    torch and what the build imports (timm only for a timm model: ~3 s on the VM). No scipy: the
+    t quantile is plain Python (``ngb.core.student_t``). torch._dynamo (and sympy, ~1.3 s) only
+    where the compile, an optimisation, an algorithm or a user's model may import it: worker 0's
+    MAC count imports it in its build, beside the other interpreters' imports (issue 44)."""
     from ngb.core.blocks import BLOCK_KINDS
 
     names = ["ngb.core.workers", "ngb.core.measure"]
     if _fresh_torch:
-        # the build counts MACs with torch's flop counter, whose first use imports torch._dynamo
-        # (and sympy): 1.7-2.4 s a worker on the VM, paid side by side here, not one worker
-        # after another (a forked worker had it from the trial's timm import)
-        names += ["torch", "torch._dynamo", "ngb.core.models"]
+        names += ["torch", "ngb.core.models"]
         if spec.source is None and spec.model not in BLOCK_KINDS:
             names.append("timm")
+        plain = (
+            spec.compiler in _NO_DYNAMO
+            and spec.optimisation == "none"
+            and getattr(spec, "algorithm", "default") == "default"
+            and spec.source is None
+        )
+        if not plain:
+            names.append("torch._dynamo")
     return names
 
 
@@ -181,15 +203,39 @@ def _interpreter(spec: TrialSpec, share: Plan, deadline: float, emit: Emit) -> I
     try:
         if _trial_pool is None or _trial_pool[0] != trial:
             close_interpreters()
-            pool = Interpreters(_fresh_preload(spec), batch=min(2, os.cpu_count() or 1))
+            pool = Interpreters(
+                _fresh_preload(spec), batch=min(2, os.cpu_count() or 1), parallel=import_parallel()
+            )
             _trial_pool = (trial, pool)
-            # the processes the trial will need at least, side by side, before anything is timed
+            # the processes the trial will need at least, all imported before anything is timed
             settings = spec.measure
             first = worker_count(settings) if settings.repetitions is not None else settings.workers
             pool.prestart(max(1, first - share.worker))
         return _trial_pool[1].take()
     finally:
         waiting.stop()
+
+
+def _open_gate(proc: Interpreter) -> None:
+    """Worker ``proc`` stopped before its compile: let it go once no interpreter imports."""
+    if _trial_pool is not None:
+        try:
+            _trial_pool[1].settle()
+        except NgbError as exc:
+            raise WorkerFailed(one_line(exc), "crash") from exc
+    with contextlib.suppress(OSError):  # a worker that died meanwhile: its EOF says how
+        proc.conn.send(_GO)
+
+
+def _pump_interpreters() -> bool:
+    """Start the trial's next interpreters as slots free; whether any is still importing."""
+    if _trial_pool is None or not _trial_pool[1].importing:
+        return False
+    try:
+        _trial_pool[1].pump()
+    except NgbError as exc:
+        raise WorkerFailed(one_line(exc), "crash") from exc
+    return _trial_pool[1].importing
 
 
 def close_interpreters() -> None:
@@ -246,12 +292,13 @@ def run_worker(
     watch: WorkerWatch | None = None
     message: WorkerReport | None = None
     last_progress = 0.0
+    gated = fresh  # a fresh worker stops before its compile until the imports are done
     # From the fork on, any exit takes the worker along: a cancel (the agent's SIGTERM raises in
     # this thread) that left it alive would leave it blocked on a full pipe nobody reads, and
     # multiprocessing joins live children at interpreter exit -- the agent would never end.
     try:
         if isinstance(proc, Interpreter):
-            proc.run(_worker_main, (job, *args))
+            proc.run(_worker_main, (job, *args, True))
         else:
             proc.start()
             sender.close()
@@ -261,7 +308,8 @@ def run_worker(
         while message is None:
             if time.monotonic() > deadline:
                 raise WorkerFailed("timed out")
-            if not receiver.poll(_POLL_S):
+            importing = gated and _pump_interpreters()  # the next start as soon as a slot frees
+            if not receiver.poll(_IMPORT_POLL_S if importing else _POLL_S):
                 continue
             try:
                 event = receiver.recv()
@@ -271,6 +319,10 @@ def run_worker(
                 message = event
                 continue
             kind = event.get("type")
+            if gated and kind == events.PHASE and event.get("phase") not in BESIDE_IMPORTS:
+                gated = False
+                if isinstance(proc, Interpreter):
+                    _open_gate(proc)
             if kind in _FORWARD:
                 event.setdefault("worker", share.worker)
                 if kind == events.PROGRESS:
@@ -357,9 +409,11 @@ def _signal_name(num: int) -> str:
 
 def _worker_main(
     job: ShareJob, conn: Connection, spec: TrialSpec, share: Plan, workdir: str,
-    cache_dir: Path | None, slow: SlowPlan | None = None,
+    cache_dir: Path | None, slow: SlowPlan | None = None, gated: bool = False,
 ) -> None:  # fmt: skip
-    """The forked worker: time one share, send everything back, exit."""
+    """The worker: time one share, send everything back, exit. ``gated`` (a fresh interpreter,
+    whose connection goes both ways): at its first phase outside ``BESIDE_IMPORTS`` it waits for
+    the trial's process to say that no interpreter imports any more."""
     _die_with_parent()
     # Compiler chatter on fd 1 must not land in the parent's stdout (ngb measure --json prints
     # one JSON object there): send it to stderr.
@@ -367,9 +421,19 @@ def _worker_main(
         sys.stdout.flush()
         os.dup2(2, 1)
 
+    waiting = [gated]
+
     def send(message: Event | WorkerReport) -> None:
         with contextlib.suppress(OSError, ValueError):
             conn.send(message)  # pickled: NaN and numpy arrays travel as they are
+        if (
+            waiting[0]
+            and isinstance(message, dict)
+            and message.get("type") == events.PHASE
+            and message.get("phase") not in BESIDE_IMPORTS
+        ):
+            waiting[0] = False
+            _wait_for_go(conn)
 
     result = TrialResult(key=spec.key, spec=spec.to_dict())
     try:
@@ -379,3 +443,14 @@ def _worker_main(
         report = WorkerReport(None, job.recorded(result), one_line(exc), job.classify(exc))
     send(report)
     conn.close()
+
+
+def _wait_for_go(conn: Connection) -> None:
+    """The gate, on the worker's side: block until the trial's process says go (a trial that
+    ended meanwhile closes the pipe: nobody will read this worker's result)."""
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        os._exit(1)
+    if message != _GO:
+        os._exit(1)

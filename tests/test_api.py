@@ -158,6 +158,12 @@ def _read_only_folder(tmp: Path) -> Path:
         ({"compiler": "noopp"}, "noopp"),
         ({"device": None}, "device must be a non-empty string"),
         ({"precision": 16}, "precision must be a non-empty string"),
+        ({"algorithm": 3}, "algorithm must be a non-empty string, got 3"),
+        ({"algorithm": ""}, "algorithm must be a non-empty string"),
+        ({"algorithm": math.nan}, "algorithm must be a non-empty string, got nan"),
+        ({"algorithm": "sparse-bsr-0"}, "algorithm: algorithm 'sparse-bsr-0': block side must be"),
+        ({"algorithm": "sparse-bsr-999"}, "block side must be 2-64, got 999"),
+        ({"algorithm": "winograd"}, "unknown algorithm 'winograd'; valid: default, direct"),
         ({"run": ""}, "run must be a non-empty string"),
         ({"db": 5}, "db must be a path"),
         ({"progress": "yes"}, "progress must be True or False"),
@@ -265,6 +271,18 @@ def test_notebook_gets_progress_and_no_tqdm_warning() -> None:
     assert "IProgress" not in err and "Warning" not in err, err
     assert "\rngb: conv8x1/noop/b1: warmup" in err
     assert "samples/s" in err.rsplit("\rngb: conv8x1/noop/b1: ", 1)[-1]  # redrawn in place
+
+
+def test_measure_takes_an_algorithm_and_a_refused_one_is_a_failed_result(tmp_path: Path) -> None:
+    """Issue 48: ``algorithm=`` as ``ngb measure --algorithm``; noop runs no model, so it
+    refuses gemm: a failed Result saying why, stored with its algorithm."""
+    db = tmp_path / "r.duckdb"
+    r = ngb.measure("conv", compiler="noop", width=8, algorithm=" gemm", db=db, **QUICK)
+    assert not r.ok and r.trial.error_kind == "unsupported"
+    assert r.error == "algorithm gemm is unsupported with noop: it runs no model"
+    assert r.trial.spec["algorithm"] == "gemm"
+    results, _ = ngb.open_results(db)
+    assert list(results["algorithm"]) == ["gemm"] and list(results["status"]) == ["failed"]
 
 
 def test_failed_trial_is_a_result_not_an_exception() -> None:

@@ -189,3 +189,74 @@ def test_the_same_threads_serve_the_warm_up_and_every_run() -> None:
         loadgen.run(workers, "server", plan=arrivals.schedule(200, 0.3, seed=5))
         loadgen.run(workers, "singlestream", duration_s=0.05)
     assert len(seen) == 2 and threading.get_ident() not in seen
+
+
+class _Pool:
+    """What ``loadgen._Watch`` reads of a run: requests put so far, their answer times."""
+
+    def __init__(self, done_ns: list[int], issued: int, now_ns: int) -> None:
+        self.done = np.array(done_ns, dtype=np.int64)
+        self.issued_count = issued
+        self.clock = lambda: now_ns
+
+
+def test_the_progress_p99_counts_each_answer_once_to_one_percent() -> None:
+    """The live p99 comes from a histogram each answer joins once, however many ticks see it:
+    a request answered out of order is counted when it is answered, never twice, and the p99
+    is the one of every latency so far to within the bins' 1 %."""
+    rng = np.random.default_rng(1)
+    n = 2000
+    scheduled = np.arange(n, dtype=np.int64) * 1_000_000  # one a ms from 0
+    latency_ms = rng.lognormal(1.5, 0.6, n)
+    done = scheduled + (latency_ms * 1e6).astype(np.int64)
+    open_ = np.zeros(n, dtype=bool)
+    open_[[10, 500, 1500]] = True  # three still in flight at the first tick
+    watch = loadgen._Watch(None)
+    first = watch.so_far(_Pool(np.where(open_, 0, done).tolist(), n, 5 * 10**9), scheduled)
+    assert first.issued == n and first.answered == n - 3 and watch.cursor == 10
+    again = watch.so_far(_Pool(np.where(open_, 0, done).tolist(), n, 6 * 10**9), scheduled)
+    assert again.answered == n - 3 and again.p99_ms == first.p99_ms and again.seconds == 6.0
+    last = watch.so_far(_Pool(done.tolist(), n, 7 * 10**9), scheduled)  # the three answered
+    assert last.answered == n and watch.cursor == n
+    true_p99 = np.sort(latency_ms)[int(np.ceil(0.99 * n)) - 1]
+    assert last.p99_ms is not None and abs(last.p99_ms / true_p99 - 1) <= 0.021
+    empty = loadgen._Watch(None).so_far(_Pool([0, 0], 2, 10**9), scheduled[:2])
+    assert (empty.answered, empty.p99_ms) == (0, None)
+
+
+@pytest.mark.parametrize("scenario", ["server", "singlestream", "offline"])
+def test_progress_is_told_from_a_thread_of_its_own(monkeypatch, scenario: str) -> None:
+    """The progress callback runs on the watching thread, never the thread that issues the
+    requests (its work would delay the next one), with counts that only grow."""
+    monkeypatch.setattr(loadgen, "PROGRESS_PERIOD_S", 0.1)
+    seen: list[tuple[str, loadgen.SoFar]] = []
+    issuer = threading.current_thread().name
+    kwargs: dict[str, object] = {
+        "server": {"plan": arrivals.schedule(300, 1.0, seed=0)},
+        "singlestream": {"duration_s": 0.6},
+        "offline": {"count": 400},
+    }[scenario]
+    loadgen.run(
+        [lambda: time.sleep(0.001)], scenario,
+        progress=lambda p: seen.append((threading.current_thread().name, p)), **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert seen, "no progress in a run of several periods"
+    assert {name for name, _ in seen} == {"ngb-serve-watch"} and issuer != "ngb-serve-watch"
+    counts = [(p.issued, p.answered) for _, p in seen]
+    assert counts == sorted(counts) and all(a <= i for i, a in counts)
+    answered = [p for _, p in seen if p.answered]
+    assert answered and all(p.p99_ms is not None and p.p99_ms >= 1.0 for p in answered)
+    assert not any(t.name == "ngb-serve-watch" for t in threading.enumerate())  # joined
+
+
+def test_a_progress_callback_that_raises_ends_the_display_not_the_run(monkeypatch) -> None:
+    monkeypatch.setattr(loadgen, "PROGRESS_PERIOD_S", 0.05)
+    calls = []
+
+    def broken(p: loadgen.SoFar) -> None:
+        calls.append(p)
+        raise RuntimeError("display gone")
+
+    trace = loadgen.run([lambda: None], "server", plan=arrivals.schedule(200, 0.5, seed=0),
+                        progress=broken)  # fmt: skip
+    assert len(calls) == 1 and trace.count == 100 and trace.errors == 0

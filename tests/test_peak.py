@@ -140,6 +140,20 @@ def test_star_text_says_each_missing_bound_in_words() -> None:
     assert peak.star_text(6.9, 6.1, None, 30.0).endswith("[6.1, unbounded] for p99 <= 30 ms: no "
                                                          "probe missed it")  # fmt: skip
 
+    # after a value its caller prints (a report's cell): the same words, without "QPS*" and the
+    # estimate, going on from the number
+    for low, high in ((None, 7.8), (0.0, 7.8), (6.1, None), (None, None)):
+        whole = peak.star_text(6.9, low, high, 30.0)
+        after = peak.star_text(6.9, low, high, 30.0, value_shown=True)
+        assert "QPS*" not in after and "estimate" not in after
+        assert whole.split(": ", 1)[1] == after.split(": ", 1)[1]  # the one reason
+    assert peak.star_text(6.9, None, 7.8, 30.0, value_shown=True) == (
+        "below 7.8 (no lower bound): no VALID probe met p99 <= 30 ms"
+    )
+    assert peak.star_text(6.9, 6.1, None, 30.0, value_shown=True) == (
+        "[6.1, unbounded] for p99 <= 30 ms: no probe missed it"
+    )
+
 
 def test_bad_input_is_one_line() -> None:
     with pytest.raises(ConfigError, match="start rate"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core import serve_sim, serve_stats
+from ngb.core import peak, serve_sim, serve_stats
 from ngb.core.serve import ServeOutcome, ServeSettings
 from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
@@ -141,7 +141,10 @@ def test_a_search_that_verified_no_rate_has_no_lower_bound_anywhere(tmp_path: Pa
         assert out.exit_code == 0, out.output
         return out.output
 
-    words = f"(below {high:.4g}, no lower bound: no VALID probe met p99 <= 100 ms)"
+    # the report's cell goes on from QPS* in the words every surface uses (``star_text``)
+    words = f"below {high:.4g} (no lower bound): no VALID probe met p99 <= 100 ms"
+    assert said == f"QPS* {words}"  # the one wording: the report's cell after its value
+    assert words == peak.star_text(outcome.peak.qps, None, high, 100.0, value_shown=True)
     text = report("markdown")
     assert words in text and "[0" not in text
     assert "'no lower bound' = no probe verified any rate" in text

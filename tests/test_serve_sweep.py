@@ -2,9 +2,10 @@
 
 A sweep with ``[serve]`` runs on localhost through the orchestrator and the real agent (a trial
 process each, as ``ngb run`` runs them; the ``noop`` compiler's 2 ms sleeping calls): the served
-trial lands in ``serving`` under the sweep's run id and device, with no ``trials`` row, and
-``ngb report serving`` shows it; a serving trial that fails is an ordinary failed trial. A bad
-``[serve]`` table is refused in one line before anything runs.
+trial lands in ``serving`` under the sweep's run id and device, with no ``trials`` row,
+``ngb report serving`` shows it, and its progress came live as ``serving`` events; a serving
+trial that fails is an ordinary failed trial. A bad ``[serve]`` table is refused in one line
+before anything runs.
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ async def test_a_served_sweep_stores_serving_rows_under_its_run_and_device(env):
     assert result.exit_code == 0, result.output
     assert "conv16x1/b1" in result.output and "noop" in result.output
     assert "server" in result.output and row["verdict"] in result.output
+
+    # the trial in flight told its progress live: offered and achieved QPS, the p99 so far
+    live = [e.event for e in seen if e.kind == "agent" and e.event["type"] == ev.SERVING]
+    assert live and {e["key"] for e in live} == {served.key}
+    assert all(e["offered_qps"] == 150 and e["probe"] is None for e in live)
+    assert live[-1]["answered"] > 0 and live[-1]["p99_ms"] is not None
 
     # stored once: the result as the agent sent it, ingested again (a re-attach), adds nothing
     done = [e.event["result"] for e in seen

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ngb.core.errors import ConfigError
@@ -99,7 +100,7 @@ def test_by_default_each_worker_is_a_fresh_interpreter_even_beside_a_stuck_impor
     assert outcome["ok"], outcome["error"]
 
 
-QUICK = {
+QUICK: dict[str, Any] = {
     "warmup_iters": 0, "warmup_s": 0.0, "min_iters": 1, "min_duration_s": 0.01,
     "quiet_check_s": 0.0,
 }  # fmt: skip
@@ -228,3 +229,89 @@ def test_while_fresh_interpreters_import_a_cpu_sample_goes_out_every_second(
     waiting = [t for t, e in seen if e["type"] == events.CPU and t < first_worker_event]
     assert len(waiting) >= 3, seen  # 3.5 s of imports: a sample every second
     assert max(b - a for a, b in zip(waiting, waiting[1:], strict=False)) <= 1.5
+
+
+def test_a_worker_compiles_and_measures_only_once_every_interpreter_has_imported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 44: worker 0 gets the first interpreter as soon as it has imported, while the rest
+    still import (one at a time here), and waits at the gate before its compile: no interpreter
+    imports while any worker compiles or measures, and no more than ``parallel`` import at once."""
+    import time
+
+    from ngb.core import events, worker_start, workers
+    from ngb.core.measure import run_trial
+    from ngb.core.types import MeasureSettings, TrialSpec
+
+    (tmp_path / "slow_import_ngb_gate.py").write_text("import time\ntime.sleep(1.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the interpreters find it through PYTHONPATH
+    plain = workers._fresh_preload
+    monkeypatch.setattr(
+        workers, "_fresh_preload", lambda spec: [*plain(spec), "slow_import_ngb_gate"]
+    )
+    monkeypatch.setattr(workers, "import_parallel", lambda: 1)
+    started: list[float] = []
+    ready: list[float] = []
+    init, poll = worker_start.Interpreter.__init__, worker_start.Interpreter.poll_ready
+
+    def counted_init(self: worker_start.Interpreter, preload: list[str]) -> None:
+        init(self, preload)
+        started.append(time.monotonic())
+
+    def counted_poll(self: worker_start.Interpreter) -> bool:
+        was = self.ready
+        now = poll(self)
+        if now and not was:
+            ready.append(time.monotonic())
+        return now
+
+    monkeypatch.setattr(worker_start.Interpreter, "__init__", counted_init)
+    monkeypatch.setattr(worker_start.Interpreter, "poll_ready", counted_poll)
+    monkeypatch.setenv(START_ENV, "fresh")
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(**QUICK, repetitions=6, workers=3),
+    )  # fmt: skip
+    seen: list[tuple[float, dict[str, object]]] = []
+    result = run_trial(spec, emit=lambda e: seen.append((time.monotonic(), dict(e))))
+    assert result.ok, result.error
+    assert len(started) == len(ready) == 3
+    # one importing at a time: each started once the one before it was ready
+    assert all(s >= r for s, r in zip(started[1:], ready, strict=False))
+    compiles = [t for t, e in seen if e["type"] == events.PHASE and e.get("phase") == "compile"]
+    assert len(compiles) >= 3 and min(compiles) >= max(ready)
+    facts = result.extra["worker_start"]
+    assert facts["interpreters_started"] == 3
+    # worker 0 started before the other two had imported, and waited for them at the gate
+    assert facts["gate_wait_s"] >= 1.0
+    assert 0 < facts["import_cpu_s"] < 30
+
+
+def test_a_block_on_a_plain_compiler_preloads_no_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch._dynamo (~1.3 s of CPU an interpreter) only where a worker may import it: its
+    compile, an optimisation, a user's model; a timm model imports it anyway (torchvision)."""
+    from ngb.core import workers
+    from ngb.core.types import TrialSpec
+
+    monkeypatch.setattr(workers, "_fresh_torch", True)
+    block = workers._fresh_preload(TrialSpec(model="mha", width=8, compiler="identity"))
+    assert "torch" in block and "torch._dynamo" not in block and "timm" not in block
+    inductor = workers._fresh_preload(TrialSpec(model="mha", width=8, compiler="inductor"))
+    assert "torch._dynamo" in inductor
+    timm = workers._fresh_preload(TrialSpec(model="resnet18", compiler="identity"))
+    assert "timm" in timm
+
+
+def test_only_worker_0_counts_macs() -> None:
+    """Worker 0's record is the trial's; a later worker's count was thrown away, and torch's
+    counter imports torch._dynamo in every interpreter (issue 44)."""
+    from ngb.core.measure import _build_model
+    from ngb.core.types import TrialResult, TrialSpec
+
+    spec = TrialSpec(model="conv", width=8, depth=1, compiler="identity")
+    later = TrialResult(key=spec.key, spec=spec.to_dict())
+    _build_model(spec, later, None, with_macs=False)
+    assert later.params and later.macs is None
+    first = TrialResult(key=spec.key, spec=spec.to_dict())
+    _build_model(spec, first, None)
+    assert first.params == later.params and first.macs and first.macs > 0

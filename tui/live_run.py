@@ -131,6 +131,9 @@ class DeviceState:
     ci_target: float | None = None
     ci_fixed: bool = False  # a fixed repetition count: the target does not end the trial
     tuning: TuningState | None = None
+    # a serving trial's last progress (``ngb.core.events.SERVING``: offered and achieved QPS, the
+    # p99 so far, a peak search's probe), as the agent sent it; live only, never stored
+    serving: Mapping[str, object] | None = None
     # the agent's ETA inputs for the trial in flight (``ngb.core.live_state.EtaBook.inputs``)
     eta: Mapping[str, object] | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
@@ -162,6 +165,8 @@ class DeviceState:
         """The phase to name on the meters while the device sends no samples ("" if sampled)."""
         if self.idle or self.cpu is not None:
             return ""
+        if self.serving is not None and not self.phase:  # a serving trial sends no phases
+            return "serving"
         return PHASE_WORDS.get(self.phase, self.phase or "starting")
 
     @property
@@ -189,6 +194,11 @@ class LogLine:
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _newer(event: Mapping[str, object], than: Mapping[str, object] | None) -> bool:
+    """``event`` was sent after ``than`` (the agent's clock; None: nothing yet)."""
+    return than is None or (_num(event.get("ts")) or 0.0) > (_num(than.get("ts")) or 0.0)
 
 
 def _count(value: object, default: int = 0) -> int:
@@ -279,6 +289,7 @@ class RunModel:
             if ev.state in TERMINAL_STATES:
                 state.finished = True
                 state.current, state.phase = "", ""
+                state.serving = None
                 state.reset_meters()
             else:
                 state.finished = False
@@ -322,12 +333,15 @@ class RunModel:
                 s.ci_relative = ci
         elif kind == "tuning":
             s.tuning = tuning_state(e, ts)
+        elif kind == "serving":
+            if not s.trial_key or str(e.get("key") or "") == s.trial_key:
+                s.serving = e
         elif kind == "state":
             self._apply_state(s, e, ts)
         elif kind == "trial_started":
             self._start_trial(s, e, ts)
             s.phase, s.rep, s.reps = "", 0, 0
-            s.tuning = None
+            s.tuning = s.serving = None
         elif kind == "trial_done":
             self._timed(s, e)
             s.done += 1
@@ -335,7 +349,7 @@ class RunModel:
             if isinstance(result, Mapping):
                 self.add_log(LogLine(ts, s.device, trial_line(s.current, result)))
             s.current, s.phase = "", ""
-            s.tuning = None
+            s.tuning = s.serving = None
             s.reset_meters()
         elif kind == "trial_failed":
             self._timed(s, e)
@@ -343,6 +357,7 @@ class RunModel:
             s.failed += 1
             label = s.current or str(e.get("key") or "")
             s.current, s.phase = "", ""
+            s.serving = None
             s.reset_meters()
             kind_ = e.get("error_kind") or "error"
             self.add_log(
@@ -356,6 +371,7 @@ class RunModel:
         elif kind == "run_done":
             s.finished = True
             s.current, s.phase = "", ""
+            s.serving = None
             s.reset_meters()
             s.cancelled = bool(e.get("cancelled"))
             note = " (cancelled)" if s.cancelled else ""
@@ -384,12 +400,14 @@ class RunModel:
 
     def _apply_state(self, s: DeviceState, e: Mapping[str, object], ts: float) -> None:
         """The agent's periodic snapshot (``ngb.core.live_state``): after a re-attach it brings
-        the trial in flight, its phase, the tuning view, the meters and the ETA at once."""
+        the trial in flight, its phase, the tuning view, the meters, a serving trial's progress
+        and the ETA at once."""
         trial = e.get("trial")
         if not isinstance(trial, Mapping):
             return
         if str(trial.get("key") or "") != s.trial_key or not s.current:
             self._start_trial(s, {**trial, "eta": e.get("eta")}, _num(trial.get("ts")) or ts)
+            s.serving = None  # another trial's, if any
         elif s.eta is None and isinstance(e.get("eta"), Mapping):
             s.eta = e.get("eta")  # type: ignore[assignment]
         s.finished = False
@@ -404,6 +422,9 @@ class RunModel:
         cpu = e.get("cpu")
         if isinstance(cpu, Mapping) and s.cpu is None:
             self._apply_sample(s, cpu)
+        serving = e.get("serving")
+        if isinstance(serving, Mapping) and _newer(serving, s.serving):
+            s.serving = serving
 
     @staticmethod
     def _timed(s: DeviceState, e: Mapping[str, object]) -> None:

@@ -277,6 +277,22 @@ class Compiler(ABC, Generic[ConfigT]):
     #: the config option that bounds its tuning search, in trials (its default: the config
     #: field's); None: it does not search (``tuning_budget``, the ETA's weight of a trial)
     tuning_budget_option: ClassVar[str | None] = None
+    #: algorithm kind (``ngb.core.algorithms.KINDS``) -> what it runs for it, recorded with the
+    #: result; a kind left out is refused with its ``algorithm_refusals`` reason
+    algorithms: ClassVar[Mapping[str, str]] = {
+        "default": "its own choice of convolution",
+        "gemm": "im2col + matrix multiply written into the graph, compiled as given",
+    }
+    #: algorithm kind -> why it cannot run it (``tests/test_compilers_describe.py``: every kind
+    #: is either run or refused with a reason, by every compiler)
+    algorithm_refusals: ClassVar[Mapping[str, str]] = {
+        "direct": "it picks its own convolution kernel per shape; ngb cannot make it run a "
+        "direct one",
+        "sparse-csr": "its importer takes no sparse weights (a sparse trial would time the "
+        "dense matrix)",
+        "sparse-bsr": "its importer takes no sparse weights (a sparse trial would time the "
+        "dense matrix)",
+    }
 
     config: ConfigT
 

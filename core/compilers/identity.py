@@ -109,6 +109,19 @@ def prepare(
 
 #: what every torch-based backend records (the default ``Compiler.versions`` reads these)
 TORCH_VERSIONS = {"torch": ("torch",)}
+# What torch runs for each algorithm (ngb.core.algorithms). Its convolution on x86 is oneDNN's,
+# whose primitive log (ONEDNN_VERBOSE=1) reads "alg:convolution_direct" with a channel-blocked
+# layout (aBcd16b), checked on the 2-core VM for 3x3 and 1x1 convs at batch 1 and 2.
+TORCH_DIRECT = "torch's convolution: oneDNN's direct kernel on x86 (alg:convolution_direct)"
+TORCH_GEMM = "im2col + torch.matmul (the BLAS GEMM) written into the graph"
+TORCH_SPARSE = "im2col + a torch.sparse weight times the dense columns (sparse-dense matmul)"
+TORCH_ALGORITHMS = {
+    "default": TORCH_DIRECT,
+    "direct": TORCH_DIRECT,
+    "gemm": TORCH_GEMM,
+    "sparse-csr": TORCH_SPARSE.replace("torch.sparse", "CSR"),
+    "sparse-bsr": TORCH_SPARSE.replace("torch.sparse", "block-CSR"),
+}
 
 
 @contextlib.contextmanager
@@ -278,6 +291,8 @@ class IdentityCompiler(Compiler[IdentityConfig]):
     style = Style((230, 159, 0), "●", "○")  # Okabe-Ito orange
     short_name = "eager"
     profiler = "torch"
+    algorithms = TORCH_ALGORITHMS
+    algorithm_refusals = {}
     version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:

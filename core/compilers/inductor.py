@@ -21,6 +21,7 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.identity import (
+    TORCH_ALGORITHMS,
     TORCH_PRECISIONS,
     TORCH_VERSIONS,
     TorchCompiled,
@@ -62,6 +63,15 @@ class InductorCompiler(Compiler[InductorConfig]):
     style = Style((0, 114, 178), "✚", "✜")  # Okabe-Ito blue
     short_name = "ind"
     profiler = "torch"
+    algorithms = {
+        "default": "its own lowering (convolutions as extern oneDNN kernels on CPU)",
+        "direct": "convolutions as extern oneDNN kernels: direct on x86",
+        "gemm": TORCH_ALGORITHMS["gemm"],
+    }
+    algorithm_refusals = {
+        "sparse-csr": "torch.compile does not trace sparse tensors (a graph break runs it eagerly)",
+        "sparse-bsr": "torch.compile does not trace sparse tensors (a graph break runs it eagerly)",
+    }
     version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:

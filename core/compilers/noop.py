@@ -57,6 +57,10 @@ class NoopCompiler(Compiler[NoopConfig]):
     style = Style((187, 187, 187), "✱", "✲")  # Paul Tol's grey
     short_name = "noop"
     profiler = None  # nothing runs to profile
+    algorithms = {"default": "nothing: it runs no model"}
+    algorithm_refusals = {
+        kind: "it runs no model" for kind in ("direct", "gemm", "sparse-csr", "sparse-bsr")
+    }
     version_libraries = ()
 
     def compile(self, model: object, example: object, ctx: CompileContext) -> Compiled:

@@ -19,6 +19,7 @@ from ngb.core.compilers.base import (
     Style,
 )
 from ngb.core.compilers.identity import (
+    TORCH_ALGORITHMS,
     TORCH_PRECISIONS,
     TORCH_VERSIONS,
     TorchCompiled,
@@ -59,6 +60,9 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
     style = Style((213, 94, 0), "◆", "◇")  # Okabe-Ito vermillion
     short_name = "TS"
     profiler = "torch"
+    # the trace records the same aten calls eager makes, sparse products included
+    algorithms = TORCH_ALGORITHMS
+    algorithm_refusals = {}
     version_libraries = ("torch",)
 
     def compile(self, model: Model, example: Example, ctx: CompileContext) -> Compiled:

@@ -42,6 +42,14 @@ OPT_LEVELS = (0, 1, 2, 3, 4)
 TVM_UNSUPPORTED_ERRORS = ("TVMUnsupportedError",)
 TVM_VERSIONS = {"tvm": ("apache-tvm", "tvm"), "tvm_ffi": ("apache-tvm-ffi",)}
 TVM_INT8_REASON = "TVM imports through torch.export, which has no rule for torch's quantized:: ops"
+# TVM 0.27's Relax legalises conv2d through topi.nn.conv2d only (NCHW/NHWC loop nests; no
+# channel-chunked layout is legalised: relax/transform/legalize_ops/nn.py), and its PyTorch
+# frontend turns sparse tensors dense ("Relax does not support sparse tensors yet",
+# exported_program_translator.py): Relay's spatial-pack strategies and sparse_dense went with it.
+TVM_SPARSE_REASON = (
+    "TVM 0.27's Relax has no sparse operator; its PyTorch frontend turns sparse weights dense, so "
+    "the trial would time the dense matrix"
+)
 
 
 def check_int(name: str, value: object, *, minimum: int, optional: bool = False) -> None:
@@ -273,6 +281,12 @@ class TvmBase(Compiler[ConfigT]):
     sources = ("torch", "onnx")  # a user's ONNX file goes through the Relax ONNX frontend
     profiler = "hook"  # the VM's instrument hook, set on the model built
     version_libraries = ("tvm",)
+    algorithms = {
+        "default": "topi.nn.conv2d_nchw, the direct loop nest Relax legalises conv2d to",
+        "direct": "topi.nn.conv2d_nchw, the direct loop nest Relax legalises conv2d to",
+        "gemm": "im2col (strided slices, stack) + Relax matmul, legalised and built as given",
+    }
+    algorithm_refusals = {"sparse-csr": TVM_SPARSE_REASON, "sparse-bsr": TVM_SPARSE_REASON}
 
 
 class TvmCompiler(TvmBase[TvmConfig]):

@@ -197,6 +197,7 @@ def measure(
     width: int | None = None,
     depth: int = 1,
     optimisation: str = "none",
+    algorithm: str = "default",
     options: Mapping[str, object] | None = None,
     kwargs: Mapping[str, object] | None = None,
     inputs: Sequence[check.InputLike] | None = None,
@@ -222,6 +223,9 @@ def measure(
     directory, so they form one series in ``ngb history``). ``settings``: any
     ``MeasureSettings`` field (``workers=2``, ``ci_target=0.05``, ``repetitions=3`` ...);
     ``options``: the compiler's own options; ``progress``: show the phase on stderr.
+    ``algorithm``: the convolution primitive (``default``, ``direct``, ``gemm``, ``sparse-csr``,
+    ``sparse-bsr-B``: ``ngb.core.algorithms``); one the compiler cannot run gives a failed
+    Result whose ``error`` says why, as ``ngb measure --algorithm`` does.
 
     Every argument is checked first: a bad one raises ``ngb.core.errors.NgbError`` with one line,
     before anything is measured (a results file that cannot take the result included). A trial
@@ -232,6 +236,7 @@ def measure(
     from ngb.sweeps.spec.checks import (
         accuracy_table,
         check_accuracy_data,
+        check_algorithm,
         check_trial,
         parse_measure,
     )
@@ -242,6 +247,7 @@ def measure(
     batch = check.whole("batch", batch)
     device = check.text("device", device)
     optimisation = check.text("optimisation", optimisation)
+    algorithm = check_algorithm(check.text("algorithm", algorithm), "algorithm")
     depth = check.whole("depth", depth)
     width = None if width is None else check.whole("width", width)
     if precision is not None:
@@ -280,6 +286,7 @@ def measure(
         depth=depth,
         width=width,
         optimisation=optimisation,
+        algorithm=algorithm,
         device=device,
         compiler_options=check.table("options", options),
         measure=parse_measure(settings, "measure settings"),

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ngb.core import percentiles
 from ngb.core.errors import ConfigError, NgbError, one_line
-from ngb.core.serve import ServeOutcome, ServeSettings
+from ngb.core.serve import OnProgress, ServeOutcome, ServeSettings, ServingProgress
+from ngb.core.serve_trial import serving_line
 from ngb.core.types import TrialSpec
 from ngb.sweeps.api import checks as check
 
@@ -255,15 +256,12 @@ def _say(compiler: str) -> Callable[[str], None]:
     return _Say(compiler)
 
 
-def _live(compiler: str) -> Callable[..., None]:
-    """A terminal's live line each second: requests issued and answered, the p99 so far."""
+def _live(compiler: str) -> OnProgress:
+    """A terminal's live line each second, as a sweep's serving trial shows in the console
+    (``serving_line``: the probe, offered and achieved QPS, the p99 so far)."""
 
-    def show(issued: int, answered: int, seconds: float, latency_ms: object) -> None:
-        import numpy as np
-
-        lat = np.asarray(latency_ms)
-        p99 = f", p99 so far {np.percentile(lat, 99):.3g} ms" if lat.size else ""
-        line = f"ngb: {compiler}: {seconds:.0f} s, {issued} issued, {answered} answered{p99}"
+    def show(progress: ServingProgress) -> None:
+        line = f"ngb: {compiler}: {serving_line(progress.fields())}"
         sys.stderr.write(f"\r{line:<78}")
         sys.stderr.flush()
 

@@ -66,6 +66,13 @@ def _fmt(value: float | None, spec: str = ".3g", unit: str = "") -> str:
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--optimisation", default="none", show_default=True)
 @click.option(
+    "--algorithm",
+    default="default",
+    show_default=True,
+    help="Convolution primitive: default (the compiler's own), direct, gemm, sparse-csr, "
+    "sparse-bsr[-B] (see `ngb compilers`).",
+)
+@click.option(
     "--option",
     "-o",
     "options",
@@ -184,6 +191,7 @@ def measure(
     input_size: int | None,
     device: str,
     optimisation: str,
+    algorithm: str,
     options: tuple[str, ...],
     repetitions: int | None,
     ci_target: float | None,
@@ -265,6 +273,7 @@ def measure(
         depth=depth,
         width=width,
         optimisation=optimisation,
+        algorithm=algorithm,
         device=device,
         input_size=input_size,
         compiler_options=dict(parse_option(o) for o in options),
@@ -345,6 +354,15 @@ def measure(
         kind = "" if result.error_kind == "error" else f"{result.error_kind}: "
         click.echo(safe_text(short_words(f"error: {kind}{result.error}")), err=True)
         sys.exit(1)
+
+
+def _algorithm_line(result: TrialResult) -> list[tuple[str, str]]:
+    """What ran for a trial's algorithm (ngb.core.algorithms) and what its format stores;
+    nothing for the compiler's own choice."""
+    from ngb.core.algorithms import facts_text
+
+    facts = result.extra.get("algorithm")
+    return [("algorithm", facts_text(facts))] if isinstance(facts, dict) else []
 
 
 def _warn(line: str) -> None:
@@ -439,6 +457,7 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         ("peak RSS", _fmt(result.peak_rss_mb, ".0f", " MiB") + _phases_text(result)),
         ("precision", f"{result.precision or '-'} (asked: {spec.measure.precision})"),
         ("allocator", str(result.extra.get("allocator", "-"))),
+        *_algorithm_line(result),
         (
             f"max |err| vs {_reference_name(spec)}",
             _fmt(result.max_abs_err, ".3g") + _fidelity_text(result.extra.get("fidelity")),

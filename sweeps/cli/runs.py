@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 import click
 from ngb.core.clock_text import clock
 from ngb.core.errors import NgbError
+from ngb.core.serve_trial import serving_line
 from ngb.sweeps.rows import integer, mapping
 from ngb.sweeps.run.refusal import start_or_refuse, until_started
 
@@ -162,6 +163,8 @@ class _Progress:
                 self.console.print(f"[dim]{item.device}: {event['msg']}[/]")
             elif etype == "tuning":
                 fields["current"] = self._tuning(item.device, event)[:70]
+            elif etype == "serving":
+                fields["current"] = self._serving(item.device, event)
             elif etype == "state":
                 fields.update(self._snapshot(item.device, event))
         self.progress.update(task, **fields)
@@ -178,7 +181,18 @@ class _Progress:
         tuning = event.get("tuning")
         if isinstance(tuning, Mapping) and tuning.get("budget"):
             return {"current": self._tuning(device, tuning)[:70]}
+        serving = event.get("serving")
+        if isinstance(serving, Mapping):
+            return {"current": self._serving(device, serving)}
         return {"current": self.current[device][:70]}
+
+    def _serving(self, device: str, event: Mapping[str, object]) -> str:
+        """The trial line while a serving trial runs: its progress as the console's panel words
+        it (``serving_line``: the probe, offered and achieved QPS, the p99 so far), after the
+        trial's label where both fit."""
+        line = serving_line(event)
+        label = self.current.get(device, "")
+        return f"{label}: {line}" if label and len(label) + 2 + len(line) <= 90 else line[:90]
 
     def _tuning(self, device: str, event: Mapping[str, object]) -> str:
         """The trial line while TVM tunes: trials of the budget, the search's recent rate and

@@ -49,6 +49,8 @@ def _first(row: Mapping[str, object], names: tuple[str, ...]) -> object:
 class FigureData(ReportData):
     """Report data narrowed by family and precision, each trial with its interval; see module."""
 
+    _CACHES = (*ReportData._CACHES, "_rows")
+
     def __init__(
         self,
         store: Store,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.sweeps.report import algorithms as report_algorithms
 from ngb.sweeps.report import deploy as report_deploy
 from ngb.sweeps.report import dlas as report_dlas
 from ngb.sweeps.report import ops as profile_report
@@ -51,6 +52,10 @@ REPORTS: dict[str, tuple[Callable[[ReportData], Report], str]] = {
     "dlas": (report_dlas.dlas, "Achieved and % of expected speed-up per optimisation"),
     "reversals": (report_dlas.reversals, "Model pairs whose order flips under a compiler"),
     "accuracy": (report_dlas.accuracy, "Top-1/top-5 on labelled data beside throughput, drop"),
+    "algorithms": (
+        report_algorithms.algorithms,
+        "Convolution algorithm per compiler: ms per batch, speed-up, % of expected (DLAS)",
+    ),
     "energy": (report_deploy.energy, "Energy per sample, samples/J, watts, cost per 1M"),
     "breakeven": (report_deploy.breakeven, "Inferences that pay back compile + tuning time"),
     "ops": (profile_report.ops, "Per-operator profiles side by side (ngb profile --db)"),
@@ -62,6 +67,8 @@ def list_reports() -> list[tuple[str, str]]:
     return [(name, description) for name, (_, description) in REPORTS.items()]
 
 
+#: the reports that read every algorithm's trials (``ReportData.with_every_algorithm``)
+EVERY_ALGORITHM = ("algorithms",)
 #: the reports that can stream their rows (``ReportData.streaming``)
 STREAMED = ("energy", "breakeven")
 #: streaming pays off past this many points: below it the spill's own machinery (a second
@@ -108,6 +115,8 @@ def build_report(
     data.compilers = compilers
     report = builder(data)
     if name != "testbed":
+        # the trials the report read: every algorithm's for ``algorithms``, else the compiler's own
+        data = data.with_every_algorithm() if name in EVERY_ALGORITHM else data
         # counted in SQL where the report read no trial whole (a report of every point)
         counts = data.verdict_counts()
         judged = sum(n for _, _, n in counts)

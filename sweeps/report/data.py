@@ -3,9 +3,12 @@
 ``ReportData`` reads the results database through ``Store.query`` (read-only connections only).
 Which trials count: successful ones, filtered by ``--run`` / ``--device``, and -- because the same
 trial point may have been measured in several runs -- only the newest measurement of each point
-(device, model, width, depth, optimisation, compiler, batch, target, input size), so a report
-never averages an old run into a new one. Per-repetition throughputs (``measurements``) come with
-each trial for the significance tests.
+(device, model, width, depth, optimisation, algorithm, compiler, batch, target, input size,
+precision), so a report never averages an old run into a new one. Only trials of the compiler's
+own convolution (algorithm ``default``, and every row stored before the axis) count, unless a
+report asks for every algorithm (``all_algorithms``: ``ngb report algorithms``, issue 48): a
+gemm or sparse trial is another point, and no report of before reads it as the compiler's own.
+Per-repetition throughputs (``measurements``) come with each trial for the significance tests.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
@@ -40,12 +43,24 @@ POINT_COLUMNS = (
     "width",
     "depth",
     "optimisation",
+    "algorithm",  # ngb.core.algorithms; NULL (stored before the axis) reads as 'default'
     "compiler",
     "batch",
     "target",
     "input_size",
     "precision",
 )
+#: the SQL a point column is read with, where it is not the column itself
+_POINT_SQL = {"algorithm": "coalesce({prefix}algorithm, 'default')"}
+#: the compiler's own convolution (``TrialSpec.algorithm``'s default)
+DEFAULT_ALGORITHM = "default"
+
+
+def point_sql(column: str, prefix: str = "") -> str:
+    """A point column as SQL over the trial (``prefix``: its alias and a dot)."""
+    return _POINT_SQL.get(column, "{prefix}" + column).format(prefix=prefix)
+
+
 _TRIAL_COLUMNS = (
     "run_id",
     "key",
@@ -88,13 +103,15 @@ class Cell:
     ``low``/``high``: the bounds of the value's 95 % confidence interval, printed as they are
     (``6.3 [4.1, 9.6]``, ``ngb.sweeps.report.numbers.format_interval``). ``std``: a standard
     deviation printed after ``±`` (Table VI's spread over a family: a dispersion, not an
-    interval)."""
+    interval). ``bold``: set in bold where the format has it (Markdown, LaTeX): the fastest
+    cell of a row in DLAS's tables."""
 
     value: float | None
     std: float | None = None
     note: str = ""
     low: float | None = None
     high: float | None = None
+    bold: bool = False
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -103,7 +120,7 @@ class Cell:
         return (self.low, self.high)
 
     def with_note(self, note: str) -> Cell:
-        return Cell(self.value, self.std, note, self.low, self.high)
+        return Cell(self.value, self.std, note, self.low, self.high, self.bold)
 
 
 @dataclass
@@ -247,6 +264,9 @@ def positive(value: object) -> TypeGuard[float]:
 class ReportData:
     """Trials (newest per point) and their repetition samples for one report request."""
 
+    #: what the reads keep (cleared in a copy that reads other trials: ``with_every_algorithm``)
+    _CACHES: ClassVar[tuple[str, ...]] = ("_trials", "_samples")
+
     def __init__(
         self,
         store: Store,
@@ -282,7 +302,22 @@ class ReportData:
         self.model: str | None = None
         # ``ngb report ops -c a,b``: those compilers' columns only, in that order
         self.compilers: list[str] | None = None
+        # every algorithm's trials (``ngb report algorithms``); set before the first read.
+        # False: the compiler's own convolution only, as every report read before the axis
+        self.all_algorithms = False
         self._serving: dict[str, tuple[list[StoreRow], list[StoreRow]]] = {}
+
+    def with_every_algorithm(self) -> ReportData:
+        """A copy that reads the trials of every algorithm (``all_algorithms``), its own reads
+        apart: the reports built on this one after it (``ngb report all``, the HTML report)
+        still read the compiler's own convolution only."""
+        import copy
+
+        other = copy.copy(self)
+        other.all_algorithms = True
+        for name in self._CACHES:
+            setattr(other, name, None)
+        return other
 
     @property
     def baseline(self) -> str:
@@ -376,9 +411,11 @@ class ReportData:
             )
         return DEFAULT_BASELINE
 
-    def _where(self, alias: str = "") -> tuple[str, list[str]]:
+    def _where(self, alias: str = "", status: str = "= 'ok'") -> tuple[str, list[str]]:
         prefix = f"{alias}." if alias else ""
-        clauses, params = [f"{prefix}status = 'ok'"], []
+        clauses, params = [f"{prefix}status {status}"], []
+        if not self.all_algorithms:
+            clauses.append(f"{point_sql('algorithm', prefix)} = '{DEFAULT_ALGORITHM}'")
         if self.run_id is not None:
             clauses.append(f"{prefix}run_id = ?")
             params.append(self.run_id)
@@ -399,9 +436,18 @@ class ReportData:
         The row id (one number per point) rather than [run, device, key] (a list of three
         strings): on 480,000 distinct points the query peaked at 268 MiB against 302, in half
         the time -- a row id holds within the one query it is taken in."""
-        where, params = self._where()
-        partition = ", ".join(POINT_COLUMNS)
-        columns = ", ".join(f"t.{c}" for c in (*POINT_COLUMNS, *_TRIAL_COLUMNS))
+        return self._newest_sql(_TRIAL_COLUMNS, select)
+
+    def _newest_sql(
+        self, trial_columns: Sequence[str], select: str = "", status: str = "= 'ok'"
+    ) -> tuple[str, list[str]]:
+        """``_latest_sql`` over the trials of ``status`` (a SQL condition on the column)."""
+        where, params = self._where(status=status)
+        partition = ", ".join(map(point_sql, POINT_COLUMNS))
+        columns = ", ".join(
+            [f"{point_sql(c, 't.')} AS {c}" for c in POINT_COLUMNS]
+            + [f"t.{c}" for c in trial_columns]
+        )
         columns += f", {select}" if select else ""
         newest = (  # fixed column names; the filters are parameters
             "SELECT arg_max(rowid, (finished_at IS NOT NULL, "  # noqa: S608
@@ -417,7 +463,7 @@ class ReportData:
         where, params = self._where()
         sql = (
             "SELECT count(*) FROM (SELECT 1 FROM trials "  # noqa: S608
-            f"WHERE {where} GROUP BY {', '.join(POINT_COLUMNS)})"
+            f"WHERE {where} GROUP BY {', '.join(map(point_sql, POINT_COLUMNS))})"
         )
         _, rows = self.store.query(sql, params)
         return int(rows[0][0]) if rows else 0
@@ -536,6 +582,21 @@ class ReportData:
         where, params = self._where()
         sql = f"SELECT DISTINCT device FROM trials WHERE {where} ORDER BY device"  # noqa: S608
         return [str(r[0]) for r in self.store.query(sql, params)[1]]
+
+    def failures(self) -> list[StoreRow]:
+        """The newest failed trial of each point in scope, with its stored ``error`` and
+        ``error_kind`` (an ``unsupported`` pair says why the compiler refused it): the empty
+        cells a report explains. Newest as ``trials()`` takes them; narrow columns only."""
+        sql, params = self._newest_sql(
+            ("run_id", "key", "status", "error", "error_kind", "finished_at"), status="<> 'ok'"
+        )
+        names, rows = self.store.query(sql + " ORDER BY device, model, width, depth", params)
+        out: list[StoreRow] = []
+        for row in rows:
+            item = dict(zip(names, row, strict=True))
+            item["label"] = model_label(item)
+            out.append(item)
+        return out
 
     def samples(self, trial: TrialRow) -> list[float]:
         """Per-repetition throughputs of one trial (empty when none were stored)."""

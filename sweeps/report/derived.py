@@ -182,6 +182,24 @@ def throughput(row: ResultRow) -> Derived:
     return judge(intervals.positive(mean_of(row)), None)
 
 
+def batch_time_ms(row: ResultRow, batch: int) -> Derived:
+    """The time one batch takes (ms): ``1000 * batch / T``, the throughput's stored interval
+    carried over on the log scale (its bounds swap): DLAS's "inference time" cells."""
+    return judge(intervals.power_product([(mean_of(row), -1.0)], scale=1000.0 * batch), None)
+
+
+def of_expected(achieved: Derived, expected: float) -> Derived | None:
+    """DLAS's "% of expected": ``100 * achieved / expected`` (a speed-up over a stated, exact
+    expectation), the speed-up's interval scaled with it; n.s. where the printed interval
+    includes 100 (the expected speed-up was reached). None without a positive expectation."""
+    if not (math.isfinite(expected) and expected > 0):
+        return None
+    k, e = 100.0 / expected, achieved.estimate
+    scaled = Estimate(e.value * k, e.lo * k, e.hi * k, e.df, e.exact, e.level)
+    kept = tuple(f for f in achieved.flags if f not in (NS, UNKNOWN))
+    return judge(scaled, 100.0, kept)
+
+
 def energy_mean(row: ResultRow) -> Mean:
     """A result's energy per sample (J) with its interval over the same processes (their df)."""
     value = _number(row.get("energy_j_per_sample"))

@@ -148,9 +148,12 @@ def _estimated_width(table: Table, cells: list[list[str]], stacked: bool = False
 
 def _cell(text: str, value: object, stacked: bool) -> str:
     lines = _lines_of(text, stacked and isinstance(value, Cell))
+    bold = isinstance(value, Cell) and value.bold
     if len(lines) == 1:
-        return inline(text)
+        return rf"\textbf{{{inline(text)}}}" if bold else inline(text)
     first, rest = (inline(line) for line in lines)
+    if bold:
+        first = rf"\textbf{{{first}}}"
     return rf"\begin{{tabular}}[t]{{@{{}}r@{{}}}}{first}\\{{\footnotesize {rest}}}\end{{tabular}}"
 
 

@@ -1,7 +1,8 @@
 """Which results of different runs are the same point, and what differs between two of them.
 
 A *point* is what a sweep varies on purpose: the device, the model (depth, width, input size),
-the compiler, the precision asked for, the batch, the optimisation and the target -- plus any
+the compiler, the precision asked for, the batch, the optimisation, the algorithm (``default``
+for rows stored before the axis, issue 48) and the target -- plus any
 compiler option or measure setting that a run sweeps, i.e. that takes several values among one
 run's trials of the same point (``intra_op_threads = [1, 2]`` in a ``[[matrix]]``). A setting
 that is the same throughout each run but differs between runs (``intra_op_threads = 1`` in
@@ -32,6 +33,7 @@ AXES = (
     "precision_asked",
     "batch",
     "optimisation",
+    "algorithm",
     "target",
 )
 # columns that record what the trial ran under (not chosen by the sweep)
@@ -123,7 +125,7 @@ def context_of(row: Mapping[str, object]) -> dict[str, object]:
 
 
 def _axes(row: Mapping[str, object]) -> tuple[object, ...]:
-    return tuple(row.get(name) for name in AXES)
+    return tuple(axis_value(row, name) for name in AXES)
 
 
 def swept_settings(rows: Iterable[Mapping[str, object]]) -> frozenset[str]:
@@ -138,10 +140,17 @@ def swept_settings(rows: Iterable[Mapping[str, object]]) -> frozenset[str]:
     )
 
 
+def axis_value(row: Mapping[str, object], name: str) -> object:
+    """A row's value of one axis; the algorithm of a row stored before it was is ``default``
+    (the compiler's own convolution: what every trial before the axis ran)."""
+    value = row.get(name)
+    return (value or "default") if name == "algorithm" else value
+
+
 def point_of(row: Mapping[str, object], swept: frozenset[str]) -> Point:
     """The point a result belongs to: its axes and its swept settings."""
     settings = settings_of(row)
-    axes = [(name, row.get(name)) for name in AXES]
+    axes = [(name, axis_value(row, name)) for name in AXES]
     return tuple(axes + [(name, _shown(settings.get(name))) for name in sorted(swept)])
 
 
@@ -151,7 +160,9 @@ def label(point: Point) -> str:
     model = str(values.get("model") or "?")
     if values.get("width") is not None and model in ("conv", "mha"):
         model += f"{values['width']}x{values.get('depth') or 1}"
-    parts = [f"{values.get('device')} {model}/{values.get('compiler')}"]
+    algorithm = values.get("algorithm")
+    shown = "" if algorithm in (None, "default") else f"+{algorithm}"
+    parts = [f"{values.get('device')} {model}/{values.get('compiler')}{shown}"]
     if values.get("optimisation") not in (None, "none"):
         parts.append(str(values["optimisation"]))
     parts.append(f"b{values.get('batch')}")

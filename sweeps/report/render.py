@@ -115,6 +115,11 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _md_cell(value: object) -> str:
+    text = _md_escape(fmt_cell(value))
+    return f"**{text}**" if isinstance(value, Cell) and value.bold and text != "-" else text
+
+
 def _markdown(report: Report, write: Write) -> None:
     # every line but the last ends in a newline; trailing blank lines are held back, so the text
     # ends in exactly one newline as the whole-text version's rstrip() + "\n" did
@@ -135,7 +140,7 @@ def _markdown(report: Report, write: Write) -> None:
         out("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
         out("|" + "|".join("---" for _ in table.columns) + "|")
         for row in table.each_row():
-            out("| " + " | ".join(_md_escape(fmt_cell(v)) for v in row) + " |")
+            out("| " + " | ".join(_md_cell(v) for v in row) + " |")
         if not table.row_count():
             out("")
             out("(no matching results)")

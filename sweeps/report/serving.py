@@ -1,8 +1,9 @@
 """``ngb report serving``: what ``ngb serve --db`` stored, compilers side by side (issue 43).
 
 - Peak QPS under a p99 bound: one row per peak search (``serving_peaks``): QPS* [its 95 %
-  interval] -- "6.9 (below 7.8, no lower bound: no VALID probe met p99 <= 30 ms)" where no probe
-  verified a rate, never a bracket from 0 -- how it was found (the probes it took and the
+  interval] -- "6.9 below 7.8 (no lower bound): no VALID probe met p99 <= 30 ms" where no probe
+  verified a rate, in ``ngb.core.peak.star_text``'s words as every surface says it, never a
+  bracket from 0 -- how it was found (the probes it took and the
   seconds) and the capacity the closed-loop start measured. The rows of one point (device,
   model, batch, scenario, limit) follow each other, one per compiler, so the compilers read side
   by side.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ngb.core.peak import star_text
 from ngb.sweeps.report.data import Cell, Report, ReportData, Table
 from ngb.sweeps.report.paper import compiler_order
 from ngb.sweeps.rows import StoreRow, number
@@ -109,21 +111,17 @@ def _interval(value: object, low: object, high: object, note: str = "") -> Cell 
 
 
 def _star(r: Mapping[str, object]) -> Cell | None:
-    """QPS* [its interval]; a missing bound said in words, never a bracket from 0 (no probe
-    verified a rate: ``ngb.core.peak``)."""
+    """QPS* [its interval]; a missing bound in the words every surface uses
+    (``ngb.core.peak.star_text``, after the value), never a bracket from 0 (no probe verified a
+    rate: ``ngb.core.peak``)."""
     value, low, high = (number(r[n]) for n in ("peak_qps", "peak_low", "peak_high"))
     if value is None:
         return None
-    if low is not None and low <= 0:  # a row stored before ``low`` could be None: the same
-        low = None
-    if low is not None and high is not None:
+    if low is not None and low > 0 and high is not None:
         return Cell(value, None, "", low, high)
-    limit = f"p{(number(r.get('q')) or 0.99) * 100:g} <= {number(r['limit_ms']) or 0:g} ms"
-    if low is not None:
-        return Cell(value, note=f"[{low:.4g}, unbounded]: no probe missed {limit}")
-    if high is not None:
-        return Cell(value, note=f"(below {high:.4g}, no lower bound: no VALID probe met {limit})")
-    return Cell(value, note=f"(not bracketed: no VALID probe met {limit}, none missed it)")
+    # a row stored before ``low`` could be None has 0 there: star_text reads it the same
+    limit, q = number(r["limit_ms"]) or 0.0, number(r.get("q")) or 0.99
+    return Cell(value, note=star_text(value, low, high, limit, q, value_shown=True))
 
 
 def _peak_table(peaks: Sequence[StoreRow]) -> Table:

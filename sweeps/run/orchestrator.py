@@ -218,6 +218,9 @@ class Orchestrator:
             raise NgbError(f"unknown run {run_id!r}; `ngb status` lists the runs")
         rows = await self._writer.store_call(self.store.run_devices, run_id)
         stored = await self._writer.store_call(self.store.trials, run_id=run_id)
+        # a sweep's served trials are ``serving`` rows, no ``trials`` row: counted done too, or
+        # the device reads short until its checkpoint is read
+        stored += await self._writer.store_call(self.store.served_trials, run_id)
         run = resumed_run(runs[run_id], rows, stored, self._resolve, cancel=cancel, resume=resume)
         if not run.devices:
             raise NgbError(

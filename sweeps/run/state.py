@@ -196,7 +196,8 @@ def resumed_run(
 ) -> Run:
     """The run as the store recorded it, with every device that is not finished or cancelled.
 
-    ``info`` is its ``runs`` row, ``rows`` its ``run_devices`` rows, ``stored`` its trials. A
+    ``info`` is its ``runs`` row, ``rows`` its ``run_devices`` rows, ``stored`` its trials (and
+    its finished serving trials, read as trials: ``Store.served_trials``). A
     device whose agent never started (the workstation stopped before the launch) gets its trial
     list again from the sweep stored with the run, so it can be started now. Without ``resume``
     (a follower that only watches) a failed device is left as it is.

@@ -86,7 +86,7 @@ TIMED_PHASES = frozenset({"warmup", "measure"})
 CLOSE_CHECKPOINT_S = 5.0
 
 # A string spec value that is only text is never rejected; numbers may not fit their column.
-_TEXT_AXES = ("model", "compiler", "optimisation", "device")
+_TEXT_AXES = ("model", "compiler", "optimisation", "algorithm", "device")
 
 
 @dataclass

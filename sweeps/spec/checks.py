@@ -269,6 +269,18 @@ def check_optimisation(name: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def check_algorithm(name: str, where: str) -> str:
+    """An algorithm name (``ngb.core.algorithms.parse``) as a trial records it. Whether a compiler
+    runs it is not asked here: a pair it refuses is a failed ``unsupported`` trial with the
+    compiler's reason (``Compiler.algorithm_refusals``), the empty cell DLAS's tables explain."""
+    from ngb.core.algorithms import parse
+
+    try:
+        return parse(name).name
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def check_zoo_only(spec: TrialSpec, where: str) -> None:
     """``int8-cal`` and ``elbow-*`` need a model that carries its training data (the DLAS zoo,
     ``ngb.core.dlas_zoo``): a timm model, a block or a model file never does, so say it here

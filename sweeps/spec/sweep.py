@@ -26,7 +26,8 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
     models = ["conv", "mha"]           # synthetic blocks
     widths = [64]                      # required for blocks, refused for timm models
     depths = [1, 2, 4]                 # default [1]; refused (other than 1) for timm models
-    optimisations = ["none"]           # default ["none"]; later axis for DLAS (fp16, int8, ...)
+    optimisations = ["none"]           # default ["none"]; DLAS: fp16, int8, prune-l1-0.9, ...
+    algorithms = ["default", "gemm"]   # default ["default"]; DLAS's convolution primitive
     compilers = ["identity", "openvino"]
     batches = [8]
     input_sizes = [56]                 # optional image side override
@@ -47,10 +48,16 @@ Why matrices: the paper's grids are rectangular per family, and one product per 
 file short while still allowing blocks and timm models side by side. Axis values may be written as
 a single value (``batches = 8``) or a list.
 
-Expansion order is fixed (matrix order, then model, width, depth, optimisation, input size,
-compiler, batch) and trials are deduplicated by ``TrialSpec.key``, so the same file always gives the
-same list and a re-run or resume never repeats work. Model names are checked against timm in a
-separate step (``Sweep.check_models()``) so parsing stays fast and needs no torch.
+``algorithms`` (``ngb.core.algorithms``: default, direct, gemm, sparse-csr, sparse-bsr-B) is the
+convolution primitive each trial runs (issue 48). A compiler that cannot run one
+(``Compiler.algorithm_refusals``: TVM takes no sparse weights, ONNX Runtime picks its own kernels,
+noop runs no model) is not refused here: its trial fails as ``unsupported`` with that reason,
+stored, so ``ngb report algorithms`` shows the empty cell and why.
+
+Expansion order is fixed (matrix order, then model, width, depth, optimisation, algorithm, input
+size, compiler, batch) and trials are deduplicated by ``TrialSpec.key``, so the same file always
+gives the same list and a re-run or resume never repeats work. Model names are checked against
+timm in a separate step (``Sweep.check_models()``) so parsing stays fast and needs no torch.
 
 Presets ship in ``ngb/sweeps/presets/*.toml``; ``load_sweep("demo")`` finds them by name.
 """
@@ -74,6 +81,7 @@ from ngb.sweeps.spec.checks import (
     accuracy_table,
     as_values,
     check_accuracy_data,
+    check_algorithm,
     check_compiler,
     check_optimisation,
     check_sweep_name,
@@ -111,6 +119,7 @@ _AXES: dict[str, tuple[str, type]] = {
     "widths": ("width", int),
     "depths": ("depth", int),
     "optimisations": ("optimisation", str),
+    "algorithms": ("algorithm", str),
     "input_sizes": ("input_size", int),
     "compilers": ("compiler", str),
     "batches": ("batch", int),
@@ -129,6 +138,7 @@ class Matrix:
     widths: tuple[int | None, ...] = (None,)
     depths: tuple[int, ...] = (1,)
     optimisations: tuple[str, ...] = ("none",)
+    algorithms: tuple[str, ...] = ("default",)
     input_sizes: tuple[int | None, ...] = (None,)
     measure: Mapping[str, JsonValue] = field(
         default_factory=dict
@@ -423,6 +433,9 @@ def _parse_matrix(
         check_compiler(compiler, f"{where}.compilers")
     for name in texts.get("optimisations", ()):
         check_optimisation(name, f"{where}.optimisations")
+    if "algorithms" in texts:  # as TrialSpec names them (" gemm" is gemm), each once
+        named = (check_algorithm(name, f"{where}.algorithms") for name in texts["algorithms"])
+        texts["algorithms"] = tuple(dict.fromkeys(named))
     own = model_sources or {}
     from ngb.sweeps.spec.models import check_matrix_models
 
@@ -457,6 +470,7 @@ def _parse_matrix(
         widths=numbers.get("widths", Matrix.widths),
         depths=numbers.get("depths", Matrix.depths),
         optimisations=texts.get("optimisations", Matrix.optimisations),
+        algorithms=texts.get("algorithms", Matrix.algorithms),
         input_sizes=numbers.get("input_sizes", Matrix.input_sizes),
         measure=measure,
         compiler_options=options,

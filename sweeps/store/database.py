@@ -46,6 +46,7 @@ from ngb.sweeps.store.query import (
 )
 from ngb.sweeps.store.result_store import IngestBatch
 from ngb.sweeps.store.run_device_rows import RowFields, upsert_rows
+from ngb.sweeps.store.serving_rows import SERVED_TRIALS
 from ngb.sweeps.store.sql_files import FileGrant, apply_grant, plan_files
 
 if TYPE_CHECKING:
@@ -419,6 +420,13 @@ class Store:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return self._rows(sql, params)
+
+    def served_trials(self, run_id: str) -> list[StoreRow]:
+        """A run's finished serving trials (a sweep's ``[serve]``) read as ``trials`` rows are
+        (device, key, status, extra with the slot): they are stored as ``serving`` rows, not
+        ``trials`` (``ngb.sweeps.store.serving_ingest``), each naming its trial, so ``attach``
+        counts them done before it reads the devices' checkpoints."""
+        return self._rows(SERVED_TRIALS, [run_id])
 
     def completed_keys(self, run_id: str, device: str) -> set[str]:
         """Keys of the trials of a run already stored for a device (to resume without repeats)."""

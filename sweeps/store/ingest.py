@@ -357,6 +357,9 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
     width, depth = spec.get("width"), spec.get("depth", 1)
     label = f"{model}{width}x{depth}" if model in BLOCK_MODELS else model
     label += f"/{spec.get('compiler')}"
+    algorithm = str(spec.get("algorithm") or "default")  # written before the axis: default
+    if algorithm != "default":
+        label += f"+{algorithm}"
     if spec.get("optimisation", "none") != "none":
         label += f"/{spec['optimisation']}"
     label += f"/b{spec.get('batch')}"
@@ -372,6 +375,7 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
         "depth": as_int(spec.get("depth")),
         "width": as_int(spec.get("width")),
         "optimisation": spec.get("optimisation"),
+        "algorithm": algorithm,
         "target": spec.get("device"),
         "input_size": as_int(spec.get("input_size")),
         "status": r.status,

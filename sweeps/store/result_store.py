@@ -105,3 +105,7 @@ class ResultStore(Protocol):
         key: str | None = None,
         limit: int | None = None,
     ) -> list[StoreRow]: ...
+
+    def served_trials(self, run_id: str) -> list[StoreRow]:
+        """A run's finished serving trials, as ``trials`` rows (they have none of their own)."""
+        ...

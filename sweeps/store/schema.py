@@ -147,6 +147,10 @@ _TRIAL_COLUMNS_V13: tuple[tuple[str, str], ...] = (
     ("accuracy_pass_s", "DOUBLE"),  # seconds of the whole pass (data, eager, compiled)
     ("accuracy_error", "VARCHAR"),  # why a pass that was asked for did not run
 )
+# Migration 14 (ngb.core.algorithms, issue 48): the convolution primitive a trial ran (default,
+# direct, gemm, sparse-csr, sparse-bsr-B). NULL in rows stored before it: those ran the
+# compiler's own choice, read as 'default' (``coalesce(algorithm, 'default')``).
+_TRIAL_COLUMNS_V14: tuple[tuple[str, str], ...] = (("algorithm", "VARCHAR"),)
 LATENCY_COLUMNS = (
     ("run_id", "VARCHAR NOT NULL"),
     ("device", "VARCHAR NOT NULL"),
@@ -162,6 +166,7 @@ TRIAL_COLUMNS = (
     + _TRIAL_COLUMNS_V6
     + _TRIAL_COLUMNS_V7
     + _TRIAL_COLUMNS_V13
+    + _TRIAL_COLUMNS_V14
 )
 
 # One row per timed repetition. The trial's axes are repeated here (DuckDB stores them
@@ -489,6 +494,51 @@ _V13 = [
 FROM trials""",
 ]
 
+# the results view names the algorithm beside the optimisation it is read with; 'default' for
+# the rows stored before it
+_RESULTS_V14_SELECT = _RESULTS_V4_SELECT.replace(
+    "compiler, optimisation,",
+    "compiler, optimisation, coalesce(algorithm, 'default') AS algorithm,",
+)
+ALGORITHM_MIGRATION = "the convolution algorithm a trial ran (default, gemm, sparse, ...)"
+_V14 = [
+    *(f"ALTER TABLE trials ADD COLUMN {name} {typ}" for name, typ in _TRIAL_COLUMNS_V14),
+    f"""CREATE OR REPLACE VIEW results AS
+{_RESULTS_V14_SELECT},
+       energy_j_per_sample, energy_j_per_sample_ci_half, energy_above_idle_j_per_sample,
+       samples_per_j, power_w_mean, idle_power_w, energy_source, energy_note,
+       accuracy_data, top1, top1_lo, top1_hi, top5, eager_top1, agreement, accuracy_drop,
+       accuracy_drop_lo, accuracy_drop_hi, accuracy_verdict
+FROM trials""",
+]
+
+# A served trial (``[serve]`` in a sweep) stores ``serving`` rows, no ``trials`` row, each naming
+# its trial (``extra.trial_key``, and the slot a Slurm node ran it for): count it done too, or
+# ``ngb status`` reads 0 done for a served sweep that finished (issue 43). A failed served trial
+# is an ordinary failed ``trials`` row.
+SERVED_PROGRESS_MIGRATION = "run_progress counts served trials (their serving rows) as done"
+_V15 = [
+    """CREATE OR REPLACE VIEW run_progress AS
+WITH done AS (
+    SELECT run_id, device, key, status, extra FROM trials
+    UNION ALL
+    SELECT DISTINCT run_id, device, json_extract_string(extra, '$.trial_key') AS key,
+           'ok' AS status,
+           json_object('run_device', json_extract_string(extra, '$.run_device')) AS extra
+    FROM serving WHERE json_extract_string(extra, '$.trial_key') IS NOT NULL
+)
+SELECT r.run_id, r.sweep_name, r.status AS run_status, d.device, d.state, d.n_trials,
+       count(t.key) FILTER (WHERE t.status = 'ok') AS ok,
+       count(t.key) FILTER (WHERE t.status <> 'ok') AS failed,
+       d.started_at, d.finished_at
+FROM runs r JOIN run_devices d USING (run_id)
+LEFT JOIN done t ON t.run_id = d.run_id AND d.device = CASE
+    WHEN t.device LIKE '%@%'
+    THEN coalesce(json_extract_string(t.extra, '$.run_device'), t.device)
+    ELSE t.device END
+GROUP BY ALL""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", _V1),
     ("trial CI half-width, verdict, disturbed flag, workers; worker per repetition", _V2),
@@ -503,6 +553,8 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     (SERVING_MIGRATION, _SERVING),
     (OWN_MODEL_NAMES_MIGRATION, _OWN_MODEL_NAMES),
     ("accuracy of the compiled model on labelled data beside eager's, agreement, McNemar", _V13),
+    (ALGORITHM_MIGRATION, _V14),
+    (SERVED_PROGRESS_MIGRATION, _V15),
 ]
 
 

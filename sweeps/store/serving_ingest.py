@@ -12,7 +12,9 @@ serving``, fig14, ``ngb advise --p99-ms``) read the serving tables. A serving tr
 ``ngb status`` and the failure lists show it as any failed trial.
 
 Stored once: a (run, device, ``serve_key``) already in either table is skipped, so ingesting
-the same checkpoint twice (a re-attach) adds nothing, as for trials.
+the same checkpoint twice (a re-attach) adds nothing, as for trials. Each row's ``extra`` names
+the trial (``trial_key``, and a Slurm node's slot as ``run_device``): ``ngb attach`` counts a
+served trial done from it (``Store.served_trials``), as it counts a ``trials`` row.
 """
 
 from __future__ import annotations
@@ -49,9 +51,20 @@ def store_served(
         key = serve_key(outcome)
         if _already(conn, run_id, device, key):
             continue
-        insert_serving(conn, run_id, outcome, device)
+        insert_serving(conn, run_id, outcome, device, _trial(result))
         stored += 1
     return stored
+
+
+def _trial(result: TrialResult) -> dict[str, str]:
+    """What names the sweep's trial in its serving rows: its key, and the slot a scheduler's
+    node ran it for (``ngb.devices.slurm_nodes``), so ``ngb attach`` counts it done for its
+    device as it counts a ``trials`` row (``ngb.sweeps.store.serving_rows.SERVED_TRIALS``)."""
+    tags = {"trial_key": result.key}
+    slot = result.extra.get("run_device")
+    if isinstance(slot, str) and slot:
+        tags["run_device"] = slot
+    return tags
 
 
 def _already(conn: duckdb.DuckDBPyConnection, run_id: str, device: str, key: str) -> bool:

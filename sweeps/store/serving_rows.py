@@ -57,6 +57,7 @@ def _run_row(
     probe: int | None,
     phase: str | None,
     duration_s: float,
+    trial: Mapping[str, str],
 ) -> dict[str, object]:
     settings = outcome.settings
     row: dict[str, object] = {
@@ -73,7 +74,7 @@ def _run_row(
         "process_cpu_percent": s.process_cpu_percent, "limit_ms": s.limit_ms,
         "over_limit": s.over_limit, "needed": s.needed, "meets": s.meets, "verdict": s.verdict,
         "verdict_reason": s.verdict_reason, "host": outcome.host,
-        "extra": json.dumps({"summary": s.to_dict(), "settings": settings.to_dict()}),
+        "extra": json.dumps({"summary": s.to_dict(), "settings": settings.to_dict(), **trial}),
         "created_at": now(),
     }  # fmt: skip
     for name, p in s.latency.items():
@@ -84,19 +85,26 @@ def _run_row(
 
 
 def insert_serving(
-    conn: duckdb.DuckDBPyConnection, run_id: str, outcome: ServeOutcome, device: str
+    conn: duckdb.DuckDBPyConnection,
+    run_id: str,
+    outcome: ServeOutcome,
+    device: str,
+    trial: Mapping[str, str] | None = None,
 ) -> int:
     """``save_serving`` on a connection inside the caller's transaction (a sweep's serving
-    trials are stored with its other results: ``ngb.sweeps.store.serving_ingest``)."""
+    trials are stored with its other results: ``ngb.sweeps.store.serving_ingest``, which names
+    the trial in ``trial``: ``trial_key`` and, for a scheduler's node, ``run_device``, kept in
+    each row's ``extra``, so ``ngb attach`` counts the trial done: ``served_trials``)."""
     point = _point(outcome, run_id, device)
+    tags = dict(trial or {})
     runs: list[dict[str, object]] = []
     if outcome.summary is not None:
         runs.append(
-            _run_row(outcome, point, outcome.summary, None, None, outcome.settings.duration_s)
+            _run_row(outcome, point, outcome.summary, None, None, outcome.settings.duration_s, tags)
         )
     found = outcome.peak
     if found is not None:
-        runs += [_run_row(outcome, point, p.summary, p.index, p.phase, p.duration_s)
+        runs += [_run_row(outcome, point, p.summary, p.index, p.phase, p.duration_s, tags)
                  for p in found.probes]  # fmt: skip
     if runs:
         conn.executemany(
@@ -111,7 +119,9 @@ def insert_serving(
             "verified_qps": found.verified_qps, "probes": len(found.probes),
             "search_s": outcome.finished_at - outcome.started_at,
             "capacity_qps": outcome.capacity_qps, "host": outcome.host,
-            "extra": json.dumps({"peak": found.to_dict(), "versions": outcome.versions}),
+            "extra": json.dumps(
+                {"peak": found.to_dict(), "versions": outcome.versions, **tags}
+            ),
             "created_at": now(),
         }  # fmt: skip
         conn.execute(
@@ -120,3 +130,12 @@ def insert_serving(
             [row.get(n) for n in _PEAKS],
         )
     return len(runs) + (found is not None)
+
+
+#: a sweep's finished serving trials of a run, as ``trials`` rows are read for ``ngb attach``:
+#: device, trial key, status and the slot a scheduler's node ran it for (``extra.run_device``)
+SERVED_TRIALS = """
+SELECT DISTINCT device, json_extract_string(extra, '$.trial_key') AS key, 'ok' AS status,
+       json_object('run_device', json_extract_string(extra, '$.run_device')) AS extra
+FROM serving WHERE run_id = ? AND json_extract_string(extra, '$.trial_key') IS NOT NULL
+ORDER BY device, key"""

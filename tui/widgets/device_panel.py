@@ -1,11 +1,13 @@
 """One device's live view in the Run screen: connection state, progress with ETA, the trial in
-flight, a scheduler's queue line (a Slurm slot: its job's state, node and time left), a CPU meter
+flight, a serving trial's progress (offered and achieved QPS, the p99 so far, a peak search's
+probe), a scheduler's queue line (a Slurm slot: its job's state, node and time left), a CPU meter
 with sparkline fed by the device's own samples, and (while TVM tunes) the tuning progress with a
 per-task table.
 
 One widget that renders its lines itself, rather than a tree of labels and bars: the Run screen
 may show hundreds of devices redrawn ten times a second, and a single fixed-height widget costs a
-repaint, never a relayout (the height changes only when the tuning table appears or goes).
+repaint, never a relayout (the height changes only when the tuning table or a serving trial's
+line appears or goes).
 The panel is a pure view of a ``DeviceState`` (``ngb.tui.live_run``); ``show`` is called by the
 Run screen's throttled refresh, never per event.
 """
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
+from ngb.core.serve_trial import serving_line
 from ngb.devices.slurm import SCHEDULER_ENDS, counted_down
 from ngb.tui.live_run import DeviceState, TuningState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
@@ -195,6 +198,11 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _serving(state: DeviceState) -> bool:
+    """A serving trial in flight has sent its progress: one line of it below the trial's."""
+    return state.serving is not None and not state.finished and bool(state.current)
+
+
 def progress_line(state: DeviceState, width: int, now: float) -> Text:
     eta = eta_text(state, now)
     frac = state.done / state.total if state.total else 0.0
@@ -258,7 +266,7 @@ class DevicePanel(Widget):
         meters = 1 + (s.mem_percent is not None) + s.has_gpu + self.show_cores
         tuning = len(self._tuning_lines()) if s.tuning is not None and not s.finished else 0
         queue = bool(s.queue) and not s.finished
-        return 3 + queue + meters + tuning
+        return 3 + queue + _serving(s) + meters + tuning
 
     def tuning_folded(self) -> bool:
         """One line of tuning on a short terminal (issue 46: at 80x24 the whole view pushed the
@@ -294,6 +302,7 @@ class DevicePanel(Widget):
             headline(state),
             progress_line(state, width, now),
             Text(current_line(state), "italic"),
+            *([Text(serving_line(state.serving or {}), "yellow")] if _serving(state) else []),
             *([queue] if queue is not None else []),
             *(Text(line) for line in meter_lines(state, width, self.show_cores)),
         ]
