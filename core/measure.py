@@ -351,7 +351,7 @@ def _measure(
     example: Any = None
     reference: Array | None = None
     _check_optimisation(spec)
-    how_it_runs(spec, compiler)
+    runs = how_it_runs(spec, compiler)  # refused before the build; recorded with the facts
     memory.start()  # the compile phase's memory counts from here: build, reference, compile
     if compiler.needs_model:
         ctx_emit(events.PHASE, phase="build")
@@ -377,7 +377,7 @@ def _measure(
         # After the reference: the verify pass checks the rewritten model against the model as
         # built, so a wrong im2col or sparse product shows as an error, not as a speed-up.
         ctx_emit(events.PHASE, phase="algorithm")
-        model = _apply_algorithm(model, spec, compiler, result)
+        model = _apply_algorithm(model, spec, runs, result)
 
     if spec.device == "cuda":
         import torch
@@ -576,13 +576,13 @@ def how_it_runs(spec: TrialSpec, compiler: Compiler[CompilerConfig]) -> str:
 
 
 def _apply_algorithm(
-    model: Model | None, spec: TrialSpec, compiler: Compiler[CompilerConfig], result: TrialResult
+    model: Model | None, spec: TrialSpec, runs: str, result: TrialResult
 ) -> Model | None:
     """Rewrite the model's layers for ``spec.algorithm`` (ngb.core.algorithms); the facts,
-    with what the compiler runs for it, go in ``result.extra["algorithm"]``."""
+    with what the compiler runs for it (``runs``: ``how_it_runs``), go in
+    ``result.extra["algorithm"]``."""
     import torch
 
-    runs = how_it_runs(spec, compiler)
     if not isinstance(model, torch.nn.Module) or algorithms.parse(spec.algorithm).kind == "direct":
         facts: dict[str, object] = {"name": spec.algorithm, "layers_changed": 0}
     else:

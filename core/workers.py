@@ -170,7 +170,7 @@ def _fresh_preload(spec: TrialSpec) -> list[str]:
         plain = (
             spec.compiler in _NO_DYNAMO
             and spec.optimisation == "none"
-            and getattr(spec, "algorithm", "default") == "default"
+            and spec.algorithm == "default"
             and spec.source is None
         )
         if not plain:

@@ -254,12 +254,11 @@ def test_ngb_serve_s_terminal_line_is_the_same_line(capsys) -> None:
     assert capsys.readouterr().err.strip() == f"ngb: noop: {PROBE_LINE}"
 
 
-def test_a_slurm_node_s_served_trial_counts_for_its_slot(tmp_path) -> None:
-    """Stored under the node that ran it (``node@partition``), a served trial names its trial
-    and the slot it ran for, so it counts done for that slot's row, as a ``trials`` row does."""
+def _slot_store_with_a_served_trial(tmp_path) -> Store:
+    """A run over Slurm slots gpu.1 and gpu.2 whose one trial, k1, was served by node n1@gpu
+    for gpu.2: stored as serving rows only."""
     from ngb.core.serve_trial import EXTRA, to_dict
     from ngb.core.types import TrialResult
-    from ngb.sweeps.run.state import resumed_run
 
     from tests.serving_store import served
 
@@ -270,6 +269,15 @@ def test_a_slurm_node_s_served_trial_counts_for_its_slot(tmp_path) -> None:
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r1", "s", "", ["gpu.1", "gpu.2"], 1)
     assert store.ingest_results("r1", "n1@gpu", [result]) == 1
+    return store
+
+
+def test_a_slurm_node_s_served_trial_counts_for_its_slot(tmp_path) -> None:
+    """Stored under the node that ran it (``node@partition``), a served trial names its trial
+    and the slot it ran for, so it counts done for that slot's row, as a ``trials`` row does."""
+    from ngb.sweeps.run.state import resumed_run
+
+    store = _slot_store_with_a_served_trial(tmp_path)
     assert not store.trials(run_id="r1")
     (row,) = store.served_trials("r1")
     assert (row["device"], row["key"], row["status"]) == ("n1@gpu", "k1", "ok")
@@ -284,18 +292,7 @@ def test_a_slurm_node_s_served_trial_counts_for_its_slot(tmp_path) -> None:
 def test_ngb_status_counts_a_served_trial_done_for_its_slot(tmp_path) -> None:
     """``run_progress`` (``ngb status``) counts a served trial from its serving rows: it has no
     ``trials`` row, and a finished served sweep read 0 done."""
-    from ngb.core.serve_trial import EXTRA, to_dict
-    from ngb.core.types import TrialResult
-
-    from tests.serving_store import served
-
-    outcome = served("identity", 40.0)
-    result = TrialResult(key="k1", spec=outcome.spec.to_dict(), status="ok",
-                         extra={EXTRA: to_dict(outcome), "run_device": "gpu.2",
-                                "stored_device": "n1@gpu"})  # fmt: skip
-    store = Store(tmp_path / "r.duckdb")
-    store.create_run("r1", "s", "", ["gpu.1", "gpu.2"], 1)
-    assert store.ingest_results("r1", "n1@gpu", [result]) == 1
+    store = _slot_store_with_a_served_trial(tmp_path)
     for slot in ("gpu.1", "gpu.2"):
         store.upsert_run_device("r1", slot, state="finished", n_trials=1)
     _, rows = store.query(
