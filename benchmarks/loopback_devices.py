@@ -20,8 +20,13 @@ log in as a throwaway account created for the run and removed after: uid 0 (so i
 python under /root, which is mode 700, and write the tmp work dirs), login shell ``/bin/sh``, an
 empty home. ``--shell both`` (default) runs the sweep once per login shell and prints both figures.
 
+With ``--plain`` a plain hand-written loop runs after ngb on the same sshd, devices and accounts
+(``plain_loop``: asyncssh, one Python per device sleeping the same trials, a line after each):
+its efficiency is what this machine allows a fleet at all, so the gap between the two figures is
+ngb's own cost, not the machine's.
+
 Usage: python benchmarks/loopback_devices.py [--devices 32] [--trials 6] [--sleep 10]
-       [--shell both|root|lean]
+       [--shell both|root|lean] [--plain]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,8 +44,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import _cleanup  # this folder: the script runs as a file
+
+if TYPE_CHECKING:
+    from ngb.devices.inventory import Device
 
 ROOT = Path(__file__).resolve().parents[1]
 #: pids of the children this process waits for itself (the sshd): the orphan reaper leaves them
@@ -124,6 +134,11 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
         own_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         await orch.close()
         await watcher
+        plain_wall = None
+        if args.plain:  # the same devices, accounts and sshd, after ngb's run has ended
+            load_plain = f"{os.getloadavg()[0]:.2f}"
+            known = home / "config" / "known_hosts"
+            plain_wall = await plain_loop(devices, known, args.trials, args.sleep)
     finally:
         server.stop()
 
@@ -178,6 +193,12 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
     print(f"actual wall: {wall:.2f} s")
     goal = 0.8 if args.devices <= 32 else 0.6  # issue 41, at 32 and at 128 devices
     print(f"parallel efficiency: {ideal / wall:.3f} (goal >= {goal})")
+    if plain_wall is not None:
+        print(
+            f"plain loop beside it (asyncssh + one python per device sleeping the same trials, "
+            f"load before {load_plain}): wall {plain_wall:.2f} s, efficiency "
+            f"{ideal / plain_wall:.3f}; ngb / plain: {plain_wall / wall:.3f}"
+        )
     print(
         f"live ingest through the orchestrator: {n_trials / wall:.1f} results/s, "
         f"{n_meas / wall:.1f} measurement rows/s (bounded by the sweep itself)"
@@ -191,6 +212,40 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
             print(f"  {name}: {dev['state']}, {dev['done']} done: {dev.get('error') or '-'}")
         return None
     return ideal / wall
+
+
+# The plain loop beside ngb: what any Python fleet harness must do at the least -- one SSH session
+# per device, one Python process on it that runs the trials one after another and prints a line
+# after each -- with nothing of ngb in it (asyncssh directly, no agent, no store). Its efficiency
+# is this machine's ceiling for the fleet; ngb's distance below it is ngb's own cost.
+PLAIN_AGENT = (
+    "import sys, time\n"
+    "for i in range(int(sys.argv[1])):\n"
+    "    time.sleep(float(sys.argv[2]))\n"
+    "    print(i, flush=True)\n"
+)
+
+
+async def plain_loop(devices: list[Device], known_hosts: Path, trials: int, sleep: float) -> float:
+    """Wall seconds until every device has run ``trials`` sleeps of ``sleep`` s, plainly."""
+    import asyncssh
+
+    async def one(dev: Device) -> int:
+        async with asyncssh.connect(
+            dev.host, port=dev.port, username=dev.user, client_keys=[dev.identity_file],
+            known_hosts=str(known_hosts),
+        ) as conn:  # fmt: skip
+            proc = await conn.run(
+                f"{dev.python} -c {shlex.quote(PLAIN_AGENT)} {trials} {sleep}", check=True
+            )
+            return len(str(proc.stdout).split())
+
+    t0 = time.perf_counter()
+    lines = await asyncio.gather(*(one(d) for d in devices))
+    wall = time.perf_counter() - t0
+    if sum(lines) != trials * len(devices):
+        raise SystemExit(f"plain loop: {sum(lines)} lines, expected {trials * len(devices)}")
+    return wall
 
 
 @contextlib.contextmanager
@@ -232,6 +287,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions per trial")
     parser.add_argument("--handshakes", type=int, default=64, help="concurrent SSH handshakes")
     parser.add_argument("--isolate", choices=("inprocess", "subprocess"), default="inprocess")
+    parser.add_argument(
+        "--plain", action="store_true",
+        help="also time a plain hand-written loop on the same devices (the machine's ceiling)",
+    )  # fmt: skip
     parser.add_argument(
         "--shell", choices=("both", "root", "lean"), default="both",
         help="the devices' login shell: this user's (root: bash + .bashrc) and/or plain /bin/sh",

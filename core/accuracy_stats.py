@@ -329,14 +329,24 @@ def summary(record: Mapping[str, object]) -> str:
     return f"{line}; {note}" if note else line
 
 
-def fidelity(reference: np.ndarray, got: np.ndarray) -> dict[str, object]:
+class Fidelity(TypedDict, total=False):
+    """``extra["fidelity"]`` (``fidelity``): the compiled output against eager's beyond the worst
+    error (SQNR; top-1 agreement where the output has rows of class scores)."""
+
+    exact: bool
+    sqnr_db: float | None
+    top1_agreement: float
+    rows: int
+
+
+def fidelity(reference: np.ndarray, got: np.ndarray) -> Fidelity:
     """Beyond one number's worst error, without labels (issue 42): the signal-to-quantisation-
     noise ratio of the whole output, ``10 log10(sum ref^2 / sum (got - ref)^2)`` in dB (None and
     ``exact`` where the outputs are equal), and for class scores ``(batch, classes)`` the share
     of rows whose top-1 class is eager's."""
     noise = float(np.sum((got - reference) ** 2))
     signal = float(np.sum(reference**2))
-    out: dict[str, object] = {"exact": noise == 0.0, "sqnr_db": None}
+    out: Fidelity = {"exact": noise == 0.0, "sqnr_db": None}
     if noise > 0.0 and signal > 0.0 and math.isfinite(noise):
         out["sqnr_db"] = round(10.0 * math.log10(signal / noise), 2)
     if reference.ndim == 2 and reference.shape[1] > 1 and reference.shape[0] > 0:

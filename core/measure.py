@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from ngb.core import (
@@ -39,6 +39,7 @@ from ngb.core import (
     profile_pass,
     reruns,
     stopping,
+    trial_extra,
 )
 from ngb.core.compilers import (
     CompileContext,
@@ -118,7 +119,7 @@ def run_trial(
             from ngb.core import provenance
 
             # packages (hashed), kernel, container: what else may explain a change (issue 35)
-            result.extra["provenance"] = provenance.read()
+            result.extra["provenance"] = dict(provenance.read())
             preload(spec, compiler.needs_model or spec.device == "cuda")
             # this host's re-runs: what time adds to the interval (ngb.core.reruns)
             allow = reruns.allowance(reruns.load(cache, result.host), spec.key)
@@ -155,6 +156,17 @@ def run_trial(
 def _refuse_early(spec: TrialSpec) -> Compiler[CompilerConfig]:
     """What can be refused without a worker: an unknown, unavailable or unfit compiler."""
     compiler = get_compiler(spec.compiler, spec.compiler_options)
+    _check_fit(spec, compiler)
+    _check_optimisation(spec)
+    how_it_runs(spec, compiler)
+    return compiler
+
+
+def _check_fit(spec: TrialSpec, compiler: Compiler[CompilerConfig]) -> None:
+    """The compiler is available here, targets the trial's device and runs its precision. Asked
+    before any worker starts (``_refuse_early``) and again in each worker (``_measure``): a
+    worker is another interpreter (``ngb.core.worker_start``), which may not find a library the
+    trial's process found."""
     ok, reason = compiler.available()
     if not ok:
         raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {reason}")
@@ -163,10 +175,7 @@ def _refuse_early(spec: TrialSpec) -> Compiler[CompilerConfig]:
             f"{spec.compiler} cannot target {spec.device!r} "
             f"(targets: {', '.join(compiler.devices)})"
         )
-    compiler.check_precision(spec.measure.precision, spec.device)
-    _check_optimisation(spec)
-    how_it_runs(spec, compiler)
-    return compiler
+    compiler.check_precision(spec.measure.precision, spec.device)  # unsupported: one line
 
 
 #: result fields worker 0 records for the whole trial (the compile, the check, the facts)
@@ -283,7 +292,7 @@ def copy_recorded(result: TrialResult, fields: Mapping[str, object]) -> None:
             setattr(result, name, fields[name])
     extra = fields.get("extra")
     if isinstance(extra, dict):
-        result.extra.update(extra)
+        result.extra.update(trial_extra.from_json(extra))
 
 
 # what each forked worker runs (``ngb.core.workers`` takes it from here, so it imports nothing
@@ -321,15 +330,7 @@ def _measure(
 
     compiler = get_compiler(spec.compiler, spec.compiler_options)
     result.extra["compiler_config"] = compiler.config.to_dict()
-    ok, reason = compiler.available()
-    if not ok:
-        raise CompilerUnavailable(f"{spec.compiler} is unavailable here: {reason}")
-    if spec.device not in compiler.devices:
-        raise UnsupportedTrial(
-            f"{spec.compiler} cannot target {spec.device!r} "
-            f"(targets: {', '.join(compiler.devices)})"
-        )
-    compiler.check_precision(settings.precision, spec.device)  # unsupported: one line, no work
+    _check_fit(spec, compiler)  # unavailable or unsupported: one line, no work
     from ngb.core.model_sources import check_compiler_takes, source_of
 
     check_compiler_takes(source_of(spec), compiler, spec)  # e.g. an ONNX file under identity
@@ -419,7 +420,8 @@ def _measure(
         if accuracy is not None:  # after the timed loops, never inside them
             ctx_emit(events.PHASE, phase="accuracy")
             _run_accuracy(accuracy, compiled, result, settings.confidence)
-        result.extra.update(compiled.extra)
+        # CompilerFacts are TrialExtra's own keys (its base): no key here is undeclared
+        result.extra.update(cast(trial_extra.TrialExtra, compiled.extra))
         result.precision, result.precision_flags = compiled.precision, compiled.precision_flags
     finally:
         compiled.close()

@@ -22,6 +22,7 @@ torch and timm are imported inside functions only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngb.core import model_build
+from ngb.core import model_build, safe_files
 from ngb.core.blocks import (
     BLOCK_KINDS,
     PAPER_BLOCK_WIDTHS,
@@ -244,11 +245,42 @@ def model_info(
 
 
 def model_info_for(spec: TrialSpec, cache_dir: Path | str | None = None) -> ModelInfo:
-    """``model_info`` for the model a trial runs (batch-1 figures, whatever ``spec.batch`` is)."""
+    """``model_info`` for the model a trial runs (batch-1 figures, whatever ``spec.batch`` is);
+    a timm model's or a block stack's is kept in ``cache_dir`` (``kept_model_info``)."""
     source = source_of(spec)
     if source is None:
-        return model_info(spec.model, spec.width, spec.depth, spec.input_size)
+        if cache_dir is None:
+            return model_info(spec.model, spec.width, spec.depth, spec.input_size)
+        return kept_model_info(spec.model, spec.width, spec.depth, spec.input_size, cache_dir)
     return source_info(spec.model, source, cache_dir)
+
+
+_INFO_DIR = "model-info"
+
+
+def kept_model_info(
+    name: str, width: int | None, depth: int, input_size: int | None, cache_dir: Path | str
+) -> ModelInfo:
+    """``model_info``, counted once per model and torch / timm version and then read back.
+
+    Why: a trial's worker 0 counted the MACs of its model in every trial, and torch's counter
+    imports ``torch._dynamo`` first: ~2 CPU-s on the 2-core VM, spent beside the other workers'
+    interpreter imports, before anything is timed (issue 44). A sweep runs one model under every
+    compiler and batch, so all but the first trial read the figure. The file holds its whole key
+    (a hash collision or an older file is recounted) and is written whole or not at all."""
+    key = {"name": name, "width": width, "depth": depth, "input_size": input_size, **_versions()}
+    text = json.dumps(key, sort_keys=True)
+    path = Path(cache_dir) / _INFO_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+    try:  # a regular file only: a FIFO put there must not hang the trial
+        data = json.loads(safe_files.read_text(path))
+        if data.get("key") == key:
+            return ModelInfo.from_dict(data["info"])
+    except (OSError, NgbError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # absent, unreadable, not a file or malformed: count again
+    info = model_info(name, width, depth, input_size)
+    with contextlib.suppress(OSError):  # a read-only cache costs the next trial a recount
+        _write_json(path, {"key": key, "info": info.to_dict()})
+    return info
 
 
 def source_info(name: str, source: ModelSource, cache_dir: Path | str | None = None) -> ModelInfo:
@@ -299,6 +331,10 @@ def _write_cache(path: Path, versions: dict[str, str], table: PaperTable) -> Non
         "models": [m.to_dict() for m in table.models],
         "blocks": [b.to_dict() for b in table.blocks],
     }
+    _write_json(path, payload)
+
+
+def _write_json(path: Path, payload: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write-then-rename so a killed run never leaves half a cache file behind.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ngb.core import events
 from ngb.core.errors import ConfigError, one_line
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ngb.core.serve_stats import Summary
 
 #: where a serving trial's outcome rides in ``TrialResult.extra``
-EXTRA = "serving"
+EXTRA: Final = "serving"  # Final: a literal key of TrialExtra for mypy
 
 #: the agent's ``EventWriter.emit``: one event
 Emit = Callable[[dict[str, object]], None]

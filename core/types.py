@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ngb.core.algorithms import parse as parse_algorithm
 from ngb.core.errors import ConfigError
+from ngb.core.trial_extra import TrialExtra
 
 if TYPE_CHECKING:
     from ngb.core.artifact_files import Artifact
@@ -458,7 +459,8 @@ class TrialResult:
     macs: int | None = None
     threads: dict[str, object] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # what has no column of its own, by the module that writes it (ngb.core.trial_extra)
+    extra: TrialExtra = field(default_factory=TrialExtra)
 
     @property
     def ok(self) -> bool:

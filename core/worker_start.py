@@ -50,8 +50,12 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_any
 from multiprocessing.context import ForkContext, ForkServerContext
+from typing import TYPE_CHECKING
 
 from ngb.core.errors import ConfigError, NgbError
+
+if TYPE_CHECKING:
+    from ngb.core.trial_extra import WorkerStart
 
 # What the fork server imports before its first fork: the worker's code path and the expensive
 # libraries a worker needs (each is skipped if it is not installed).
@@ -261,7 +265,7 @@ class Interpreters:
         self._cpu: list[float] = []
         # the same figures as one dict, updated in place as more start, so the copy worker 0
         # records (``result.extra["worker_start"]``) ends with the trial's totals
-        self.facts: dict[str, object] = {"method": FRESH}
+        self.facts: WorkerStart = {"method": FRESH}
 
     @property
     def importing(self) -> bool:
@@ -325,9 +329,11 @@ class Interpreters:
 
     def _update_facts(self) -> None:
         self.facts.update(
-            interpreters_started=self.started,
-            start_wait_s=round(self.start_s, 3),
-            gate_wait_s=round(self.gate_s, 3),
+            {
+                "interpreters_started": self.started,
+                "start_wait_s": round(self.start_s, 3),
+                "gate_wait_s": round(self.gate_s, 3),
+            }
         )
         if self._cpu:  # an interpreter's own CPU seconds to its "ready", the mean over them
             self.facts["import_cpu_s"] = round(sum(self._cpu) / len(self._cpu), 3)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ngb.core import events
 from ngb.core.budget import SlowPlan
@@ -60,6 +61,9 @@ from ngb.core.worker_start import (
     start_method,
     worker_context,
 )
+
+if TYPE_CHECKING:
+    from ngb.core.trial_extra import WorkerStart
 
 # Event types a worker's output may pass on to the trial's listener.
 _FORWARD = {events.PHASE, events.PROGRESS, events.TUNING, events.LOG}
@@ -249,7 +253,7 @@ def close_interpreters() -> None:
 atexit.register(close_interpreters)
 
 
-def interpreter_facts() -> dict[str, object]:
+def interpreter_facts() -> WorkerStart:
     """How this trial's workers were started, for ``result.extra["worker_start"]`` (fresh: the
     pool's own dict, which goes on counting the interpreters started after worker 0)."""
     method = start_method()

@@ -8,20 +8,19 @@ The model is real: a linear classifier fitted to scikit-learn's digits by least 
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from ngb.core import accuracy_pass, accuracy_stats
 from ngb.core.compilers import CompileContext, get_compiler
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.types import AccuracySettings
-from ngb.sweeps.cli import cli
 from ngb.sweeps.spec.sweep import loads_sweep
+
+from tests.cli_helpers import invoke
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -125,20 +124,10 @@ def test_what_the_pass_cannot_take_is_one_line(model_dir: Path) -> None:
         accuracy_pass.prepare(settings, Nan(), torch.zeros(4, 1, 8, 8), "nan")
 
 
-def ngb(*args: str, cwd: Path) -> tuple[int, str, str]:
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    finally:
-        os.chdir(old)
-    return result.exit_code, result.stdout, result.stderr
-
-
 @pytest.mark.parametrize("compiler", ["identity", "onnxruntime"])
 def test_ngb_measure_accuracy_end_to_end(compiler: str, model_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "results.duckdb"
-    code, out, err = ngb(
+    code, out, err = invoke(
         "measure", "digits_model.py:build", "-i", "x:batch,1,8,8:float32", "-c", compiler,
         "-b", "64", "--accuracy", "digits", "--db", str(db), "--run", "acc", *FAST, "--json",
         cwd=model_dir,
@@ -164,13 +153,13 @@ def test_ngb_measure_accuracy_end_to_end(compiler: str, model_dir: Path, tmp_pat
     assert row[0] == "digits" and row[1] == 1797 and row[2] == pytest.approx(record["top1"])
     assert row[3] < row[2] < row[4] and row[5] > row[2] and row[9] == "n.s." and row[11] is None
     assert view == (row[2], "n.s.")
-    code, out, err = ngb("report", "accuracy", "--db", str(db), cwd=model_dir)
+    code, out, err = invoke("report", "accuracy", "--db", str(db), cwd=model_dir)
     assert code == 0, err
     assert "top-1 %" in out and "digits" in out and compiler in out
 
 
 def test_ngb_measure_prints_the_accuracy_line(model_dir: Path) -> None:
-    code, out, err = ngb(
+    code, out, err = invoke(
         "measure", "digits_model.py:build", "-i", "x:batch,1,8,8:float32", "-c", "identity",
         "-b", "128", "--accuracy", "digits", *FAST, cwd=model_dir,
     )  # fmt: skip
@@ -188,7 +177,7 @@ def test_bad_labelled_data_is_refused_before_measuring(model_dir: Path, tmp_path
         (str(tmp_path / "short.npz"), "short.npz: 4 labels for 5 inputs"),
         ("mnist", "expected a built-in name (digits, digits-train, digits-test)"),
     ]:
-        code, out, err = ngb(
+        code, out, err = invoke(
             "measure", "digits_model.py:build", "-i", "x:batch,1,8,8:float32", "-c", "identity",
             "--accuracy", data, *FAST, cwd=model_dir,
         )  # fmt: skip
@@ -286,26 +275,26 @@ def test_sweeps_check_reads_the_labelled_data(tmp_path: Path) -> None:
         batches = [1]
     """)
     )
-    code, out, err = ngb("sweeps", "check", str(sweep), cwd=tmp_path)
+    code, out, err = invoke("sweeps", "check", str(sweep), cwd=tmp_path)
     assert code == 1 and out == "", out
     assert err.strip().splitlines() == [
         f"error: {sweep}: accuracy: labelled data loader {tmp_path / 'loaders.py'}:raises raised "
         "OSError: no such archive"
     ]
-    code, out, _ = ngb("sweeps", "check", str(sweep), "--no-models", cwd=tmp_path)
+    code, out, _ = invoke("sweeps", "check", str(sweep), "--no-models", cwd=tmp_path)
     assert code == 0 and "1 trials" in out
 
 
 def test_the_dlas_report_shows_accuracy_beside_speed(model_dir: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "results.duckdb")
     for optimisation in ("none", "prune-l1-0.9"):
-        code, _, err = ngb(
+        code, _, err = invoke(
             "measure", "digits_model.py:build", "-i", "x:batch,1,8,8:float32", "-c", "identity",
             "-b", "64", "--optimisation", optimisation, "--accuracy", "digits", "--db", db,
             "--run", "dlas", *FAST, cwd=model_dir,
         )  # fmt: skip
         assert code == 0, err
-    code, out, err = ngb("report", "dlas", "--db", db, "--format", "csv", cwd=model_dir)
+    code, out, err = invoke("report", "dlas", "--db", db, "--format", "csv", cwd=model_dir)
     assert code == 0, err
     header, row = out.strip().splitlines()[:2]
     columns = dict(zip(header.split(","), row.split(","), strict=False))

@@ -19,6 +19,8 @@ from ngb.core.types import TrialSpec
 from ngb.devices.agent import append_checkpoint, load_trials, read_checkpoint
 from ngb.devices.bundle import build_agent_zipapp
 
+from tests.cli_helpers import scaled
+
 AGENT = [sys.executable, "-m", "ngb.devices.agent"]
 FAST = {
     "warmup_iters": 0,
@@ -333,7 +335,7 @@ def test_bundle_is_deterministic_and_runs(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert run.returncode == 0, run.stderr
     records = read_checkpoint(tmp_path / "ck.jsonl")

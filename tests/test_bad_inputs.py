@@ -54,6 +54,8 @@ import tomllib
 from click.testing import CliRunner
 from ngb.sweeps.cli import cli
 
+from tests.cli_helpers import scaled
+
 CASES_DIR = Path(__file__).parent / "bad_inputs"
 MAX_LINE = 1000  # a stderr line longer than this echoes some value in full
 DB_KINDS = (
@@ -377,7 +379,7 @@ def run_subprocess(case: Case, root: Path, argv: list[str], env: dict[str, str])
             stdout=write_end if write_end is not None else subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             preexec_fn=limits if limit else None,  # noqa: PLW1509 - no threads started here
         )
     finally:

@@ -14,6 +14,7 @@ from types import ModuleType
 import pytest
 from ngb.core import intervals
 
+from tests.cli_helpers import scaled
 from tests.script_modules import ROOT, load_script
 
 BENCH = ROOT / "benchmarks"
@@ -105,7 +106,7 @@ def test_bad_counts_are_refused_in_one_line_before_anything_runs(
         [sys.executable, str(BENCH / f"{script}.py"), *argv],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert proc.returncode != 0
     assert said in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -9,8 +9,9 @@ from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from textual.widgets import Input, Label
 
+from tests.cli_helpers import ngb
 from tests.noop_sweeps import noop_sweep
-from tests.test_orchestrator import cli_env, ngb
+from tests.test_orchestrator import cli_env
 from tests.test_tui_support import SIZE, wait_for
 
 __all__ = ["cli_env"]  # the fixture, shared with the orchestrator's CLI tests
@@ -20,7 +21,7 @@ def start_busy_run(env, sweep_file) -> str:
     """A detached run holding localhost (long enough for the refusals below)."""
     sweep_file.write_text(noop_sweep(200, compile_s=0.3).to_toml())
     first = ngb(
-        env, "run", str(sweep_file), "-d", "localhost", "--detach", "--isolate", "inprocess"
+        "run", str(sweep_file), "-d", "localhost", "--detach", "--isolate", "inprocess", env=env
     )
     assert first.returncode == 0, first.stderr
     return first.stdout.split("run ")[1].split()[0]
@@ -31,7 +32,7 @@ def test_a_refused_run_exits_non_zero_and_is_not_stored(cli_env):
     run_id = start_busy_run(env, sweep_file)
     try:
         for detach in (["--detach"], []):
-            second = ngb(env, "run", str(sweep_file), "-d", "localhost", *detach)
+            second = ngb("run", str(sweep_file), "-d", "localhost", *detach, env=env)
             assert second.returncode != 0, detach
             assert "started" not in second.stdout, (detach, second.stdout)
             lines = [line for line in second.stderr.splitlines() if line.strip()]
@@ -40,7 +41,7 @@ def test_a_refused_run_exits_non_zero_and_is_not_stored(cli_env):
             store = Store(home / "data" / "results.duckdb")
             assert [r["run_id"] for r in store.runs()] == [run_id]  # no failed run left behind
     finally:
-        ngb(env, "cancel", run_id)
+        ngb("cancel", run_id, env=env)
 
 
 async def test_a_start_the_console_cannot_make_is_refused_and_not_stored(cli_env, tmp_path):
@@ -76,4 +77,4 @@ async def test_a_start_the_console_cannot_make_is_refused_and_not_stored(cli_env
             assert not any("started" in t or "failed" in t for t in toasts), toasts
             assert [r["run_id"] for r in backend.store().runs()] == [run_id]
     finally:
-        ngb(env, "cancel", run_id)
+        ngb("cancel", run_id, env=env)

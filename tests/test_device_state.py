@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from ngb.core import device_state
+
+from tests.cli_helpers import ngb
 
 
 @pytest.fixture
@@ -88,7 +89,6 @@ def test_every_result_records_the_state_it_ran_under(tmp_path: Path) -> None:
 
 def test_cli_shows_the_plan_for_localhost(tmp_path: Path) -> None:
     env = {**os.environ, "NGB_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "ngb.sweeps.cli", "devices", "tune", "localhost"],
-                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    done = ngb("devices", "tune", "localhost", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("localhost: governor")

@@ -49,6 +49,7 @@ from ngb.sweeps.report.paper import UNCERTAINTY_NOTE
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.serving import save_serving
 
+from tests.cli_helpers import scaled
 from tests.dlas_rows import trial as dlas_trial
 from tests.serving_store import LIMIT_MS, RATES, add_serving, unverified_peak
 
@@ -263,6 +264,20 @@ def test_family_ase_bsr_depth_and_cpu(store: Store) -> None:
     assert next(s for s in saved.series if s.label == "openvino").values == pytest.approx(
         [30.0, 30.0, 30.0]
     )
+
+
+def test_depth_figure_draws_the_series_the_depth_table_prints(store: Store) -> None:
+    """Fig. 7 and Tables VII/VIII group the block trials in one place
+    (``report.paper.depth_series``): the same series, the same speed-ups, in the same order."""
+    table = build_report("depth", store, run_id="r1").tables[0]
+    depths = [int(c[1:]) for c in table.columns if re.fullmatch(r"d\d+", c)]
+    printed = [
+        (f"{r[1]}{r[2]} b{r[3]}", r[4], depths, [c.value for c in r[5 : 5 + len(depths)]])
+        for r in table.rows
+    ]
+    figure = build_figure("fig07", FigureData(store, run_id="r1"))
+    drawn = [(p.title, ln.label, ln.xs, ln.ys) for p in figure.panels for ln in p.lines]
+    assert drawn == printed and len(drawn) == 2
 
 
 def test_heatmaps_reuse_the_report_rows(store: Store) -> None:
@@ -570,7 +585,7 @@ def _headless(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
          "--virtual-time-budget=5000", *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=scaled(120), check=False,
     )  # fmt: skip
 
 

@@ -4,7 +4,6 @@ longer goes on in a child process of its own, and the command names the run and 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.store.database import Store
 
+from tests.cli_helpers import ngb
 from tests.noop_sweeps import noop_sweep
 
 
@@ -28,18 +28,11 @@ def _setup(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
     return env, sweep, home / "data" / "results.duckdb"
 
 
-def _ngb(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - our own CLI
-        [sys.executable, "-m", "ngb.sweeps.cli", *args], env=env, capture_output=True,
-        text=True, timeout=120,
-    )  # fmt: skip
-
-
 def test_a_start_that_takes_longer_goes_on_in_the_background(tmp_path: Path) -> None:
     env, sweep, db = _setup(tmp_path)
     env["NGB_DETACH_WAIT_S"] = "0.1"  # every start "takes longer" than that
     began = time.monotonic()
-    out = _ngb(env, "run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess")
+    out = ngb("run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess", env=env)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - began < 30
     line = out.stdout.strip()
@@ -56,7 +49,7 @@ def test_a_start_that_takes_longer_goes_on_in_the_background(tmp_path: Path) -> 
         raise AssertionError(log.read_text())
     assert f"run {run_id} started" in log.read_text() and "detached" in log.read_text()
     assert Store(db).run(run_id)["status"] == "running"  # detached: `attach` stores the rest
-    final = _ngb(env, "attach", run_id)
+    final = ngb("attach", run_id, env=env)
     assert final.returncode == 0, final.stderr
     assert len(Store(db).trials(run_id=run_id)) == 2
 
@@ -64,9 +57,9 @@ def test_a_start_that_takes_longer_goes_on_in_the_background(tmp_path: Path) -> 
 def test_a_quick_start_says_what_it_always_said(tmp_path: Path) -> None:
     env, sweep, _ = _setup(tmp_path)
     env["NGB_DETACH_WAIT_S"] = "60"
-    out = _ngb(env, "run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess")
+    out = ngb("run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess", env=env)
     assert out.returncode == 0, out.stderr
     assert " started" in out.stdout and "detached; follow with" in out.stdout
     assert not list((tmp_path / "home" / "data" / "detached").glob("*.log"))  # said here
-    refused = _ngb(env, "run", str(sweep), "-d", "nosuch", "--detach")
+    refused = ngb("run", str(sweep), "-d", "nosuch", "--detach", env=env)
     assert refused.returncode != 0 and "nosuch" in refused.stderr

@@ -15,13 +15,15 @@ from ngb.core import events
 from ngb.devices import protocol as remote
 from ngb.devices.bundle import build_agent_zipapp
 
+from tests.cli_helpers import scaled
+
 
 def sh(argv: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
     """The quoted line as sshd's login shell gets it."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
     return subprocess.run(  # noqa: S603 - our own script
         ["sh", "-c", shlex.join(argv)], input=stdin, capture_output=True, text=True, env=env,
-        timeout=120,
+        timeout=scaled(120),
     )  # fmt: skip
 
 

@@ -111,3 +111,22 @@ def test_many_rows_in_one_go_mean_what_one_by_one_means(tmp_path) -> None:  # ty
 
     assert table(many) == table(one)
     assert table(many)[0]["extra"] == {"pid": 7, "offset": 120}
+
+
+def test_an_agents_run_done_is_recorded_and_ends_its_timing() -> None:
+    """``run_done`` both ends the device's timing and is kept as the agent's goodbye: as a branch
+    of the timing chain it never reached ``dev.run_done`` (since issue 19), so no follower saw a
+    finished agent, a cancel's "cancelled" or the skipped count, and each waited on the agent."""
+    from ngb.core import events as ev
+    from ngb.devices.inventory import Device
+    from ngb.sweeps.run.state import DeviceRun
+    from ngb.sweeps.run.writer import PendingWrites, record_agent_event
+
+    dev = DeviceRun("r1", Device(name="here", host="localhost", transport="local"), {"a"})
+    pending = PendingWrites()
+    record_agent_event(dev, pending, {"type": ev.PHASE, "key": "a", "phase": "measure"})
+    assert dev.timing and dev.run_done is None
+    goodbye = {"type": ev.RUN_DONE, "ok": 1, "failed": 0, "skipped": 2, "cancelled": True}
+    record_agent_event(dev, pending, goodbye)
+    assert not dev.timing
+    assert dev.run_done == goodbye

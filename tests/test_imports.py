@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests.cli_helpers import scaled
+
 HEAVY = ("torch", "torchvision", "timm", "tvm", "openvino", "onnx", "onnxruntime", "tensorrt")
 WORKSTATION = ("textual", "asyncssh", "duckdb", "rich", "plotext", "pyarrow")
 
@@ -29,7 +31,7 @@ def modules_after(code: str) -> set[str]:
         [sys.executable, "-c", _PROBE.format(code=code)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES "))
@@ -72,3 +74,24 @@ def test_compilers_command_imports_no_compiler_library() -> None:
     code = "from ngb.sweeps.cli import main\nmain(['compilers', '--json'])"
     found = top_level(modules_after(code)) & set(HEAVY)
     assert not found, f"`ngb compilers` imported {sorted(found)}"
+
+
+def test_measuring_a_timm_model_leaves_timm_and_torch_to_the_workers() -> None:
+    """``ngb measure resnet18`` checks the name against the cached list of timm's names
+    (``check_timm_names``): its own process imported timm, and torch with it (3.4 s on the
+    2-core VM), before the trial's worker interpreters could start (issue 44). A noop trial's
+    workers need neither, so any import of them here is the name check's."""
+    from importlib.metadata import version
+
+    from ngb.devices.paths import get_paths
+
+    listing = get_paths().cache / f"timm-models-{version('timm')}.txt"
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text("resnet18\n", encoding="utf-8")  # as the first check of a name leaves it
+    args = ["measure", "resnet18", "-c", "noop", "--repetitions", "2", "--workers", "1"]
+    code = (
+        f"from ngb.sweeps.cli import main\ntry:\n    main({args!r})\n"
+        "except SystemExit as e:\n    assert not e.code, e.code"
+    )
+    found = top_level(modules_after(code)) & {"torch", "timm", "torchvision"}
+    assert not found, f"ngb measure imported {sorted(found)} before its workers"

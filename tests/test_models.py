@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -318,3 +319,44 @@ def test_cli_models(tmp_path, monkeypatch, small_paper):
     assert result.exit_code != 0
     assert "unknown family 'resnt'" in result.output and "resnet" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_trials_model_info_is_counted_once_and_then_read_back(tmp_path, monkeypatch):
+    """Worker 0 counted its model's MACs in every trial (torch's counter imports torch._dynamo:
+    ~2 CPU-s, issue 44); now once per model and torch / timm version, kept in the cache dir."""
+    counted: list[tuple[object, ...]] = []
+    real = models.model_info
+
+    def counting(*args: object) -> models.ModelInfo:
+        counted.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(models, "model_info", counting)
+    spec = TrialSpec(model="mha", compiler="identity", batch=8, width=64, depth=2)
+    first = models.model_info_for(spec, tmp_path)
+    # another compiler and batch of the same model: the figure is read, not counted
+    again = models.model_info_for(
+        TrialSpec(model="mha", compiler="noop", width=64, depth=2), tmp_path
+    )
+    assert again == first and len(counted) == 1
+    assert first == real("mha", 64, 2, None)  # the kept figure is the counted one
+    # another depth is another model; a torch upgrade or a damaged file counts again
+    models.model_info_for(TrialSpec(model="mha", compiler="noop", width=64, depth=3), tmp_path)
+    assert len(counted) == 2
+    for kept in (tmp_path / "model-info").glob("*.json"):
+        kept.write_text("{not json")
+    models.model_info_for(spec, tmp_path)
+    assert len(counted) == 3
+    for kept in (tmp_path / "model-info").glob("*.json"):  # a FIFO there: counted, no hang
+        kept.unlink()
+        os.mkfifo(kept)
+    models.model_info_for(spec, tmp_path)
+    assert len(counted) == 4
+    for kept in (tmp_path / "model-info").glob("*.json"):
+        kept.unlink()
+    monkeypatch.setattr(models, "_versions", lambda: {"torch": "9.9", "timm": "9.9"})
+    models.model_info_for(spec, tmp_path)
+    assert len(counted) == 5
+    # no cache dir (ngb.core used alone): counted every time, nothing written
+    models.model_info_for(spec, None)
+    assert len(counted) == 6

@@ -25,6 +25,7 @@ from ngb.sweeps.run.events import RunEvent, Subscription
 from ngb.sweeps.run.orchestrator import Orchestrator
 from ngb.sweeps.store.database import Store
 
+from tests.cli_helpers import ngb, ngb_argv
 from tests.noop_sweeps import noop_sweep
 
 pytestmark = pytest.mark.timeout(120)
@@ -446,12 +447,6 @@ def cli_env(tmp_path):
     return env, sweep_file, home
 
 
-def ngb(env: dict, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("ngb")
-    return subprocess.run([str(exe), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-
-
 def agent_of_first_run(store: Store, home: Path, timeout: float = 60) -> tuple[str, int]:
     """(run id, agent pid) of the first run an ``ngb run`` subprocess stores, once its agent is
     up: the orchestrator records the pid as soon as the agent starts (trials reach the store
@@ -470,31 +465,30 @@ def agent_of_first_run(store: Store, home: Path, timeout: float = 60) -> tuple[s
 
 def test_cli_run_detach_then_attach_in_other_processes(cli_env):
     env, sweep_file, home = cli_env
-    out = ngb(env, "run", str(sweep_file), "--devices", "localhost", "--detach",
-              "--isolate", "inprocess")  # fmt: skip
+    out = ngb("run", str(sweep_file), "--devices", "localhost", "--detach",
+              "--isolate", "inprocess", env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.split("run ")[1].split()[0]
     assert "ngb attach" in out.stdout
-    att = ngb(env, "attach", run_id)
+    att = ngb("attach", run_id, env=env)
     assert att.returncode == 0, att.stderr
     assert "finished" in att.stdout
     # The verdicts of the six trials (two repetitions each), counted under the run's table.
     assert "verdicts: " in att.stdout and " of 6 trials VALID" in att.stdout
-    status = ngb(env, "status", run_id, "--json")
+    status = ngb("status", run_id, "--json", env=env)
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)
     assert info["status"] == "finished"
     assert info["devices"][0]["done"] == info["devices"][0]["total"] == 6
-    listing = ngb(env, "status")
+    listing = ngb("status", env=env)
     assert run_id in listing.stdout
 
 
 def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
     env, sweep_file, home = cli_env
     sweep_file.write_text(noop_sweep(120, compile_s=0.3).to_toml())  # 36 s or more
-    exe = Path(sys.executable).with_name("ngb")
     proc = subprocess.Popen(
-        [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
+        ngb_argv("run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     store = Store(home / "data" / "results.duckdb")
@@ -505,10 +499,10 @@ def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
     assert "Detached" in stdout and "ngb attach" in stdout
     assert store.run_devices(run_id)[0]["extra"]["pid"] == pid
     assert pid_alive(pid)  # Ctrl-C left the agent running
-    live = ngb(env, "status", run_id, "--live", "--json")
+    live = ngb("status", run_id, "--live", "--json", env=env)
     assert live.returncode == 0, live.stderr
     assert json.loads(live.stdout)["devices"][0]["agent"] == "alive"
-    out = ngb(env, "cancel", run_id)
+    out = ngb("cancel", run_id, env=env)
     assert out.returncode == 0, out.stderr
     assert "cancelled" in out.stdout
     assert not pid_alive(pid)
@@ -517,16 +511,16 @@ def test_cli_ctrl_c_detaches_and_cancel_stops(cli_env):
 
 def test_cli_unknown_names_are_one_line_errors(cli_env):
     env, sweep_file, _ = cli_env
-    out = ngb(env, "run", str(sweep_file), "--devices", "localhots")
+    out = ngb("run", str(sweep_file), "--devices", "localhots", env=env)
     assert out.returncode != 0
     assert "unknown device or group 'localhots'" in out.stderr and "localhost" in out.stderr
     assert "Traceback" not in out.stderr
-    out = ngb(env, "run", "no-such-sweep", "--devices", "localhost")
+    out = ngb("run", "no-such-sweep", "--devices", "localhost", env=env)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
-    out = ngb(env, "attach", "nope-run")
+    out = ngb("attach", "nope-run", env=env)
     assert out.returncode != 0 and "unknown run" in out.stderr and "Traceback" not in out.stderr
-    out = ngb(env, "status", "nope-run")
+    out = ngb("status", "nope-run", env=env)
     assert out.returncode != 0 and "Traceback" not in out.stderr
 
 
@@ -680,10 +674,10 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
     sweep_file.write_text(noop_sweep(30, compile_s=2.0).to_toml())
     small = tmp_path / "small.toml"
     small.write_text(noop_sweep(2, name="small").to_toml())
-    exe = Path(sys.executable).with_name("ngb")
-    first = subprocess.Popen(
-        [str(exe), "run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    first = subprocess.Popen(  # flushing every second, not 10 s: its first trials stored sooner
+        ngb_argv("run", str(sweep_file), "-d", "localhost", "--isolate", "inprocess"),
+        env={**env, "NGB_LOCAL_FLUSH_S": "1"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )  # fmt: skip
     store = Store(home / "data" / "results.duckdb")
     try:
@@ -693,7 +687,7 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
         while not store.trials(run_id=first_id) and time.monotonic() - start < 60:
             time.sleep(0.3)
 
-        second = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+        second = ngb("run", str(small), "-d", "localhost", "--isolate", "inprocess", env=env)
         assert second.returncode == 1
         out = second.stdout + second.stderr
         assert f"localhost is busy with run {first_id} (agent pid {pid})" in out, out
@@ -707,13 +701,13 @@ def test_one_run_per_device_across_processes(cli_env, tmp_path):
     os.kill(pid, signal.SIGKILL)  # ...and so does its agent: the claim lapses with it
     while pid_alive(pid):
         time.sleep(0.05)
-    third = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+    third = ngb("run", str(small), "-d", "localhost", "--isolate", "inprocess", env=env)
     assert third.returncode == 0 and "finished" in third.stdout, third.stdout + third.stderr
     # A run that ended released the device at once.
-    fourth = ngb(env, "run", str(small), "-d", "localhost", "--isolate", "inprocess")
+    fourth = ngb("run", str(small), "-d", "localhost", "--isolate", "inprocess", env=env)
     assert fourth.returncode == 0 and "finished" in fourth.stdout, fourth.stdout + fourth.stderr
     # The first run is still there to deal with: cancelled, what it stored is kept once.
-    cancel = ngb(env, "cancel", first_id, timeout=120)
+    cancel = ngb("cancel", first_id, timeout=120, env=env)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     counts = trial_counts(store, first_id)
     assert counts and set(counts.values()) == {1}

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from click.testing import CliRunner
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.model_sources import (
     InputSpec,
@@ -31,8 +30,9 @@ from ngb.core.model_sources import (
     sha256_of,
 )
 from ngb.core.types import MeasureSettings, TrialSpec
-from ngb.sweeps.cli import cli
 from ngb.sweeps.spec.sweep import loads_sweep
+
+from tests.cli_helpers import invoke
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -123,17 +123,6 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.export.save(program, str(root / "text.pt2"))
     (root / "corrupt.onnx").write_bytes(b"\x08\x07this is not a protobuf of a model")
     return root
-
-
-def ngb(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
-    old = os.getcwd()
-    if cwd is not None:
-        os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    finally:
-        os.chdir(old)
-    return result.exit_code, result.stdout, result.stderr
 
 
 # ---------------------------------------------------------------- sources and inputs
@@ -497,7 +486,7 @@ def test_a_range_the_file_does_not_give_is_stated(tmp_path: Path) -> None:
     )  # fmt: skip
     (spec,) = parse_source("counts.onnx", base_dir=tmp_path).inputs
     assert spec.range == (0, 2) and (spec.range_note or "").startswith("assumed 0..1")
-    code, _, err = ngb("measure", "counts.onnx", "-c", "onnxruntime", *FAST, cwd=tmp_path)
+    code, _, err = invoke("measure", "counts.onnx", "-c", "onnxruntime", *FAST, cwd=tmp_path)
     assert code == 0, err
     assert (
         "warning: counts.onnx: input 'n' (int64): assumed 0..1: the graph does not bound it" in err
@@ -530,7 +519,7 @@ def test_an_onnx_model_with_external_data_runs_from_the_device_cache(tmp_path: P
 
 def test_ngb_models_file_lists_params_and_macs(parts: Path) -> None:
     (parts / "own.toml").write_text(SWEEP)
-    code, out, err = ngb("models", "--file", str(parts / "own.toml"), "--json")
+    code, out, err = invoke("models", "--file", str(parts / "own.toml"), "--json")
     assert code == 1  # the factory that raises is reported, the rest is listed
     rows = {r["model"]: r for r in json.loads(out)["models"]}
     # Linear(8,4) + Linear(6,4): 32 + 24 MACs, 36 + 28 params, from torch and from the graph
@@ -550,7 +539,7 @@ def test_ngb_models_file_lists_params_and_macs(parts: Path) -> None:
 
 
 def _measure(*args: str, cwd: Path) -> tuple[int, dict | None, str]:
-    code, out, err = ngb("measure", *args, *FAST, "--json", cwd=cwd)
+    code, out, err = invoke("measure", *args, *FAST, "--json", cwd=cwd)
     return code, json.loads(out) if out.strip() else None, err
 
 
@@ -590,7 +579,7 @@ def test_ngb_measure_each_source(parts: Path, model: str, extra: list[str], comp
     ],
 )
 def test_ngb_measure_bad_models_are_one_line(parts: Path, args: list[str], message: str) -> None:
-    code, out, err = ngb("measure", *args, *FAST, cwd=parts)
+    code, out, err = invoke("measure", *args, *FAST, cwd=parts)
     assert code == 1
     lines = [ln for ln in err.splitlines() if ln.lower().startswith("error")]
     assert len(lines) == 1 and message in lines[0], err
@@ -607,15 +596,15 @@ def test_ngb_measure_stores_and_refuses_a_bad_store_first(tmp_path: Path) -> Non
         (fifo, "is not a regular file"),
         (Path("/dev/null"), "is not a regular file"),
     ]:
-        code, _, err = ngb("measure", "conv", "--width", "8", "-c", "noop", "--db", str(bad))
+        code, _, err = invoke("measure", "conv", "--width", "8", "-c", "noop", "--db", str(bad))
         assert code == 1 and err.count("\n") == 1 and message in err, err
         assert "stored" not in err
-    code, _, err = ngb("measure", "conv", "--width", "8", "-c", "noop", "--run", " ")
+    code, _, err = invoke("measure", "conv", "--width", "8", "-c", "noop", "--run", " ")
     assert (code, err.strip()) == (1, "error: --run wants a non-empty run id")
     db = tmp_path / "r.duckdb"
     said = []
     for width in ("8", "8", "16"):  # one run id collects more trials, each once
-        code, out, err = ngb("measure", "conv", "--width", width, "-c", "noop", *FAST,
+        code, out, err = invoke("measure", "conv", "--width", width, "-c", "noop", *FAST,
                              "--db", str(db), "--run", "cli", "--json")  # fmt: skip
         assert code == 0, err
         said.append(err.strip())
@@ -735,7 +724,7 @@ def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> Non
     copy = tmp_path / "mine"
     shutil.copytree(example, copy, ignore=shutil.ignore_patterns("*.onnx", "*.pt2", "__pycache__"))
     subprocess.run([sys.executable, str(copy / "make_files.py")], check=True, capture_output=True)
-    code, out, err = ngb("models", "--file", str(copy / "sweep.toml"), "--json")
+    code, out, err = invoke("models", "--file", str(copy / "sweep.toml"), "--json")
     assert code == 0, err
     payload = json.loads(out)
     assert payload["baseline"] == "onnxruntime"
@@ -754,11 +743,11 @@ def test_the_example_folder_works_as_a_newcomer_copies_it(tmp_path: Path) -> Non
 
 def test_sweeps_check_imports_the_factories(parts: Path) -> None:
     (parts / "check.toml").write_text(SWEEP.replace("nets.two:broken", "nets.two:absent"))
-    code, _, err = ngb("sweeps", "check", str(parts / "check.toml"))
+    code, _, err = invoke("sweeps", "check", str(parts / "check.toml"))
     assert code == 1
     assert err.strip().endswith("model 'raises': nets.two has no function 'absent'")
     (parts / "check.toml").write_text(SWEEP)
-    code, out, _ = ngb("sweeps", "check", str(parts / "check.toml"))
+    code, out, _ = invoke("sweeps", "check", str(parts / "check.toml"))
     assert (code, out.strip()) == (0, "ok: own: 10 trials")
 
 

@@ -13,6 +13,8 @@ from ngb.core import page_faults
 from ngb.core.timing import Part, merge
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 
+from tests.cli_helpers import scaled
+
 # One ngb measure of conv:64:16 b16 under identity on the 2-core VM (2026-11-27): four processes'
 # means and their minor faults per call, as the result recorded them.
 MEASURED_MEANS = [400.0, 516.0, 544.0, 392.0]
@@ -109,6 +111,8 @@ from ngb.core.stopping import Plan, t_quantile
 from ngb.core.timing import time_share
 from ngb.core.types import MeasureSettings, TrialSpec
 
+from tests.cli_helpers import scaled
+
 allocator.apply(sys.argv[1])
 t_quantile(0.975, 2)  # cached after its first use: a worker has it preloaded
 
@@ -133,7 +137,7 @@ def test_a_worker_counts_the_pages_its_calls_fault_in(mode: str, low: int, high:
     """The count is real: a call that maps 64 MiB afresh faults in ~16,384 pages of 4 KiB under
     glibc's defaults, and none once ``retain`` keeps the memory after the warm-up."""
     proc = subprocess.run(
-        [sys.executable, "-c", COUNT, mode], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", COUNT, mode], capture_output=True, text=True, timeout=scaled(120)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout)

@@ -22,6 +22,7 @@ from ngb.sweeps.figures.data import FigureData
 from ngb.sweeps.report.latex import escape, inline
 from ngb.sweeps.store.database import Store
 
+from tests.cli_helpers import scaled
 from tests.test_figures import _build_store
 
 # IEEEtran's two-column page: 516 pt of text, two 252 pt columns (letter paper, 10 pt type).
@@ -64,7 +65,7 @@ def test_every_latex_table_compiles_within_a_two_column_ieee_page(
     (tmp_path / "paper.tex").write_text(PAPER)
     done = subprocess.run(
         [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "paper.tex"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120), check=False,
     )  # fmt: skip
     log = (tmp_path / "paper.log").read_text(errors="replace")
     assert done.returncode == 0, log[-3000:]

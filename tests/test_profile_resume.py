@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from ngb.sweeps.run.resume_profile import resume_line
 from ngb.sweeps.spec.sweep import Sweep, loads_sweep
 from ngb.sweeps.store.database import Store
 
+from tests.cli_helpers import ngb
 from tests.test_tui_ops import profile
 
 
@@ -121,14 +121,11 @@ def test_a_killed_profiled_run_resumes_with_its_passes(tmp_path: Path) -> None:
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text(sweep.to_toml())
     db = str(tmp_path / "r.duckdb")
-    exe = str(Path(sys.executable).with_name("ngb"))
-    base = [exe, "run", str(sweep_file), "-d", "localhost", "--db", db]
-
-    def ngb(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *extra], env=env, capture_output=True, text=True,
-                              timeout=240)  # fmt: skip
-
-    out = ngb("--profile", "--detach", "--isolate", "inprocess", "--keep")  # keep: its events
+    base = ["run", str(sweep_file), "-d", "localhost", "--db", db]
+    # --keep: the run's events stay for the checks below
+    out = ngb(
+        *base, "--profile", "--detach", "--isolate", "inprocess", "--keep", env=env, timeout=240
+    )
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.split("run ")[1].split()[0]
     run_dir = work / "runs" / run_id
@@ -142,7 +139,7 @@ def test_a_killed_profiled_run_resumes_with_its_passes(tmp_path: Path) -> None:
     group = os.getpgid(pid)  # alive: two trials to go; in a session of its own (setsid)
     assert group != os.getpgrp()  # never this test's own group
     os.killpg(group, signal.SIGKILL)  # the agent and its trial's children
-    resumed = ngb("--resume")  # no --profile: the run's setting carries over
+    resumed = ngb(*base, "--resume", env=env, timeout=240)  # no --profile: carried over
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"profile: on for 3 trial(s), as run {run_id} was started" in resumed.stdout
     store = Store(db)

@@ -5,7 +5,6 @@ and ``ngb advise --p99-ms`` holding a configuration to its server-scenario p99 (
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from ngb.sweeps.cli import cli
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.serving import save_run
 
+from tests.cli_helpers import ngb
 from tests.serving_store import unverified_peak
 
 NOOP = ["conv", "--width", "16", "-c", "noop", "-o", "sleep_s=0.002", "--warmup", "0.2"]
@@ -66,11 +66,8 @@ def test_serve_side_by_side_and_stored(tmp_path: Path) -> None:
 def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> None:
     """In a process of its own, as run from a shell: the serving process's lines reach stderr."""
     db = tmp_path / "r.duckdb"
-    done = subprocess.run(
-        [sys.executable, "-m", "ngb.sweeps.cli", "serve", *NOOP, "--find-peak", "--p99-ms", "30",
-         "--probe-s", "2", "--max-probe-s", "2", "--max-probes", "5", "--db", str(db)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = ngb("serve", *NOOP, "--find-peak", "--p99-ms", "30", "--probe-s", "2",
+               "--max-probe-s", "2", "--max-probes", "5", "--db", str(db))  # fmt: skip
     out, err = done.stdout, done.stderr
     assert done.returncode == 0, err
     assert "QPS* " in out and "probes" in out

@@ -35,6 +35,7 @@ from ngb.sweeps.spec.sweep import Sweep, loads_sweep
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.result_store import IngestBatch
 
+from tests.cli_helpers import scaled
 from tests.noop_sweeps import noop_sweep
 from tests.slurm import PARTITION, SlurmCluster
 
@@ -264,7 +265,7 @@ async def two_followers_see_the_job_end(
         summary = await asyncio.wait_for(console.wait(run_id), 200)
     finally:
         await context.__aexit__(None, None, None)
-    out, _ = await asyncio.to_thread(cli.communicate, timeout=120)
+    out, _ = await asyncio.to_thread(cli.communicate, timeout=scaled(120))
     return run_id, summary, f"{out}\nexit {cli.returncode}", jobs_named(cluster, run_id), db
 
 
@@ -389,7 +390,7 @@ async def test_a_second_run_on_a_busy_slot_waits_in_slurms_queue(cluster, tmp_pa
     assert queued[0]["state"] == "PENDING" and queued[0]["reason"] == "Resources", queued
     summary = await asyncio.wait_for(first.wait(run_id), 120)
     await first.close()
-    out, _ = await asyncio.to_thread(second.communicate, timeout=120)
+    out, _ = await asyncio.to_thread(second.communicate, timeout=scaled(120))
     assert summary["status"] == "finished", summary
     assert second.returncode == 0, out
     line = f"queued: one is busy with run {run_id}"

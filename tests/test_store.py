@@ -31,7 +31,7 @@ from ngb.sweeps.store.database import (
 from ngb.sweeps.store.result_store import IngestBatch
 from ngb.sweeps.store.snapshot import export
 
-NGB = str(Path(sys.executable).with_name("ngb"))
+from tests.cli_helpers import NGB, ngb, scaled
 
 
 def make_result(i: int, *, reps: int = 3, status: str = "ok", batch: int = 1) -> TrialResult:
@@ -435,12 +435,10 @@ def test_a_locked_file_gives_the_busy_message_not_a_traceback(store: Store) -> N
             Store(store.path, busy_timeout_s=0.3).query("SELECT 1")
         with pytest.raises(DatabaseBusy):
             Store(store.path, write_timeout_s=0.3).ingest_results("r1", "a", [make_result(1)])
-        cli = subprocess.run(
-            [NGB, "query", "--db", str(store.path), "--wait", "0.2", "SELECT count(*) FROM trials"],
-            capture_output=True,
-            text=True,
+        cli = ngb(
+            "query", "--db", str(store.path), "--wait", "0.2", "SELECT count(*) FROM trials",
             timeout=60,
-        )
+        )  # fmt: skip
         assert cli.returncode != 0
         assert BUSY_MESSAGE in cli.stderr
         assert "Traceback" not in cli.stderr and len(cli.stderr.strip().splitlines()) == 1
@@ -489,30 +487,18 @@ def test_query_and_export_work_from_other_processes_while_a_writer_writes(
         assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
         seen = []
         for i in range(3):
-            q = subprocess.run(
-                [NGB, "query", "--format", "json", "SELECT count(*) AS n FROM trials"],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=120,
-            )
+            q = ngb("query", "--format", "json", "SELECT count(*) AS n FROM trials", env=env)
             assert q.returncode == 0, q.stderr
             seen.append(json.loads(q.stdout)[0]["n"])
             fmt = ("parquet", "csv")[i % 2]
             out = tmp_path / f"export{i}.{fmt}"
-            e = subprocess.run(
-                [NGB, "export", "--format", fmt, "--table", "measurements", "-o", str(out)],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=120,
-            )
+            e = ngb("export", "--format", fmt, "--table", "measurements", "-o", str(out), env=env)
             assert e.returncode == 0, e.stderr
             assert out.exists() and "wrote" in e.stdout
         assert seen == sorted(seen) and seen[-1] > 0
     finally:
         stop.touch()
-        out_text, _ = writer.communicate(timeout=120)
+        out_text, _ = writer.communicate(timeout=scaled(120))
     assert writer.returncode == 0
     written = int(out_text.strip().splitlines()[-1])
     final = Store(db)
@@ -526,24 +512,17 @@ def test_query_and_export_work_from_other_processes_while_a_writer_writes(
 
 def test_cli_query_formats_and_errors(store: Store, tmp_path: Path) -> None:
     store.ingest_results("r1", "a", [make_result(i) for i in range(2)])
-    base = [NGB, "query", "--db", str(store.path)]
-    as_csv = subprocess.run(
-        [*base, "--format", "csv", "SELECT width, model FROM trials ORDER BY width"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    base = ["query", "--db", str(store.path)]
+    as_csv = ngb(
+        *base, "--format", "csv", "SELECT width, model FROM trials ORDER BY width", timeout=60
     )
     assert as_csv.returncode == 0
     assert as_csv.stdout.splitlines() == ["width,model", "8,conv", "9,conv"]
-    table = subprocess.run(
-        [*base, "SELECT model, compiler FROM results"], capture_output=True, text=True, timeout=60
-    )
+    table = ngb(*base, "SELECT model, compiler FROM results", timeout=60)
     assert table.returncode == 0 and "identity" in table.stdout and "2 rows" in table.stdout
-    bad = subprocess.run([*base, "SELEC oops"], capture_output=True, text=True, timeout=60)
+    bad = ngb(*base, "SELEC oops", timeout=60)
     assert bad.returncode != 0 and "SQL error" in bad.stderr and "Traceback" not in bad.stderr
-    write = subprocess.run(
-        [*base, "DELETE FROM trials"], capture_output=True, text=True, timeout=60
-    )
+    write = ngb(*base, "DELETE FROM trials", timeout=60)
     assert write.returncode != 0 and "--write" in write.stderr
     assert count(store, "trials") == 2
 
@@ -571,12 +550,6 @@ def test_record_probe_reads_the_agents_own_field_names(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------- nothing lost (issue 8)
-
-
-def ngb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [NGB, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
-    )
 
 
 def assert_one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -622,7 +595,7 @@ def test_export_to_an_impossible_destination_is_one_line(store: Store, tmp_path:
 
 def test_read_only_commands_create_no_files(tmp_path: Path) -> None:
     missing = tmp_path / "nonexistent-dir" / "x.duckdb"
-    res = ngb("status", env={"NGB_DB": str(missing)})
+    res = ngb("status", env={**os.environ, "NGB_DB": str(missing)})
     assert res.returncode == 0 and "no runs yet" in res.stdout, res.stderr
     assert_one_line_error(ngb("query", "SELECT 1", "--db", str(missing)), "no results database")
     assert_one_line_error(ngb("export", "-o", str(tmp_path / "o.csv"), "--db", str(missing)))
@@ -649,14 +622,16 @@ def test_truncated_corrupt_and_foreign_databases_are_one_line(store: Store, tmp_
             assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
         else:
             assert_one_line_error(res, str(path.name))
-        res = ngb("status", env={"NGB_DB": str(path)})
+        res = ngb("status", env={**os.environ, "NGB_DB": str(path)})
         assert res.returncode == 1 and "Traceback" not in res.stderr, (name, res.stderr)
         assert path.read_bytes() == data, name  # untouched
     foreign = tmp_path / "foreign.duckdb"
     conn = duckdb.connect(str(foreign))
     conn.execute("CREATE TABLE stuff (a INT)")
     conn.close()
-    assert_one_line_error(ngb("status", env={"NGB_DB": str(foreign)}), "not an ngb results")
+    assert_one_line_error(
+        ngb("status", env={**os.environ, "NGB_DB": str(foreign)}), "not an ngb results"
+    )
     fifo = tmp_path / "fifo.duckdb"
     os.mkfifo(fifo)
     assert_one_line_error(ngb("query", "SELECT 1", "--db", str(fifo)), "not a regular file")

@@ -24,6 +24,7 @@ import pytest
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.store.database import Store
 
+from tests.cli_helpers import ngb, ngb_argv
 from tests.noop_sweeps import noop_sweep
 
 #: a console stand-in: follows the run and queries copies of the store at once, until killed
@@ -54,10 +55,6 @@ async def follow():
 
 asyncio.run(follow())
 """
-
-
-def ngb_argv(*args: str) -> list[str]:
-    return [str(Path(sys.executable).with_name("ngb")), *args]
 
 
 class Followers:
@@ -109,13 +106,6 @@ class Followers:
                 proc.wait()
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ngb_argv(*args), env=env, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
 def run_the_storm(tmp_path: Path, trials: int, seed: int) -> None:
     home = tmp_path / "home"
     inventory = home / "config" / "devices.toml"
@@ -128,7 +118,9 @@ def run_the_storm(tmp_path: Path, trials: int, seed: int) -> None:
     env = {**os.environ, "NGB_HOME": str(home), "COLUMNS": "120"}
     env.pop("NGB_DB", None)
     db = home / "data" / "results.duckdb"
-    started = cli(env, "run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess")
+    started = ngb(
+        "run", str(sweep), "-d", "localhost", "--detach", "--isolate", "inprocess", env=env
+    )
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.split("run ")[1].split()[0]
     crowd = Followers(env, db, inventory, run_id)
@@ -151,10 +143,10 @@ def run_the_storm(tmp_path: Path, trials: int, seed: int) -> None:
     finally:
         crowd.stop()
     # whatever the last killed follower held is on the device: one more follower stores it
-    final = cli(env, "attach", run_id)
+    final = ngb("attach", run_id, env=env)
     assert final.returncode in (0, 1), final.stderr
     for args in (("status", run_id), ("query", "SELECT count(*) FROM trials")):
-        opened = cli(env, *args)
+        opened = ngb(*args, env=env)
         assert opened.returncode == 0, opened.stderr  # every command opens the store
     store = Store(db)
     keys = [r[0] for r in store.query("SELECT key FROM trials WHERE run_id = ?", [run_id])[1]]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -13,18 +11,10 @@ from ngb.core.errors import NgbError
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.recover import is_log_refusal, recover
 
+from tests.cli_helpers import ngb
+
 #: the store left by `ngb run` beside the console with the job cancelled from outside
 SHARED_CASE = Path(__file__).resolve().parents[2] / "shared/data/store-wal-mismatch-2026-11-28"
-
-
-def ngb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ngb.sweeps.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def stale_log_store(tmp_path: Path) -> Path:

@@ -16,6 +16,8 @@ import sys
 import pytest
 from ngb.core import student_t
 
+from tests.cli_helpers import scaled
+
 scipy_special = pytest.importorskip("scipy.special")
 
 PS = (0.001, 0.025, 0.3, 0.51, 0.6, 0.9, 0.95, 0.975, 0.99, 0.995, 0.9995, 1 - 1e-6, 1 - 1e-9)
@@ -54,6 +56,8 @@ def test_a_trial_imports_no_scipy() -> None:
         "percentiles.over_processes([[1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 5.0, 9.0]], 0.5)\n"
         "print(sorted(m for m in sys.modules if m.startswith('scipy')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -17,6 +17,8 @@ import pytest
 from ngb.core.errors import ConfigError
 from ngb.core.worker_start import START_ENV, start_method
 
+from tests.cli_helpers import scaled
+
 # A process with a second thread that is stuck inside the import of the model's own module
 # (holding that module's import lock), then a tiny trial of that model. A forked worker inherits
 # the lock held by a thread that does not exist in it, and waits on it at its own import of the
@@ -177,7 +179,7 @@ def test_start_method_follows_the_threads(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(START_ENV, "auto")
     code = "from ngb.core.worker_start import start_method; print(start_method())"
     alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
-        **os.environ, START_ENV: "auto"}, timeout=120)  # fmt: skip
+        **os.environ, START_ENV: "auto"}, timeout=scaled(120))  # fmt: skip
     assert alone.stdout.strip() == "fork", alone.stderr[-2000:]
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)

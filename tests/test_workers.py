@@ -14,6 +14,8 @@ from ngb.core.stopping import Plan
 from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.workers import WorkerFailed, run_worker
 
+from tests.cli_helpers import scaled
+
 QUICK = {
     "warmup_iters": 0,
     "warmup_s": 0.0,
@@ -113,7 +115,7 @@ def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path, start: str) 
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=120,
+        timeout=scaled(120),
         env={**os.environ, START_ENV: start},
     )
     lines = [events.decode(line) for line in proc.stdout.splitlines()]

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ngb.core.trial_extra import from_json
+
 if TYPE_CHECKING:
     from ngb.sweeps.run.events import RunEvent
 
@@ -489,9 +491,8 @@ def trial_line(label: str, result: Mapping[str, object]) -> str:
     tune = _num(result.get("tune_s"))
     if tune:
         parts.append(f"tune {tune:.0f} s")
-    extra = result.get("extra")
-    measure = extra.get("measure") if isinstance(extra, Mapping) else None
-    workers = extra.get("workers") if isinstance(extra, Mapping) else None
+    extra = from_json(result.get("extra"))
+    measure, workers = extra.get("measure"), extra.get("workers")
     if isinstance(measure, Mapping) and isinstance(workers, list):
         timed = sum(_num(w.get("measure_s")) or 0.0 for w in workers if isinstance(w, Mapping))
         parts.append(f"measure {timed + (_num(measure.get('warmup_s')) or 0.0):.1f} s")

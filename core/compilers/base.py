@@ -34,6 +34,7 @@ from ngb.core.types import PRECISIONS
 
 if TYPE_CHECKING:
     from ngb.core.model_types import Array, Example, Model
+    from ngb.core.trial_extra import CompilerFacts
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,9 @@ class CompileContext:
 class Compiled(ABC):
     """A compiled model bound to one example batch."""
 
-    #: extra facts worth recording with the result (e.g. number of infer requests in flight)
-    extra: dict[str, object]
+    #: extra facts worth recording with the result (e.g. number of infer requests in flight);
+    #: every key is declared in ``ngb.core.trial_extra.CompilerFacts``
+    extra: CompilerFacts
     #: the precision that actually runs (ngb.core.precision), read back from the runtime;
     #: None when nothing is computed (noop)
     precision: str | None

@@ -300,5 +300,7 @@ class IdentityCompiler(Compiler[IdentityConfig]):
             threads = apply_threads(ctx)
             model, inputs = prepare(model, example, ctx, channels_last=self.config.channels_last)
             compiled = TorchCompiled(model, inputs, ctx.device, restore=before)
-        compiled.extra.update(torch_threads=threads, channels_last=self.config.channels_last)
+        compiled.extra.update(
+            {"torch_threads": threads, "channels_last": self.config.channels_last}
+        )
         return compiled

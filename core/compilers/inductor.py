@@ -108,6 +108,11 @@ class InductorCompiler(Compiler[InductorConfig]):
                 torch.cuda.synchronize()
         compiled = TorchCompiled(compiled_fn, inputs, ctx.device, restore=restore)
         compiled.extra.update(
-            torch_threads=threads, mode=cfg.mode, fullgraph=cfg.fullgraph, cache=cfg.cache
+            {
+                "torch_threads": threads,
+                "mode": cfg.mode,
+                "fullgraph": cfg.fullgraph,
+                "cache": cfg.cache,
+            }
         )
         return compiled

@@ -266,11 +266,13 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 f"onnxruntime ran {compiled.precision} on {ran[0]} when {ctx.precision} was asked"
             )
         compiled.extra.update(
-            providers=session.get_providers(),
-            graph_optimization_level=cfg.graph_optimization_level,
-            execution_mode=cfg.execution_mode,
-            intra_op_threads=intra or 0,  # 0 = ORT's default (one per physical core)
-            onnx_path=str(path),
+            {
+                "providers": session.get_providers(),
+                "graph_optimization_level": cfg.graph_optimization_level,
+                "execution_mode": cfg.execution_mode,
+                "intra_op_threads": intra or 0,  # 0 = ORT's default (one per physical core)
+                "onnx_path": str(path),
+            }
         )
         return compiled
 

@@ -49,6 +49,7 @@ from ngb.core.precision import from_openvino, openvino_hint
 if TYPE_CHECKING:
     from ngb.core.model_types import Array, Example, Model
     from ngb.core.profiling import KernelRecord
+    from ngb.core.trial_extra import CompilerFacts
     from openvino import AsyncInferQueue, CompiledModel, InferRequest
 
 HINTS = ("THROUGHPUT", "LATENCY")
@@ -306,13 +307,15 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
         compiled.precision = from_openvino(str(ran)) if ran else None
         compiled.precision_flags = {"INFERENCE_PRECISION_HINT": ran, "asked": asked}
         compiled.extra.update(
-            hint=cfg.hint,
-            device=cfg.device,
-            nireq=nireq if cfg.hint == "THROUGHPUT" else 1,
-            optimal_nireq=optimal,
-            onnx_path=str(path),
-            **facts,
+            {
+                "hint": cfg.hint,
+                "device": cfg.device,
+                "nireq": nireq if cfg.hint == "THROUGHPUT" else 1,
+                "optimal_nireq": optimal,
+                "onnx_path": str(path),
+            }
         )
+        compiled.extra.update(facts)
         return compiled
 
     def versions(self) -> dict[str, str]:
@@ -335,19 +338,25 @@ def _precision_hint(precision: str, option: str | None) -> str | None:
     return hint or option
 
 
-def _properties(compiled_model: CompiledModel) -> dict[str, int | float | str]:
-    """What OpenVINO actually chose (streams, threads, precision), for the record."""
-    facts: dict[str, int | float | str] = {}
-    for key, prop in (
-        ("num_streams", "NUM_STREAMS"),
-        ("inference_num_threads", "INFERENCE_NUM_THREADS"),
-        ("inference_precision", "INFERENCE_PRECISION_HINT"),
-    ):
-        try:
-            value = compiled_model.get_property(prop)
-        except RuntimeError:  # not every device reports every property
-            continue
-        if hasattr(value, "to_string"):  # ov.Type, e.g. bf16
-            value = value.to_string()
-        facts[key] = value if isinstance(value, int | float) else str(value)
+def _properties(compiled_model: CompiledModel) -> CompilerFacts:
+    """What OpenVINO actually chose (streams, threads, precision), for the record; a property the
+    device does not report is left out. Each key is written by name, so mypy checks it."""
+    facts: CompilerFacts = {}
+    if (streams := _property(compiled_model, "NUM_STREAMS")) is not None:
+        facts["num_streams"] = streams
+    if (threads := _property(compiled_model, "INFERENCE_NUM_THREADS")) is not None:
+        facts["inference_num_threads"] = threads
+    if (precision := _property(compiled_model, "INFERENCE_PRECISION_HINT")) is not None:
+        facts["inference_precision"] = precision
     return facts
+
+
+def _property(compiled_model: CompiledModel, name: str) -> int | float | str | None:
+    """One property as read back (None: the device does not report it)."""
+    try:
+        value = compiled_model.get_property(name)
+    except RuntimeError:  # not every device reports every property
+        return None
+    if hasattr(value, "to_string"):  # ov.Type, e.g. bf16
+        value = value.to_string()
+    return value if isinstance(value, int | float) else str(value)

@@ -228,12 +228,16 @@ class TensorRtCompiler(Compiler[TensorRtConfig]):
         compiled.precision = resolve_precision(read_back, half_export, tf32_hardware)
         compiled.precision_flags = {**read_back, "half_export": half_export}
         compiled.extra.update(
-            precision=wanted,
-            precision_via="builder flag" if has_flags else ("half export" if half_export else ""),
-            workspace_mb=cfg.workspace_mb,
-            builder_optimization_level=cfg.builder_optimization_level,
-            engine_bytes=int(serialized.nbytes),
-            onnx_path=str(path),
+            {
+                "precision": wanted,
+                "precision_via": "builder flag"
+                if has_flags
+                else ("half export" if half_export else ""),
+                "workspace_mb": cfg.workspace_mb,
+                "builder_optimization_level": cfg.builder_optimization_level,
+                "engine_bytes": int(serialized.nbytes),
+                "onnx_path": str(path),
+            }
         )
         return compiled
 

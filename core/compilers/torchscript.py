@@ -82,10 +82,12 @@ class TorchScriptCompiler(Compiler[TorchScriptConfig]):
             module, folded = self._script(model, inputs, ctx)
         compiled = TorchCompiled(module, inputs, ctx.device, restore=restore)
         compiled.extra.update(
-            torch_threads=threads,
-            frozen=self.config.freeze,
-            optimize_for_inference=self.config.optimize_for_inference,
-            folded_ops=folded,  # a profile marks the kernels that absorbed them fused
+            {
+                "torch_threads": threads,
+                "frozen": self.config.freeze,
+                "optimize_for_inference": self.config.optimize_for_inference,
+                "folded_ops": folded,  # a profile marks the kernels that absorbed them fused
+            }
         )
         return compiled
 

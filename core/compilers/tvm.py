@@ -309,5 +309,7 @@ class TvmCompiler(TvmBase[TvmConfig]):
             except Exception as exc:  # noqa: BLE001
                 raise NgbError(f"tvm: build failed: {last_line(exc)}") from exc
         compiled = TvmCompiled(executable, example, spec["kind"])
-        compiled.extra.update(target=str(target), opt_level=self.config.opt_level, threads=threads)
+        compiled.extra.update(
+            {"target": str(target), "opt_level": self.config.opt_level, "threads": threads}
+        )
         return compiled

@@ -182,20 +182,24 @@ class TvmMetaScheduleCompiler(TvmBase[TvmMetaScheduleConfig]):
         compiled = TvmCompiled(executable, example, spec["kind"])
         before = int(meta.get("trials_before", 0) or 0) if progress else int(meta.get("trials", 0))
         compiled.extra.update(
-            target=str(target),
-            opt_level=cfg.opt_level,
-            threads=threads,
-            database=str(store.dir),
-            tuning_reused=progress is None or before > 0,
-            trials_before=before,
-            trials_run=progress.trials_done if progress else 0,
-            trials_valid=progress.valid_trials if progress else 0,
-            early_stopped=bool(progress.stopped_early if progress else meta.get("early_stopped")),
-            tasks=len(meta.get("tasks") or []) or None,
-            est_latency_ms=progress.estimated_ms if progress else meta.get("best_ms"),
-            tuning_records=records,
-            tuned_digest=f"{int(tuned_digest):x}",
-            tuning=provenance(meta, reused=progress is None),
+            {
+                "target": str(target),
+                "opt_level": cfg.opt_level,
+                "threads": threads,
+                "database": str(store.dir),
+                "tuning_reused": progress is None or before > 0,
+                "trials_before": before,
+                "trials_run": progress.trials_done if progress else 0,
+                "trials_valid": progress.valid_trials if progress else 0,
+                "early_stopped": bool(
+                    progress.stopped_early if progress else meta.get("early_stopped")
+                ),
+                "tasks": len(meta.get("tasks") or []) or None,
+                "est_latency_ms": progress.estimated_ms if progress else meta.get("best_ms"),
+                "tuning_records": records,
+                "tuned_digest": f"{int(tuned_digest):x}",
+                "tuning": provenance(meta, reused=progress is None),
+            }
         )
         return compiled
 

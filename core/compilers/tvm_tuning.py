@@ -49,6 +49,7 @@ from ngb.core.errors import NgbError
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11; the agent's 3.10 never evaluates annotations
 
+    from ngb.core.trial_extra import TuningRecord
     from tvm.ir import IRModule
     from tvm.runtime import Module
     from tvm.s_tir.meta_schedule.builder import BuilderResult
@@ -421,7 +422,7 @@ def plan_tuning(meta: TuningMeta, budget: int) -> tuple[int, int]:
     return before, max(budget - before, 0)
 
 
-def provenance(meta: TuningMeta, reused: bool) -> dict[str, object]:
+def provenance(meta: TuningMeta, reused: bool) -> TuningRecord:
     """Where a trial's tuning came from, as stored in the result's ``extra["tuning"]``."""
     return {
         "reused": reused,

@@ -22,6 +22,13 @@ from tiny_nets.text import text_classifier  # noqa: E402
 
 
 def main(out: Path) -> None:
+    write_onnx(out)
+    write_pt2(out)
+    print(f"wrote tiny_cnn.onnx, tiny_cnn_ext.onnx (+ .data) and tiny_text.pt2 in {out}")
+
+
+def write_onnx(out: Path) -> None:
+    """tiny_cnn.onnx, and the same model as tiny_cnn_ext.onnx + tiny_cnn_ext.onnx.data."""
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     cnn = build().eval()
@@ -45,13 +52,18 @@ def main(out: Path) -> None:
         location="tiny_cnn_ext.onnx.data",
         size_threshold=0,
     )
+
+
+def write_pt2(out: Path) -> None:
+    """tiny_text.pt2, a torch.export program of the text classifier (after ``write_onnx``, which
+    seeds torch: ``main`` writes the very files it always wrote)."""
+    out.mkdir(parents=True, exist_ok=True)
     text = text_classifier().eval()
     batch = torch.export.Dim("batch", min=1, max=1024)
     program = torch.export.export(
         text, (torch.randint(0, 1000, (2, 16)),), dynamic_shapes=({0: batch},)
     )
     torch.export.save(program, str(out / "tiny_text.pt2"))
-    print(f"wrote tiny_cnn.onnx, tiny_cnn_ext.onnx (+ .data) and tiny_text.pt2 in {out}")
 
 
 if __name__ == "__main__":

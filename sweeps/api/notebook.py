@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from ngb.core.errors import ConfigError, NgbError
 from ngb.core.types import TrialResult, TrialSpec
 from ngb.sweeps.api import checks as check
+from ngb.sweeps.spec.checks import accuracy_table, check_algorithm, check_timm_names
+from ngb.sweeps.spec.one_trial import one_trial
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,7 +150,7 @@ class Result:
     def _throughput(self) -> Derived:
         from ngb.sweeps.report import derived
 
-        measured = self.trial.extra.get("measure") or {}
+        measured = self.trial.extra.get("measure")
         row = {
             "key": self.trial.key,
             "throughput_mean": self.throughput,
@@ -233,13 +235,6 @@ def measure(
     result is also stored (run id ``run``, default ``api-<time>``), where ``open_results`` and
     ``ngb report`` find it.
     """
-    from ngb.sweeps.spec.checks import (
-        accuracy_table,
-        check_accuracy_data,
-        check_algorithm,
-        check_trial,
-        parse_measure,
-    )
     from ngb.sweeps.store import measure as measure_store
 
     typed = check.model_text(model)
@@ -264,7 +259,6 @@ def measure(
 
     quiet_tqdm()  # before timm pulls in tqdm.auto: no TqdmWarning in a notebook
     from ngb.core.compilers import compiler_class
-    from ngb.core.models import resolve_model
     from ngb.core.types import BLOCK_MODELS
 
     compiler_class(compiler)  # an unknown name: one line with close matches
@@ -276,10 +270,10 @@ def measure(
         check.optional_text("family", family),
     )
     if source is None and typed not in BLOCK_MODELS:
-        resolve_model(typed)
+        check_timm_names([typed])  # the cached list of timm's names: no timm import here
     from ngb.core.model_sources import trial_name
 
-    spec = TrialSpec(
+    spec = one_trial(
         model=trial_name(typed, source, name, "name"),
         compiler=compiler,
         batch=batch,
@@ -288,13 +282,12 @@ def measure(
         optimisation=optimisation,
         algorithm=algorithm,
         device=device,
-        compiler_options=check.table("options", options),
-        measure=parse_measure(settings, "measure settings"),
+        options=check.table("options", options),
+        settings=settings,
         source=source,
+        settings_name="measure settings",
+        accuracy_name="accuracy",
     )
-    check_trial(spec, "measure")
-    if spec.measure.accuracy is not None:  # a missing file or a failing loader: one line, now
-        check_accuracy_data(spec.measure.accuracy.data, "accuracy")
     result = Result(_run(spec, progress))
     if store is not None:
         run = run or measure_store.default_run_id("api")
@@ -449,7 +442,7 @@ def _row(x: object, side: str) -> dict[str, object]:
                 f"compare: {side} is a failed trial ({x.trial.error_kind}): {x.error}"
             )
         trial = x.trial
-        measured = trial.extra.get("measure") or {}
+        measured = trial.extra.get("measure")
         df = measured.get("df") if isinstance(measured, Mapping) else None
         return _checked_row(
             side,

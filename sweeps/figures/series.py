@@ -219,7 +219,7 @@ def speedup_batch(data: FigureData) -> FigureSpec:
 
 
 def speedup_depth(data: FigureData) -> FigureSpec:
-    rows = [r for r in _usable(data) if r["model"] in BLOCKS and r.get("width")]
+    rows = report_paper.depth_rows(data.trials())
     spec = FigureSpec(
         "fig07-speedup-depth",
         "Fig. 7: speed-up over the baseline vs depth (stacked blocks)",
@@ -228,29 +228,19 @@ def speedup_depth(data: FigureData) -> FigureSpec:
         "points: not significant (95 % interval includes 1).",
         trials=rows,
     )
-    keyed = group_by(
-        rows,
-        lambda r: (
-            r["device"], r["model"], r.get("width") or 0, r["batch"], r.get("target"),
-            r.get("input_size"),
-        ),
-    )  # fmt: skip
-    for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
-        device, block, width, batch, target, _ = key
-        cell = keyed[key]
-        # a block trial without a depth ran at depth 1 (as its label says)
-        base = {r.get("depth") or 1: r for r in cell if r["compiler"] == data.baseline}
-        if len(base) < 2:
-            continue
+    # the series Tables VII/VIII print; a line needs two depths under both compilers
+    series, _ = report_paper.depth_series(rows, data.baseline)
+    for entries in group_by(series, lambda e: e.point).values():
         lines = []
-        for compiler in _compilers(cell):
-            if compiler != data.baseline:
-                mine = {r.get("depth") or 1: r for r in cell if r["compiler"] == compiler}
-                line = _speedup_line(data, compiler, mine, base)
-                if line is not None and len(line.xs) >= 2:
+        for entry in entries:
+            if len(entry.shared()) >= 2:
+                line = _speedup_line(data, entry.compiler, entry.mine, entry.identity)
+                if line is not None:
                     lines.append(line)
         if lines:
-            title = _scope_title(f"{block}{width} b{batch}", rows, device, target)
+            head = entries[0]
+            name = f"{head.block}{head.width} b{head.batch}"
+            title = _scope_title(name, rows, head.device, head.target)
             spec.panels.append(
                 LinePanel(title, lines, "depth (blocks)", "speed-up", logy=True, reference=1.0)
             )

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from ngb.core import accuracy_stats, percentiles
 from ngb.core.errors import ConfigError
 from ngb.core.peak import star_text
+from ngb.core.trial_extra import from_json
 from ngb.core.types import BLOCK_MODELS, PRECISIONS
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, ReportData, finite, precision_of
@@ -235,7 +236,7 @@ def _check_p99(c: Candidate, limit: float) -> None:
 
 
 def _accuracy(row: TrialRow) -> Mapping[str, object]:
-    return mapping(mapping(row.get("extra")).get("accuracy"))
+    return mapping(from_json(row.get("extra")).get("accuracy"))
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def _drops(row: TrialRow, rows: list[TrialRow]) -> tuple[list[_Drop], str]:
     """The drops the gate judges for ``row`` (see the module docstring), or why there are none."""
     record = _accuracy(row)
     if not record:
-        error = mapping(row.get("extra")).get("accuracy_error")
+        error = from_json(row.get("extra")).get("accuracy_error")
         why = f" (its pass failed: {error})" if isinstance(error, str) and error else ""
         return [], f"no accuracy measured{why}"
     if (row.get("optimisation") or "none") == "none":

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ngb.core.errors import ConfigError, NgbError
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import (
     Cell,
@@ -246,7 +247,7 @@ def expected_nnz(row: Mapping[str, object]) -> float | None:
     """The optimisation's expected speed-up (1 for an unpruned model; None: not recorded)."""
     if _optimisation(row) == "none":
         return 1.0
-    value = number(mapping(mapping(row.get("extra")).get("optimisation")).get("expected_speedup"))
+    value = number(mapping(from_json(row.get("extra")).get("optimisation")).get("expected_speedup"))
     return value if value is not None and value > 0 else None
 
 
@@ -255,7 +256,7 @@ def expected_bytes(row: Mapping[str, object]) -> float | None:
     stores (what the format really costs); None for a dense one or where not recorded."""
     if kind_of(_algorithm(row)) not in SPARSE_KINDS:
         return None
-    extra = mapping(row.get("extra"))
+    extra = from_json(row.get("extra"))
     facts = mapping(extra.get("algorithm"))
     dense = number(mapping(extra.get("optimisation")).get("bytes_before"))
     if dense is None:

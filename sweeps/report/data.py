@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, ClassVar, TypeGuard, TypeVar, cast
 
 from ngb.core.compilers import DEFAULT_BASELINE
 from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report.spool import RowSpool
-from ngb.sweeps.rows import StoreRow, TrialRow, mapping
+from ngb.sweeps.rows import StoreRow, TrialRow
 
 if TYPE_CHECKING:
     from ngb.devices.pricing import Price
@@ -336,7 +337,7 @@ class ReportData:
         speed-up means something else against each (issue 19); ``ngb.core.allocator``."""
         found = sorted(
             {
-                _allocator_name(t.get("extra") or {})
+                _allocator_name(from_json(t.get("extra")))
                 for t in self.trials()
                 if t.get("compiler") == self.baseline
             }
@@ -362,7 +363,7 @@ class ReportData:
         from ngb.devices.slurm_nodes import inventory_names
 
         prices = self.prices
-        for name in inventory_names(str(row.get("device")), mapping(row.get("extra"))):
+        for name in inventory_names(str(row.get("device")), from_json(row.get("extra"))):
             if name in prices:
                 return prices[name]
         return None

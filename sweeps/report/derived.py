@@ -31,6 +31,7 @@ from typing import Generic, TypeVar
 
 from ngb.core import intervals
 from ngb.core.intervals import Estimate, Mean
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report.numbers import Printed, format_interval, format_value, printed_bounds
 from ngb.sweeps.rows import mapping, number
 
@@ -46,7 +47,7 @@ _number = number
 
 
 def _measure(row: ResultRow) -> Mapping[str, object]:
-    return mapping(mapping(row.get("extra")).get("measure"))
+    return mapping(from_json(row.get("extra")).get("measure"))
 
 
 def degrees_of_freedom(row: ResultRow) -> float:
@@ -320,7 +321,7 @@ def batch_points(per_compiler: Mapping[str, Mapping[int, R]], baseline: str) -> 
 
 def _accuracy(row: ResultRow) -> Mapping[str, object]:
     """The trial's accuracy pass (``extra["accuracy"]``, ``ngb.core.accuracy_pass``)."""
-    return mapping(mapping(row.get("extra")).get("accuracy"))
+    return mapping(from_json(row.get("extra")).get("accuracy"))
 
 
 def _points(row: ResultRow, name: str, null: float | None) -> Derived | None:

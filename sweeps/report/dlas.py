@@ -24,6 +24,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ngb.core.optimise import percent_of_expected
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report import derived, dlas_accuracy, dlas_ranks
 from ngb.sweeps.report.data import (
     PrecisionMarks,
@@ -93,7 +94,7 @@ def dlas(data: ReportData) -> Report:
             )
             continue
         achieved = mean_throughput(r) / mean_throughput(base)
-        expected = mapping(mapping(r.get("extra")).get("optimisation")).get("expected_speedup")
+        expected = mapping(from_json(r.get("extra")).get("optimisation")).get("expected_speedup")
         percent = percent_of_expected(achieved, expected) if finite(expected) else None
         ratio = derived.speedup(r, base)
         if r.get("optimisation") in _NUMBER_FORMATS:  # there, a new precision is the point
@@ -209,16 +210,16 @@ def accuracy(data: ReportData) -> Report:
                        compiler_order(r["compiler"]), r["batch"])
     )  # fmt: skip
     for r in rows:
-        record = mapping(mapping(r.get("extra")).get("accuracy"))
+        record = mapping(from_json(r.get("extra")).get("accuracy"))
         table.rows.append(
             [r["device"], _label(r), r["compiler"], r.get("optimisation") or "none",
              r.get("precision"), r["batch"], cell(derived.throughput(r)), cell(derived.top1(r)),
              cell(derived.top5(r)), cell(derived.eager_top1(r)), cell(derived.agreement(r)),
              cell(derived.accuracy_drop(r)), record.get("data"), record.get("pass_s")]
         )  # fmt: skip
-    failed = [r for r in data.trials() if mapping(r.get("extra")).get("accuracy_error")]
+    failed = [r for r in data.trials() if from_json(r.get("extra")).get("accuracy_error")]
     for r in failed:
-        said = mapping(r.get("extra")).get("accuracy_error")
+        said = from_json(r.get("extra")).get("accuracy_error")
         report.notes.append(f"{r['device']} {_label(r)} {r['compiler']} b{r['batch']}: {said}")
     if not rows and not failed:
         report.notes.append("no trial with an accuracy pass (`[accuracy]`, `--accuracy`)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ngb.core.accuracy_stats import between
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, ReportData, Table, group_by
 from ngb.sweeps.report.dlas_facts import (
@@ -133,7 +134,7 @@ def _point(r: Mapping[str, object]) -> tuple[object, ...]:
 
 
 def _accuracy(r: Mapping[str, object]) -> Mapping[str, object]:
-    return mapping(mapping(r.get("extra")).get("accuracy"))
+    return mapping(from_json(r.get("extra")).get("accuracy"))
 
 
 def _optimisation(r: Mapping[str, object]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report.data import group_by
 from ngb.sweeps.report.paper import compiler_order
 from ngb.sweeps.rows import TrialRow, integer, mapping, number, text
@@ -76,7 +77,7 @@ def step_of(value: object, name: str = "?") -> Step | None:
 
 def dlas_of(row: Mapping[str, object]) -> Mapping[str, object]:
     """A trial's DLAS facts (empty where it has none)."""
-    return mapping(mapping(mapping(row.get("extra")).get("optimisation")).get("dlas"))
+    return mapping(mapping(from_json(row.get("extra")).get("optimisation")).get("dlas"))
 
 
 def technique_of(optimisation: str, facts: Mapping[str, object]) -> str | None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from ngb.core.page_faults import rank_correlation
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, Table, group_by, positive
 from ngb.sweeps.report.dlas_facts import ModelFacts, collect, dlas_of
@@ -98,7 +99,7 @@ def _rho_cell(xs: list[float], ys: list[float]) -> Cell:
 
 def _sizes(row: TrialRow, before: Mapping[str, float]) -> tuple[float | None, float | None]:
     """(MACs, non-zero parameters) of the row's model after its optimisation."""
-    facts = mapping(mapping(row.get("extra")).get("optimisation"))
+    facts = mapping(from_json(row.get("extra")).get("optimisation"))
     if (row.get("optimisation") or "none") == "none":
         return before.get("macs"), before.get("nonzero")
     return number(facts.get("macs_after")), number(facts.get("nonzero_after"))
@@ -108,7 +109,7 @@ def _model_before(rows: Sequence[TrialRow]) -> Mapping[str, float]:
     """The unoptimised model's size, from any of its optimised trials' facts."""
     out: dict[str, float] = {}
     for r in rows:
-        facts = mapping(mapping(r.get("extra")).get("optimisation"))
+        facts = mapping(from_json(r.get("extra")).get("optimisation"))
         for key in ("macs", "nonzero"):
             value = number(facts.get(f"{key}_before"))
             if value is not None:

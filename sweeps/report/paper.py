@@ -35,8 +35,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
+from ngb.core.types import BLOCK_MODELS
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import (
     Cell,
@@ -54,9 +55,12 @@ from ngb.sweeps.report.derived import Derived
 from ngb.sweeps.rows import TrialRow, mapping
 
 R = TypeVar("R", bound=Mapping[str, object])
+Row = TypeVar("Row", bound=TrialRow)  # a report's row or a figure's (which adds columns)
 #: ``(device, label, target, input_size)`` -> ``{compiler: {batch: trial row}}``
 BatchKey = tuple[str, str, str | None, int | None]
 PerCompiler = dict[str, dict[int, TrialRow]]
+#: ``(device, block kind, width, batch, target, input_size)``: one block series' point
+DepthPoint = tuple[str, str, int, int, str | None, int | None]
 
 FAMILY_BATCH_GROUPS: dict[str, tuple[int, int]] = {"2-4": (2, 4), "8-16": (8, 16)}
 BLOCK_FAMILY = "block"
@@ -228,39 +232,60 @@ def families(data: ReportData) -> Report:
 
 
 @dataclass(frozen=True)
-class _DepthSeries:
-    """One compiler's block series: its trials and the baseline's, by depth."""
+class DepthSeries(Generic[Row]):
+    """One compiler's block series at one point (device, block kind, width, batch, target, input
+    size): its trials and the baseline's, by depth. Tables VII/VIII and Fig. 7 both read these,
+    so the figure and the table cannot group the same trials differently."""
 
     device: str
     block: str
     width: int
     batch: int
+    target: str | None
+    input_size: int | None
     compiler: str
-    mine: dict[int, TrialRow]
-    identity: dict[int, TrialRow]
+    mine: dict[int, Row]
+    identity: dict[int, Row]
+
+    @property
+    def point(self) -> DepthPoint:
+        return (self.device, self.block, self.width, self.batch, self.target, self.input_size)
+
+    def shared(self) -> list[int]:
+        """The depths measured under both the compiler and the baseline."""
+        return sorted(set(self.mine) & set(self.identity))
 
 
-def _by_depth(rows: Sequence[TrialRow]) -> dict[int, TrialRow]:
-    """Block trials by depth (a block trial without one ran at depth 1, as its label says)."""
-    return {r.get("depth") or 1: r for r in rows}
+def _depth_of(row: TrialRow) -> int:
+    """A block trial's depth (one without it ran at depth 1, as its label says)."""
+    return row.get("depth") or 1
 
 
-def depth(data: ReportData) -> Report:
-    rows = [
+def _by_depth(rows: Sequence[Row]) -> dict[int, Row]:
+    return {_depth_of(r): r for r in rows}
+
+
+def _depth_point(r: TrialRow) -> DepthPoint:
+    """Where a block series is measured: (device, block, width, batch, target, input size)."""
+    width, target, size = r.get("width") or 0, r.get("target"), r.get("input_size")
+    return (r["device"], r["model"], width, r["batch"], target, size)
+
+
+def depth_rows(rows: Sequence[Row]) -> list[Row]:
+    """The trials the depth tables and figure read: plain blocks with a width and a throughput."""
+    return [
         r
-        for r in plain(data.trials())
-        if r["model"] in ("conv", "mha") and r.get("width") and positive(r.get("throughput_mean"))
+        for r in plain(rows)
+        if r["model"] in BLOCK_MODELS and r.get("width") and positive(r.get("throughput_mean"))
     ]
-    base = data.baseline
+
+
+def depth_series(rows: Sequence[Row], base: str) -> tuple[list[DepthSeries[Row]], list[str]]:
+    """Every compiler's series against ``base`` per point, points by device, block, width and
+    batch, compilers in the registry's order; and a line for each point without a baseline."""
     skipped: list[str] = []
-    series: list[_DepthSeries] = []
-    keyed = group_by(
-        rows,
-        lambda r: (
-            r["device"], r["model"], r.get("width") or 0, r["batch"], r.get("target"),
-            r.get("input_size"),
-        ),
-    )  # fmt: skip
+    series: list[DepthSeries[Row]] = []
+    keyed = group_by(depth_rows(rows), _depth_point)
     for key in sorted(keyed, key=lambda k: (k[0], k[1], k[2], k[3])):
         device, block, width, batch = key[:4]
         by_compiler = group_by(keyed[key], lambda r: r["compiler"])
@@ -271,17 +296,19 @@ def depth(data: ReportData) -> Report:
         for compiler in sorted(by_compiler, key=compiler_order):
             if compiler != base:
                 mine = _by_depth(by_compiler[compiler])
-                series.append(_DepthSeries(device, block, width, batch, compiler, mine, identity))
+                series.append(DepthSeries(*key, compiler, mine, identity))
+    return series, skipped
 
-    def shared(entry: _DepthSeries) -> list[int]:
-        return sorted(set(entry.mine) & set(entry.identity))
 
+def depth(data: ReportData) -> Report:
+    base = data.baseline
+    series, skipped = depth_series(data.trials(), base)
     # A series measured at one depth says nothing about depth (its speed-up is in `bsr`): once
     # some series has two depths or more, the one-depth ones are left out, and counted.
-    deep = [e for e in series if len(shared(e)) >= 2]
+    deep = [e for e in series if len(e.shared()) >= 2]
     single = len(series) - len(deep) if deep else 0
     series = deep or series
-    depths = sorted({d for e in series for d in shared(e)})
+    depths = sorted({d for e in series for d in e.shared()})
     table = Table(
         f"Tables VII/VIII: speed-up over {base} by depth",
         ["device", "block", "width", "batch", "compiler", *(f"d{d}" for d in depths),
@@ -301,7 +328,7 @@ def depth(data: ReportData) -> Report:
     for entry in series:
         device, block, width, batch = entry.device, entry.block, entry.width, entry.batch
         compiler, mine, identity = entry.compiler, entry.mine, entry.identity
-        both = shared(entry)
+        both = entry.shared()
         cells: list[Cell | None] = []
         for d in depths:
             if d not in both:

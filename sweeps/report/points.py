@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.rows import StoreRow, mapping
 
 # the columns that make a point (see module), in the order a label names them
@@ -120,7 +121,7 @@ def context_of(row: Mapping[str, object]) -> dict[str, object]:
     out: dict[str, object] = {name: row.get(name) for name in CONTEXT_COLUMNS}
     _flatten("versions", mapping(row.get("versions")), out)
     _flatten("threads", mapping(row.get("threads")), out)
-    _flatten("device_state", mapping(mapping(row.get("extra")).get("device_state")), out)
+    _flatten("device_state", mapping(from_json(row.get("extra")).get("device_state")), out)
     return out
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 
 from ngb.core.autocorrelation import long_run_factor
 from ngb.core.stopping import repetitions_for_cov
+from ngb.core.trial_extra import from_json
 from ngb.sweeps.rows import integer, mapping, number
 
 WIDE = "wider than the target"
@@ -167,19 +168,9 @@ def _advice(wide: list[Mapping[str, object]], total: int) -> str:
     )
 
 
-def _extra(row: Mapping[str, object]) -> Mapping[str, object]:
-    extra = row.get("extra")
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            return {}
-    return mapping(extra)
-
-
 def _process_cov(row: Mapping[str, object]) -> float | None:
     """CoV of a trial's worker-process means (None with fewer than two processes)."""
-    workers = _extra(row).get("workers")
+    workers = from_json(row.get("extra")).get("workers")
     if not isinstance(workers, list):
         return None
     means = [m for w in workers if (m := number(mapping(w).get("mean"))) is not None]
@@ -190,5 +181,5 @@ def _process_cov(row: Mapping[str, object]) -> float | None:
 
 def _serial_rho(row: Mapping[str, object]) -> float | None:
     """The lag-1 autocorrelation the trial's interval was widened for (None before it was kept)."""
-    rho = mapping(_extra(row).get("measure")).get("serial_rho")
+    rho = mapping(from_json(row.get("extra")).get("measure")).get("serial_rho")
     return float(rho) if isinstance(rho, int | float) else None

@@ -70,7 +70,7 @@ from ngb.sweeps.run.listing import RunOverview, list_runs
 from ngb.sweeps.run.owner_watch import OwnerWatch
 from ngb.sweeps.run.ownership import Owners
 from ngb.sweeps.run.state import DeviceRun, Run, new_run_id, resumed_run, started_devices
-from ngb.sweeps.run.writer import PendingWrites, RunWriter, record_agent_event
+from ngb.sweeps.run.writer import LOCAL_FLUSH_S, PendingWrites, RunWriter, record_agent_event
 from ngb.sweeps.spec.sweep import Sweep
 from ngb.sweeps.store.result_store import DatabaseBusy, ResultStore, StoreUnwritable
 
@@ -101,7 +101,7 @@ class Orchestrator:
         connect_attempts: int = 3,
         max_restarts: int = 5,
         flush_interval: float = 1.0,
-        local_flush_interval: float = 10.0,
+        local_flush_interval: float = LOCAL_FLUSH_S,
         offset_every: float = 5.0,
         queue_size: int = 10_000,
         transport_factory: Callable[[Device], Transport] | None = None,

@@ -174,7 +174,7 @@ def ingest_result_groups(
     fresh_groups = [
         (run_id, device, fresh)
         for run_id, device, batch in wanted
-        if (fresh := [replace(r, extra=dict(r.extra)) for key, r in batch.items()
+        if (fresh := [replace(r, extra=r.extra.copy()) for key, r in batch.items()
                       if (run_id, device, key) not in stored])
     ]  # fmt: skip
     if not fresh_groups:
