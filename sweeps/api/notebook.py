@@ -259,7 +259,6 @@ def measure(
 
     quiet_tqdm()  # before timm pulls in tqdm.auto: no TqdmWarning in a notebook
     from ngb.core.compilers import compiler_class
-    from ngb.core.types import BLOCK_MODELS
 
     compiler_class(compiler)  # an unknown name: one line with close matches
     source = check.model_source(
@@ -269,7 +268,7 @@ def measure(
         check.path_text("code", code),
         check.optional_text("family", family),
     )
-    if source is None and typed not in BLOCK_MODELS:
+    if source is None:
         check_timm_names([typed])  # the cached list of timm's names: no timm import here
     from ngb.core.model_sources import trial_name
 

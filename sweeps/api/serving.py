@@ -198,10 +198,9 @@ def _spec(
 ) -> TrialSpec:
     """The trial point served, checked as ``ngb measure`` checks one."""
     from ngb.core.compilers import compiler_class
-    from ngb.core.types import BLOCK_MODELS
     from ngb.sweeps.spec.checks import check_timm_names, check_trial, parse_measure
 
-    if model not in BLOCK_MODELS and compiler_class(compiler).needs_model:
+    if compiler_class(compiler).needs_model:
         check_timm_names([model])  # an unknown timm name: one line, before anything is built
     spec = TrialSpec(
         model=model, compiler=compiler, batch=check.whole("batch", batch),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 from ngb.core.errors import ConfigError
-from ngb.core.types import BLOCK_MODELS, MeasureSettings
+from ngb.core.types import MeasureSettings
 from ngb.sweeps.cli import safe_text, short_words
 from ngb.sweeps.cli.options import FINITE, parse_option
 from ngb.sweeps.cli.own_model import own_model_options
@@ -274,7 +274,7 @@ def measure(
         settings_name="measure",
         accuracy_name="--accuracy",
     )
-    if source is None and model not in BLOCK_MODELS:  # refused for every compiler, as ngb run
+    if source is None:  # refused for every compiler, as ngb run
         # an unknown timm name: one line, before anything is built; against the cached list of
         # timm's names, so this process never imports timm and torch (3.4 s on the 2-core VM)
         # ahead of the trial's own worker interpreters (issue 44). After the settings' checks:

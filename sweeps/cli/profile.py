@@ -49,7 +49,7 @@ def profile(
     with --sweep; stored under the same name `ngb measure` gives it."""
     from ngb.core.isolate import call_in_child
     from ngb.core.profiling import profile_trial
-    from ngb.core.types import BLOCK_MODELS, TrialSpec
+    from ngb.core.types import TrialSpec
     from ngb.sweeps.cli.own_model import model_source, stored_name
     from ngb.sweeps.report.catalog import render
     from ngb.sweeps.report.ops import ops_report
@@ -66,7 +66,7 @@ def profile(
         raise NgbError("--compilers names no compiler")
     source = model_source(model, kwargs, inputs, code, sweep_file, _warn)
     shown = stored_name(model, source, model_name, sweep_file is not None)
-    if source is None and model not in BLOCK_MODELS:
+    if source is None:
         check_timm_names([model])
     specs = [
         check_trial(

@@ -48,7 +48,8 @@ def check_timm_names(names: Iterable[str]) -> None:
     from ngb.core.models import resolve_model
     from ngb.devices.paths import get_paths
 
-    names = list(names)
+    # block kinds are ngb's own, not timm's: never a reason to import timm on a cold cache
+    names = [n for n in names if n not in BLOCK_MODELS]
     listing: Path | None = None
     known: set[str] = set()
     try:
