@@ -69,6 +69,22 @@ def start_in_background(argv: list[str], log_dir: Path) -> int:
     took = False
     buffer = b""
     deadline = time.monotonic() + WAIT_S
+
+    def forward(chunk: bytes) -> None:
+        """Pass the starter's lines on; keep its run id and its leave."""
+        nonlocal run_id, took, buffer
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            if line.startswith(RUN_ID_LINE):
+                run_id = line[len(RUN_ID_LINE) :]
+            elif line == TOOK_LINE:
+                took = True
+            else:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         while True:
             left = deadline - time.monotonic()
@@ -82,29 +98,29 @@ def start_in_background(argv: list[str], log_dir: Path) -> int:
             chunk = pipe.read(65536)
             if not chunk:  # the starter is done (or died): its status is the answer
                 break
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                if line.startswith(RUN_ID_LINE):
-                    run_id = line[len(RUN_ID_LINE) :]
-                elif line == TOOK_LINE:
-                    took = True
-                else:
-                    sys.stdout.write(line + "\n")
-                    sys.stdout.flush()
-    try:
-        status = child.wait(timeout=0.5)
-    except subprocess.TimeoutExpired:
-        final = log_dir / f"{run_id}.log"
-        with contextlib.suppress(OSError):
-            log_path.rename(final)  # the starter keeps writing to it (same file)
-            log_path = final
-        print(
-            f"run {run_id} is starting on its devices in the background; `ngb status {run_id}` "
-            f"shows them as they come up, `ngb attach {run_id}` follows it (log: {log_path})"
-        )
-        return 0
+            forward(chunk)
+        try:
+            status = child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            final = log_dir / f"{run_id}.log"
+            with contextlib.suppress(OSError):
+                log_path.rename(final)  # the starter keeps writing to it (same file)
+                log_path = final
+            print(
+                f"run {run_id} is starting on its devices in the background; `ngb status "
+                f"{run_id}` shows them as they come up, `ngb attach {run_id}` follows it "
+                f"(log: {log_path})"
+            )
+            return 0
+        # Done in time, perhaps after this process stopped reading at the deadline: what it
+        # said meanwhile (its "detached; follow with `ngb attach`" line) is said here too,
+        # since its log goes below. Bounded: a descendant holding the pipe must not hang this.
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until and select.select([pipe], [], [], 0.1)[0]:
+            chunk = pipe.read(65536)
+            if not chunk:
+                break
+            forward(chunk)
     if status != 0:  # its one-line error went to the log: say it here
         with contextlib.suppress(OSError):
             said = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln]
