@@ -18,7 +18,7 @@ run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 # sshd and timers: make test took 3:33-3:49 with -n 4 and 3:39 with -n 3 (2026-11-26, quiet 2-core
 # VM, no __pycache__ at the start); earlier, before the bytecode cache below: -n 2 6:00, -n 6 4:25.
 # vmstat during -n 4: both cores 95-100 % busy. A trial started beside xdist's I/O thread takes its
-# workers from a fork server (ngb.core.worker_start), so no forked worker inherits a lock that
+# workers from a fork server (ngb.core.trial.worker_start), so no forked worker inherits a lock that
 # thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
 PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
 # Python's bytecode cache stays on for the tests even where the shell turns it off

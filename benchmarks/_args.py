@@ -45,7 +45,7 @@ def sweep_ref(text: str) -> str:
     """A preset name or a sweep file that loads (checked now, not after the console started)."""
     if not text:
         return text  # the default: the script's own no-op sweep (argparse converts it too)
-    from ngb.core.errors import NgbError
+    from ngb.core.base.errors import NgbError
     from ngb.sweeps.spec.sweep import load_sweep
 
     try:

@@ -4,7 +4,7 @@ One real OpenSSH sshd on loopback (``tests/sshd.py``), one device. A model file 
 megabytes (random bytes: the transfer cannot compress it) and a small code folder are shipped with
 ``ngb.devices.artifacts.ship_artifacts`` twice: the first call uploads both (SFTP + one install
 command that checks each upload's sha256), the second only asks the device which hashes its cache
-holds. Then the agent's check before use (``ngb.core.artifact_hashes.verify_shipped``) is timed
+holds. Then the agent's check before use (``ngb.core.base.artifact_hashes.verify_shipped``) is timed
 cold (the
 file is hashed) and warm (memoised by path, size and mtime, as for a run's later trials).
 
@@ -31,8 +31,9 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import dataclasses
 
-    from ngb.core import artifact_files, model_sources
-    from ngb.core.artifact_hashes import verify_shipped
+    from ngb.core.base import artifact_files
+    from ngb.core.base.artifact_hashes import verify_shipped
+    from ngb.core.models import model_sources
     from ngb.devices.artifacts import ShipItem, ship_artifacts
     from ngb.devices.ssh import SshTransport
 

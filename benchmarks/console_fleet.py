@@ -13,10 +13,10 @@ the console's own orchestrator starts and follows a real run on ``--devices`` lo
 fleet is in its steady state while the screens are timed), as ``ngb-tui`` does.
 
 For each screen in the registry's order, and then each once more: the seconds from the key
-press to the screen shown (switched and painted), to the screen drawn with its content
-(Devices: every device listed; Run: every device's panel; Results: the run's trials; Runs: the
-run listed; SQL, History: shown), and the event loop's longest stall meanwhile. Goal: every
-screen with its content within 0.5 s.
+press to the screen's first frame, to its first frame with its content (Devices: every device
+listed; Run: every device's panel; Results: the run's trials; Runs: the run listed; SQL,
+History: shown), and the event loop's longest stall meanwhile. A frame is timed when Textual
+hands it to the terminal (``watch_frames``). Goal: every screen with its content within 0.5 s.
 
 Usage: ``ngb bench console_fleet [--devices 128] [--rate 2] [--flush-every 2] [--live]``
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.run.events import RunEvent
 from ngb.sweeps.store.database import Store
@@ -42,6 +43,7 @@ from ngb.sweeps.store.result_store import IngestBatch
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from ngb.tui.registry import SCREENS
+from textual.screen import Screen
 
 RUN_ID = "fleet-20261128-120000-f1ee"
 TRIALS = 4
@@ -131,6 +133,7 @@ async def measure(
     else:
         inventory, db, names = live / "config" / "devices.toml", folder / "results.duckdb", []
     app = NgbApp(Backend(db_path=db, inventory_path=inventory), attach_on_start=False)
+    frames = watch_frames(app)
     stop = threading.Event()
     writer = threading.Thread(target=writer_thread, args=(db, names, flush_every, stop))
     if live is None:
@@ -180,16 +183,19 @@ async def measure(
                 if app.screen.id == entry.name:  # already shown: show another first
                     continue
                 lags.clear()
+                frames.clear()
                 began = time.perf_counter()
-                await pilot.press(entry.key)
-                await pilot.pause()  # the screen is switched and painted (its content may load)
-                shown = time.perf_counter() - began
-                deadline = began + 60
-                while not ready(entry.name) and time.perf_counter() < deadline:
-                    await pilot.pause(0.01)
-                await pilot.pause()  # the frame with its content
-                took = time.perf_counter() - began
-                results.append((entry.name, shown, took, max(lags, default=0.0)))
+                press(app, entry.key)
+                content_at = None
+                while time.perf_counter() - began < 60:
+                    if content_at is None and ready(entry.name):
+                        content_at = time.perf_counter()
+                    if content_at is not None and painted(frames, entry.name, content_at):
+                        break
+                    await asyncio.sleep(0.002)
+                shown = painted(frames, entry.name, began) or math.nan
+                took = painted(frames, entry.name, content_at or math.inf) or math.nan
+                results.append((entry.name, shown - began, took - began, max(lags, default=0.0)))
                 await pilot.pause(0.3)
             for task in tasks:
                 task.cancel()
@@ -231,6 +237,39 @@ def live_fleet(devices: int, run: Callable[[Path], None]) -> None:
                 server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def press(app: NgbApp, key: str) -> None:
+    """The key as the terminal would send it. Not ``pilot.press``: that (and ``pilot.pause()``)
+    returns only once the whole process has been idle a moment, or after a second of waiting for
+    that, and the fleet's events and the store's flushes keep it busy: this benchmark printed
+    that wait as the console's (up to 2 s where the screen was drawn after 0.8 s)."""
+    from textual import events
+
+    event = events.Key(key, key)
+    event.set_sender(app)
+    assert app._driver is not None
+    app._driver.send_message(event)
+
+
+def watch_frames(app: NgbApp) -> list[tuple[float, str]]:
+    """Every frame the console composes, (time, screen id), as it hands it to the terminal
+    (headless here: Textual renders each frame and then skips the write)."""
+    frames: list[tuple[float, str]] = []
+    display = app._display
+
+    def recorded(screen: Screen, renderable: object) -> None:
+        if renderable is not None:
+            frames.append((time.perf_counter(), str(screen.id)))
+        display(screen, renderable)  # type: ignore[arg-type]
+
+    app._display = recorded  # type: ignore[method-assign]
+    return frames
+
+
+def painted(frames: list[tuple[float, str]], screen: str, after: float) -> float | None:
+    """When the first frame of ``screen`` after ``after`` was drawn (None: not yet)."""
+    return next((at for at, name in frames if name == screen and at > after), None)
 
 
 def readiness(app: NgbApp, devices: int) -> Callable[[str], bool]:

@@ -16,12 +16,13 @@ the nearest thing to "the between-process truth"). Per workload it prints:
 The grand mean of the other trials has an error of its own and the trial-to-trial SD is itself
 estimated from ``--trials`` values (about +-20 % at 12), so read the figures with that slack.
 
-Time's part (``ngb.core.reruns``): ngb widens each trial's interval by the design effect that
-re-runs on the host showed, learnt from a history that ``ngb measure`` keeps in its cache. By
+Time's part (``ngb.core.statistics.reruns``): ngb widens each trial's interval by the design effect
+that re-runs on the host showed, learnt from a history that ``ngb measure`` keeps in its cache. By
 default this script gives the runs a fresh ngb home (``--history fresh``), so the first trial of the
-first workload meets a host with no history, as a new user's first runs do; the workloads then
-share that history, in the order given. ``--history keep`` uses the caller's own cache. Coverage is
-checked on the printed interval, ``mean * exp(-+ half / mean)`` (``ngb.core.intervals.positive``).
+first workload meets a host with no history, as a new user's first runs do; the workloads then share
+that history, in the order given. ``--history keep`` uses the caller's own cache. Coverage is
+checked on the printed interval, ``mean * exp(-+ half / mean)``
+(``ngb.core.statistics.intervals.positive``).
 
 The machine itself can drift: on the 2-core development VM, MHA-128 b1 ran at ~12,200/s for five
 trials and ~16,000/s for the next seven (2026-11-26), every trial's interval narrow and right for
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 WORKLOADS = ["mha:128:1:identity", "conv:64:16:identity", "resnet18::8:identity"]
-START_ENV = "NGB_WORKER_START"  # ngb.core.worker_start: how ngb measure starts its workers
+START_ENV = "NGB_WORKER_START"  # ngb.core.trial.worker_start: how ngb measure starts its workers
 
 
 # the probe is parity.py's plain loop (the same code a user would write), run on the CPU with
@@ -176,7 +177,7 @@ def holds(mean: float, half: float, target: float, log_scale: bool) -> bool:
 
 
 def allowance_text(trials: list[dict[str, Any]]) -> str:
-    """The design effect the runs used, first and last (ngb.core.reruns)."""
+    """The design effect the runs used, first and last (ngb.core.statistics.reruns)."""
     effects = [t["reruns"].get("design_effect") for t in trials if t.get("reruns")]
     if not effects:
         return "no re-run allowance recorded"
@@ -188,7 +189,7 @@ def allowance_text(trials: list[dict[str, Any]]) -> str:
 
 def end_to_end(serial: bool) -> Any:
     """Older ngb: one interval over every repetition in the order they ran."""
-    from ngb.core.stopping import interval
+    from ngb.core.statistics.stopping import interval
 
     def method(trial: dict[str, Any]) -> tuple[float, float]:
         ci = interval([v for g in trial["groups"] for v in g], serial=serial)

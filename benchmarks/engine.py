@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ngb.core.measure import run_trial
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.trial.measure import run_trial
 
 MODEL, BATCH, REPETITIONS = "resnet18", 8, 5
 RATIO_GOAL, OVERHEAD_GOAL_US = 0.97, 20.0

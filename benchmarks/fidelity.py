@@ -10,7 +10,7 @@ swapped every round so that a drift in background load does not favour one side:
   eager-cpu      `ngb measure MODEL -c identity -b 8`                  vs
                  `torch.utils.benchmark.Timer("model(x)").adaptive_autorange()` in a fresh process
   eager-cpu-system  the same with glibc's default allocator on both sides (`--allocator system`;
-                 ngb's default keeps freed memory, see ngb.core.allocator)
+                 ngb's default keeps freed memory, see ngb.core.trial.allocator)
   eager-cuda     the same at batch 32 on the GPU (`--device cuda`), only where torch sees CUDA
 
 Both sides run at their defaults, which are the same precision: OpenVINO's default inference
@@ -44,14 +44,14 @@ import tempfile
 from pathlib import Path
 
 from _args import positive_int  # this folder: the script runs as a file
-from ngb.core.intervals import Mean, positive
+from ngb.core.statistics.intervals import Mean, positive
 
 CASES = ("ov-throughput", "ov-latency", "eager-cpu", "eager-cpu-system", "eager-cuda")
 
 _TIMER = """
 import json, sys, timm, torch
 from torch.utils import benchmark
-from ngb.core import allocator
+from ngb.core.trial import allocator
 name, batch, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 # The same allocator setting as the ngb side (an environment fact, like the precision).
 in_force = allocator.apply(sys.argv[4])

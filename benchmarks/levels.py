@@ -39,8 +39,8 @@ import json, os, sys, time
 threads, forks, model, width, batch, warm, nwin, win = sys.argv[1:9]
 os.environ["OMP_NUM_THREADS"] = threads
 import torch
-from ngb.core.models import create_model
-from ngb.core.types import TrialSpec
+from ngb.core.models.models import create_model
+from ngb.core.records.types import TrialSpec
 
 out = []
 for _ in range(int(forks)):

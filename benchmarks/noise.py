@@ -8,9 +8,9 @@ it also reads what the kernel can see: this process's page faults, and the machi
 idle and steal time (shares of all CPUs' time during the windows). Then it runs `ngb measure` on
 the same block with the same window length. Printed per line: the windows' coefficient of
 variation, their spread (min/max over the mean), their lag-1 autocorrelation (a wander that lasts
-several windows; `ngb.core.autocorrelation`), those kernel counts, and the repetitions a ±2 % 95 %
-interval
-needs at that spread and correlation (`ngb.core.stopping.repetitions_for_cov`).
+several windows; `ngb.core.statistics.autocorrelation`), those kernel counts, and the repetitions a
+±2 % 95 % interval needs at that spread and correlation
+(`ngb.core.statistics.stopping.repetitions_for_cov`).
 
 If the plain loop is as noisy as `ngb measure` while the kernel sees nothing (no faults, no
 steal), the noise comes from below the guest (a VM's host, a shared core), and only a quieter
@@ -40,8 +40,8 @@ def _cpu_ticks() -> list[int]:
 
 def plain_loop(threads: int, seconds: float, window: float) -> dict:
     import torch
-    from ngb.core import allocator
-    from ngb.core.blocks import block_input_shape, build_block_stack
+    from ngb.core.models.blocks import block_input_shape, build_block_stack
+    from ngb.core.trial import allocator
 
     allocator.apply("retain")  # as ngb measures by default: no page faults from freed buffers
     torch.set_num_threads(threads)
@@ -98,14 +98,14 @@ def ngb_measure(window: float, seconds: float) -> dict:
 
 def line(name: str, values: list[float], extra: str) -> str:
     """One line: mean, CoV, spread, lag-1 autocorrelation and the repetitions ±2 % needs."""
-    from ngb.core.autocorrelation import lag1, long_run_factor
-    from ngb.core.stopping import repetitions_for_cov
+    from ngb.core.statistics.autocorrelation import lag1, long_run_factor
+    from ngb.core.statistics.stopping import repetitions_for_cov
 
     mean = statistics.fmean(values)
     cov = statistics.stdev(values) / mean if len(values) > 1 else float("nan")
     rho = lag1(values)
-    # Correlated windows are worth less each (ngb.core.autocorrelation): as if the spread were
-    # wider.
+    # Correlated windows are worth less each (ngb.core.statistics.autocorrelation): as if the spread
+    # were wider.
     needed = repetitions_for_cov(cov * long_run_factor(rho) ** 0.5, 0.02)
     return (
         f"{name:28} {mean:9.1f}/s  CoV {cov:6.1%}  spread {min(values) / mean:.2f}-"

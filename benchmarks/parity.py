@@ -16,18 +16,19 @@ fixes the count), each a fresh interpreter; even rounds run ngb first and then t
 processes, odd rounds the plain processes first (as many as ngb's previous round ran), so a slow
 drift of the machine favours neither. Per workload it prints each round's means and the ratio
 ngb / plain of the means over all processes of all rounds (each process weighs the same), with
-its 95 % interval from the processes' spread on both sides (``ngb.core.intervals.speedup``: the
-log-scale delta method the reports use for a speed-up). Every process counts as one independent
-draw: the minutes between rounds are not modelled, but both sides meet them alike. Goal: >= 0.98
-on every workload, with the machine quiet (the load average is printed before and after); an
-interval that holds 1 says the two differ by no more than their processes do.
+its 95 % interval from the processes' spread on both sides
+(``ngb.core.statistics.intervals.speedup``: the log-scale delta method the reports use for a
+speed-up). Every process counts as one independent draw: the minutes between rounds are not
+modelled, but both sides meet them alike. Goal: >= 0.98 on every workload, with the machine quiet
+(the load average is printed before and after); an interval that holds 1 says the two differ by no
+more than their processes do.
 
-``--allocator`` puts glibc's mode (``ngb.core.allocator``) in force on both sides. Under the
+``--allocator`` puts glibc's mode (``ngb.core.trial.allocator``) in force on both sides. Under the
 default ``system`` a process's speed on conv:64:16 follows its minor page faults per call (0 to
 ~12,000 on the 2-core VM: 650 down to 280 samples/s), which the heap's layout -- anything the
 process imported or allocated before -- decides: there ngb / plain read 1.22 [1.04, 1.44] under
 ``system`` and 0.978 [0.913, 1.047] under ``retain`` (2026-11-27, 3 rounds each), so the gap was
-the allocator's state, not the harness (``ngb.core.page_faults`` says so in the verdict).
+the allocator's state, not the harness (``ngb.core.trial.page_faults`` says so in the verdict).
 
     .venv/bin/ngb bench parity
     .venv/bin/python benchmarks/parity.py --rounds 3 --workload resnet18::8 --device cuda
@@ -47,22 +48,24 @@ import sys
 import time
 
 from _args import non_negative, positive, positive_int  # this folder: the script runs as a file
-from ngb.core.intervals import Estimate, Mean, speedup
-from ngb.core.significance import confidence_interval
+from ngb.core.statistics.intervals import Estimate, Mean, speedup
+from ngb.core.statistics.significance import confidence_interval
 
 # (model, width, batch): per-call times from ~0.1 ms to ~100 ms on a 2-core CPU
 WORKLOADS = ["mha:128:1", "conv:64:16", "resnet18::1", "resnet18::8", "resnet50::8"]
-START_ENV = "NGB_WORKER_START"  # ngb.core.worker_start: ngb's own default (fresh interpreters)
+START_ENV = (
+    "NGB_WORKER_START"  # ngb.core.trial.worker_start: ngb's own default (fresh interpreters)
+)
 
 PLAIN = r"""
 import json, sys, time
 import torch
-from ngb.core.models import create_model
-from ngb.core.types import TrialSpec
+from ngb.core.models.models import create_model
+from ngb.core.records.types import TrialSpec
 
 model, width, batch, device, warmup, windows, window, alloc = sys.argv[1:9]
 if alloc != "system":  # before anything allocates, as ngb's worker does
-    from ngb.core import allocator
+    from ngb.core.trial import allocator
     allocator.apply(alloc)
 spec = TrialSpec(model=model, compiler="identity", batch=int(batch), device=device,
                  width=int(width) if width else None)
@@ -132,7 +135,7 @@ def mean_over(processes: list[float]) -> Mean:
 
 def ratio(ours: list[float], theirs: list[float]) -> Estimate:
     """ngb / plain on the means over processes (each process weighs the same), with the
-    speed-up interval the reports print (one computation, ``ngb.core.intervals``)."""
+    speed-up interval the reports print (one computation, ``ngb.core.statistics.intervals``)."""
     return speedup(mean_over(ours), mean_over(theirs))
 
 
@@ -192,7 +195,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--allocator", choices=("system", "retain"), default="system",
-        help="glibc's mode on both sides (ngb.core.allocator; default: ngb's default, system)",
+        help=(
+             "glibc's mode on both sides (ngb.core.trial.allocator; "
+             "default: ngb's default, system)"
+         ),
     )  # fmt: skip
     parser.add_argument("--warmup", type=non_negative, default=1.0, help="plain loop: seconds")
     parser.add_argument(

@@ -11,7 +11,7 @@ deadline is a fact about this machine and what else runs on it (issue 43 asks fo
    1 ms call (a queue behind the issuer); per rate the achieved issue rate against the target
    (``serve_stats``: requests over the time to the last issue), the issue lag's p50/p99/max, the
    issuing thread's CPU (% of a core) and the verdict.
-3. **peak** (virtual time, ``ngb.core.serve_sim``): the peak search against M/M/1 with
+3. **peak** (virtual time, ``ngb.core.serving.serve_sim``): the peak search against M/M/1 with
    mu = 100/s and p99 <= 100 ms (true QPS* 53.95) over ``--seeds`` seeds at several probe
    lengths: how often the interval holds the truth, its half-width, the probes and the serving
    seconds a search costs.
@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 from _args import positive, positive_int  # this folder: the script runs as a file
-from ngb.core import arrivals, loadgen, peak, serve_sim, serve_stats
+from ngb.core.records import arrivals
+from ngb.core.serving import loadgen, peak, serve_sim, serve_stats
 
 PARTS = ("arrivals", "rates", "peak")
 

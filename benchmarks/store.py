@@ -46,7 +46,7 @@ GROUP BY ALL ORDER BY ALL
 
 
 def make_results(n_trials: int, reps: int) -> list:
-    from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+    from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
 
     measure = MeasureSettings()
     out = []

@@ -3,7 +3,8 @@
 ``run`` reads trial specs (JSON lines), skips those already in the checkpoint, and runs the rest one
 at a time. Each finished trial is appended to the checkpoint as one JSON line, flushed and fsynced
 before the next trial starts, so ``kill -9`` at any moment loses at most the trial in flight. Events
-(``ngb.core.events``) go to stdout as JSON lines, flushed per line, for the workstation to tail.
+(``ngb.core.records.events``) go to stdout as JSON lines, flushed per line, for the workstation to
+tail.
 
 By default every trial runs in a child process (``agent trial``, spec on stdin) in its own process
 group: a compiler that segfaults, aborts, is OOM-killed or hangs past ``timeout_s`` becomes a failed
@@ -40,21 +41,21 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ngb.core import events
-from ngb.core.artifact_hashes import verify_shipped
+from ngb.core.base.artifact_hashes import verify_shipped
+from ngb.core.base.errors import NgbError
+from ngb.core.records import events
 
 # the agent's two outputs live in ngb.core (shipped with it); re-exported here, where the
 # workstation's callers and the tests have always imported them
-from ngb.core.checkpoint import append_checkpoint as append_checkpoint
-from ngb.core.checkpoint import lock_checkpoint as lock_checkpoint
-from ngb.core.checkpoint import read_checkpoint as read_checkpoint
-from ngb.core.errors import NgbError
-from ngb.core.eta_evidence import save_evidence
-from ngb.core.event_stream import EventWriter as EventWriter
-from ngb.core.event_stream import claim_stdout as claim_stdout
-from ngb.core.live_state import book_result, eta_book, eta_item
-from ngb.core.types import TrialResult, TrialSpec
-from ngb.core.versions import library_versions
+from ngb.core.records.checkpoint import append_checkpoint as append_checkpoint
+from ngb.core.records.checkpoint import lock_checkpoint as lock_checkpoint
+from ngb.core.records.checkpoint import read_checkpoint as read_checkpoint
+from ngb.core.records.types import TrialResult, TrialSpec
+from ngb.core.statistics.eta_evidence import save_evidence
+from ngb.core.trial.event_stream import EventWriter as EventWriter
+from ngb.core.trial.event_stream import claim_stdout as claim_stdout
+from ngb.core.trial.live_state import book_result, eta_book, eta_item
+from ngb.core.trial.versions import library_versions
 
 TRIAL_RESULT = "trial_result"  # child -> parent only: the final line of `agent trial`
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_CANCELLED = 0, 2, 3, 143
@@ -83,20 +84,20 @@ def run_inprocess(
     spec: TrialSpec, out: EventWriter, workdir: Path | None, cache_dir: Path | None
 ) -> TrialResult:
     if spec.serve is not None:  # served under load, not timed (a sweep's [serve], issue 43)
-        from ngb.core.serve_trial import run_serving
+        from ngb.core.serving.serve_trial import run_serving
 
         return run_serving(spec, emit=out.emit, cache_dir=cache_dir)
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
 
     return run_trial(spec, emit=out.emit, workdir=workdir, cache_dir=cache_dir)
 
 
 def trial_timeout_s(spec: TrialSpec) -> float:
     """How long a trial may run before it is killed: ``measure.timeout_s``, and for a serving
-    trial the serving's planned seconds on top (``ngb.core.serve_trial.timeout_s``)."""
+    trial the serving's planned seconds on top (``ngb.core.serving.serve_trial.timeout_s``)."""
     if spec.serve is None:
         return spec.measure.timeout_s
-    from ngb.core.serve_trial import timeout_s
+    from ngb.core.serving.serve_trial import timeout_s
 
     return timeout_s(spec)
 
@@ -513,7 +514,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     """One JSON object: the state, the changes planned (before), and what failed."""
-    from ngb.core import device_state
+    from ngb.core.base import device_state
 
     changes = device_state.plan()
     errors: list[str] = []

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.devices import protocol
 from ngb.devices.inventory import Device
 from ngb.devices.paths import get_paths

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ngb.core.errors import ConfigError, first_line
-from ngb.core.safe_files import read_text
+from ngb.core.base.errors import ConfigError, first_line
+from ngb.core.base.safe_files import read_text
 from ngb.devices.inventory import Device, check_device
 
 # Ansible host variables ngb understands (old ``ansible_ssh_*`` spellings included).

@@ -1,10 +1,10 @@
 """Shipping a user's model files to a device: pack, upload once per device, install verified.
 
-A trial whose model is the user's own (``TrialSpec.source``, see ``ngb.core.model_sources``) names
-the files it needs as artifacts: ``{"name", "sha256", "local", "role"}``, content-addressed by
-sha256 (a file's bytes; a code folder's file list and file hashes); a trial's labelled data for
-its accuracy pass travels the same way (``measure.accuracy.artifact``,
-``ngb.core.labelled_files``). Before a run's agent starts, the orchestrator calls
+A trial whose model is the user's own (``TrialSpec.source``, see ``ngb.core.models.model_sources``)
+names the files it needs as artifacts: ``{"name", "sha256", "local", "role"}``, content-addressed by
+sha256 (a file's bytes; a code folder's file list and file hashes); a trial's labelled data for its
+accuracy pass travels the same way (``measure.accuracy.artifact``,
+``ngb.core.models.labelled_files``). Before a run's agent starts, the orchestrator calls
 ``ship_run_artifacts(transport, device, trials_jsonl)``:
 
 1. one remote command asks which of the run's hashes the device's cache already holds
@@ -16,7 +16,7 @@ its accuracy pass travels the same way (``measure.accuracy.artifact``,
    renames the result into place.
 
 The agent verifies every artifact's hash again before a trial uses it
-(``ngb.core.artifact_hashes``), so a
+(``ngb.core.base.artifact_hashes``), so a
 cache entry damaged on the device fails that trial with one line ("hash mismatch on the device")
 and is removed, and the next run uploads it again. Devices need no network and no copy of the
 user's repository: only the model file or the code folder the source names travels.
@@ -41,8 +41,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ngb.core.errors import NgbError
-from ngb.core.safe_files import check_readable
+from ngb.core.base.errors import NgbError
+from ngb.core.base.safe_files import check_readable
 from ngb.devices import protocol
 from ngb.devices.agent_remote import sha256_file
 from ngb.devices.inventory import Device
@@ -106,7 +106,7 @@ def artifacts_in(trials: Iterable[Mapping[str, object]]) -> list[ShipItem]:
 def _listed(trial: Mapping[str, object]) -> list[object]:
     """The artifacts one trial dict names: its model source's, then its labelled data's
     (``measure.accuracy.artifact``: an ``.npz`` or a loader's folder,
-    ``ngb.core.labelled_files``)."""
+    ``ngb.core.models.labelled_files``)."""
     listed: list[object] = []
     source = trial.get("source")
     if isinstance(source, Mapping):
@@ -129,7 +129,7 @@ def pack_folder(folder: Path, dest: Path) -> Path:
     Entries are sorted, dated 1980-01-01 and mode 0644, so equal folders give equal bytes. Written
     to a temporary name and renamed, so a concurrent reader never sees half an archive.
     """
-    from ngb.core.model_sources import folder_files
+    from ngb.core.models.model_sources import folder_files
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     files = sorted(folder_files(folder), key=lambda f: f.relative_to(folder).as_posix())
@@ -151,7 +151,7 @@ def pack_folder(folder: Path, dest: Path) -> Path:
 def payload(item: ShipItem) -> tuple[Path, str]:
     """The bytes to upload for ``item`` and their sha256; ``NgbError`` (one line) when the local
     copy is gone or no longer has the recorded hash."""
-    from ngb.core.model_sources import bundle_sha256, changed_since, sha256_of
+    from ngb.core.models.model_sources import bundle_sha256, changed_since, sha256_of
 
     local = Path(item.local)
     if not item.local or not local.exists():

@@ -21,7 +21,7 @@ import os
 import stat
 from pathlib import Path
 
-from ngb.core.safe_files import shorten
+from ngb.core.base.safe_files import shorten
 from ngb.devices.inventory import Device
 
 

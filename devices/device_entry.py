@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.devices import slurm
 
 # \A...\Z, not ^...$: "$" also matches before a final newline ("gpu\n" was a name, issue 41)

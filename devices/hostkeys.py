@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.safe_files import check_readable, read_text
+from ngb.core.base.safe_files import check_readable, read_text
 from ngb.devices.inventory import Device, atomic_write_text
 from ngb.devices.paths import get_paths
 from ngb.devices.ssh_connect import default_ssh_config, map_connect_error

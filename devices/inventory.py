@@ -26,8 +26,8 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequenc
 from pathlib import Path
 
 import tomllib
-from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.core.safe_files import read_text, write_atomic
+from ngb.core.base.errors import ConfigError, UnknownNameError
+from ngb.core.base.safe_files import read_text, write_atomic
 from ngb.devices import slurm
 
 # One device's record and checks live in device_entry (below this module and ngb.devices.pricing);
@@ -440,7 +440,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
 def atomic_write_text(target: Path, text: str) -> None:
     """Write ``text`` to ``target`` so readers see either the old or the new file, never half.
 
-    Through ``ngb.core.safe_files.write_atomic``: a symlinked file is written through (the link
+    Through ``ngb.core.base.safe_files.write_atomic``: a symlinked file is written through (the link
     stays), a FIFO or device in its place is refused, a full disk is an error.
     """
     write_atomic(target, text, make_parent=True)

@@ -44,7 +44,7 @@ class Paths:
 
     def own_files(self) -> dict[str, Path]:
         """ngb's own files, by label: no output may land on them unless writing them is the
-        command's job (``ngb.core.safe_files.refuse_protected``)."""
+        command's job (``ngb.core.base.safe_files.refuse_protected``)."""
         db = self.database
         return {
             "device inventory": self.inventory,

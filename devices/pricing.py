@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ngb.core.intervals import Estimate
+from ngb.core.statistics.intervals import Estimate
 
 # Price and the resolution through groups sit below this module (device_entry,
 # Inventory.price_of): the inventory checks prices while it validates and this module reads an

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ngb.core.compilers import compiler_class, list_compilers
-from ngb.core.versions import library_versions
+from ngb.core.trial.versions import library_versions
 
 _TEGRA_RELEASE = Path("/etc/nv_tegra_release")
 

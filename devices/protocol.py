@@ -36,8 +36,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ngb.core.errors import ConfigError
-from ngb.core.events import decode
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.events import decode
 
 # \A...\Z, not ^...$: "$" also matches before a final newline (a run id "x\n" passed)
 RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -571,8 +571,8 @@ class EventLogReader:
         self._pending = 0  # bytes of an undecodable line not yet known to be complete
 
     def feed(self, line: str) -> dict[str, object] | None:
-        """The next event (a JSON object, ``ngb.core.events.decode``), or None for a line that
-        is not one (yet)."""
+        """The next event (a JSON object, ``ngb.core.records.events.decode``), or None for a line
+        that is not one (yet)."""
         self.offset += self._pending
         self._pending = 0
         size = len(line.encode("utf-8")) + 1  # the newline the transport stripped

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 
 #: a value of the ``slurm`` table as TOML gives it
 SlurmValue = str | int | bool

@@ -28,7 +28,7 @@ import dataclasses
 import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.devices import slurm, slurm_nodes
 from ngb.devices.inventory import LOCALHOST, Device, Inventory, load_inventory
 from ngb.devices.local import LocalTransport

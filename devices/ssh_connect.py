@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ngb.core.safe_files import check_readable
+from ngb.core.base.safe_files import check_readable
 from ngb.devices.inventory import Device
 from ngb.devices.transport import TransportError
 

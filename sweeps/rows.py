@@ -70,7 +70,7 @@ class TrialRow(TypedDict, total=False):
     depth: int | None
     width: int | None
     optimisation: str | None
-    algorithm: str  # ngb.core.algorithms; 'default' for rows stored before the axis
+    algorithm: str  # ngb.core.models.algorithms; 'default' for rows stored before the axis
     target: str | None
     input_size: int | None
     status: str | None

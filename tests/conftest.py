@@ -15,8 +15,8 @@ import pytest
 # seen 2026-11-25 in gdb: gomp_team_barrier_wait_end). Set before anything imports torch.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Workers forked from the test process (or a fork server), not each its own fresh interpreter
-# (ngb.core.worker_start: the users' default, ~2-7 s of imports a worker): cheap for the suite;
-# tests/test_worker_start.py runs the fresh ones.
+# (ngb.core.trial.worker_start: the users' default, ~2-7 s of imports a worker): cheap for the
+# suite; tests/test_worker_start.py runs the fresh ones.
 os.environ.setdefault("NGB_WORKER_START", "auto")
 
 pytest_plugins = ["tests.sshd", "tests.slurm"]  # real sshd; a one-machine Slurm cluster

@@ -17,7 +17,7 @@ import math
 import statistics
 from pathlib import Path
 
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.store.database import Store
 
 NOISE = (-0.01, 0.01, -0.005, 0.005, 0.0)
@@ -113,7 +113,7 @@ def write_inventory(home: Path) -> None:
 # ---------------------------------------------------------------- the cpu-repro run's numbers
 
 CPU_REPRO = Path(__file__).parent / "data" / "cpu_repro_timm.csv"
-#: zero-mean, no lag-1 correlation (ngb.core.autocorrelation would widen a trend):
+#: zero-mean, no lag-1 correlation (ngb.core.statistics.autocorrelation would widen a trend):
 #: reps = mean + d * this
 _PATTERN = (-1.0, 1.0, -0.5, 0.5, 0.0)
 #: max abs error against eager, which docs/RESULTS.md's tables do not list: fp32 compilers agree

@@ -1,6 +1,7 @@
 """Synthetic DLAS trials for the report and figure tests (issue 42): the facts
-``ngb.core.optimise`` stores for a zoo model (``extra["optimisation"]["dlas"]``), with ladders,
-elbows and a compiled-model accuracy pass made by ``ngb.core.accuracy_stats.compare`` itself.
+``ngb.core.trial.optimise`` stores for a zoo model (``extra["optimisation"]["dlas"]``), with
+ladders, elbows and a compiled-model accuracy pass made by
+``ngb.core.statistics.accuracy_stats.compare`` itself.
 
 Two models (``digits-resnet``, ``digits-vgg``) x six optimisations (none, elbow-prune-l1,
 elbow-prune-ch, fp16, int8, int8-cal) x two compilers (identity, openvino) at batch 8. The
@@ -18,8 +19,8 @@ from __future__ import annotations
 import statistics
 
 import numpy as np
-from ngb.core import accuracy_stats
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics import accuracy_stats
 
 MEASURE = MeasureSettings(repetitions=5, min_iters=5, min_duration_s=0.3)
 NOISE = (-0.01, 0.01, -0.005, 0.005, 0.0)

@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from ngb.core.provenance import packages_sha
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.trial.provenance import packages_sha
 from ngb.sweeps.store.database import Store
 
 START = 1_790_000_000.0

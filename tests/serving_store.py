@@ -2,18 +2,19 @@
 
 ``add_serving`` stores, under an existing run and device, what ``ngb serve --db`` would: for
 each compiler of ``MU`` a server-scenario run of resnet18 b1 at each rate of ``RATES``,
-simulated (``ngb.core.serve_sim.mm1``: an M/M/1 queue of that service rate, in virtual time),
-summed up against a p99 limit of ``LIMIT_MS`` by the real code (``serve_stats.summarize``) and
-stored by the real writer (``save_serving``). ``unverified_peak`` is a peak search in which no
+simulated (``ngb.core.serving.serve_sim.mm1``: an M/M/1 queue of that service rate, in virtual
+time), summed up against a p99 limit of ``LIMIT_MS`` by the real code (``serve_stats.summarize``)
+and stored by the real writer (``save_serving``). ``unverified_peak`` is a peak search in which no
 probe verified a rate (every request takes 150 ms against a 100 ms limit).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from ngb.core import arrivals, peak, serve_sim, serve_stats
-from ngb.core.serve import ServeOutcome, ServeSettings
-from ngb.core.types import TrialSpec
+from ngb.core.records import arrivals
+from ngb.core.records.types import TrialSpec
+from ngb.core.serving import peak, serve_sim, serve_stats
+from ngb.core.serving.serve import ServeOutcome, ServeSettings
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.serving import save_serving
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
-from ngb.core import accuracy_pass, accuracy_stats
+from ngb.core.base.errors import ConfigError, NgbError
 from ngb.core.compilers import CompileContext, get_compiler
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.types import AccuracySettings
+from ngb.core.records.types import AccuracySettings
+from ngb.core.statistics import accuracy_stats
+from ngb.core.trial import accuracy_pass
 from ngb.sweeps.spec.sweep import loads_sweep
 
 from tests.cli_helpers import invoke
@@ -31,7 +32,7 @@ FAST += ["--warmup-s", "0"]
 MODEL = '''
 import numpy as np
 import torch
-from ngb.core.labelled_data import load
+from ngb.core.models.labelled_data import load
 from torch import nn
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.labelled_files import here
-from ngb.core.model_sources import artifact_dir, sha256_of
-from ngb.core.types import AccuracySettings, MeasureSettings, TrialSpec
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.models.labelled_files import here
+from ngb.core.models.model_sources import artifact_dir, sha256_of
+from ngb.core.records.types import AccuracySettings, MeasureSettings, TrialSpec
 from ngb.devices.artifacts import ShipItem, artifacts_in
 from ngb.devices.inventory import load_inventory
 from ngb.sweeps.run.orchestrator import Orchestrator

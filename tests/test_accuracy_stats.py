@@ -1,6 +1,6 @@
-"""ngb.core.accuracy_stats: Wilson and exact intervals against scipy, McNemar's exact test, and
-the simulations issue 42 asks for (false drops between exchangeable models, a planted 2-point
-drop on 1,797 samples)."""
+"""ngb.core.statistics.accuracy_stats: Wilson and exact intervals against scipy, McNemar's exact
+test, and the simulations issue 42 asks for (false drops between exchangeable models, a planted
+2-point drop on 1,797 samples)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import accuracy_stats as acc
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
+from ngb.core.statistics import accuracy_stats as acc
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import advise
 from ngb.sweeps.report.catalog import build_report

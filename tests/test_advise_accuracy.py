@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from ngb.core import accuracy_stats
-from ngb.core.errors import ConfigError
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics import accuracy_stats
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import advise
 from ngb.sweeps.report.data import ReportData

@@ -50,7 +50,7 @@ def test_an_input_size_override_is_kept() -> None:
 
 
 def test_a_device_whose_trials_all_failed_is_named_as_such(tmp_path: Path) -> None:
-    from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
     from ngb.sweeps.store.database import Store
 
     store = Store(tmp_path / "r.duckdb")

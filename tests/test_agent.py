@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ngb.core import events
-from ngb.core.types import TrialSpec
+from ngb.core.records import events
+from ngb.core.records.types import TrialSpec
 from ngb.devices.agent import append_checkpoint, load_trials, read_checkpoint
 from ngb.devices.bundle import build_agent_zipapp
 
@@ -302,7 +302,7 @@ def test_bundle_is_deterministic_and_runs(tmp_path: Path) -> None:
     assert build_agent_zipapp(tmp_path / "one") == first  # cached by content hash
     names = zipfile.ZipFile(first).namelist()
     assert "__main__.py" in names and "ngb/devices/agent.py" in names
-    assert "ngb/core/measure.py" in names and "ngb/core/compilers/noop.py" in names
+    assert "ngb/core/trial/measure.py" in names and "ngb/core/compilers/noop.py" in names
     assert not any(n.startswith(("ngb/sweeps", "ngb/tui")) or "__pycache__" in n for n in names)
 
     # The agent is loaded from the archive, not from the checkout.
@@ -397,7 +397,7 @@ def test_agent_repeats_its_last_state_while_a_trial_runs_and_sends_eta_inputs(
     sample, at most every ``SNAPSHOT_S`` s, while a trial runs): the trial, its phase, the last CPU
     sample and the ETA's inputs; and it tags the environment with the run id, which a tuning
     database records."""
-    from ngb.core.live_state import SNAPSHOT_S
+    from ngb.core.trial.live_state import SNAPSHOT_S
 
     keys = write_trials(
         tmp_path / "trials.jsonl",

@@ -9,12 +9,13 @@ import math
 
 import pytest
 import torch
-from ngb.core import algorithms
-from ngb.core.algorithm_layers import Im2colConv2d, SparseConv2d, SparseLinear
+from ngb.core.base.errors import ConfigError, UnsupportedTrial
 from ngb.core.compilers import compiler_class, list_compilers
-from ngb.core.errors import ConfigError, UnsupportedTrial
-from ngb.core.measure import run_trial
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.models import algorithms
+from ngb.core.models.algorithm_layers import Im2colConv2d, SparseConv2d, SparseLinear
+from ngb.core.records import algorithm_names
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.trial.measure import run_trial
 from torch import nn
 
 NAMES = ("gemm", "sparse-csr", "sparse-bsr", "sparse-bsr-8")
@@ -122,13 +123,13 @@ def test_a_model_without_a_layer_to_rewrite_is_refused_with_the_reason() -> None
 )
 def test_bad_names_get_one_line_listing_the_valid_forms(bad: object) -> None:
     with pytest.raises(ConfigError) as caught:
-        algorithms.parse(bad)
+        algorithm_names.parse(bad)
     assert "\n" not in str(caught.value)
     assert "sparse-bsr" in str(caught.value) or "block side" in str(caught.value)
 
 
 def test_one_computation_has_one_name_and_one_key() -> None:
-    names = {algorithms.parse(n).name for n in ("sparse-bsr", "sparse-bsr-4", "sparse-bsr-04")}
+    names = {algorithm_names.parse(n).name for n in ("sparse-bsr", "sparse-bsr-4", "sparse-bsr-04")}
     assert names == {"sparse-bsr-4"}
     keys = {
         TrialSpec(model="conv", width=8, compiler="identity", algorithm=n).key
@@ -156,7 +157,7 @@ def test_the_default_keeps_every_trial_key_as_it_was() -> None:
 @pytest.mark.parametrize("name", list_compilers(include_internal=True))
 def test_every_compiler_runs_or_refuses_each_algorithm_with_a_reason(name: str) -> None:
     cls = compiler_class(name)
-    for kind in algorithms.KINDS:
+    for kind in algorithm_names.KINDS:
         runs, refused = cls.algorithms.get(kind), cls.algorithm_refusals.get(kind)
         assert (runs is None) != (refused is None), f"{name}: {kind} must be run xor refused"
         assert (runs or refused or "").strip(), f"{name}: {kind} says nothing"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from ngb.core.errors import ConfigError
-from ngb.core.measure import run_trial
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.trial.measure import run_trial
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.catalog import build_report, list_reports, render
 from ngb.sweeps.report.data import Cell, Report, ReportData, Table

@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from ngb.core.errors import ConfigError
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings, TrialSpec
 
 _FAULTS = """
 import ctypes, resource, sys
-from ngb.core import allocator
+from ngb.core.trial import allocator
 print(allocator.apply(sys.argv[1]))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -51,7 +51,7 @@ def test_retain_keeps_freed_memory_and_system_does_not() -> None:
 def test_system_after_retain_in_one_process_says_what_ran() -> None:
     out = subprocess.run(
         [sys.executable, "-c",
-         "from ngb.core import allocator as a; a.apply('retain'); print(a.apply('system'))"],
+         "from ngb.core.trial import allocator as a; a.apply('retain'); print(a.apply('system'))"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     if sys.platform.startswith("linux"):
@@ -74,7 +74,7 @@ def test_setting_is_checked_and_retain_keys_stay_as_before() -> None:
 
 
 def test_measure_records_the_allocator(tmp_path) -> None:
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
 
     spec = TrialSpec(
         model="conv", compiler="noop", width=8,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import ngb
 import pytest
-from ngb.core.errors import NgbError
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.base.errors import NgbError
+from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.sweeps.api import notebook as api
 from ngb.sweeps.report import derived
 

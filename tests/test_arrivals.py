@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ngb.core import arrivals
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
+from ngb.core.records import arrivals
 from scipy import stats
 
 

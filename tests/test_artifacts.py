@@ -16,8 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ngb.core.model_sources import artifact_dir, sha256_of
-from ngb.core.types import TrialSpec
+from ngb.core.models.model_sources import artifact_dir, sha256_of
+from ngb.core.records.types import TrialSpec
 from ngb.devices import protocol
 from ngb.devices.agent import read_checkpoint
 from ngb.devices.artifacts import (

@@ -1,4 +1,5 @@
-"""Serially correlated repetitions widen the interval of the mean (ngb.core.autocorrelation)."""
+"""Serially correlated repetitions widen the interval of the mean
+(ngb.core.statistics.autocorrelation)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from ngb.core import autocorrelation, stopping
-from ngb.core.types import MeasureSettings
+from ngb.core.records.types import MeasureSettings
+from ngb.core.statistics import autocorrelation, stopping
 
 from tests.script_modules import load_script
 

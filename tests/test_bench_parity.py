@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from ngb.core import intervals
+from ngb.core.statistics import intervals
 
 from tests.cli_helpers import scaled
 from tests.script_modules import ROOT, load_script

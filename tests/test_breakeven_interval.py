@@ -1,5 +1,6 @@
 """Break-even with all its uncertainty (issue 30, item 4): both throughputs' intervals and, where
-a point was compiled in several runs, the compile-time spread (``ngb.core.breakeven``)."""
+a point was compiled in several runs, the compile-time spread
+(``ngb.core.statistics.breakeven``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import breakeven
-from ngb.core.breakeven import Uncertain
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics import breakeven
+from ngb.core.statistics.breakeven import Uncertain
 from ngb.sweeps.report.catalog import build_report
 from ngb.sweeps.report.data import Cell
 from ngb.sweeps.store.database import Store

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from ngb.core import budget
-from ngb.core.measure import run_trial
-from ngb.core.stopping import Plan
-from ngb.core.timing import loop_iters
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.statistics.stopping import Plan
+from ngb.core.trial import budget
+from ngb.core.trial.measure import run_trial
+from ngb.core.trial.timing import loop_iters
 
 
 def test_loop_iters_fit_the_workers_budget() -> None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import psutil
 import pytest
-from ngb.core.measure import run_trial
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.trial.measure import run_trial
 
 from tests.fake_compilers import register
 

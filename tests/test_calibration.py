@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import stopping
-from ngb.core.types import MeasureSettings
+from ngb.core.records.types import MeasureSettings
+from ngb.core.statistics import stopping
 
 DATA = Path(__file__).parent / "data" / "h100-box-2026-11-25"
 Process = Callable[[np.random.Generator], list[float]]
@@ -77,7 +77,8 @@ def test_the_interval_is_calibrated_on_simulated_processes(
 def interpreters(interp_sd: float, fork_sd: float, noise_sd: float, fresh: bool):
     """A trial's process drawer when a process's level has an interpreter part (layout, heap:
     what a fork inherits) and a part of its own. Forked workers (``fresh=False``) share the
-    trial interpreter's part; fresh interpreters (``ngb.core.worker_start``) each draw theirs."""
+    trial interpreter's part; fresh interpreters (``ngb.core.trial.worker_start``) each draw
+    theirs."""
 
     def trial(rng: np.random.Generator) -> Process:
         shared = interp_sd * rng.standard_normal()

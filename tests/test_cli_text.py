@@ -44,7 +44,7 @@ def test_status_at_80_columns_cuts_no_word(tmp_path: Path) -> None:
 def test_measure_help_states_the_settings_defaults() -> None:
     import re
 
-    from ngb.core.types import MeasureSettings
+    from ngb.core.records.types import MeasureSettings
 
     out = CliRunner().invoke(cli, ["measure", "--help"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
@@ -64,8 +64,8 @@ def test_measure_prints_plain_numbers_and_what_a_cpu_share_means(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The summary ``ngb measure`` prints, for a stored-shape result of 38,360 samples/s."""
-    from ngb.core.stats import summarize
-    from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
+    from ngb.core.trial.stats import summarize
     from ngb.sweeps.cli.measure import _print_summary
 
     spec = TrialSpec(model="resnet18", compiler="noop", batch=2, measure=MeasureSettings())

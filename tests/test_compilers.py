@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, NgbError
 from ngb.core.compilers import CompileContext, get_compiler
 from ngb.core.compilers import tensorrt as trt_backend
 from ngb.core.compilers.onnxruntime import select_providers
-from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
 
 
 def conv_net() -> tuple[Any, Any]:

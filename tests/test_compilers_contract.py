@@ -4,7 +4,8 @@ A new compiler is covered by registering it: it must say whether it can run here
 compile a tiny conv net and a tiny MHA net that agree with torch eager, run a timed loop, reject
 bad options with a ConfigError, and keep ``available()`` free of heavy imports.
 
-The tiny models are built here, not via ``ngb.core.models``, so this test pins the compilers alone.
+The tiny models are built here, not via ``ngb.core.models.models``, so this test pins the compilers
+alone.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ngb.core.base.errors import ConfigError
 from ngb.core.compilers import CompileContext, compiler_class, list_compilers
-from ngb.core.errors import ConfigError
 
 NAMES = list_compilers()
 
@@ -230,7 +231,7 @@ def test_config_type_is_the_generic_parameter(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_declared_precisions_and_optimisations_are_known(name: str) -> None:
     from ngb.core.compilers.base import PRECISIONS
-    from ngb.core.optimise import KINDS
+    from ngb.core.trial.optimise import KINDS
 
     cls = load(name)
     assert set(cls.precisions) <= set(cls.devices), "precisions for a device it cannot target"
@@ -244,7 +245,7 @@ def test_declared_precisions_and_optimisations_are_known(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_declared_unsupported_errors_are_classified_unsupported(name: str) -> None:
-    from ngb.core.measure import classify_error
+    from ngb.core.trial.measure import classify_error
 
     for error_name in load(name).unsupported_errors:
         assert error_name.isidentifier()
@@ -254,7 +255,7 @@ def test_declared_unsupported_errors_are_classified_unsupported(name: str) -> No
 
 @pytest.mark.parametrize("name", NAMES)
 def test_declared_version_packages_are_recorded(name: str) -> None:
-    from ngb.core.versions import dist_version, library_versions
+    from ngb.core.trial.versions import dist_version, library_versions
 
     cls = load(name)
     recorded = library_versions()

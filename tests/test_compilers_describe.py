@@ -136,8 +136,8 @@ def test_the_former_tables_are_read_from_the_compilers() -> None:
     """The console's styles and short names, the profiler, the paper's Table II columns and the
     ETA's budget come from the declarations, for every registered compiler."""
     from ngb.core.compilers.tvm_ms import TvmMetaScheduleConfig
-    from ngb.core.live_state import tuning_budget
-    from ngb.core.profiling import profiler_of
+    from ngb.core.trial.live_state import tuning_budget
+    from ngb.core.trial.profile_pass import profiler_of
     from ngb.sweeps.report.paper import version_libraries
     from ngb.tui.narrow_table import SHORT_NAMES
     from ngb.tui.widgets.result_chart import STYLES, style_of

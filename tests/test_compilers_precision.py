@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ngb.core.base.errors import ConfigError, UnsupportedTrial
 from ngb.core.compilers import CompileContext, compiler_class, get_compiler
 from ngb.core.compilers import onnxruntime as ort_backend
 from ngb.core.compilers import tensorrt as trt_backend
 from ngb.core.compilers.identity import TorchCompiled, torch_precision
-from ngb.core.errors import ConfigError, UnsupportedTrial
-from ngb.core.measure import run_trial
-from ngb.core.precision import resolve_torch, strict_fp32, torch_flags
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.models.precision import resolve_torch, strict_fp32, torch_flags
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.trial.measure import run_trial
 
 torch = pytest.importorskip("torch")
 

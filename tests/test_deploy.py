@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.devices.inventory import inventory_from_dict, load_inventory
 from ngb.devices.pricing import cost_per_million, load_prices, price_of
 from ngb.sweeps.cli import cli

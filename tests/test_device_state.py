@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ngb.core import device_state
+from ngb.core.base import device_state
 
 from tests.cli_helpers import ngb
 
@@ -78,8 +78,8 @@ def test_a_refused_write_is_reported_and_nothing_else_is_claimed(machine: Path) 
 
 
 def test_every_result_records_the_state_it_ran_under(tmp_path: Path) -> None:
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial.measure import run_trial
 
     measure = MeasureSettings(warmup_s=0.0, min_iters=1, min_duration_s=0.01, repetitions=2,
                               workers=1, quiet_check_s=0.0)  # fmt: skip

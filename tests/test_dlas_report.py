@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from ngb.core.accuracy_stats import paired_drop, wilson
-from ngb.core.types import TrialResult
+from ngb.core.records.types import TrialResult
+from ngb.core.statistics.accuracy_stats import paired_drop, wilson
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures.catalog import build_figure, caption, write_figures
 from ngb.sweeps.figures.data import FigureData

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import accuracy_stats, compress, labelled_data, optimise
-from ngb.core.errors import ConfigError, UnsupportedOptimisation
+from ngb.core.base.errors import ConfigError, UnsupportedOptimisation
+from ngb.core.models import compress, labelled_data
+from ngb.core.statistics import accuracy_stats
+from ngb.core.trial import optimise
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_pruning")
 pytest.importorskip("sklearn")
 
-from ngb.core import dlas_ladder, dlas_zoo  # noqa: E402 - after the importorskips
+from ngb.core.models import dlas_ladder, dlas_zoo  # noqa: E402 - after the importorskips
 
 QUICK = {"epochs": 3, "finetune_epochs": 1}
 

@@ -8,8 +8,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-from ngb.core import energy
-from ngb.core.energy_sources import (
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.trial import energy
+from ngb.core.trial.energy_sources import (
     JetsonRails,
     NvmlSource,
     PowerIntegrator,
@@ -17,9 +18,8 @@ from ngb.core.energy_sources import (
     board_watts,
     parse_tegrastats,
 )
-from ngb.core.measure import run_trial
-from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
-from ngb.core.worker_start import START_ENV
+from ngb.core.trial.measure import run_trial
+from ngb.core.trial.worker_start import START_ENV
 
 # ---------------------------------------------------------------- RAPL: a sysfs tree with wrap
 

@@ -13,14 +13,14 @@ import os
 from pathlib import Path
 
 import pytest
-from ngb.core.eta_evidence import (
+from ngb.core.statistics.eta_evidence import (
     EVIDENCE_FILE,
     EVIDENCE_KEPT,
     first_batch_factor,
     load_evidence,
     save_evidence,
 )
-from ngb.core.live_state import EtaBook, book_result, eta_book
+from ngb.core.trial.live_state import EtaBook, book_result, eta_book
 
 
 def record(compiler: str, seconds: float, tune_s: float = 0.0, trials: int = 0) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from ngb.core.clock_text import clock
+from ngb.core.base.clock_text import clock
 from ngb.core.compilers import tvm_tuning
 from ngb.core.compilers.tvm_tuning import TuningProgress
 from ngb.sweeps.run.events import RunEvent

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core.accuracy_stats import fidelity
+from ngb.core.statistics.accuracy_stats import fidelity
 
 
 def test_equal_outputs_are_exact_and_noise_sets_the_sqnr() -> None:

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError, NgbError, UnknownNameError
-from ngb.core.intervals import t_two_sided
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics.student_t import t_two_sided
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures.catalog import FIGURES, build_figure, caption, save_figure, write_figures
 from ngb.sweeps.figures.data import FigureData, derived_bar
@@ -59,7 +59,7 @@ NOISE = (
     -0.005,
     0.005,
     0.0,
-)  # zig-zag: no serial correlation (ngb.core.autocorrelation)
+)  # zig-zag: no serial correlation (ngb.core.statistics.autocorrelation)
 MEASURE = MeasureSettings(repetitions=5, min_iters=5, min_duration_s=0.3)
 TABLE = {
     ("resnet18", None, 1, "identity"): {1: 10, 4: 32},
@@ -88,7 +88,7 @@ def _result(model: str, width: int | None, depth: int, compiler: str, batch: int
         cpu_percent_mean=90.0 if compiler == "identity" else 60.0,
         compile_s=0.5,
         versions={"ngb": "0.1.0"},
-        # a meter read on dev1 (ngb.core.energy): 40 W while running
+        # a meter read on dev1 (ngb.core.trial.energy): 40 W while running
         energy_j_per_sample=40.0 / tput,
         energy_j_per_sample_ci=0.4 / tput,
         power_w_mean=40.0,
@@ -227,7 +227,7 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
                      and t["compiler"] == "identity")  # fmt: skip
     h = resnet_id["ci_half"] / resnet_id["throughput_mean"]
     df = resnet_id["repetitions"] - 1
-    delta = math.sqrt(2) * h * t_two_sided(2 * df) / t_two_sided(df)
+    delta = math.sqrt(2) * h * t_two_sided(0.95, 2 * df) / t_two_sided(0.95, df)
     printed = printed_bounds(2.0, 2.0 * math.exp(-delta), 2.0 * math.exp(delta))
     assert printed is not None and ov.errs[0] == pytest.approx(
         (2.0 - printed.low, printed.high - 2.0)
@@ -237,7 +237,7 @@ def test_speedup_values_and_error_bars(store: Store) -> None:
 
 
 def test_derived_bars_never_cross_zero_and_need_an_interval() -> None:
-    from ngb.core.intervals import Estimate
+    from ngb.core.statistics.intervals import Estimate
     from ngb.sweeps.report.derived import Derived
 
     bar = derived_bar(Derived(Estimate(0.25, 0.0012, 52.0, 4.0)))  # a huge log-scale interval

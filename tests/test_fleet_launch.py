@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ngb.core import events
+from ngb.core.records import events
 from ngb.devices import protocol as remote
 from ngb.devices.bundle import build_agent_zipapp
 

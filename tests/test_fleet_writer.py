@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from ngb.core.types import TrialResult
+from ngb.core.records.types import TrialResult
 from ngb.devices.inventory import Device
 from ngb.sweeps.run.state import DeviceRun
 from ngb.sweeps.run.writer import RunWriter
@@ -117,7 +117,7 @@ def test_an_agents_run_done_is_recorded_and_ends_its_timing() -> None:
     """``run_done`` both ends the device's timing and is kept as the agent's goodbye: as a branch
     of the timing chain it never reached ``dev.run_done`` (since issue 19), so no follower saw a
     finished agent, a cancel's "cancelled" or the skipped count, and each waited on the agent."""
-    from ngb.core import events as ev
+    from ngb.core.records import events as ev
     from ngb.devices.inventory import Device
     from ngb.sweeps.run.state import DeviceRun
     from ngb.sweeps.run.writer import PendingWrites, record_agent_event

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.intervals import t_two_sided
+from ngb.core.statistics.student_t import t_two_sided
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import compare as compare_runs
 from ngb.sweeps.report import derived, history
@@ -39,7 +39,7 @@ def synthetic(
     runs' own intervals), repetition noise ``within``; each run's mean and its relative standard
     error as the store's t interval gives it. A ``STEP`` slowdown from run ``step_at`` on."""
     rng = random.Random(seed)
-    reps, t = 10, t_two_sided(9)
+    reps, t = 10, t_two_sided(0.95, 9)
     values, rel_se = [], []
     for i in range(RUNS):
         level = 1000.0 * (1 - STEP if step_at is not None and i >= step_at else 1.0)
@@ -138,7 +138,7 @@ def test_the_threshold_table_is_what_its_simulation_gives():
         assert thresholds.simulate(n, 40_000, seed=7) == pytest.approx(
             thresholds.THRESHOLDS[n], abs=0.12
         )
-    assert thresholds.THRESHOLDS[6] == pytest.approx(t_two_sided(4, 0.99), abs=0.05)  # one split
+    assert thresholds.THRESHOLDS[6] == pytest.approx(t_two_sided(0.99, 4), abs=0.05)  # one split
     assert thresholds.threshold(45) < thresholds.threshold(40)  # interpolated in log n
     assert thresholds.threshold(45) > thresholds.threshold(50)
     assert thresholds.threshold(300) == thresholds.bonferroni(300) > thresholds.threshold(200)
@@ -561,7 +561,7 @@ compiler_options.onnxruntime = {{ intra_op_threads = {threads} }}
 def test_provenance_reads_packages_container_and_model_git(tmp_path, monkeypatch):
     import subprocess
 
-    from ngb.core import provenance
+    from ngb.core.trial import provenance
 
     lines = provenance.packages()
     assert any(line.startswith("numpy==") for line in lines) and list(lines) == sorted(lines)
@@ -597,7 +597,7 @@ def test_provenance_reads_packages_container_and_model_git(tmp_path, monkeypatch
     assert provenance._git_state(tmp_path / "root") is None
 
     # at ingest, on the workstation: the commit of the checkout holding the model's files
-    from ngb.core.types import TrialResult
+    from ngb.core.records.types import TrialResult
     from ngb.sweeps.store.provenance import trial_columns
 
     artifact = {"name": "code", "sha256": "0" * 64, "local": str(code), "role": "folder"}

@@ -59,7 +59,7 @@ def test_agent_imports_only_stdlib_numpy_psutil_and_core() -> None:
 @pytest.mark.parametrize(
     "code",
     [
-        "import ngb.core.measure, ngb.core.compilers",
+        "import ngb.core.trial.measure, ngb.core.compilers",
         "from ngb.devices.probe import probe; probe()",
         "from ngb.sweeps.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
     ],

@@ -10,11 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ngb.core import interference
-from ngb.core.cpu import CpuSampler, CpuTick, others_percent
-from ngb.core.measure import run_trial
-from ngb.core.stopping import INVALID
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.statistics.stopping import INVALID
+from ngb.core.trial import interference
+from ngb.core.trial.cpu import CpuSampler, CpuTick, others_percent
+from ngb.core.trial.measure import run_trial
 
 
 def test_others_percent() -> None:

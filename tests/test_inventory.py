@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.base.errors import ConfigError, UnknownNameError
 from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import (
     Device,

@@ -1,5 +1,5 @@
-"""ngb.core.labelled_data (issue 42): the built-in digits set, .npz files, loaders, and one line
-for each way labelled data can be wrong. Real data: scikit-learn's load_digits, and a linear
+"""ngb.core.models.labelled_data (issue 42): the built-in digits set, .npz files, loaders, and one
+line for each way labelled data can be wrong. Real data: scikit-learn's load_digits, and a linear
 classifier fitted to it by numpy."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import accuracy_stats, labelled_data
-from ngb.core.errors import ConfigError
-from ngb.core.types import AccuracySettings, MeasureSettings, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.models import labelled_data
+from ngb.core.records.types import AccuracySettings, MeasureSettings, TrialSpec
+from ngb.core.statistics import accuracy_stats
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 

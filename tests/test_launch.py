@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh import make_transport

@@ -11,8 +11,9 @@ import time
 
 import numpy as np
 import pytest
-from ngb.core import arrivals, loadgen, serve_stats
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
+from ngb.core.records import arrivals
+from ngb.core.serving import loadgen, serve_stats
 
 
 class Stalling:

@@ -7,15 +7,15 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import events
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, one_line
 from ngb.core.compilers.noop import NoopCompiler
-from ngb.core.cpu import CpuSampler
-from ngb.core.errors import CompilerUnavailable, ConfigError, one_line
-from ngb.core.measure import classify_error, run_trial
-from ngb.core.stats import concat_ns_to_ms, is_unstable, summarize
-from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
-from ngb.core.versions import library_versions
-from ngb.core.worker_start import START_ENV
+from ngb.core.records import events
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.trial.cpu import CpuSampler
+from ngb.core.trial.measure import classify_error, run_trial
+from ngb.core.trial.stats import concat_ns_to_ms, is_unstable, summarize
+from ngb.core.trial.versions import library_versions
+from ngb.core.trial.worker_start import START_ENV
 
 FAST = {
     "warmup_iters": 1,
@@ -201,7 +201,7 @@ def test_unavailable_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_optimisation_without_optimise_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ngb.core import measure
+    from ngb.core.trial import measure
 
     monkeypatch.setattr(measure, "_optimise_module", lambda: None)
     # the fake lives in this process: its workers must be forked from here, not started by a
@@ -217,7 +217,7 @@ def test_optimisation_without_optimise_module(monkeypatch: pytest.MonkeyPatch) -
 def test_optimisation_hook_is_called_and_facts_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from ngb.core import measure
+    from ngb.core.trial import measure
 
     calls: list[tuple[str, ...]] = []
 
@@ -269,7 +269,7 @@ def test_one_line() -> None:
 
 
 def test_identity_on_a_real_conv_block() -> None:
-    from ngb.core.blocks import block_params
+    from ngb.core.models.blocks import block_params
 
     spec = TrialSpec(
         model="conv",

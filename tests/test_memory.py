@@ -10,10 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ngb.core import memory
-from ngb.core.memory import PhaseMemory
-from ngb.core.timing import Part, _memory
-from ngb.core.types import TrialResult
+from ngb.core.records.types import TrialResult
+from ngb.core.trial import memory
+from ngb.core.trial.memory import PhaseMemory
+from ngb.core.trial.timing import Part, _memory
 from ngb.sweeps.store.database import Store
 
 MIB = 2**20
@@ -123,8 +123,8 @@ def test_the_trial_takes_the_largest_figure_over_workers_and_nvml_over_torch() -
 
 
 def test_a_cpu_trial_stores_rss_per_phase_with_its_source(tmp_path: Path) -> None:
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial.measure import run_trial
 
     spec = TrialSpec(model="noop-model", compiler="noop", measure=MeasureSettings(
         warmup_iters=1, warmup_s=0.0, min_iters=3, min_duration_s=0.02, repetitions=2,

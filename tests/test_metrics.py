@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ngb.core import metrics
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
+from ngb.core.statistics import student_t
+from ngb.core.trial import metrics
 
 approx = pytest.approx
 
@@ -136,24 +137,27 @@ def test_depth_metrics():
     assert out["retention"] is None and out["slope"] == approx((1.4 - 1.5) / 6)
 
 
-# ---- intervals from each result's stored interval (ngb.core.intervals) ------------------------
+# ---- intervals from each result's stored interval (ngb.core.statistics.intervals)
+# ------------------------
 
 
 def measured(values: list[float], key: str | None = None) -> Any:
     """A result as the store keeps it: mean, 95 % Student-t half-width, n - 1 df."""
     import statistics
 
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     n = len(values)
     half = (
-        intervals.t_two_sided(n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else None
+        student_t.t_two_sided(0.95, n - 1) * statistics.stdev(values) / math.sqrt(n)
+        if n >= 2
+        else None
     )
     return intervals.Mean(statistics.fmean(values), half, n - 1, key)
 
 
 def test_speedup_interval_from_stored_intervals() -> None:
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     narrow = intervals.speedup(
         measured([200.0, 202.0, 198.0, 201.0, 199.0]), measured([100.0, 101.0, 99.0, 100.0])
@@ -171,14 +175,14 @@ def test_speedup_interval_from_stored_intervals() -> None:
 
 
 def test_a_ratio_interval_is_the_log_scale_delta_method() -> None:
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     a, b = intervals.Mean(200.0, 20.0, 4), intervals.Mean(100.0, 5.0, 9)
     est = intervals.speedup(a, b)
-    va = (20.0 / intervals.t_two_sided(4) / 200.0) ** 2
-    vb = (5.0 / intervals.t_two_sided(9) / 100.0) ** 2
+    va = (20.0 / student_t.t_two_sided(0.95, 4) / 200.0) ** 2
+    vb = (5.0 / student_t.t_two_sided(0.95, 9) / 100.0) ** 2
     df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 9)  # Welch-Satterthwaite
-    q = intervals.t_two_sided(df) * math.sqrt(va + vb)
+    q = student_t.t_two_sided(0.95, df) * math.sqrt(va + vb)
     assert est.df == pytest.approx(df) and est.high == pytest.approx(2.0 * math.exp(q))
     assert est.low == pytest.approx(2.0 * math.exp(-q))  # the log interval itself, not widened
 
@@ -189,7 +193,7 @@ def test_speedup_interval_covers_the_true_ratio(cv: float, k: int) -> None:
     interval of T_c / T_base covers the true ratio at least ~95 % of the time, and is not
     wildly conservative (at most ~99.5 %)."""
     import numpy as np
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     rng = np.random.default_rng(int(cv * 1000) + k)
     true_a, true_b, runs, hits = 150.0, 100.0, 4000, 0
@@ -205,7 +209,7 @@ def test_speedup_interval_covers_the_true_ratio(cv: float, k: int) -> None:
 
 
 def test_bsr_rtr_ase_intervals_match_the_point_metrics() -> None:
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     c8, c1 = measured([176.0, 177.0, 175.0], "c8"), measured([20.0, 20.1, 19.9], "c1")
     i8, i1 = measured([56.0, 56.5, 55.5], "i8"), measured([10.0, 10.01, 9.99], "i1")
@@ -219,7 +223,7 @@ def test_bsr_rtr_ase_intervals_match_the_point_metrics() -> None:
 
 
 def test_depth_slope_interval_says_when_a_slope_is_noise() -> None:
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     depths = [1, 2, 4, 6]
     identity = [measured([100.0, 101.0, 99.0, 100.0], f"i{d}") for d in depths]
@@ -237,7 +241,7 @@ def test_depth_slope_interval_says_when_a_slope_is_noise() -> None:
 
 
 def test_mean_of_means_interval() -> None:
-    from ngb.core import intervals
+    from ngb.core.statistics import intervals
 
     est = intervals.mean_of_means([measured([10.0, 10.2, 9.8]), measured([20.0, 20.4, 19.6])])
     assert est.value == pytest.approx(15.0) and est.low < 15.0 < est.high

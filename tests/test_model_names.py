@@ -17,9 +17,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError
-from ngb.core.model_inputs import InputSpec
-from ngb.core.model_sources import ModelSource, check_name, default_name, trial_name
+from ngb.core.base.errors import ConfigError
+from ngb.core.models.model_inputs import InputSpec
+from ngb.core.models.model_sources import ModelSource, check_name, default_name, trial_name
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report import history
 from ngb.sweeps.store import schema

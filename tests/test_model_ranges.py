@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from ngb.core.model_sources import parse_source
+from ngb.core.models.model_sources import parse_source
 from ngb.sweeps.cli import cli
 from ngb.sweeps.spec.model_ranges import guessed_ranges, sweep_warnings
 

@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
 
 from click.testing import CliRunner  # noqa: E402
-from ngb.core import blocks, models  # noqa: E402
-from ngb.core.errors import ConfigError, UnknownNameError  # noqa: E402
-from ngb.core.types import TrialSpec  # noqa: E402
+from ngb.core.base.errors import ConfigError, UnknownNameError  # noqa: E402
+from ngb.core.models import blocks, models  # noqa: E402
+from ngb.core.records.types import TrialSpec  # noqa: E402
 
 # The paper's Table IV, which these timm 1.0.31 names reproduce to the digit.
 PAPER_PARAMS = {
@@ -52,7 +52,8 @@ BLOCK_PARAMS = [
 
 def test_importing_models_and_metrics_stays_light():
     code = (
-        "import sys, ngb.core.models, ngb.core.blocks, ngb.core.metrics, ngb.sweeps.cli.models; "
+        "import sys, ngb.core.models.models, ngb.core.models.blocks, ngb.core.trial.metrics, "
+        "ngb.sweeps.cli.models; "
         "print(sorted(m for m in ('torch', 'timm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 import ngb
 import pytest
 from click.testing import CliRunner
-from ngb.core import measure as core_measure
-from ngb.core.types import TrialSpec
+from ngb.core.records.types import TrialSpec
+from ngb.core.trial import measure as core_measure
 from ngb.sweeps.api import notebook as api
 from ngb.sweeps.cli import cli
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.intervals import t_two_sided
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics.student_t import t_two_sided
 from ngb.sweeps.cli import cli
 from ngb.sweeps.figures.catalog import build_figure
 from ngb.sweeps.figures.data import FigureData
@@ -45,7 +45,7 @@ def _result(model: str, width: int | None, compiler: str, batch: int) -> TrialRe
     mean = tputs[batch]
     half = rel * mean
     df = 3  # four worker processes
-    std = half / t_two_sided(df) * 2  # what 4 process means with this half-width would show
+    std = half / t_two_sided(0.95, df) * 2  # what 4 process means with this half-width would show
     reps = [mean + d * std for d in (-1.0, 1.0, -0.5, 0.5, 0.0, 0.0)]
     result = TrialResult(
         key=spec.key, spec=spec.to_dict(), started_at=1_700_000_000.0,

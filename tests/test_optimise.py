@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ngb.core import optimise
-from ngb.core.errors import ConfigError
-from ngb.core.measure import UnsupportedOptimisation, run_trial
-from ngb.core.models import create_model
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.models.models import create_model
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.trial import optimise
+from ngb.core.trial.measure import UnsupportedOptimisation, run_trial
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_pruning")

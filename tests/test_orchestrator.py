@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core import events as ev
-from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.base.errors import NgbError, UnknownNameError
+from ngb.core.records import events as ev
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.run.events import RunEvent, Subscription
@@ -549,7 +549,7 @@ def test_liveness_check_calls_a_zombie_dead():
 
 
 async def test_a_result_that_can_never_be_stored_becomes_a_failed_trial(tmp_path):
-    from ngb.core.types import Stats, TrialResult, TrialSpec
+    from ngb.core.records.types import Stats, TrialResult, TrialSpec
     from ngb.sweeps.run.state import DeviceRun
     from ngb.sweeps.run.writer import RunWriter
 
@@ -794,7 +794,7 @@ async def test_a_timed_flush_waits_while_a_local_worker_times(tmp_path):
     the phase to end; a wake (a state change) does not wait."""
     import asyncio
 
-    from ngb.core import events as ev
+    from ngb.core.records import events as ev
     from ngb.sweeps.run.state import DeviceRun
     from ngb.sweeps.run.writer import RunWriter, record_agent_event
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.model_sources import (
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.models.model_sources import (
     InputSpec,
     ModelSource,
     artifact_dir,
@@ -29,7 +29,7 @@ from ngb.core.model_sources import (
     parse_source,
     sha256_of,
 )
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
 from ngb.sweeps.spec.sweep import loads_sweep
 
 from tests.cli_helpers import invoke
@@ -353,7 +353,7 @@ def test_importing_a_factory_leaves_the_users_folder_as_it_was(
 ) -> None:
     """No ``__pycache__`` beside the user's files, even where Python would write one (the
     test run's shell may set PYTHONDONTWRITEBYTECODE, so the flag is turned off here)."""
-    from ngb.core.model_build import import_factory
+    from ngb.core.models.model_build import import_factory
 
     (tmp_path / "helper_mod.py").write_text("WIDTH = 4\n")
     (tmp_path / "tiny_net.py").write_text(
@@ -434,7 +434,7 @@ def _external_onnx(folder: Path) -> Path:
 def test_onnx_external_data_travels_with_the_model(tmp_path: Path) -> None:
     """Issue 31 item 5: ``model.onnx`` + ``model.onnx.data`` are one bundle: one address over both
     files, both uploaded into the same device folder, checked together there."""
-    from ngb.core.artifact_hashes import verify_shipped
+    from ngb.core.base.artifact_hashes import verify_shipped
     from ngb.devices.artifacts import artifacts_in, payload
 
     path = _external_onnx(tmp_path)
@@ -494,7 +494,7 @@ def test_a_range_the_file_does_not_give_is_stated(tmp_path: Path) -> None:
 
 
 def test_an_onnx_model_with_external_data_runs_from_the_device_cache(tmp_path: Path) -> None:
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
 
     path = _external_onnx(tmp_path)
     source = parse_source(str(path))
@@ -664,7 +664,7 @@ def test_ngb_run_on_localhost(parts: Path, tmp_path: Path) -> None:
 
 
 def test_reports_use_the_sweeps_baseline(tmp_path: Path) -> None:
-    from ngb.core.types import Stats, TrialResult
+    from ngb.core.records.types import Stats, TrialResult
     from ngb.sweeps.report.catalog import build_report
     from ngb.sweeps.store.database import Store
 
@@ -762,7 +762,7 @@ def test_sweeps_check_imports_the_factories(parts: Path) -> None:
 def test_optimisations_take_several_and_integer_inputs(
     parts: Path, factory: str, inputs: list[str], optimisation: str
 ) -> None:
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
 
     source = parse_source(factory, inputs=tuple(map(parse_input, inputs)), base_dir=parts)
     spec = TrialSpec(

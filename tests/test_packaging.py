@@ -94,7 +94,10 @@ def test_wheel_holds_real_files_under_ngb(tmp_path: Path) -> None:
         names = set(zf.namelist())
         assert {"ngb/__init__.py", "ngb/core/__init__.py", "ngb/sweeps/api/notebook.py"} <= names
         assert "ngb/sweeps/presets/demo.toml" in names
-        assert zf.read("ngb/core/types.py") == (ROOT / "core" / "types.py").read_bytes()
+        assert (
+            zf.read("ngb/core/records/types.py")
+            == (ROOT / "core" / "records" / "types.py").read_bytes()
+        )
         assert not any(n.startswith(("core/", "devices/", "sweeps/", "tui/")) for n in names)
 
 

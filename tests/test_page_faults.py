@@ -1,5 +1,5 @@
-"""Minor page faults per call (``ngb.core.page_faults``): counted by every worker over its timed
-loops, kept per process, and named in the verdict when the processes' speed follows them."""
+"""Minor page faults per call (``ngb.core.trial.page_faults``): counted by every worker over its
+timed loops, kept per process, and named in the verdict when the processes' speed follows them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 import pytest
-from ngb.core import page_faults
-from ngb.core.timing import Part, merge
-from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.trial import page_faults
+from ngb.core.trial.timing import Part, merge
 
 from tests.cli_helpers import scaled
 
@@ -105,11 +105,12 @@ def test_merge_keeps_each_process_faults_and_says_it_in_the_verdict() -> None:
 # another test may have put ``retain`` in force here (trials run in-process).
 COUNT = r"""
 import json, sys
-from ngb.core import allocator
+from ngb.core.trial import allocator
 from ngb.core.compilers.base import Compiled
-from ngb.core.stopping import Plan, t_quantile
-from ngb.core.timing import time_share
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.statistics.stopping import Plan
+from ngb.core.statistics.student_t import t_quantile
+from ngb.core.trial.timing import time_share
+from ngb.core.records.types import MeasureSettings, TrialSpec
 
 from tests.cli_helpers import scaled
 

@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import arrivals, peak, serve_sim, serve_stats
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
+from ngb.core.records import arrivals
+from ngb.core.serving import peak, serve_sim, serve_stats
 
 MU, LIMIT_MS = 100.0, 100.0
 #: the probes' seconds in the calibration (virtual time; ``ngb bench serving`` prints others)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import percentiles
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics import percentiles
 from ngb.sweeps.report import advise
 from ngb.sweeps.report.data import ReportData
 from ngb.sweeps.store.database import Store
@@ -145,8 +145,8 @@ def _candidates(data: ReportData) -> list[advise.Candidate]:
 def test_a_real_trial_records_tails_and_keeps_a_thinned_sample() -> None:
     """noop calls are sub-microsecond: far more than ``LATENCY_KEEP`` of them, all counted in the
     percentiles, a 1-in-k sample kept in call order."""
-    from ngb.core.measure import run_trial
-    from ngb.core.timing import LATENCY_KEEP
+    from ngb.core.trial.measure import run_trial
+    from ngb.core.trial.timing import LATENCY_KEEP
 
     spec = TrialSpec(model="noop-model", compiler="noop", measure=MeasureSettings(
         warmup_iters=1, warmup_s=0.0, min_iters=3, min_duration_s=0.05, repetitions=2,

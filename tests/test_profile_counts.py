@@ -18,18 +18,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ngb.core.capture import silenced
+from ngb.core.base.capture import silenced
+from ngb.core.base.isolate import call_in_child
 from ngb.core.compilers import get_compiler
-from ngb.core.isolate import call_in_child
-from ngb.core.profiling import (
+from ngb.core.compilers.profiling import (
     KernelRecord,
     Profile,
     _mark_folded,
     openvino_records,
     ort_records,
-    profile_trial,
 )
-from ngb.core.types import TrialSpec
+from ngb.core.records.types import TrialSpec
+from ngb.core.trial.profile_pass import profile_trial
 from ngb.sweeps.report.ops import fused_kernels, ops_report
 from ngb.sweeps.report.render import render
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ngb.core.measure import run_trial
-from ngb.core.profile_pass import calls_for
-from ngb.core.profiling import Profile
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.compilers.profiling import Profile
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.trial.measure import run_trial
+from ngb.core.trial.profile_pass import calls_for
 from ngb.sweeps.api.notebook import open_results
 from ngb.sweeps.report.catalog import build_report, render
 from ngb.sweeps.spec.sweep import load_sweep
@@ -128,8 +128,8 @@ def test_columns_name_precision_and_optimisation_where_they_differ() -> None:
 def test_dlas_rows_show_where_int8_moved_the_time(tmp_path: Path) -> None:
     """The same model with and without int8 in one report: the quantised convolution is one
     fused kernel, the quantise / dequantise steps are layout/copy (a precision conversion)."""
-    from ngb.core.isolate import call_in_child
-    from ngb.core.profiling import profile_trial
+    from ngb.core.base.isolate import call_in_child
+    from ngb.core.trial.profile_pass import profile_trial
 
     rows = []
     for opt in ("none", "int8"):
@@ -183,7 +183,7 @@ def test_a_call_of_seconds_is_profiled_twice_after_one_warm_up(tmp_path: Path) -
     """What the pass runs follows the trial's timed latency: a trial whose calls took 2 s (as
     its timing said) gets 2 profiled calls, where the floor of 5 + 2, run twice, would have
     spent 14 calls of seconds."""
-    from ngb.core.profile_pass import run_pass
+    from ngb.core.trial.profile_pass import run_pass
 
     spec = conv("identity", profile=True)
     result = TrialResult(key=spec.key, spec=spec.to_dict(), status="ok")
@@ -205,7 +205,7 @@ def test_a_trial_with_requests_in_flight_marks_its_profiled_over_timed(
     ratio says so on every surface that prints it, from the trial's own extra."""
     import copy
 
-    from ngb.core.profiling import requests_in_flight
+    from ngb.core.compilers.profiling import requests_in_flight
     from ngb.sweeps.report.ops import profiled_over_timed
 
     trial = copy.deepcopy(profiled)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.cli import cli
 from ngb.sweeps.run.resume_profile import resume_line

@@ -11,18 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from ngb.core.base.errors import UnsupportedTrial
+from ngb.core.base.isolate import call_in_child
 from ngb.core.compilers import get_compiler
-from ngb.core.errors import UnsupportedTrial
-from ngb.core.isolate import call_in_child
-from ngb.core.profiling import (
+from ngb.core.compilers.profiling import (
     OP_CLASSES,
     Profile,
     classify,
     is_fused,
     openvino_records,
-    profile_trial,
 )
-from ngb.core.types import TrialSpec
+from ngb.core.records.types import TrialSpec
+from ngb.core.trial.profile_pass import profile_trial
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report.catalog import render
 from ngb.sweeps.report.ops import ops_report

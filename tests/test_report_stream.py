@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core import budget
-from ngb.core.types import MeasureSettings, TrialResult
+from ngb.core.records.types import MeasureSettings, TrialResult
+from ngb.core.trial import budget
 from ngb.devices import slurm_nodes
 from ngb.devices.pricing import cost_per_million
 from ngb.sweeps.cli import cli

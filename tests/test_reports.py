@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import NgbError, UnknownNameError
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.base.errors import NgbError, UnknownNameError
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
 from ngb.sweeps.cli import cli
 from ngb.sweeps.report.catalog import build_report, list_reports, render
 from ngb.sweeps.report.data import Cell, ReportData
@@ -41,7 +41,7 @@ from ngb.sweeps.store.database import Store
 from tests.script_modules import load_script
 
 # Zig-zag order: no serial correlation, so intervals are the plain Student-t ones (a ramp would
-# read as a trend and be widened, ngb.core.autocorrelation).
+# read as a trend and be widened, ngb.core.statistics.autocorrelation).
 NARROW = (-0.01, 0.01, -0.005, 0.005, 0.0)
 WIDE = (-0.3, 0.3, -0.15, 0.15, 0.0)
 VERY_WIDE = (-0.6, 0.6, -0.3, 0.3, 0.0)
@@ -434,7 +434,7 @@ def test_preset_models_exist_in_timm() -> None:
 
 
 def test_sweep_rejects_unknown_optimisation() -> None:
-    from ngb.core.errors import ConfigError
+    from ngb.core.base.errors import ConfigError
     from ngb.sweeps.spec.sweep import loads_sweep
 
     text = (

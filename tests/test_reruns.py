@@ -1,5 +1,6 @@
-"""Time's part of a trial's interval (ngb.core.reruns): the host's re-run history, the design
-effect it gives, the widened interval, and that the interval then holds re-runs in simulation."""
+"""Time's part of a trial's interval (ngb.core.statistics.reruns): the host's re-run history, the
+design effect it gives, the widened interval, and that the interval then holds re-runs in
+simulation."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import random
 import statistics
 
 import pytest
-from ngb.core import reruns, stopping
-from ngb.core.measure import run_trial
-from ngb.core.reruns import Allowance, Run
-from ngb.core.types import MeasureSettings, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.statistics import reruns, stopping, student_t
+from ngb.core.statistics.reruns import Allowance, Run
+from ngb.core.trial.measure import run_trial
 
 
 def _runs(key: str, logs: list[float], var: float) -> list[Run]:
@@ -71,10 +72,10 @@ def test_widen_pools_the_trials_own_reruns_by_degrees_of_freedom() -> None:
     now = Run("k", math.log(100.0), 1e-4, 5)
     stated = reruns.widen(ci, Allowance(2.0, 3, own), now, 0.95)
     assert stated is not None and stated.df == 4 + 3
-    process_var = 2.0 * (1.0 / 100.0 / stopping.t_quantile(0.975, 4)) ** 2
+    process_var = 2.0 * (1.0 / 100.0 / student_t.t_quantile(0.975, 4)) ** 2
     own_var = statistics.variance([*own, now.log_mean])
     pooled = (4 * process_var + 3 * own_var) / 7
-    assert stated.half_width == pytest.approx(stopping.t_quantile(0.975, 7) * pooled**0.5 * 100)
+    assert stated.half_width == pytest.approx(student_t.t_quantile(0.975, 7) * pooled**0.5 * 100)
     assert "pooled with its 4 runs here" in stated.note
     # with one earlier run there is nothing to pool: the design effect alone
     alone = reruns.widen(ci, Allowance(2.0, 1, own[:1]), now, 0.95)

@@ -1,4 +1,4 @@
-"""ngb.core.safe_files, capture and isolate: the pieces under issue 21's "nothing destroyed,
+"""ngb.core.base.safe_files, capture and isolate: the pieces under issue 21's "nothing destroyed,
 nothing hangs, nothing silent" (the CLI-level cases are in tests/bad_inputs/edges.toml)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from ngb.core.capture import captured_stderr
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.isolate import call_in_child
-from ngb.core.safe_files import (
+from ngb.core.base.capture import captured_stderr
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.base.isolate import call_in_child
+from ngb.core.base.safe_files import (
     check_readable,
     read_text,
     refuse_protected,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core import peak, serve_sim, serve_stats
-from ngb.core.serve import ServeOutcome, ServeSettings
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.serving import peak, serve_sim, serve_stats
+from ngb.core.serving.serve import ServeOutcome, ServeSettings
 from ngb.sweeps.cli import cli
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.serving import save_run

@@ -11,12 +11,12 @@ import sys
 import time
 
 import pytest
-from ngb.core import events as ev
-from ngb.core import loadgen, peak, serve
-from ngb.core.live_state import LastState, eta_book, eta_item
-from ngb.core.serve_settings import ServeSettings
-from ngb.core.serve_trial import run_serving, serving_line
-from ngb.core.types import TrialSpec
+from ngb.core.records import events as ev
+from ngb.core.records.serve_settings import ServeSettings
+from ngb.core.records.types import TrialSpec
+from ngb.core.serving import loadgen, peak, serve
+from ngb.core.serving.serve_trial import run_serving, serving_line
+from ngb.core.trial.live_state import LastState, eta_book, eta_item
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.run.events import DROPPABLE_TYPES, RunEvent
 from ngb.sweeps.run.orchestrator import Orchestrator
@@ -257,8 +257,8 @@ def test_ngb_serve_s_terminal_line_is_the_same_line(capsys) -> None:
 def _slot_store_with_a_served_trial(tmp_path) -> Store:
     """A run over Slurm slots gpu.1 and gpu.2 whose one trial, k1, was served by node n1@gpu
     for gpu.2: stored as serving rows only."""
-    from ngb.core.serve_trial import EXTRA, to_dict
-    from ngb.core.types import TrialResult
+    from ngb.core.records.types import TrialResult
+    from ngb.core.serving.serve_trial import EXTRA, to_dict
 
     from tests.serving_store import served
 

@@ -8,8 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from ngb.core import arrivals, percentiles, serve_sim, serve_stats
-from ngb.core.loadgen import Trace
+from ngb.core.records import arrivals
+from ngb.core.serving import serve_sim, serve_stats
+from ngb.core.serving.loadgen import Trace
+from ngb.core.statistics import percentiles
 from scipy import stats
 
 

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from ngb.core import events as ev
-from ngb.core.serve_trial import outcome_from_dict
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.records import events as ev
+from ngb.core.records.types import TrialResult, TrialSpec
+from ngb.core.serving.serve_trial import outcome_from_dict
 from ngb.devices.agent import trial_timeout_s
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.cli import cli
@@ -194,7 +194,7 @@ def test_a_bad_serve_table_is_refused_in_one_line(tmp_path, monkeypatch, line, w
 def test_an_outcome_crosses_the_wire_and_comes_back_the_same(made: str) -> None:
     """What the agent sends (JSON, NaN and infinity as null) reads back to the outcome that
     was served: the same summary and peak, the same ``serve_key``, the reasons each kept."""
-    from ngb.core.serve_trial import to_dict
+    from ngb.core.serving.serve_trial import to_dict
     from ngb.sweeps.store.serving import serve_key
 
     from tests.serving_store import served, unverified_peak

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from ngb.core.errors import ConfigError
-from ngb.core.significance import (
+from ngb.core.base.errors import ConfigError
+from ngb.core.statistics.significance import (
     A_FASTER,
     B_FASTER,
     INSUFFICIENT,

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core import events as ev
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
+from ngb.core.records import events as ev
 from ngb.devices import protocol, slurm_nodes
 from ngb.devices.inventory import Device, Inventory, inventory_from_dict
 from ngb.devices.slurm import JobState, SlurmSettings, parse_squeue
@@ -183,7 +183,7 @@ def test_a_result_is_named_by_the_job_that_ran_it():
 def test_a_compilers_own_extra_device_never_renames_a_result():
     """OpenVINO records its target as ``extra.device`` ("CPU"); only a Slurm node's stamp names
     the device a result is stored under (it once filed every OpenVINO trial under "CPU")."""
-    from ngb.core.types import TrialResult
+    from ngb.core.records.types import TrialResult
     from ngb.sweeps.run.writer import stored_as
 
     openvino = TrialResult(key="k", spec={}, extra={"device": "CPU"})

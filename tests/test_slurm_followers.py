@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core.errors import ConfigError
-from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.devices import slurm
 from ngb.devices.agent_remote import _last_line
 from ngb.devices.inventory import Device, Inventory

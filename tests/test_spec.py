@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from ngb.core.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.base.errors import ConfigError, NgbError, UnknownNameError
 from ngb.sweeps.cli.sweeps_list import sweeps as sweeps_cmd
 from ngb.sweeps.spec.sweep import list_presets, load_sweep, loads_sweep
 
@@ -205,7 +205,7 @@ def test_every_preset_parses() -> None:
 
 
 def test_check_models_uses_timm_names() -> None:
-    pytest.importorskip("ngb.core.models")
+    pytest.importorskip("ngb.core.models.models")
     pytest.importorskip("timm")
     loads_sweep(BASE).check_models()
     bad = loads_sweep(BASE.replace("resnet18", "resnet19x"), source="bad.toml")

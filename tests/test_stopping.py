@@ -6,12 +6,12 @@ import itertools
 import math
 
 import pytest
-from ngb.core import stopping
-from ngb.core.errors import ConfigError
-from ngb.core.measure import run_trial
-from ngb.core.stopping import INVALID, VALID, Plan, interval, judge, plan, split
-from ngb.core.types import MeasureSettings, TrialSpec
-from ngb.core.warmup import settle
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings, TrialSpec
+from ngb.core.statistics import stopping, student_t
+from ngb.core.statistics.stopping import INVALID, VALID, Plan, interval, judge, plan, split
+from ngb.core.trial.measure import run_trial
+from ngb.core.trial.warmup import settle
 
 QUICK = {"warmup_iters": 1, "warmup_s": 0.0, "min_iters": 1, "min_duration_s": 0.01}
 
@@ -22,7 +22,7 @@ def test_t_quantile_without_scipy_matches_scipy(p: float, df: int) -> None:
     from scipy import stats
 
     exact = float(stats.t.ppf(p, df))
-    assert stopping.t_quantile(p, df) == pytest.approx(exact, rel=1e-10)
+    assert student_t.t_quantile(p, df) == pytest.approx(exact, rel=1e-10)
 
 
 def test_interval_by_hand() -> None:
@@ -93,7 +93,7 @@ def test_process_interval_is_never_narrower_than_the_noise_inside_the_processes(
     lucky = [[90.0, 110.0, 100.0], [110.0, 90.0, 100.0]]
     ci = stopping.process_interval(lucky)
     pooled_sd = 10.0
-    floor = stopping.t_quantile(0.975, 4) * math.sqrt(pooled_sd**2 / 3 * 2 / 4)
+    floor = student_t.t_quantile(0.975, 4) * math.sqrt(pooled_sd**2 / 3 * 2 / 4)
     assert ci.half_width == pytest.approx(floor)
 
 
@@ -150,7 +150,7 @@ def test_repetitions_for_cov_is_the_smallest_count_that_meets_the_target(
     n = stopping.repetitions_for_cov(cov, target)
 
     def half(k: int) -> float:
-        return stopping.t_quantile(0.975, k - 1) * cov / math.sqrt(k)
+        return student_t.t_quantile(0.975, k - 1) * cov / math.sqrt(k)
 
     assert half(n) <= target
     assert n == 2 or half(n - 1) > target  # two is the fewest that give an interval
@@ -223,7 +223,7 @@ def test_bad_settings(bad: dict, message: str) -> None:
 
 def _undisturbed(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine is shared: keep others' CPU out of what these tests check."""
-    from ngb.core import interference
+    from ngb.core.trial import interference
 
     monkeypatch.setattr(interference, "disturbance", lambda **kw: None)
 

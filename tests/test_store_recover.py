@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.recover import is_log_refusal, recover
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.report.data import ReportData
 from ngb.sweeps.store import snapshot as store_snapshot
 from ngb.sweeps.store.database import Store

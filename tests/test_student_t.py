@@ -1,4 +1,5 @@
-"""Student's t quantile without scipy (``ngb.core.student_t``): what every trial computes with.
+"""Student's t quantile without scipy (``ngb.core.statistics.student_t``): what every trial computes
+with.
 
 It must agree with scipy's ``stdtrit`` (which the workstation's reports use) wherever a trial
 or a report can ask: integer and fractional (Welch) degrees of freedom, both tails, the 95 %
@@ -14,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from ngb.core import student_t
+from ngb.core.statistics import student_t
 
 from tests.cli_helpers import scaled
 
@@ -50,9 +51,10 @@ def test_a_trial_imports_no_scipy() -> None:
     """The trial's interval code path computes its quantiles without importing scipy."""
     code = (
         "import sys\n"
-        "from ngb.core import stopping, percentiles, measure\n"
-        "stopping.t_quantile(0.975, 3)\n"
-        "stopping.t_ppf(0.975, 4.5)\n"
+        "from ngb.core.statistics import student_t, percentiles\n"
+        "from ngb.core.trial import measure\n"
+        "student_t.t_quantile(0.975, 3)\n"
+        "student_t.t_quantile(0.975, 4.5)\n"
         "percentiles.over_processes([[1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 5.0, 9.0]], 0.5)\n"
         "print(sorted(m for m in sys.modules if m.startswith('scipy')))\n"
     )

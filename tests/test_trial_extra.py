@@ -1,4 +1,4 @@
-"""``TrialResult.extra`` is declared once (``ngb.core.trial_extra``, issue 47).
+"""``TrialResult.extra`` is declared once (``ngb.core.records.trial_extra``, issue 47).
 
 mypy rejects an undeclared key written into a ``TrialExtra`` (and ``extra["key"]`` read), but
 lets ``.get("key")`` pass and cannot see JSON read back as a plain dict, so the sources are also
@@ -20,9 +20,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ngb.core import trial_extra
-from ngb.core.trial_extra import KEYS, TrialExtra, from_json, unknown_keys
-from ngb.core.types import TrialResult
+from ngb.core.records import trial_extra
+from ngb.core.records.trial_extra import KEYS, TrialExtra, from_json, unknown_keys
+from ngb.core.records.types import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("core", "devices", "sweeps", "tui")
@@ -199,7 +199,7 @@ def test_the_declaration_is_the_compiler_facts_and_the_trial_keys() -> None:
 def test_mypy_rejects_a_misspelt_key(tmp_path: Path) -> None:
     """The same check ``make types`` runs, on a write with a typo."""
     (tmp_path / "uses_extra.py").write_text(
-        "from ngb.core.types import TrialResult\n\n\n"
+        "from ngb.core.records.types import TrialResult\n\n\n"
         "def note(result: TrialResult) -> None:\n"
         '    result.extra["acuracy_error"] = "typo"\n'
         '    result.extra["accuracy_error"] = "right"\n'

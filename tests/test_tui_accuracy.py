@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ngb.core import accuracy_stats
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics import accuracy_stats
 from ngb.sweeps.report.numbers import format_interval
 from ngb.sweeps.store.database import Store
 from ngb.tui import narrow_table
@@ -161,7 +161,7 @@ async def test_the_console_shows_accuracy_beside_throughput(tmp_path: Path, size
     async with app.run_test(size=SIZES[size]) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: len(screen.rows) == 8, timeout=20)
-        screen.query_one("#results-tabs").active = "tab-table"
+        await screen.show_tab("table")
         table = screen.query_one("#results-table", DataGrid)
         # every row, the bf16 ones included (the compiler filter dropped "openvino bf16")
         await wait_for(pilot, lambda: table.row_count == 8, timeout=20)
@@ -208,7 +208,7 @@ async def test_no_accuracy_no_columns_on_the_screen(tmp_path: Path) -> None:
     async with app.run_test(size=SIZES["120x40"]) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: len(screen.rows) == 8, timeout=20)
-        screen.query_one("#results-tabs").active = "tab-table"
+        await screen.show_tab("table")
         table = screen.query_one("#results-table", DataGrid)
         await wait_for(pilot, lambda: table.row_count == 8, timeout=20)
         labels = [str(c.label) for c in table.columns.values()]

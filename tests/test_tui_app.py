@@ -164,10 +164,10 @@ async def test_run_to_finish_then_results_and_sql(tmp_path: Path) -> None:
         draws = results.draws
         assert draws >= 1
         for tab in ("speedup", "bsr", "ase", "depth"):
-            results.query_one("#results-tabs").active = f"tab-{tab}"
+            await results.show_tab(tab)
             await pilot.pause(0.1)
         assert results.draws >= draws + 4
-        results.query_one("#results-tabs").active = "tab-table"
+        await results.show_tab("table")
         await pilot.pause(0.1)
         table = results.query_one("#results-table", DataTable)
         assert table.row_count == 4  # 2 depths x 2 batches, one compiler

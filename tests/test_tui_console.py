@@ -228,6 +228,8 @@ async def test_results_table_sorts_copies_and_charts_toggle_log_scale(tmp_path: 
         await wait_for(pilot, lambda: len(screen.rows) == 15)
         note = str(screen.query_one("#results-note", Label).render())
         assert "1 unstable" in note
+        # `ngb advise` bootstraps: its answer follows the trials (they are shown first)
+        await wait_for(pilot, lambda: screen.advice_ready)
         # `ngb advise`'s answer for the model shown, as the CLI words it: the depth its charts
         # show (the shallowest), the deeper ones named
         variant = screen.selection().variant
@@ -242,13 +244,13 @@ async def test_results_table_sorts_copies_and_charts_toggle_log_scale(tmp_path: 
         assert screen.selection().log_y is (not shown) and screen.draws > 0
         assert rd.CHARTS["throughput"].build(screen.rows, screen.selection()).log_y is (not shown)
         # The heatmap's compiler picker.
-        screen.query_one("#results-tabs").active = "tab-ase"
+        await screen.show_tab("ase")
         screen.query_one("#heat-ase", Select).value = "openvino"
         heat = screen.query_one("#chart-ase", Static)
         await wait_for(pilot, lambda: "ASE of openvino" in plain(heat.content))
         assert "scale:" in plain(heat.content) and "0.505" in plain(heat.content)
         # The table: noisy OpenVINO batch 1 is unstable and n.s.; sort by throughput; copy.
-        screen.query_one("#results-tabs").active = "tab-table"
+        await screen.show_tab("table")
         table = screen.query_one("#results-table", DataGrid)
         await wait_for(pilot, lambda: table.row_count == 15)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ngb.core.compilers import list_compilers
-from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps.run.events import RunEvent
 from ngb.sweeps.store.database import Store
 from ngb.tui import ops_view
@@ -149,7 +149,7 @@ async def test_every_chart_has_its_legend_and_every_sentence_is_whole(
         for tab, kind in rd.CHARTS.items():
             if kind.heatmap:
                 continue
-            screen.query_one("#results-tabs").active = f"tab-{tab}"
+            await screen.show_tab(tab)
             await pilot.pause(0.2)
             view = screen.query_one(f"#chart-{tab}", ResultChart)
             chart = kind.build(screen.rows, screen.selection())
@@ -195,7 +195,7 @@ async def test_the_depth_tab_says_why_it_is_empty(tmp_path: Path, size: str) -> 
         await wait_for(pilot, lambda: len(screen.rows) == len(POINTS) * len(COMPILERS))
         screen.query_one("#results-family", Select).value = "mha"
         await wait_for(pilot, lambda: screen.selection().variant == "mha w64")
-        screen.query_one("#results-tabs").active = "tab-depth"
+        await screen.show_tab("depth")
         await pilot.pause(0.2)
         view = screen.query_one("#chart-depth", ResultChart)
         caption = view.query_one(".chart-caption", Static)
@@ -212,7 +212,7 @@ async def test_the_tables_and_their_notes_fit(tmp_path: Path, size: str) -> None
     async with app.run_test(size=SIZES[size]) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: len(screen.rows) == len(POINTS) * len(COMPILERS))
-        screen.query_one("#results-tabs").active = "tab-table"
+        await screen.show_tab("table")
         table = screen.query_one("#results-table", DataGrid)
         await wait_for(pilot, lambda: table.row_count > 0)
         await pilot.pause(0.2)
@@ -225,7 +225,7 @@ async def test_the_tables_and_their_notes_fit(tmp_path: Path, size: str) -> None
         said = str(note.render())
         assert said.startswith("to fit: model, n hidden; no interval on RTR")  # what gave way
         assert shown_whole(note, app, said), screen_text(app)
-        screen.query_one("#results-tabs").active = "tab-ops"
+        await screen.show_tab("ops")
         await pilot.pause(0.2)
         note = screen.query_one("#results-ops-note", Label)
         # whole, "[measure]" included (it was read as markup and vanished)

@@ -78,7 +78,7 @@ def agent_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *options: dict
     with these options; its event lines as the workstation would read them."""
     import io
 
-    from ngb.core.types import TrialSpec
+    from ngb.core.records.types import TrialSpec
     from ngb.devices.agent import EventWriter, run_trials
 
     from tests.fake_compilers import register

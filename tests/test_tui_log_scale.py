@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ngb.core.intervals import t_two_sided
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.statistics.student_t import t_two_sided
 from ngb.sweeps.store.database import Store
 from ngb.tui import results_data as rd
 from ngb.tui.app import NgbApp
@@ -33,7 +33,7 @@ def _store(path: Path) -> Path:
     for compiler, (rel, tputs) in SEED.items():
         for batch, mean in tputs.items():
             spec = TrialSpec(model="conv", compiler=compiler, batch=batch, width=8, measure=MEASURE)
-            std = rel * mean / t_two_sided(1) * 1.4
+            std = rel * mean / t_two_sided(0.95, 1) * 1.4
             r = TrialResult(
                 key=spec.key, spec=spec.to_dict(), started_at=1.7e9, finished_at=1.7e9 + 10,
                 throughput=Stats(n=2, mean=mean, std=std), cpu_percent_mean=50.0,
@@ -75,7 +75,7 @@ async def test_l_draws_every_chart_on_both_axes(tmp_path: Path, tab: str) -> Non
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: len(screen.rows) == 6)
-        screen.query_one("#results-tabs").active = f"tab-{tab}"
+        await screen.show_tab(tab)
         app.set_focus(None)
         for _ in range(3):  # on, off, on (or off, on, off): each draw must survive
             before = screen.draws
@@ -105,7 +105,7 @@ async def test_every_series_with_data_shows_its_marker(
         screen = app.screen
         await wait_for(pilot, lambda: len(screen.rows) == 6)
         for tab in ("throughput", "speedup"):
-            screen.query_one("#results-tabs").active = f"tab-{tab}"
+            await screen.show_tab(tab)
             await pilot.pause()
             screen.redraw()
             view = screen.query_one(f"#chart-{tab}", ResultChart)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.report.numbers import format_interval, printed_bounds
 from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.tui import results_data as rd
@@ -161,7 +161,7 @@ def sampled(compiler: str, batch: int, samples: list[float], **extra: object) ->
 
 
 def test_table_shows_spread_significance_and_flags() -> None:
-    from ngb.core.significance import compare, confidence_interval
+    from ngb.core.statistics.significance import compare, confidence_interval
 
     base = [100.0, 104.0, 96.0, 101.0, 99.0]
     close = [101.0, 97.0, 105.0, 100.0, 102.0]  # not significantly faster than identity

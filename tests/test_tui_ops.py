@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core.profiling import KernelRecord, Profile, classify
-from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.core.compilers.profiling import KernelRecord, Profile, classify
+from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps.store.database import Store
 from ngb.tui import ops_view
 from ngb.tui.app import NgbApp
@@ -107,7 +107,7 @@ def test_ops_tab(snap_compare, tmp_path: Path, frozen, size: str) -> None:
     async def ready(pilot) -> None:
         screen = pilot.app.screen
         await wait_for(pilot, lambda: len(screen.rows) == 6 and len(screen.profiles) == 6)
-        screen.query_one("#results-tabs").active = "tab-ops"
+        await screen.show_tab("ops")
         await wait_for(pilot, lambda: screen.query_one("#results-ops").row_count > 0)
         await pilot.pause(0.3)
 

@@ -111,7 +111,7 @@ async def test_console_runs_own_models_and_shows_their_names(tmp_path: Path) -> 
             for var_value in rd.variants(results.rows, fam_value):
                 variant.value = var_value
                 await pilot.pause(0.2)
-                results.query_one("#results-tabs").active = "tab-table"
+                await results.show_tab("table")
                 await pilot.pause(0.2)
                 table = results.query_one("#results-table", DataTable)
                 for i in range(table.row_count):

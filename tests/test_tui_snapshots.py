@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core.types import Stats, TrialResult, TrialSpec
+from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.sweeps.run.orchestrator import RunEvent
 from ngb.sweeps.store.database import Store
 from ngb.tui.app import NgbApp
@@ -255,7 +255,8 @@ def test_results_screen(snap_compare, tmp_path: Path, frozen, tab: str, size: st
     async def ready(pilot) -> None:
         screen = pilot.app.screen
         await wait_for(pilot, lambda: len(screen.rows) == len(TPUT))
-        screen.query_one("#results-tabs").active = f"tab-{tab}"
+        await wait_for(pilot, lambda: screen.advice_ready)  # the advice line follows the rows
+        await screen.show_tab(tab)
         await pilot.pause(0.3)
         no_blink(pilot.app)
 

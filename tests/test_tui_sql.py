@@ -175,7 +175,7 @@ async def test_write_mode_grants_the_store_only(tmp_path: Path) -> None:
     console's screen and through its query jobs, and every file stays byte-identical."""
     import os
 
-    from ngb.core.errors import NgbError
+    from ngb.core.base.errors import NgbError
     from textual.widgets import Switch
 
     db = tmp_path / "r.duckdb"

@@ -104,7 +104,7 @@ async def test_demo_sweep_over_ssh_charts_every_compiler(sshd_home: Path, tmp_pa
         assert {"identity", "torchscript", "onnxruntime", "openvino"} <= {
             r["compiler"] for r in results.rows
         }
-        results.query_one("#results-tabs").active = "tab-speedup"
+        await results.show_tab("speedup")
         await pilot.pause(0.2)
         chart = results.query_one("#chart-speedup")
         assert chart.plt is not None and results.draws >= 2

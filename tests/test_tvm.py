@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ngb.core.base.errors import ConfigError, NgbError
 from ngb.core.compilers import CompileContext, get_compiler
 from ngb.core.compilers.tvm_ms import TvmMetaScheduleConfig
 from ngb.core.compilers.tvm_tuning import (
@@ -26,7 +27,6 @@ from ngb.core.compilers.tvm_tuning import (
     provenance,
     provenance_line,
 )
-from ngb.core.errors import ConfigError, NgbError
 
 # Looked up, not imported: importing TVM costs ~1.2 s, and every pytest-xdist process collects
 # this file while only one of them runs it.
@@ -38,8 +38,8 @@ RTOL = ATOL = 1e-3
 
 def block(kind: str, width: int, depth: int = 1, batch: int = 2, size: int = 8) -> tuple[Any, Any]:
     """One of the paper's blocks via the project's model factory, small enough for a unit test."""
-    from ngb.core.models import create_model
-    from ngb.core.types import TrialSpec
+    from ngb.core.models.models import create_model
+    from ngb.core.records.types import TrialSpec
 
     torch.manual_seed(0)
     spec = TrialSpec(
@@ -333,7 +333,7 @@ def test_tvm_ms_early_stop_ends_the_search_before_the_budget(tmp_path: Path) -> 
 
 
 def _tiny_trial(options: dict, workers: int) -> Any:
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialSpec
 
     measure = MeasureSettings(
         warmup_iters=1, warmup_s=0.0, min_iters=1, min_duration_s=0.05, repetitions=workers,
@@ -352,7 +352,7 @@ def test_a_trial_tunes_once_and_its_workers_measure_one_program(
 ) -> None:
     """Issue 32: with workers=3 and reuse_database=false each worker searched on its own (three
     searches, three programs); now worker 0 searches, the others build from its records."""
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
 
     # TVM loads in the workers only: this process may fork them whatever threads pytest keeps
     monkeypatch.setenv("NGB_WORKER_START", "fork")

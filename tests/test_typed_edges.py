@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import Device, with_changes
 from ngb.sweeps.run.orchestrator import RunEvent

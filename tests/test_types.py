@@ -6,9 +6,9 @@ import json
 import math
 
 import pytest
-from ngb.core import events
-from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError, UnknownNameError
+from ngb.core.records import events
+from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
 
 
 def test_key_is_stable_and_ignores_option_order() -> None:
@@ -114,7 +114,7 @@ def test_a_disturbance_threshold_outside_0_to_1_is_refused(value: float) -> None
 
 
 def test_a_disturbance_threshold_of_1_never_flags_a_cpu_share_but_a_gpu_process_still_does():
-    from ngb.core.interference import disturbance
+    from ngb.core.trial.interference import disturbance
 
     assert MeasureSettings(disturbance_threshold=1).disturbance_threshold == 1
     assert disturbance(threshold=1.0, before=100.0, during=100.0) is None

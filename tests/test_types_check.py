@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "build" / "mypy-test-cache"
 
 _WRONG = """
-from ngb.core.types import TrialSpec
+from ngb.core.records.types import TrialSpec
 
 
 def key_length(spec: TrialSpec) -> int:

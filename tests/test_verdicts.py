@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from ngb.core.stopping import repetitions_for_cov
+from ngb.core.statistics.stopping import repetitions_for_cov
 from ngb.sweeps.report.verdicts import summary_line
 
 MEASURE = json.dumps({"ci_target": 0.02, "confidence": 0.95, "max_repetitions": 24,
@@ -46,9 +46,8 @@ def test_mostly_valid_runs_get_no_advice_and_old_results_no_line() -> None:
 
 
 def test_serially_correlated_repetitions_need_more_and_the_line_says_why() -> None:
-    """A wide trial whose repetitions were correlated (ngb.core.autocorrelation) needs more of them
-    than
-    its CoV alone says: (1 + rho) / (1 - rho) times as many for long runs."""
+    """A wide trial whose repetitions were correlated (ngb.core.statistics.autocorrelation) needs
+    more of them than its CoV alone says: (1 + rho) / (1 - rho) times as many for long runs."""
     extra = json.dumps({"measure": {"serial_rho": 0.6}})
     rows = [{**row("INVALID", WIDE, cov=0.05), "extra": extra} for _ in range(3)]
     line = summary_line(rows)
@@ -76,7 +75,7 @@ def test_process_spread_gives_the_processes_a_trial_needs() -> None:
 def test_the_report_footnote_counts_invalid_reasons_as_the_run_summary(tmp_path) -> None:
     """Two trials INVALID for two levels between processes are said so on both surfaces, not
     folded into "a CI wider than its target" by the report (issue 33)."""
-    from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+    from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
     from ngb.sweeps.report.catalog import build_report
     from ngb.sweeps.store.database import Store
 
@@ -137,7 +136,7 @@ def test_a_noisy_machine_is_offered_the_target_its_budget_reached() -> None:
 
 
 def test_the_report_note_offers_the_same_target_as_the_run_summary(tmp_path) -> None:
-    from ngb.core.types import MeasureSettings, Stats, TrialResult, TrialSpec
+    from ngb.core.records.types import MeasureSettings, Stats, TrialResult, TrialSpec
     from ngb.sweeps.report.catalog import build_report
     from ngb.sweeps.store.database import Store
 

@@ -1,4 +1,4 @@
-"""How worker processes start (``ngb.core.worker_start``): by default each is its own fresh
+"""How worker processes start (``ngb.core.trial.worker_start``): by default each is its own fresh
 interpreter, an independent draw of a process's level (issue 30); ``auto`` forks them, and
 beside other Python threads (pytest-xdist's workers, notebooks) uses a fork server, since a fork
 copies locks that those threads hold and the forked worker waits on them forever."""
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ngb.core.errors import ConfigError
-from ngb.core.worker_start import START_ENV, start_method
+from ngb.core.base.errors import ConfigError
+from ngb.core.trial.worker_start import START_ENV, start_method
 
 from tests.cli_helpers import scaled
 
@@ -27,10 +27,10 @@ TRIAL = textwrap.dedent(
     """
     import importlib, json, sys, threading, time
     from pathlib import Path
-    from ngb.core.measure import run_trial
-    from ngb.core.model_sources import parse_input, parse_source
-    from ngb.core.types import MeasureSettings, TrialSpec
-    from ngb.core.worker_start import start_method
+    from ngb.core.trial.measure import run_trial
+    from ngb.core.models.model_sources import parse_input, parse_source
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial.worker_start import start_method
 
     base = Path(sys.argv[1])
     sys.path.insert(0, str(base))
@@ -112,8 +112,8 @@ def test_fresh_workers_are_each_their_own_interpreter(monkeypatch: pytest.Monkey
     """Three workers, three interpreters started side by side before the first one measured,
     each a child of the trial's process (not forked from it), none left behind."""
     import psutil
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial.measure import run_trial
 
     monkeypatch.setenv(START_ENV, "fresh")
     spec = TrialSpec(
@@ -136,8 +136,8 @@ def test_a_failed_first_worker_takes_the_idle_interpreters_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import psutil
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial.measure import run_trial
 
     monkeypatch.setenv(START_ENV, "fresh")
     spec = TrialSpec(
@@ -153,8 +153,8 @@ def test_a_failed_first_worker_takes_the_idle_interpreters_down(
 def test_forked_workers_say_they_share_one_interpreter() -> None:
     """``auto`` forks from one interpreter: the verdict says the interval has not sampled the
     spread a re-run meets (tests/test_calibration.py: such intervals under-cover)."""
-    from ngb.core.stopping import judge
-    from ngb.core.types import MeasureSettings
+    from ngb.core.records.types import MeasureSettings
+    from ngb.core.statistics.stopping import judge
 
     groups = [[100.0, 100.2], [100.1, 99.9], [99.8, 100.0], [100.2, 100.1]]
     forked = judge(groups, MeasureSettings(), one_interpreter=True)
@@ -177,7 +177,7 @@ def test_a_forked_worker_inherits_the_stuck_import(tmp_path: Path) -> None:
 
 def test_start_method_follows_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(START_ENV, "auto")
-    code = "from ngb.core.worker_start import start_method; print(start_method())"
+    code = "from ngb.core.trial.worker_start import start_method; print(start_method())"
     alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
         **os.environ, START_ENV: "auto"}, timeout=scaled(120))  # fmt: skip
     assert alone.stdout.strip() == "fork", alone.stderr[-2000:]
@@ -206,9 +206,10 @@ def test_while_fresh_interpreters_import_a_cpu_sample_goes_out_every_second(
     process samples the CPU every second while it waits (each sample carries a snapshot)."""
     import time
 
-    from ngb.core import events, workers
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records import events
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial import workers
+    from ngb.core.trial.measure import run_trial
 
     (tmp_path / "slow_import_ngb_test.py").write_text("import time\ntime.sleep(3.5)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the interpreters find it through PYTHONPATH
@@ -241,9 +242,10 @@ def test_a_worker_compiles_and_measures_only_once_every_interpreter_has_imported
     imports while any worker compiles or measures, and no more than ``parallel`` import at once."""
     import time
 
-    from ngb.core import events, worker_start, workers
-    from ngb.core.measure import run_trial
-    from ngb.core.types import MeasureSettings, TrialSpec
+    from ngb.core.records import events
+    from ngb.core.records.types import MeasureSettings, TrialSpec
+    from ngb.core.trial import worker_start, workers
+    from ngb.core.trial.measure import run_trial
 
     (tmp_path / "slow_import_ngb_gate.py").write_text("import time\ntime.sleep(1.0)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the interpreters find it through PYTHONPATH
@@ -292,8 +294,8 @@ def test_a_worker_compiles_and_measures_only_once_every_interpreter_has_imported
 def test_a_block_on_a_plain_compiler_preloads_no_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch._dynamo (~1.3 s of CPU an interpreter) only where a worker may import it: its
     compile, an optimisation, a user's model; a timm model imports it anyway (torchvision)."""
-    from ngb.core import workers
-    from ngb.core.types import TrialSpec
+    from ngb.core.records.types import TrialSpec
+    from ngb.core.trial import workers
 
     monkeypatch.setattr(workers, "_fresh_torch", True)
     block = workers._fresh_preload(TrialSpec(model="mha", width=8, compiler="identity"))
@@ -307,8 +309,8 @@ def test_a_block_on_a_plain_compiler_preloads_no_dynamo(monkeypatch: pytest.Monk
 def test_only_worker_0_counts_macs() -> None:
     """Worker 0's record is the trial's; a later worker's count was thrown away, and torch's
     counter imports torch._dynamo in every interpreter (issue 44)."""
-    from ngb.core.measure import _build_model
-    from ngb.core.types import TrialResult, TrialSpec
+    from ngb.core.records.types import TrialResult, TrialSpec
+    from ngb.core.trial.measure import _build_model
 
     spec = TrialSpec(model="conv", width=8, depth=1, compiler="identity")
     later = TrialResult(key=spec.key, spec=spec.to_dict())

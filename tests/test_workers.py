@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ngb.core import events
-from ngb.core.measure import SHARE_JOB, run_trial
-from ngb.core.stopping import Plan
-from ngb.core.types import MeasureSettings, TrialResult, TrialSpec
-from ngb.core.workers import WorkerFailed, run_worker
+from ngb.core.records import events
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
+from ngb.core.statistics.stopping import Plan
+from ngb.core.trial.measure import SHARE_JOB, run_trial
+from ngb.core.trial.workers import WorkerFailed, run_worker
 
 from tests.cli_helpers import scaled
 
@@ -75,7 +75,7 @@ def test_a_cancel_right_after_the_fork_takes_the_worker_along(
     nobody read, and the agent hung at exit (multiprocessing joins live children)."""
     import multiprocessing
 
-    from ngb.core import workers
+    from ngb.core.trial import workers
 
     class CancelledAtStart(workers.LiveMeter):
         def start(self) -> None:
@@ -99,10 +99,10 @@ def test_a_cancel_right_after_the_fork_takes_the_worker_along(
 @pytest.mark.parametrize("start", ["auto", "fresh"])
 def test_worker_processes_run_from_the_agent_zipapp(tmp_path: Path, start: str) -> None:
     """A device runs the agent from a zipapp: forked workers and fresh interpreters (which must
-    find ngb in the archive: ``ngb.core.worker_start`` hands them this process's path)."""
+    find ngb in the archive: ``ngb.core.trial.worker_start`` hands them this process's path)."""
     import os
 
-    from ngb.core.worker_start import START_ENV
+    from ngb.core.trial.worker_start import START_ENV
     from ngb.devices.bundle import build_agent_zipapp
 
     archive = build_agent_zipapp(tmp_path / "bundle")
@@ -141,7 +141,7 @@ def test_a_worker_dies_with_its_trial_process(monkeypatch: pytest.MonkeyPatch, s
     import time
 
     import psutil
-    from ngb.core.worker_start import START_ENV
+    from ngb.core.trial.worker_start import START_ENV
 
     monkeypatch.setenv(START_ENV, start)
     spec = TrialSpec(

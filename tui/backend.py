@@ -321,17 +321,22 @@ class Backend:
         """Per-repetition throughputs of a run's trials (what the significance test compares)."""
         if not self.database_exists():
             return {}
-        where = "WHERE run_id = ? AND device = ?" if device else "WHERE run_id = ?"
-        sql = (
-            "SELECT run_id, device, key, list(throughput ORDER BY rep) "  # noqa: S608 - fixed text
-            f"FROM measurements {where} GROUP BY ALL"
-        )
-        params = [run_id, device] if device else [run_id]
-        _, rows = self.store().query(sql, params)
-        return {
-            (str(r[0]), str(r[1]), str(r[2])): [float(v) for v in r[3] if v is not None]
-            for r in rows
-        }
+        return self.store().repetition_throughputs(run_id, device)
+
+    def run_results_sync(
+        self, run_id: str, device: str | None = None
+    ) -> tuple[list[RunDeviceRow], list[TrialRow], SampleMap]:
+        """A run's devices, trials and repetitions (``device``: one device's), read on one
+        connection (the Results screen's poll)."""
+        if not self.database_exists():
+            return [], [], {}
+        store = self.store()
+        with store.one_connection():
+            return (
+                self.run_devices_sync(run_id),
+                self.trials_sync(run_id=run_id, device=device),
+                self.samples_sync(run_id, device),
+            )
 
     def probes_sync(self) -> dict[str, dict[str, object]]:
         """The newest stored probe of each device (empty without a database)."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
 
 if TYPE_CHECKING:
     from ngb.sweeps.run.events import RunEvent
@@ -133,10 +133,10 @@ class DeviceState:
     ci_target: float | None = None
     ci_fixed: bool = False  # a fixed repetition count: the target does not end the trial
     tuning: TuningState | None = None
-    # a serving trial's last progress (``ngb.core.events.SERVING``: offered and achieved QPS, the
-    # p99 so far, a peak search's probe), as the agent sent it; live only, never stored
+    # a serving trial's last progress (``ngb.core.records.events.SERVING``: offered and achieved
+    # QPS, the p99 so far, a peak search's probe), as the agent sent it; live only, never stored
     serving: Mapping[str, object] | None = None
-    # the agent's ETA inputs for the trial in flight (``ngb.core.live_state.EtaBook.inputs``)
+    # the agent's ETA inputs for the trial in flight (``ngb.core.trial.live_state.EtaBook.inputs``)
     eta: Mapping[str, object] | None = None
     message: str = ""  # last one-line connection message (errors, reconnects)
     # a scheduler's queue state ("slurm: RUNNING on n1@gpu, 1:59:10 left ...", from
@@ -316,7 +316,8 @@ class RunModel:
             state.failed = ev.failed
 
     def _apply_agent(self, s: DeviceState, e: Mapping[str, object], ts: float) -> None:
-        """One agent event (``ngb.core.events``; JSON, so each field is checked as it is read)."""
+        """One agent event (``ngb.core.records.events``; JSON, so each field is checked as it is
+        read)."""
         kind = e.get("type")
         if kind == "cpu":
             self._apply_sample(s, e)
@@ -401,9 +402,9 @@ class RunModel:
             s.total = max(s.total, _count(e["total"]))
 
     def _apply_state(self, s: DeviceState, e: Mapping[str, object], ts: float) -> None:
-        """The agent's periodic snapshot (``ngb.core.live_state``): after a re-attach it brings
-        the trial in flight, its phase, the tuning view, the meters, a serving trial's progress
-        and the ETA at once."""
+        """The agent's periodic snapshot (``ngb.core.trial.live_state``): after a re-attach it
+        brings the trial in flight, its phase, the tuning view, the meters, a serving trial's
+        progress and the ETA at once."""
         trial = e.get("trial")
         if not isinstance(trial, Mapping):
             return

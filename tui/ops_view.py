@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ngb.core.profiling import OP_CLASSES, Profile
+from ngb.core.compilers.profiling import OP_CLASSES, Profile
 from ngb.sweeps.report.ops import column_names
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def load(store: Store, run_id: str, device: str | None) -> Stored:
 
 def _variant(point: ProfilePoint) -> str:
     """The Results screen's model selector's value for a point (``results_data.variant_of``)."""
-    from ngb.core.types import BLOCK_MODELS
+    from ngb.core.records.types import BLOCK_MODELS
 
     return f"{point.model} w{point.width}" if point.model in BLOCK_MODELS else point.model
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ngb.core.metrics import BASELINE
-from ngb.core.types import BLOCK_MODELS
+from ngb.core.records.types import BLOCK_MODELS
+from ngb.core.trial.metrics import BASELINE
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import series_names
 from ngb.sweeps.report.derived import Derived

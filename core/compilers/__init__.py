@@ -17,7 +17,9 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import UnknownNameError, UnsupportedTrial
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -25,7 +27,10 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     LoopResult,
 )
-from ngb.core.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from ngb.core.models.model_sources import ModelSource
+    from ngb.core.records.types import TrialSpec
 
 __all__ = [
     "CompileContext",
@@ -33,6 +38,7 @@ __all__ = [
     "Compiler",
     "CompilerConfig",
     "LoopResult",
+    "check_compiler_takes",
     "compiler_class",
     "compiler_classes",
     "get_compiler",
@@ -122,3 +128,22 @@ def version_packages() -> dict[str, tuple[str, ...]]:
         for label, dists in cls.version_packages.items():
             out.setdefault(label, tuple(dists))
     return out
+
+
+def check_compiler_takes(
+    source: ModelSource | None, compiler: Compiler[CompilerConfig], spec: TrialSpec
+) -> None:
+    """Refuse a pair that cannot work (``UnsupportedTrial``, recorded as ``unsupported``)."""
+    if source is None or not getattr(compiler, "needs_model", True):
+        return
+    takes = getattr(compiler, "sources", ("torch",))
+    if source.takes not in takes:
+        able = [n for n in list_compilers() if "onnx" in getattr(compiler_class(n), "sources", ())]
+        raise UnsupportedTrial(
+            f"{compiler.name} cannot take an ONNX file (it needs PyTorch code or a .pt2 program); "
+            f"ONNX models run on {', '.join(able)}"
+        )
+    if source.kind == "onnx" and spec.optimisation != "none":
+        raise UnsupportedTrial(
+            f"optimisation {spec.optimisation!r} works on PyTorch models; {spec.model!r} is ONNX"
+        )

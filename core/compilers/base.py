@@ -28,13 +28,14 @@ from typing import (
     get_origin,
 )
 
-from ngb.core.dist_version import dist_version
-from ngb.core.errors import ConfigError, UnsupportedTrial
-from ngb.core.types import PRECISIONS
+from ngb.core.base.dist_version import dist_version
+from ngb.core.base.errors import ConfigError, UnsupportedTrial
+from ngb.core.models.model_basics import to_numpy
+from ngb.core.records.types import PRECISIONS
 
 if TYPE_CHECKING:
-    from ngb.core.model_types import Array, Example, Model
-    from ngb.core.trial_extra import CompilerFacts
+    from ngb.core.models.model_types import Array, Example, Model
+    from ngb.core.records.trial_extra import CompilerFacts
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,15 @@ class CompileContext:
     emit: Callable[..., None] = lambda type_, **fields: None  # progress events (e.g. tuning)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per named phase
     cache_dir: Path | None = None  # long-lived cache (TVM tuning databases), survives runs
-    precision: str = "default"  # ngb.core.types.PRECISIONS; checked by Compiler.check_precision
-    # which worker process compiles (``ngb.core.workers``): a compiler that tunes does so in
+    precision: str = (
+        "default"  # ngb.core.records.types.PRECISIONS; checked by Compiler.check_precision
+    )
+    # which worker process compiles (``ngb.core.trial.workers``): a compiler that tunes does so in
     # worker 0 only, the later ones build from what it found (TVM), so all measure one program
     worker: int = 0
     trial_dir: Path | None = None  # scratch shared by the trial's workers (None: workdir)
-    # a profile pass (``ngb.core.profiling``), never a timed trial: runtimes whose profiler is
-    # a build option (ONNX Runtime's trace, OpenVINO's PERF_COUNT) build with it on
+    # a profile pass (``ngb.core.compilers.profiling``), never a timed trial: runtimes whose
+    # profiler is a build option (ONNX Runtime's trace, OpenVINO's PERF_COUNT) build with it on
     profile: bool = False
 
     @contextmanager
@@ -108,9 +111,9 @@ class Compiled(ABC):
     """A compiled model bound to one example batch."""
 
     #: extra facts worth recording with the result (e.g. number of infer requests in flight);
-    #: every key is declared in ``ngb.core.trial_extra.CompilerFacts``
+    #: every key is declared in ``ngb.core.records.trial_extra.CompilerFacts``
     extra: CompilerFacts
-    #: the precision that actually runs (ngb.core.precision), read back from the runtime;
+    #: the precision that actually runs (ngb.core.models.precision), read back from the runtime;
     #: None when nothing is computed (noop)
     precision: str | None
     #: the runtime's precision settings as read back (recorded with the result)
@@ -145,7 +148,7 @@ class Compiled(ABC):
     def feed(self, arrays: Sequence[Array]) -> None:
         """Write new values into the bound input buffers, one array per input, each of the
         example batch's shape and dtype; the next ``run`` computes on them. The accuracy pass
-        (``ngb.core.accuracy_pass``) runs a labelled set through the timed object this way,
+        (``ngb.core.trial.accuracy_pass``) runs a labelled set through the timed object this way,
         after its timed loops: no second compile, the same bound buffers. A runtime whose
         buffers cannot be written says so here (the pass records that one line)."""
         raise UnsupportedTrial(
@@ -153,7 +156,7 @@ class Compiled(ABC):
         )
 
     def serving_runners(self, concurrency: int | None = None) -> list[Callable[[], object]]:
-        """Callables a serving run (``ngb.core.loadgen``) gives one worker thread each; each
+        """Callables a serving run (``ngb.core.serving.loadgen``) gives one worker thread each; each
         answers one request at a time, and they may run at the same time. ``concurrency``
         None: the runtime's natural number of requests in flight.
 
@@ -192,20 +195,6 @@ def timed_calls(run: Callable[[], object], min_iters: int, min_duration_s: float
     return LoopResult(iters=len(lat), elapsed_s=(now - start) / 1e9, latencies_ns=lat)
 
 
-def to_numpy(out: object) -> Array:
-    import numpy as np
-
-    if isinstance(out, list | tuple):
-        out = out[0]
-    if isinstance(out, dict):
-        out = next(iter(out.values()))
-    if hasattr(out, "detach"):
-        out = out.detach().float().cpu().numpy()
-    elif hasattr(out, "numpy") and not isinstance(out, np.ndarray):
-        out = out.numpy()
-    return np.asarray(out)
-
-
 @dataclass(frozen=True)
 class Style:
     """How the console's charts draw a compiler's series (``ngb.tui.widgets.result_chart``): its
@@ -218,8 +207,8 @@ class Style:
     hollow: str
 
 
-#: how ``ngb profile`` (``ngb.core.profiling``) reads a compiler's kernels: ``"torch"``, the
-#: compiled model runs torch operators and ``torch.profiler`` sees them; ``"hook"``, its
+#: how ``ngb profile`` (``ngb.core.compilers.profiling``) reads a compiler's kernels: ``"torch"``,
+#: the compiled model runs torch operators and ``torch.profiler`` sees them; ``"hook"``, its
 #: ``Compiled.profile_records`` reads the runtime's own profiler on the model already built;
 #: ``"rebuild"``, the same, but that profiler is a build option (``CompileContext.profile``), so
 #: the profiled model is a second build
@@ -262,7 +251,7 @@ class Compiler(ABC, Generic[ConfigT]):
     requires: ClassVar[tuple[str, ...]] = ()
     #: device -> precisions it can run; a device left out supports ``default`` and ``fp32``
     precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {}
-    #: optimisation kind (``ngb.core.optimise.KINDS``) -> why this compiler cannot take it
+    #: optimisation kind (``ngb.core.trial.optimise.KINDS``) -> why this compiler cannot take it
     unsupported_optimisations: ClassVar[Mapping[str, str]] = {}
     #: exception class names (anywhere in the MRO) that mean "unsupported by this compiler"
     unsupported_errors: ClassVar[tuple[str, ...]] = ()
@@ -279,8 +268,8 @@ class Compiler(ABC, Generic[ConfigT]):
     #: the config option that bounds its tuning search, in trials (its default: the config
     #: field's); None: it does not search (``tuning_budget``, the ETA's weight of a trial)
     tuning_budget_option: ClassVar[str | None] = None
-    #: algorithm kind (``ngb.core.algorithms.KINDS``) -> what it runs for it, recorded with the
-    #: result; a kind left out is refused with its ``algorithm_refusals`` reason
+    #: algorithm kind (``ngb.core.records.algorithm_names.KINDS``) -> what it runs for it, recorded
+    #: with the result; a kind left out is refused with its ``algorithm_refusals`` reason
     algorithms: ClassVar[Mapping[str, str]] = {
         "default": "its own choice of convolution",
         "gemm": "im2col + matrix multiply written into the graph, compiled as given",

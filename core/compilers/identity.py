@@ -2,8 +2,8 @@
 
 Also home of the small torch helpers the other torch-based backends (torchscript, inductor)
 share: moving a model to the target device, binding the example batch, setting torch's precision
-flags for the trial (``torch_precision``; see ``ngb.core.precision``), and a ``Compiled`` whose
-``run`` is one synchronous call under ``torch.inference_mode`` and which records the precision
+flags for the trial (``torch_precision``; see ``ngb.core.models.precision``), and a ``Compiled``
+whose ``run`` is one synchronous call under ``torch.inference_mode`` and which records the precision
 torch runs at.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -24,8 +25,7 @@ from ngb.core.compilers.base import (
     Style,
     timed_calls,
 )
-from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
-from ngb.core.precision import (
+from ngb.core.models.precision import (
     SavedFlags,
     resolve_torch,
     restore_torch_flags,
@@ -36,7 +36,7 @@ from ngb.core.precision import (
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Array, Example, Model
+    from ngb.core.models.model_types import Array, Example, Model
 
 #: what the torch backends can run: strict fp32 or TF32 are flags (TF32 exists on NVIDIA GPUs only),
 #: bf16/fp16 cast the model; fp16 convolutions on the CPU are slow or missing in torch, so GPU only
@@ -76,7 +76,7 @@ def apply_threads(ctx: CompileContext) -> int:
 
 def torch_module(model: Model) -> torch.nn.Module:
     """The torch module a torch backend compiles (an ONNX file is refused before the build, by
-    ``model_sources.check_compiler_takes``; this says so again should one get this far)."""
+    ``compilers.check_compiler_takes``; this says so again should one get this far)."""
     from torch import nn
 
     if not isinstance(model, nn.Module):
@@ -109,9 +109,9 @@ def prepare(
 
 #: what every torch-based backend records (the default ``Compiler.versions`` reads these)
 TORCH_VERSIONS = {"torch": ("torch",)}
-# What torch runs for each algorithm (ngb.core.algorithms). Its convolution on x86 is oneDNN's,
-# whose primitive log (ONEDNN_VERBOSE=1) reads "alg:convolution_direct" with a channel-blocked
-# layout (aBcd16b), checked on the 2-core VM for 3x3 and 1x1 convs at batch 1 and 2.
+# What torch runs for each algorithm (ngb.core.models.algorithms). Its convolution on x86 is
+# oneDNN's, whose primitive log (ONEDNN_VERBOSE=1) reads "alg:convolution_direct" with a
+# channel-blocked layout (aBcd16b), checked on the 2-core VM for 3x3 and 1x1 convs at batch 1 and 2.
 TORCH_DIRECT = "torch's convolution: oneDNN's direct kernel on x86 (alg:convolution_direct)"
 TORCH_GEMM = "im2col + torch.matmul (the BLAS GEMM) written into the graph"
 TORCH_SPARSE = "im2col + a torch.sparse weight times the dense columns (sparse-dense matmul)"

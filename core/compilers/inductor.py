@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import NgbError
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -30,11 +31,10 @@ from ngb.core.compilers.identity import (
     prepare,
     torch_precision,
 )
-from ngb.core.errors import NgbError
 
 if TYPE_CHECKING:
-    from ngb.core.model_types import Example, Model
-    from ngb.core.precision import SavedFlags
+    from ngb.core.models.model_types import Example, Model
+    from ngb.core.models.precision import SavedFlags
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

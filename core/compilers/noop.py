@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ngb.core.base.errors import ConfigError
 from ngb.core.compilers.base import CompileContext, Compiled, Compiler, CompilerConfig, Style
-from ngb.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError, one_line
-from ngb.core.model_build import OnnxModel
+from ngb.core.base.errors import NgbError, one_line
+from ngb.core.models.model_build import OnnxModel
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Example, Model
+    from ngb.core.models.model_types import Example, Model
 
 DEFAULT_OPSET = 17
 #: torch.onnx's "this op has no ONNX rule" errors: unsupported, for every ONNX-consuming backend
@@ -36,7 +36,7 @@ def example_tuple(example: Example) -> tuple[torch.Tensor, ...]:
 
 def input_names(example: Example) -> list[str]:
     """Stable input names: ``input`` for one tensor, ``input0``, ``input1``... for several;
-    a user's model declares its own (``ngb.core.model_build.NamedInputs``)."""
+    a user's model declares its own (``ngb.core.models.model_build.NamedInputs``)."""
     names = getattr(example, "names", None)
     if names:
         return list(names)

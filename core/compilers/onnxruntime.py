@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -32,12 +33,11 @@ from ngb.core.compilers.base import (
     module_available,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Array, Example, Model
-    from ngb.core.profiling import KernelRecord
+    from ngb.core.compilers.profiling import KernelRecord
+    from ngb.core.models.model_types import Array, Example, Model
     from onnxruntime import InferenceSession, IOBinding
 
 OPT_LEVELS = ("all", "extended", "basic", "disable")
@@ -173,8 +173,8 @@ class _OrtCompiled(Compiled):
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
         """``calls`` runs of a session built with ``enable_profiling`` (``ctx.profile``): its
         trace's kernel events, the wall ms per call, the tool."""
-        from ngb.core.profile_graphs import ort_fusions
-        from ngb.core.profiling import ort_records
+        from ngb.core.compilers.profile_graphs import ort_fusions
+        from ngb.core.compilers.profiling import ort_records
 
         start = time.perf_counter()
         for _ in range(calls):
@@ -236,7 +236,9 @@ class OnnxRuntimeCompiler(Compiler[OnnxRuntimeConfig]):
                 opts.intra_op_num_threads = intra
             if cfg.inter_op_threads:
                 opts.inter_op_num_threads = cfg.inter_op_threads
-            if ctx.profile:  # a profile pass (ngb.core.profiling): the trace, never when timed
+            if (
+                ctx.profile
+            ):  # a profile pass (ngb.core.compilers.profiling): the trace, never when timed
                 opts.enable_profiling = True
                 opts.profile_file_prefix = str(ctx.workdir / "ort-profile")
                 # the graph ORT runs, after its fusions: which kernels are fused is read there

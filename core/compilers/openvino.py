@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -43,13 +44,12 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError, UnsupportedTrial
-from ngb.core.precision import from_openvino, openvino_hint
+from ngb.core.models.precision import from_openvino, openvino_hint
 
 if TYPE_CHECKING:
-    from ngb.core.model_types import Array, Example, Model
-    from ngb.core.profiling import KernelRecord
-    from ngb.core.trial_extra import CompilerFacts
+    from ngb.core.compilers.profiling import KernelRecord
+    from ngb.core.models.model_types import Array, Example, Model
+    from ngb.core.records.trial_extra import CompilerFacts
     from openvino import AsyncInferQueue, CompiledModel, InferRequest
 
 HINTS = ("THROUGHPUT", "LATENCY")
@@ -147,8 +147,8 @@ class _OvCompiled(Compiled):
         """``calls`` synchronous requests of a model compiled with ``PERF_COUNT``
         (``ctx.profile``): each one's performance counters, summed; the wall ms per call
         (the counters' read-out left out); the tool."""
-        from ngb.core.profile_graphs import openvino_origins
-        from ngb.core.profiling import openvino_records
+        from ngb.core.compilers.profile_graphs import openvino_origins
+        from ngb.core.compilers.profiling import openvino_records
 
         infos, spent = [], 0.0
         for _ in range(calls):
@@ -289,7 +289,9 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
                 properties["INFERENCE_PRECISION_HINT"] = asked
             if ctx.threads:
                 properties["INFERENCE_NUM_THREADS"] = ctx.threads
-            if ctx.profile:  # a profile pass (ngb.core.profiling): counters, never when timed
+            if (
+                ctx.profile
+            ):  # a profile pass (ngb.core.compilers.profiling): counters, never when timed
                 properties["PERF_COUNT"] = "YES"
             compiled_model = core.compile_model(core.read_model(str(path)), cfg.device, properties)
             optimal = int(compiled_model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))

@@ -27,6 +27,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, NgbError, UnsupportedTrial
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -36,12 +37,11 @@ from ngb.core.compilers.base import (
     choice,
 )
 from ngb.core.compilers.onnx_export import EXPORT_UNSUPPORTED_ERRORS
-from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError, UnsupportedTrial
-from ngb.core.model_build import OnnxModel, map_inputs
+from ngb.core.models.model_build import OnnxModel, map_inputs
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Array, Example, Model
+    from ngb.core.models.model_types import Array, Example, Model
     from tensorrt import ICudaEngine, IExecutionContext
 
 PRECISIONS = ("fp32", "fp16", "int8")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import ConfigError
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -28,12 +29,11 @@ from ngb.core.compilers.identity import (
     prepare,
     torch_precision,
 )
-from ngb.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
-    from ngb.core.model_types import Example, Model
-    from ngb.core.precision import SavedFlags
+    from ngb.core.models.model_types import Example, Model
+    from ngb.core.models.precision import SavedFlags
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _op_counts(graph: torch.Graph) -> dict[str, int]:
 def _folded(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """The operators freezing folded away into others (batch norm, a constant add or scale
     into the convolution before it): how many of each fewer the frozen graph runs."""
-    from ngb.core.profiling import FOLDABLE
+    from ngb.core.compilers.profiling import FOLDABLE
 
     out = {}
     for kind in FOLDABLE:

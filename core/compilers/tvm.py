@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, NgbError
 from ngb.core.compilers.base import (
     CompileContext,
     Compiled,
@@ -24,14 +25,13 @@ from ngb.core.compilers.base import (
     CompilerConfig,
     Style,
     choice,
-    to_numpy,
 )
-from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
-from ngb.core.model_build import OnnxModel
+from ngb.core.models.model_basics import to_numpy
+from ngb.core.models.model_build import OnnxModel
 
 if TYPE_CHECKING:
-    from ngb.core.model_types import Array, Example, Model
-    from ngb.core.profiling import KernelRecord
+    from ngb.core.compilers.profiling import KernelRecord
+    from ngb.core.models.model_types import Array, Example, Model
     from tvm.ir import IRModule
     from tvm.relax import VMExecutable
     from tvm.target import Target
@@ -252,9 +252,10 @@ class TvmCompiled(Compiled):
             tensor.copyfrom(array)
 
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
-        """``calls`` runs under the VM's instrument hook (``ngb.core.profiling.tvm_records``):
-        the time of each called kernel, the wall ms per call, the tool."""
-        from ngb.core.profiling import tvm_records
+        """``calls`` runs under the VM's instrument hook
+        (``ngb.core.compilers.profiling.tvm_records``): the time of each called kernel, the wall ms
+        per call, the tool."""
+        from ngb.core.compilers.profiling import tvm_records
 
         sync = self._dev.sync if self._sync else None
         records, wall = tvm_records(self._vm, self.run, calls, sync)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ngb.core.base.errors import CompilerUnavailable, ConfigError, NgbError
 from ngb.core.compilers.base import CompileContext, Compiled, Style, choice, module_available
 from ngb.core.compilers.identity import check_bool
 from ngb.core.compilers.tvm import (
@@ -43,12 +44,11 @@ from ngb.core.compilers.tvm_tuning import (
     provenance_line,
     quiet_meta_schedule_console,
 )
-from ngb.core.errors import CompilerUnavailable, ConfigError, NgbError
-from ngb.core.eta_evidence import first_batch_factor
+from ngb.core.statistics.eta_evidence import first_batch_factor
 
 if TYPE_CHECKING:
     from ngb.core.compilers.tvm import TargetSpec
-    from ngb.core.model_types import Example, Model
+    from ngb.core.models.model_types import Example, Model
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
     from tvm.target import Target

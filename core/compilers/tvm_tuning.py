@@ -43,13 +43,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from ngb.core.base.errors import NgbError
 from ngb.core.compilers.tvm import last_line
-from ngb.core.errors import NgbError
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11; the agent's 3.10 never evaluates annotations
 
-    from ngb.core.trial_extra import TuningRecord
+    from ngb.core.records.trial_extra import TuningRecord
     from tvm.ir import IRModule
     from tvm.runtime import Module
     from tvm.s_tir.meta_schedule.builder import BuilderResult
@@ -163,7 +163,7 @@ class TuningProgress:
         self._marks: list[tuple[float, int]] = [(0.0, 0)]  # (elapsed s, trials done) per batch
         self._began = False  # ``search_began`` was called
         # how much slower than the later ones this device's first batches ran (its earlier
-        # searches: ``ngb.core.live_state.first_batch_factor``); None: take the batch as it is
+        # searches: ``ngb.core.trial.live_state.first_batch_factor``); None: take the batch as it is
         self.first_batch_factor = first_batch_factor
         self._quarters = 0  # 25 % milestones logged so far
         self._best_logged = math.nan

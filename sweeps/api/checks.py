@@ -5,7 +5,7 @@ A notebook passes Python values, not command-line text, so types are checked her
 ``NgbError`` line naming the argument, never a ``TypeError`` from deep inside, nor a trial
 labelled ``b1.5``. The model itself is read as ``ngb measure`` reads it: a timm name, a block, a
 ``package.module:factory`` or ``path/to/file.py:factory`` with ``kwargs`` and ``inputs``, or an
-``.onnx``/``.pt2`` file (``ngb.core.model_sources.parse_source``).
+``.onnx``/``.pt2`` file (``ngb.core.models.model_sources.parse_source``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ngb.core.errors import ConfigError
-from ngb.core.model_inputs import InputSpec, parse_input
+from ngb.core.base.errors import ConfigError
+from ngb.core.models.model_inputs import InputSpec, parse_input
 from ngb.sweeps.rows import JsonValue, json_object
 
 #: what an ``inputs=`` entry may be
@@ -100,8 +100,8 @@ def model_source(
     family: str | None,
 ) -> dict[str, JsonValue] | None:
     """``TrialSpec.source`` for the API's model; None keeps a timm name or block as it was."""
-    from ngb.core.model_sources import parse_source
-    from ngb.core.types import BLOCK_MODELS
+    from ngb.core.models.model_sources import parse_source
+    from ngb.core.records.types import BLOCK_MODELS
 
     if family is not None and ("/" in family or not family.strip()):
         raise ConfigError(f"family must be a non-empty string without '/', got {family!r}")
@@ -123,7 +123,7 @@ def model_source(
         )
     if family is not None:
         parsed = replace(parsed, family=family.strip())
-    from ngb.core.model_inputs import assumed_ranges
+    from ngb.core.models.model_inputs import assumed_ranges
 
     for line in assumed_ranges(parsed.inputs):  # a guess is stated, never silent
         warnings.warn(f"{model}: {line}", UserWarning, stacklevel=3)

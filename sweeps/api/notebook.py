@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.sweeps.api import checks as check
 from ngb.sweeps.spec.checks import accuracy_table, check_algorithm, check_timm_names
 from ngb.sweeps.spec.one_trial import one_trial
@@ -45,7 +45,8 @@ HERE = "localhost"
 class Samples(list[float]):
     """Per-repetition throughputs that remember the worker process each came from, so
     ``compare`` computes from them exactly the interval the trial computed (between processes,
-    times the ``widening`` the trial's re-run history added, with its ``df``: ngb.core.reruns)."""
+    times the ``widening`` the trial's re-run history added, with its ``df``:
+    ngb.core.statistics.reruns)."""
 
     workers: tuple[int, ...]
     widening: float
@@ -123,8 +124,8 @@ class Result:
     def accuracy(self) -> dict[str, object] | None:
         """The accuracy pass (``accuracy=`` given): the compiled model's top-1 (top-5) with
         intervals, eager's, agreement, the drop and McNemar's verdict
-        (``ngb.core.accuracy_stats.AccuracyRecord``); None without one. A pass that could not
-        run raises nothing here: its line is ``trial.extra["accuracy_error"]``."""
+        (``ngb.core.statistics.accuracy_stats.AccuracyRecord``); None without one. A pass that could
+        not run raises nothing here: its line is ``trial.extra["accuracy_error"]``."""
         record = self.trial.extra.get("accuracy")
         return dict(record) if isinstance(record, Mapping) else None
 
@@ -226,14 +227,14 @@ def measure(
     ``MeasureSettings`` field (``workers=2``, ``ci_target=0.05``, ``repetitions=3`` ...);
     ``options``: the compiler's own options; ``progress``: show the phase on stderr.
     ``algorithm``: the convolution primitive (``default``, ``direct``, ``gemm``, ``sparse-csr``,
-    ``sparse-bsr-B``: ``ngb.core.algorithms``); one the compiler cannot run gives a failed
+    ``sparse-bsr-B``: ``ngb.core.models.algorithms``); one the compiler cannot run gives a failed
     Result whose ``error`` says why, as ``ngb measure --algorithm`` does.
 
-    Every argument is checked first: a bad one raises ``ngb.core.errors.NgbError`` with one line,
-    before anything is measured (a results file that cannot take the result included). A trial
-    that fails returns a Result with ``ok`` False and ``error``. With ``db`` or ``run`` the
-    result is also stored (run id ``run``, default ``api-<time>``), where ``open_results`` and
-    ``ngb report`` find it.
+    Every argument is checked first: a bad one raises ``ngb.core.base.errors.NgbError`` with one
+    line, before anything is measured (a results file that cannot take the result included). A trial
+    that fails returns a Result with ``ok`` False and ``error``. With ``db`` or ``run`` the result
+    is also stored (run id ``run``, default ``api-<time>``), where ``open_results`` and ``ngb
+    report`` find it.
     """
     from ngb.sweeps.store import measure as measure_store
 
@@ -270,7 +271,7 @@ def measure(
     )
     if source is None:
         check_timm_names([typed])  # the cached list of timm's names: no timm import here
-    from ngb.core.model_sources import trial_name
+    from ngb.core.models.model_sources import trial_name
 
     spec = one_trial(
         model=trial_name(typed, source, name, "name"),
@@ -298,7 +299,7 @@ def measure(
 
 def _run(spec: TrialSpec, progress: bool) -> TrialResult:
     """The trial here, its phases shown on stderr while it runs."""
-    from ngb.core.measure import run_trial
+    from ngb.core.trial.measure import run_trial
     from ngb.devices.paths import get_paths
     from ngb.sweeps.api.progress import Progress
 
@@ -325,7 +326,7 @@ def _in_fresh_process(spec: TrialSpec, cache: Path, shown: Progress) -> TrialRes
     import io
     import threading
 
-    from ngb.core import events
+    from ngb.core.records import events
     from ngb.devices.agent import EventWriter, run_subprocess
 
     class Shown(EventWriter):
@@ -389,7 +390,8 @@ def open_results(db: str | Path | None = None, run: str | None = None) -> Result
         [run],
     )
     # ci_widening / ci_df: what the trial's re-run history added to its interval
-    # (ngb.core.reruns), so ``compare`` on a key's repetitions rebuilds the interval it stated
+    # (ngb.core.statistics.reruns), so ``compare`` on a key's repetitions rebuilds the interval it
+    # stated
     samples = store.frame(
         "SELECT m.*, TRY_CAST(json_extract_string(t.extra, '$.measure.reruns.widening') AS DOUBLE)"
         " AS ci_widening, TRY_CAST(json_extract_string(t.extra, '$.measure.df') AS DOUBLE) AS ci_df"
@@ -509,7 +511,7 @@ def _from_samples(
     """The trial's own interval from its repetitions (``stopping.process_interval``): between
     the worker processes' means (k - 1 df) when there were several, else over the repetitions;
     for an ngb trial's ``Samples``, times the widening its re-run history added, at its df."""
-    from ngb.core.stopping import process_interval
+    from ngb.core.statistics.stopping import process_interval
 
     if any(v is None or not math.isfinite(v) or v <= 0 for v in values):
         raise ConfigError(f"compare: {side} has a throughput that is not a positive finite number")

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TextIO
 
-from ngb.core import events
+from ngb.core.records import events
 
 
 def in_notebook() -> bool:

@@ -2,10 +2,10 @@
 
 One door for the command and the notebook: every argument is checked first (one ``NgbError``
 line, a results file that could not take the answer included), then each compiler is served in
-a process of its own (``ngb.core.serve``) -- a fork from a process that has not started torch's
-thread pool (``ngb serve``), a fresh interpreter where it may have (a notebook; libgomp's pool
-does not survive a fork, see ``ngb.sweeps.api.notebook``) -- one after another, so two runtimes'
-thread pools never share the cores. With ``db``/``run`` every answer is stored
+a process of its own (``ngb.core.serving.serve``) -- a fork from a process that has not started
+torch's thread pool (``ngb serve``), a fresh interpreter where it may have (a notebook; libgomp's
+pool does not survive a fork, see ``ngb.sweeps.api.notebook``) -- one after another, so two
+runtimes' thread pools never share the cores. With ``db``/``run`` every answer is stored
 (``ngb.sweeps.store.serving``), where ``ngb advise --p99-ms`` finds the server-scenario p99.
 """
 
@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ngb.core import percentiles
-from ngb.core.errors import ConfigError, NgbError, one_line
-from ngb.core.serve import OnProgress, ServeOutcome, ServeSettings, ServingProgress
-from ngb.core.serve_trial import serving_line
-from ngb.core.types import TrialSpec
+from ngb.core.base.errors import ConfigError, NgbError, one_line
+from ngb.core.records.types import TrialSpec
+from ngb.core.serving.serve import OnProgress, ServeOutcome, ServeSettings, ServingProgress
+from ngb.core.serving.serve_trial import serving_line
+from ngb.core.statistics import percentiles
 from ngb.sweeps.api import checks as check
 
 #: what results served here are stored under (``ngb serve`` runs here)
@@ -70,7 +70,7 @@ class Served:
     @property
     def peak_interval(self) -> tuple[float | None, float]:
         """QPS*'s 95 % interval; its low end None where no probe verified a rate (no lower
-        bound, ``ngb.core.peak``), its high end infinite where none missed; NaN without a
+        bound, ``ngb.core.serving.peak``), its high end infinite where none missed; NaN without a
         search."""
         found = self.outcome.peak if self.outcome is not None else None
         return (found.low, found.high) if found is not None else (math.nan, math.nan)
@@ -218,7 +218,7 @@ def _spec(
 
 def _serve_one(spec: TrialSpec, settings: ServeSettings, progress: bool) -> Served:
     """One compiler served in a process of its own; a failure is the answer's ``error``."""
-    from ngb.core import serve as core_serve
+    from ngb.core.serving import serve as core_serve
 
     say = _say(spec.compiler) if progress else None
     live = _live(spec.compiler) if progress and sys.stderr.isatty() else None
@@ -229,7 +229,7 @@ def _serve_one(spec: TrialSpec, settings: ServeSettings, progress: bool) -> Serv
             with multiprocessing.get_context("spawn").Pool(1) as pool:
                 outcome = pool.apply(core_serve.serve, (spec, settings), {"say": say})
         else:
-            from ngb.core.isolate import call_in_child
+            from ngb.core.base.isolate import call_in_child
 
             outcome = call_in_child(
                 f"serving {spec.label}", core_serve.serve, spec, settings, say=say,

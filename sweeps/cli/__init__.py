@@ -20,8 +20,8 @@ import sys
 from typing import IO
 
 import click
-from ngb.core.errors import NgbError, one_line
-from ngb.core.safe_files import MAX_SHOWN, shorten
+from ngb.core.base.errors import NgbError, one_line
+from ngb.core.base.safe_files import MAX_SHOWN, shorten
 
 # command name -> (module, attribute, one-line help shown by `ngb --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {

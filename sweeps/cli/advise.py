@@ -19,7 +19,7 @@ class DropBound(click.ParamType):
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        from ngb.core.errors import ConfigError
+        from ngb.core.base.errors import ConfigError
         from ngb.sweeps.report.advise import parse_drop
 
         try:
@@ -53,7 +53,7 @@ def advise(
     max_drop: float | None, objective: str, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """The configuration to deploy for MODEL (or --sweep RUN's models) on --device or --group."""
-    from ngb.core.errors import ConfigError
+    from ngb.core.base.errors import ConfigError
     from ngb.sweeps.report import advise as advice
     from ngb.sweeps.report.data import ReportData
     from ngb.sweeps.store.database import Store
@@ -70,7 +70,7 @@ def advise(
 
         inventory = load_inventory()
         if group not in inventory.group_names():
-            from ngb.core.errors import UnknownNameError
+            from ngb.core.base.errors import UnknownNameError
 
             raise UnknownNameError("group", group, inventory.group_names())
         members = [d.name for d in inventory.group_members(group)]
@@ -82,7 +82,7 @@ def advise(
         devices = data.devices_under(members) if slurm else members
     known_devices = data.devices()  # no trial read: advise reads one model and device at once
     if device is not None and device not in known_devices:
-        from ngb.core.errors import NgbError, UnknownNameError
+        from ngb.core.base.errors import NgbError, UnknownNameError
 
         # a device whose every trial failed is known, with nothing to rank: say that
         _, counted = store.query("SELECT count(*) FROM trials WHERE device = ?", [device])

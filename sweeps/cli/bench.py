@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 
 #: short names for benchmarks an issue or the README names (``ngb bench console``)
 ALIASES = {"console": "console_cpu"}
@@ -58,7 +58,7 @@ def bench(name: str | None, args: tuple[str, ...]) -> None:
     chosen = list(names) if name == "all" else [ALIASES.get(name, name)]
     for bench_name in chosen:
         if bench_name not in names:
-            from ngb.core.errors import UnknownNameError
+            from ngb.core.base.errors import UnknownNameError
 
             raise UnknownNameError("benchmark", bench_name, list(names))
         if len(chosen) > 1:  # `ngb bench all`: which benchmark the figures below are from;

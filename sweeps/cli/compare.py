@@ -70,7 +70,7 @@ def compare(
     fmt: str, output: str | None, db: str | None, wait: float,
 ) -> None:  # fmt: skip
     """Every point RUN_A and RUN_B share: B / A, its verdict and what differs."""
-    from ngb.core.errors import ConfigError
+    from ngb.core.base.errors import ConfigError
     from ngb.sweeps.report import compare as compare_runs
     from ngb.sweeps.report.compare_report import report as compare_report
     from ngb.sweeps.report.history import package_lookup

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from ngb.core.errors import NgbError, first_line
+from ngb.core.base.errors import NgbError, first_line
 from ngb.devices.ansible import import_ansible
 from ngb.devices.inventory import (
     Device,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.cli.options import results_db_options
 from ngb.sweeps.cli.query import ROW_STATEMENTS, one_statement, open_store
 

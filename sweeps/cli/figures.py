@@ -41,7 +41,7 @@ def figures(
         return
     wanted = figs.resolve(names)  # bad names and formats fail before the database is opened
     chosen = figs.check_formats([f.strip() for f in formats.split(",") if f.strip()])
-    from ngb.core.errors import NgbError
+    from ngb.core.base.errors import NgbError
 
     check_out_dir(out_dir)
     from ngb.sweeps.figures.data import FigureData
@@ -72,8 +72,8 @@ def check_out_dir(out_dir: str) -> None:
     import os
     import stat
 
-    from ngb.core.errors import NgbError
-    from ngb.core.safe_files import kind_name, shorten
+    from ngb.core.base.errors import NgbError
+    from ngb.core.base.safe_files import kind_name, shorten
 
     shown = shorten(out_dir)
     try:

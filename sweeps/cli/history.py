@@ -59,7 +59,7 @@ def history(
 
     A change point needs 3 runs on each side (6 in a series); each table says how many runs it
     searched and the |t| a change had to exceed (1 % false alarms per series)."""
-    from ngb.core.errors import ConfigError
+    from ngb.core.base.errors import ConfigError
     from ngb.sweeps.report import history as hist
     from ngb.sweeps.report.compare import parse_threshold
     from ngb.sweeps.report.render import render
@@ -87,7 +87,7 @@ def history(
         text = render(built, fmt)
     emit_text(text, output, store.path)
     if figure is not None:
-        from ngb.core.safe_files import refuse_protected
+        from ngb.core.base.safe_files import refuse_protected
         from ngb.devices.paths import get_paths
         from ngb.sweeps.figures.history import write
 

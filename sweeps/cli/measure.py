@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from ngb.core.errors import ConfigError
-from ngb.core.types import MeasureSettings
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import MeasureSettings
 from ngb.sweeps.cli import safe_text, short_words
 from ngb.sweeps.cli.options import FINITE, parse_option
 from ngb.sweeps.cli.own_model import own_model_options
@@ -25,7 +25,7 @@ from ngb.sweeps.spec.checks import accuracy_table, check_timm_names
 from ngb.sweeps.spec.one_trial import one_trial
 
 if TYPE_CHECKING:
-    from ngb.core.types import TrialResult, TrialSpec
+    from ngb.core.records.types import TrialResult, TrialSpec
 
 # --help states the defaults a run records, read from the settings (not copied into the text)
 _DEFAULT = MeasureSettings()
@@ -226,9 +226,9 @@ def measure(
     own model is stored as --name, else under its file's own name (resmlp.py:build), so runs from
     any folder, a sweep and ngb.measure form one series in `ngb history`.
     """
-    from ngb.core import events
     from ngb.core.compilers import compiler_class
-    from ngb.core.measure import run_trial
+    from ngb.core.records import events
+    from ngb.core.trial.measure import run_trial
     from ngb.sweeps.cli.own_model import model_source, stored_name
 
     compiler_class(compiler)  # unknown name -> one-line error with close matches
@@ -303,7 +303,9 @@ def measure(
             click.echo(f"  {event.get('msg')}", err=True)  # budgets, tuning milestones
 
     if interactive and spec.measure.repetitions is None:  # what the run will spend, up front
-        from ngb.core.budget import upfront  # what is decided now; a slow first call may cut it
+        from ngb.core.trial.budget import (
+            upfront,  # what is decided now; a slow first call may cut it
+        )
 
         m = spec.measure
         click.echo(
@@ -354,9 +356,9 @@ def measure(
 
 
 def _algorithm_line(result: TrialResult) -> list[tuple[str, str]]:
-    """What ran for a trial's algorithm (ngb.core.algorithms) and what its format stores;
+    """What ran for a trial's algorithm (ngb.core.models.algorithms) and what its format stores;
     nothing for the compiler's own choice."""
-    from ngb.core.algorithms import facts_text
+    from ngb.core.models.algorithms import facts_text
 
     facts = result.extra.get("algorithm")
     return [("algorithm", facts_text(facts))] if isinstance(facts, dict) else []
@@ -465,7 +467,7 @@ def _print_summary(spec: TrialSpec, result: TrialResult) -> None:
         ("versions", ", ".join(f"{k} {v}" for k, v in result.versions.items())),
     ]
     if spec.measure.accuracy is not None:
-        from ngb.core.accuracy_stats import summary
+        from ngb.core.statistics.accuracy_stats import summary
 
         said = result.extra.get("accuracy_error")
         record = result.extra.get("accuracy")
@@ -501,7 +503,7 @@ def _fidelity_text(fidelity: object) -> str:
 
 
 def _time_part(result: TrialResult) -> str:
-    """What re-runs added to the interval (ngb.core.reruns), as the trial recorded it."""
+    """What re-runs added to the interval (ngb.core.statistics.reruns), as the trial recorded it."""
     measure = result.extra.get("measure")
     said = measure.get("reruns") if isinstance(measure, dict) else None
     note = said.get("note") if isinstance(said, dict) else None
@@ -510,7 +512,7 @@ def _time_part(result: TrialResult) -> str:
 
 def _tails_line(result: TrialResult) -> str:
     """p50/p90/p99 with their order-statistic intervals, or why one is not claimed."""
-    from ngb.core.percentiles import describe_all
+    from ngb.core.statistics.percentiles import describe_all
 
     lat = result.latency_ms
     values = {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99}
@@ -536,7 +538,7 @@ def _measure_seconds(result: TrialResult) -> str:
 
 
 def _energy_line(result: TrialResult) -> str:
-    from ngb.core.energy import summary
+    from ngb.core.trial.energy import summary
 
     return summary(result)
 

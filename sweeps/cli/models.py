@@ -12,7 +12,7 @@ import json
 import sys
 
 import click
-from ngb.core.errors import UnknownNameError
+from ngb.core.base.errors import UnknownNameError
 
 
 def _fmt_shape(shape: tuple[int, ...]) -> str:
@@ -50,7 +50,7 @@ def _render(headers: list[str], rows: list[list[str]], right: set[int]) -> list[
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def models(family: str | None, blocks: bool | None, sweep_file: str | None, as_json: bool) -> None:
     """List the paper's models (Table IV) and blocks (Table V) with parameters and MACs."""
-    from ngb.core.models import MACS_COUNTER, PAPER_FAMILIES, paper_table
+    from ngb.core.models.models import MACS_COUNTER, PAPER_FAMILIES, paper_table
     from ngb.devices.paths import get_paths
 
     if sweep_file is not None:

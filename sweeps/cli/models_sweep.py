@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
 import click
-from ngb.core.errors import NgbError, one_line
+from ngb.core.base.errors import NgbError, one_line
 
 if TYPE_CHECKING:
     from ngb.sweeps.spec.sweep import Sweep
@@ -30,9 +30,9 @@ class ModelRow(TypedDict, total=False):
 
 
 def _rows(sweep: Sweep) -> list[ModelRow]:
-    from ngb.core import models as core_models
-    from ngb.core.model_sources import ModelSource
-    from ngb.core.types import BLOCK_MODELS
+    from ngb.core.models import models as core_models
+    from ngb.core.models.model_sources import ModelSource
+    from ngb.core.records.types import BLOCK_MODELS
 
     seen: dict[tuple[str, int | None], None] = {}
     for matrix in sweep.matrices:
@@ -67,9 +67,9 @@ def list_sweep_models(
     render: Callable[[list[str], list[list[str]], set[int]], list[str]],
 ) -> bool:
     """Print the table (or JSON); False when some model could not be counted."""
+    from ngb.core.base.isolate import call_in_child
     from ngb.core.compilers import onnx_compilers
-    from ngb.core.isolate import call_in_child
-    from ngb.core.models import MACS_COUNTER
+    from ngb.core.models.models import MACS_COUNTER
     from ngb.sweeps.spec.sweep import load_sweep
 
     sweep = load_sweep(sweep_file)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.sweeps.rows import JsonValue
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -99,7 +99,7 @@ def emit_text(
         else:
             click.echo(text, nl=False)
         return
-    from ngb.core.safe_files import refuse_protected, write_atomic
+    from ngb.core.base.safe_files import refuse_protected, write_atomic
     from ngb.devices.paths import get_paths
 
     protected: dict[str, Path] = dict(get_paths().own_files())

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import click
-from ngb.core.errors import ConfigError
+from ngb.core.base.errors import ConfigError
 from ngb.sweeps.rows import JsonValue, json_object
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -59,8 +59,8 @@ def model_source(
 ) -> dict[str, JsonValue] | None:
     """``TrialSpec.source`` for MODEL; None keeps a plain timm name or block as it always was.
     ``warn`` gets each guessed input range (a guess is stated, never silent)."""
-    from ngb.core.model_sources import parse_input, parse_source
-    from ngb.core.types import BLOCK_MODELS
+    from ngb.core.models.model_sources import parse_input, parse_source
+    from ngb.core.records.types import BLOCK_MODELS
     from ngb.sweeps.cli.options import parse_option
 
     if sweep_file is not None:
@@ -100,7 +100,7 @@ def stored_name(
 ) -> str:
     """The name the trial is stored under: ``--name``, else the source's default name
     (``core.model_sources.trial_name``); with ``--sweep``, the ``[[models]]`` entry's own."""
-    from ngb.core.model_sources import trial_name
+    from ngb.core.models.model_sources import trial_name
 
     if sweep:
         if name is not None:

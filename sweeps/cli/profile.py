@@ -1,4 +1,5 @@
-"""``ngb profile``: where one model's time goes under each compiler (``ngb.core.profiling``)."""
+"""``ngb profile``: where one model's time goes under each compiler
+(``ngb.core.compilers.profiling``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from ngb.core.errors import NgbError, one_line
+from ngb.core.base.errors import NgbError, one_line
 from ngb.sweeps.cli.own_model import own_model_options
 from ngb.sweeps.report.render import FORMATS
 
 if TYPE_CHECKING:
-    from ngb.core.profiling import Profile
-    from ngb.core.types import TrialSpec
+    from ngb.core.compilers.profiling import Profile
+    from ngb.core.records.types import TrialSpec
     from ngb.sweeps.store.database import Store
 
 
@@ -47,9 +48,9 @@ def profile(
     MODEL is what `ngb measure` takes: a timm name, conv/mha (with --width), your own
     package.module:factory, file.py:factory (with -i), .onnx or .pt2 file, or a [[models]] name
     with --sweep; stored under the same name `ngb measure` gives it."""
-    from ngb.core.isolate import call_in_child
-    from ngb.core.profiling import profile_trial
-    from ngb.core.types import TrialSpec
+    from ngb.core.base.isolate import call_in_child
+    from ngb.core.records.types import TrialSpec
+    from ngb.core.trial.profile_pass import profile_trial
     from ngb.sweeps.cli.own_model import model_source, stored_name
     from ngb.sweeps.report.catalog import render
     from ngb.sweeps.report.ops import ops_report

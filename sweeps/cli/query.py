@@ -19,7 +19,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import click
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.cli.options import results_db_options
 
 if TYPE_CHECKING:

@@ -67,22 +67,22 @@ def report(
     from ngb.sweeps.store.database import Store
 
     if figure_dir is not None and name != "ops":
-        from ngb.core.errors import ConfigError
+        from ngb.core.base.errors import ConfigError
 
         raise ConfigError("--figure applies to `ngb report ops` only")
     if model is not None and name != "ops":
-        from ngb.core.errors import ConfigError
+        from ngb.core.base.errors import ConfigError
 
         raise ConfigError("--model applies to `ngb report ops` only")
     asked = [c.strip() for c in compilers.split(",") if c.strip()] if compilers else None
     if compilers is not None and (name != "ops" or not asked):
-        from ngb.core.errors import ConfigError
+        from ngb.core.base.errors import ConfigError
 
         raise ConfigError("--compilers applies to `ngb report ops` only and names compilers")
     store = Store(db, busy_timeout_s=wait)
     whole = fmt == "html" and name in (None, ALL)
     if (family is not None or precision is not None) and not whole:
-        from ngb.core.errors import ConfigError
+        from ngb.core.base.errors import ConfigError
 
         raise ConfigError("--family and --precision apply to the html whole-run report only")
     if whole:
@@ -134,7 +134,7 @@ def _ops_figures(
 ) -> None:
     from pathlib import Path
 
-    from ngb.core.errors import NgbError
+    from ngb.core.base.errors import NgbError
     from ngb.sweeps.cli.figures import check_out_dir
     from ngb.sweeps.figures.ops import write_figures
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import click
-from ngb.core.clock_text import clock
-from ngb.core.errors import NgbError
-from ngb.core.serve_trial import serving_line
+from ngb.core.base.clock_text import clock
+from ngb.core.base.errors import NgbError
+from ngb.core.serving.serve_trial import serving_line
 from ngb.sweeps.rows import integer, mapping
 from ngb.sweeps.run.refusal import start_or_refuse, until_started
 
@@ -170,7 +170,7 @@ class _Progress:
         self.progress.update(task, **fields)
 
     def _snapshot(self, device: str, event: Mapping[str, object]) -> dict[str, Any]:
-        """The agent's snapshot (``ngb.core.live_state``), sent every second: a follower that
+        """The agent's snapshot (``ngb.core.trial.live_state``), sent every second: a follower that
         attached mid-trial gets the trial in flight and its search at once, as the console
         does (an `ngb attach` during a search showed no trial until the search's next batch,
         minutes later). Later snapshots change nothing a trial event already said."""

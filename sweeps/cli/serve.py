@@ -10,7 +10,7 @@ import json
 import sys
 
 import click
-from ngb.core.loadgen import SCENARIOS
+from ngb.core.records.serve_settings import SCENARIOS
 from ngb.sweeps.cli.options import NON_NEGATIVE, POSITIVE
 
 
@@ -109,7 +109,7 @@ def serve(
     """Serve MODEL compiled by each compiler here, under load, and print the latency from the
     scheduled time (p50/p90/p99 with 95 % intervals), the rates, the issue lag and the verdict;
     with --find-peak --p99-ms X, QPS* and its interval, compilers side by side."""
-    from ngb.core.errors import NgbError
+    from ngb.core.base.errors import NgbError
     from ngb.sweeps.api.serving import serve as serve_api
     from ngb.sweeps.cli.measure import stdout_to_stderr
     from ngb.sweeps.cli.options import parse_option
@@ -157,7 +157,7 @@ def _plain(value: object) -> object:
 
 
 def _print_one(a: object) -> None:
-    from ngb.core.serve_stats import describe
+    from ngb.core.serving.serve_stats import describe
     from ngb.sweeps.api.serving import Served
 
     assert isinstance(a, Served)
@@ -178,7 +178,7 @@ def _print_one(a: object) -> None:
 
 def _side_by_side(answers: list[object]) -> str:
     """One line per compiler: QPS* and its interval, or the p99 and verdict of the run."""
-    from ngb.core.serve_stats import describe_tail
+    from ngb.core.serving.serve_stats import describe_tail
     from ngb.sweeps.api.serving import Served
 
     rows = []

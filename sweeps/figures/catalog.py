@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError, UnknownNameError
-from ngb.core.safe_files import write_atomic
+from ngb.core.base.errors import ConfigError, UnknownNameError
+from ngb.core.base.safe_files import write_atomic
 from ngb.sweeps.figures import dlas_curves, series, serving
 from ngb.sweeps.figures.data import FigureData, caption_facts
 from ngb.sweeps.figures.plot import FORMATS

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.base.errors import ConfigError, UnknownNameError
 from ngb.sweeps.figures.spec import ErrorBar, FigureTrial
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import ReportData, finite

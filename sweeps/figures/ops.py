@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.profiling import OP_CLASSES, Profile
+from ngb.core.compilers.profiling import OP_CLASSES, Profile
 from ngb.sweeps.figures.plot import FORMATS, require_matplotlib, save
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ngb.core.errors import NgbError
-from ngb.core.safe_files import write_atomic
+from ngb.core.base.errors import NgbError
+from ngb.core.base.safe_files import write_atomic
 from ngb.sweeps.figures.spec import BarPanel, FigureSpec, HeatPanel, LinePanel, Panel
 from ngb.sweeps.report.paper import compiler_order
 

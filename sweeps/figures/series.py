@@ -434,13 +434,13 @@ CPU_MIN_SPAN = 5.0
 
 def _mean_interval(values: Sequence[float | None]) -> tuple[float | None, float | None]:
     """Mean and its 95 % Student-t half-width (None with fewer than 2 values)."""
-    from ngb.core.intervals import t_two_sided
+    from ngb.core.statistics.student_t import t_two_sided
 
     mean, std = _mean_std(values)
     n = len([v for v in values if finite(v)])
     if mean is None or std is None or n < 2:
         return mean, None
-    return mean, t_two_sided(n - 1) * std / math.sqrt(n)
+    return mean, t_two_sided(0.95, n - 1) * std / math.sqrt(n)
 
 
 def cpu_usage(data: FigureData) -> FigureSpec:

@@ -10,8 +10,8 @@ without an upper bound (too few requests past it, or stretches of the run that d
 has no bar. Hollow: the run is INVALID (that, a rate not achieved, a large issue lag, failed
 calls). p50: dashed, the same colour, its interval likewise. The grey dashed line: the p99 limit
 the panel's runs were held to, where they share one; each peak search in scope is a note of the
-caption, as every surface prints QPS* (``ngb.core.peak.star_text``: an unverified lower bound is
-said in words). Numbers straight from the table, never recomputed.
+caption, as every surface prints QPS* (``ngb.core.serving.peak.star_text``: an unverified lower
+bound is said in words). Numbers straight from the table, never recomputed.
 
 The caption's facts are the runs' (``FigureSpec.facts``), not the trials': how a point was
 measured, the requests per run, the intervals, the INVALID count, the scope.
@@ -161,7 +161,7 @@ def latency_vs_load(data: FigureData) -> FigureSpec:
 
 def _peak_notes(data: FigureData, keys: set[Key]) -> list[str]:
     """Each peak search of a panel drawn, as every surface prints QPS*."""
-    from ngb.core.peak import star_text
+    from ngb.core.serving.peak import star_text
 
     notes = []
     for r in serving_rows(data, "serving_peaks", PEAK_COLUMNS):
@@ -178,7 +178,7 @@ def _peak_notes(data: FigureData, keys: set[Key]) -> list[str]:
 
 def serving_facts(data: FigureData, rows: Sequence[StoreRow]) -> str:
     """The caption's facts about the runs drawn (see the module docstring)."""
-    from ngb.core.serve_stats import BLOCKS
+    from ngb.core.serving.serve_stats import BLOCKS
 
     devices = sorted({str(r["device"]) for r in rows})
     precisions = sorted({str(r["precision"]) for r in rows if r.get("precision")})

@@ -32,7 +32,8 @@ the sweep that would settle it: the tied configurations measured again to a tigh
 
 The accuracy gate (``--max-drop``, in percentage points of top-1: ``1``, ``1%`` and ``0.5%``;
 absolute, so 97.2 % -> 96.2 % is a drop of 1 whatever the accuracy) judges each row's drop on
-the labelled set its accuracy pass ran (``extra["accuracy"]``, ``ngb.core.accuracy_stats``):
+the labelled set its accuracy pass ran (``extra["accuracy"]``,
+``ngb.core.statistics.accuracy_stats``):
 
 - a ``none`` row: its drop against eager fp32 on the same samples (the pass's own paired record);
 - an optimised row (``prune-l1-0.9``, ``int8-cal``...): paired (McNemar, per-sample bits) against
@@ -62,11 +63,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ngb.core import accuracy_stats, percentiles
-from ngb.core.errors import ConfigError
-from ngb.core.peak import star_text
-from ngb.core.trial_extra import from_json
-from ngb.core.types import BLOCK_MODELS, PRECISIONS
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.trial_extra import from_json
+from ngb.core.records.types import BLOCK_MODELS, PRECISIONS
+from ngb.core.serving.peak import star_text
+from ngb.core.statistics import accuracy_stats, percentiles
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, ReportData, finite, precision_of
 from ngb.sweeps.report.deploy import cost_cell, energy_cell
@@ -210,8 +211,8 @@ def _check(
 
 def _check_p99(c: Candidate, limit: float) -> None:
     """p99 per call <= ``limit``, decided on the upper bound of its 95 % order-statistic
-    interval (``ngb.core.percentiles``): a p99 that may exceed the limit does not pass. A trial
-    with too few calls to bound its p99 misses, saying so; a result stored before the bounds
+    interval (``ngb.core.statistics.percentiles``): a p99 that may exceed the limit does not pass. A
+    trial with too few calls to bound its p99 misses, saying so; a result stored before the bounds
     were (no call count) is held to its sample p99, as it was then."""
     row = c.row
     calls, high = _number(row.get("latency_calls")), _number(row.get("latency_p99_hi_ms"))
@@ -575,7 +576,7 @@ def advise(
     known = models_in_scope(data)
     for model in models:
         if model not in known:
-            from ngb.core.errors import UnknownNameError
+            from ngb.core.base.errors import UnknownNameError
 
             raise UnknownNameError("model in the store", model, known)
     if len(models) * len(devices) <= ONE_BY_ONE:

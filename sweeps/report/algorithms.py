@@ -1,9 +1,10 @@
 """``ngb report algorithms``: DLAS's algorithm tables (issue 48) from the results database.
 
-A trial's ``algorithm`` (``ngb.core.algorithms``: ``default`` = the compiler's own convolution,
-``direct``, ``gemm`` = im2col + matrix multiply, ``sparse-csr``, ``sparse-bsr-B``) is the DLAS
-"algorithm layer". This report reads every algorithm's trials (``ReportData.all_algorithms``;
-every other report reads the compiler's own choice only) and their refusals:
+A trial's ``algorithm`` (``ngb.core.models.algorithms``: ``default`` = the compiler's own
+convolution, ``direct``, ``gemm`` = im2col + matrix multiply, ``sparse-csr``, ``sparse-bsr-B``) is
+the DLAS "algorithm layer". This report reads every algorithm's trials
+(``ReportData.all_algorithms``; every other report reads the compiler's own choice only) and their
+refusals:
 
 - **Time per batch** (DLAS Tables 3/4/6/7): per device, model, optimisation (the technique) and
   batch, one row per compiler (``tvm`` = untuned, ``tvm-ms`` = tuned by MetaSchedule), one
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.trial_extra import from_json
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.records.trial_extra import from_json
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import (
     Cell,
@@ -79,8 +80,8 @@ Point = tuple[object, ...]
 
 
 def algorithm_order(name: object) -> tuple[int, int, str]:
-    """Sort key: the kinds in ``ngb.core.algorithms.KINDS`` order, blocks by side."""
-    from ngb.core.algorithms import KINDS, parse
+    """Sort key: the kinds in ``ngb.core.records.algorithm_names.KINDS`` order, blocks by side."""
+    from ngb.core.records.algorithm_names import KINDS, parse
 
     try:
         parsed = parse(name)
@@ -91,7 +92,7 @@ def algorithm_order(name: object) -> tuple[int, int, str]:
 
 def kind_of(name: object) -> str:
     """An algorithm's kind (``sparse-bsr`` for every block side); the name itself if unknown."""
-    from ngb.core.algorithms import parse
+    from ngb.core.records.algorithm_names import parse
 
     try:
         return parse(name).kind

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError, UnknownNameError
+from ngb.core.base.errors import ConfigError, UnknownNameError
 from ngb.sweeps.report import algorithms as report_algorithms
 from ngb.sweeps.report import deploy as report_deploy
 from ngb.sweeps.report import dlas as report_dlas

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ngb.core.stopping import t_ppf
+from ngb.core.statistics.student_t import t_quantile
 
 ALPHA = 0.01  # false-alarm level per series search
 MIN_SEGMENT = 3  # runs on each side of a change: one or two odd runs are not a change
@@ -40,7 +40,7 @@ THRESHOLDS: dict[int, float] = {
 def bonferroni(n: int, min_segment: int = MIN_SEGMENT, alpha: float = ALPHA) -> float:
     """The Bonferroni t bound over the candidate splits of ``n`` runs (conservative)."""
     candidates = max(n - 2 * min_segment + 1, 1)
-    return t_ppf(1 - alpha / (2 * candidates), max(n - 2, 1))
+    return t_quantile(1 - alpha / (2 * candidates), max(n - 2, 1))
 
 
 def threshold(n: int) -> float:

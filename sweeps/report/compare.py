@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ngb.core.provenance import diff_packages
+from ngb.core.trial.provenance import diff_packages
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.derived import Derived
 from ngb.sweeps.report.points import (

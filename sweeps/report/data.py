@@ -21,9 +21,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeGuard, TypeVar, cast
 
+from ngb.core.base.errors import NgbError, UnknownNameError
 from ngb.core.compilers import DEFAULT_BASELINE
-from ngb.core.errors import NgbError, UnknownNameError
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
 from ngb.sweeps.report.spool import RowSpool
 from ngb.sweeps.rows import StoreRow, TrialRow
 
@@ -44,7 +44,7 @@ POINT_COLUMNS = (
     "width",
     "depth",
     "optimisation",
-    "algorithm",  # ngb.core.algorithms; NULL (stored before the axis) reads as 'default'
+    "algorithm",  # ngb.core.models.algorithms; NULL (stored before the axis) reads as 'default'
     "compiler",
     "batch",
     "target",
@@ -334,7 +334,7 @@ class ReportData:
 
         Why: under glibc's defaults (``system``, what a plain deployment runs) eager PyTorch pays
         page faults that ``retain`` avoids (~20 % on resnet18 b8 on the 2-core VM), so the same
-        speed-up means something else against each (issue 19); ``ngb.core.allocator``."""
+        speed-up means something else against each (issue 19); ``ngb.core.trial.allocator``."""
         found = sorted(
             {
                 _allocator_name(from_json(t.get("extra")))

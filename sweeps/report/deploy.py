@@ -3,7 +3,7 @@
 - energy: every trial's throughput ([its interval], as in ``bsr``), cost per million inferences
   (``price_per_hour`` from the inventory, ``ngb.devices.pricing``; the throughput's interval
   carried over), energy per sample measured on the device around the timed loops ([its
-  interval] over worker processes, ``ngb.core.energy``), above-idle energy, samples per joule,
+  interval] over worker processes, ``ngb.core.trial.energy``), above-idle energy, samples per joule,
   mean and idle watts, and the meter. Trials without a meter show "-" and the notes say why,
   once per device ("no power meter: RAPL not readable ...").
 - breakeven: for every compiler against the baseline (same device, model, batch, optimisation),
@@ -11,11 +11,10 @@
   the baseline's -- is paid back by its per-inference saving 1/T_base - 1/T_c:
   N = extra / (1/T_base - 1/T_c), with a 95 % interval over both throughputs' intervals and the
   spread of the one-time seconds where the point was compiled in several stored runs
-  (``ngb.core.breakeven``: a seeded Monte Carlo); from one run they are taken as exact, and the
-  table's header says so.
-  "never" where the compiler is not significantly faster (the speed-up's interval includes 1, the
-  test every report uses) or slower; "at once" where it costs no more to prepare. "at full load"
-  is N at the compiler's throughput, in hours.
+  (``ngb.core.statistics.breakeven``: a seeded Monte Carlo); from one run they are taken as exact,
+  and the table's header says so. "never" where the compiler is not significantly faster (the
+  speed-up's interval includes 1, the test every report uses) or slower; "at once" where it costs no
+  more to prepare. "at full load" is N at the compiler's throughput, in hours.
 
 The price is the one of the inventory entry a result ran under (``ReportData.price_for``): a
 result stored under the Slurm node that ran it (``gpu07@a100``) is priced as its Slurm entry.
@@ -36,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from ngb.core.breakeven import Uncertain, interval, pays_back_after, repeated
+from ngb.core.statistics.breakeven import Uncertain, interval, pays_back_after, repeated
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import (
     Cell,
@@ -176,8 +175,8 @@ def one_time_s(row: TrialRow) -> float | None:
 
 
 class BreakEven:
-    """N inferences with its interval (``ngb.core.breakeven``) for one compiler row against its
-    baseline row; ``runs`` holds each point's one-time seconds over every stored run."""
+    """N inferences with its interval (``ngb.core.statistics.breakeven``) for one compiler row
+    against its baseline row; ``runs`` holds each point's one-time seconds over every stored run."""
 
     def __init__(
         self,

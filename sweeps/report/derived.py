@@ -5,7 +5,7 @@ figures only render what this module returns, so one speed-up has one value, one
 verdict wherever it is shown. Inputs are trial rows as the store gives them (``Store.trials`` or
 ``ReportData.trials``): the mean throughput, the stored half-width of its 95 % interval
 (``throughput_ci_half``), its degrees of freedom (``extra["measure"]["df"]``), the run/device/key
-that identify it and its recorded precision. The arithmetic is ``ngb.core.intervals``
+that identify it and its recorded precision. The arithmetic is ``ngb.core.statistics.intervals``
 (parametric, see there); the rounding is ``ngb.sweeps.report.numbers``.
 
 A ``Derived`` carries its verdict flags:
@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ngb.core import intervals
-from ngb.core.intervals import Estimate, Mean
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
+from ngb.core.statistics import intervals, student_t
+from ngb.core.statistics.intervals import Estimate, Mean
 from ngb.sweeps.report.numbers import Printed, format_interval, format_value, printed_bounds
 from ngb.sweeps.rows import mapping, number
 
@@ -76,7 +76,7 @@ def half_width(row: ResultRow, df: float) -> float | None:
         std, n = statistics.stdev(samples), float(len(samples))
     if std is None or n is None or n < 2 or df < 1:
         return None
-    return intervals.t_two_sided(df) * std / math.sqrt(n)
+    return student_t.t_two_sided(0.95, df) * std / math.sqrt(n)
 
 
 def mean_of(row: ResultRow) -> Mean:
@@ -320,7 +320,7 @@ def batch_points(per_compiler: Mapping[str, Mapping[int, R]], baseline: str) -> 
 
 
 def _accuracy(row: ResultRow) -> Mapping[str, object]:
-    """The trial's accuracy pass (``extra["accuracy"]``, ``ngb.core.accuracy_pass``)."""
+    """The trial's accuracy pass (``extra["accuracy"]``, ``ngb.core.trial.accuracy_pass``)."""
     return mapping(from_json(row.get("extra")).get("accuracy"))
 
 

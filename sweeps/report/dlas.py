@@ -2,10 +2,10 @@
 
 - dlas: for each trial with an optimisation, the same point without one (same device, model,
   width, depth, compiler, batch) is the baseline. achieved = T_opt / T_none; expected = the
-  compression ratio recorded by ``ngb.core.optimise`` (bytes for fp16/int8, non-zero parameters
-  for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries its 95 %
-  interval (from both results' stored intervals, ``ngb.sweeps.report.derived``) and "n.s." when that
-  interval includes 1 (the optimisation made no significant difference).
+  compression ratio recorded by ``ngb.core.trial.optimise`` (bytes for fp16/int8, non-zero
+  parameters for pruning); "% of expected" = 100 · achieved / expected. ``achieved`` carries its 95
+  % interval (from both results' stored intervals, ``ngb.sweeps.report.derived``) and "n.s." when
+  that interval includes 1 (the optimisation made no significant difference).
 - reversals: on each device, at each batch, every pair of models (A, B) with A faster than B under
   identity (torch eager) but slower under a compiler -- the paper's Fig. 1 effect. Pairs are
   comparable workloads only: two timm models, or two stacks of the same block kind (a conv stack
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from ngb.core.optimise import percent_of_expected
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
+from ngb.core.trial.optimise import percent_of_expected
 from ngb.sweeps.report import derived, dlas_accuracy, dlas_ranks
 from ngb.sweeps.report.data import (
     PrecisionMarks,

@@ -11,15 +11,15 @@ accuracy per compiler beside its speed-up.
   agreement with eager fp32 on the same inputs beside its speed-up over the baseline compiler
   (a compiler that picks bf16 by itself, OpenVINO on an AMX CPU, is a win only as far as its
   agreement holds), and the paired drop against the same model's ``none`` trial under the same
-  compiler (``ngb.core.accuracy_stats.between``, from the per-sample bits of both).
+  compiler (``ngb.core.statistics.accuracy_stats.between``, from the per-sample bits of both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ngb.core.accuracy_stats import between
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
+from ngb.core.statistics.accuracy_stats import between
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, ReportData, Table, group_by
 from ngb.sweeps.report.dlas_facts import (

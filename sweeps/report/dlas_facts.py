@@ -1,6 +1,6 @@
 """The DLAS facts a zoo model's trials carry, read once for the tables and Fig. 3.
 
-``extra["optimisation"]["dlas"]`` (written by ``ngb.core.optimise`` for the DLAS zoo): the
+``extra["optimisation"]["dlas"]`` (written by ``ngb.core.trial.optimise`` for the DLAS zoo): the
 baseline's top-1, this trial's own step (its model, eager, on the held-out set, paired against
 the baseline), the technique's whole ladder for pruning steps and, on ``elbow-*`` trials, the
 elbow and the rule that chose it. These are eager facts of the model, not of the compiled one, so
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
 from ngb.sweeps.report.data import group_by
 from ngb.sweeps.report.paper import compiler_order
 from ngb.sweeps.rows import TrialRow, integer, mapping, number, text

@@ -16,7 +16,7 @@ three numbers.
 - time: seconds per sample, 1 / mean throughput (ranks only, so the batch is held fixed).
 
 Spearman's rho is Pearson's on ranks, ties sharing their mean rank
-(``ngb.core.page_faults.rank_correlation``, the same computation, gives the estimate).
+(``ngb.core.trial.page_faults.rank_correlation``, the same computation, gives the estimate).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from ngb.core.page_faults import rank_correlation
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
+from ngb.core.trial.page_faults import rank_correlation
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import Cell, Table, group_by, positive
 from ngb.sweeps.report.dlas_facts import ModelFacts, collect, dlas_of

@@ -1,18 +1,17 @@
 """How every surface writes a number with its interval: only the digits the interval supports.
 
 An interval is printed as its two bounds, ``6.3 [4.1, 9.6]`` (``format_interval``): a ratio's
-or a throughput's interval is asymmetric (``ngb.core.intervals``), and a ``value ± half`` would
-have to print its larger side. The digits: half the interval's width keeps two significant
-digits, and the value and both bounds are rounded to that decimal place (the value keeping at
-least two significant digits of its own: ``6.7 [0.086, 520]``, never ``10 [...]``) (as
+or a throughput's interval is asymmetric (``ngb.core.statistics.intervals``), and a ``value ± half``
+would have to print its larger side. The digits: half the interval's width keeps two significant
+digits, and the value and both bounds are rounded to that decimal place (the value keeping at least
+two significant digits of its own: ``6.7 [0.086, 520]``, never ``10 [...]``) (as
 ``torch.utils.benchmark``'s ``Measurement`` trims to significant figures) -- the bounds outwards
-(the lower one down, the upper one up), so the printed interval contains the computed one. A
-bound or value that would round to zero or flip sign keeps two significant digits of its own
-(``700 [26, 19000]``, never ``[0, ...]``), and a negative zero prints as 0. The console,
-``ngb report`` in every format, the HTML report, the figures' labels and ``ngb advise`` all go
-through this module, so they print the same digits, and the verdicts of
-``ngb.sweeps.report.derived`` are decided on these printed bounds: "n.s." exactly where the printed
-interval includes 1.
+(the lower one down, the upper one up), so the printed interval contains the computed one. A bound
+or value that would round to zero or flip sign keeps two significant digits of its own (``700 [26,
+19000]``, never ``[0, ...]``), and a negative zero prints as 0. The console, ``ngb report`` in every
+format, the HTML report, the figures' labels and ``ngb advise`` all go through this module, so they
+print the same digits, and the verdicts of ``ngb.sweeps.report.derived`` are decided on these
+printed bounds: "n.s." exactly where the printed interval includes 1.
 
 ``format_with_interval`` (``value ± half``) stays for spreads that are not intervals: a
 standard deviation (Table VI's ``±``) is a dispersion, symmetric by definition.

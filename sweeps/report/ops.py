@@ -1,12 +1,13 @@
 """``ngb profile``'s, ``ngb report ops``' and ``ngb measure --profile``'s tables: per-operator
 profiles of one model side by side across compilers.
 
-Rows are the operator classes of ``ngb.core.profiling`` (one vocabulary for every runtime), each
-compiler a column of milliseconds per inference and the share of what its profiler recorded; then
-the kernel count per inference (fusion shows as fewer kernels), the sum of the records, the wall
-time per call with the profiler on and off (the profiler's overhead, stated, not hidden in the
-shares), and each compiler's ten costliest kernels with the source operators they came from.
-Rendered by ``ngb.sweeps.report.catalog.render`` like every report (markdown, CSV, LaTeX, HTML).
+Rows are the operator classes of ``ngb.core.compilers.profiling`` (one vocabulary for every
+runtime), each compiler a column of milliseconds per inference and the share of what its profiler
+recorded; then the kernel count per inference (fusion shows as fewer kernels), the sum of the
+records, the wall time per call with the profiler on and off (the profiler's overhead, stated, not
+hidden in the shares), and each compiler's ten costliest kernels with the source operators they came
+from. Rendered by ``ngb.sweeps.report.catalog.render`` like every report (markdown, CSV, LaTeX,
+HTML).
 
 A model's batches are tables of their own (``by_model``: "resnet18 b1 on localhost", "resnet18
 b8 on localhost"), each with its own timed latency: shares at b1 and b8 are read side by side,
@@ -18,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ngb.core.profiling import OP_CLASSES, Profile
+from ngb.core.compilers.profiling import OP_CLASSES, Profile
 from ngb.sweeps.report.data import Report, ReportData, Table
 
 if TYPE_CHECKING:
-    from ngb.core.types import TrialResult, TrialSpec
+    from ngb.core.records.types import TrialResult, TrialSpec
     from ngb.sweeps.store.profiles import ProfilePoint
 
 
@@ -213,7 +214,7 @@ def in_order(
 ) -> list[tuple[ProfilePoint, Profile]]:
     """The profiles of ``compilers`` only, in the order they were asked for (``-c``); one not
     stored at all is named, not dropped in silence."""
-    from ngb.core.errors import UnknownNameError
+    from ngb.core.base.errors import UnknownNameError
 
     known = {pt.compiler for pt, _ in stored}
     for name in compilers:
@@ -319,7 +320,7 @@ def load_with_timed(
 
     stored = load_profiles(data.store, data.run_id, data.model)
     if data.model is not None and not stored:
-        from ngb.core.errors import UnknownNameError
+        from ngb.core.base.errors import UnknownNameError
 
         known = sorted({pt.model for pt, _ in load_profiles(data.store, data.run_id)})
         raise UnknownNameError("model with profiles", data.model, known)
@@ -340,7 +341,7 @@ def load_with_timed(
 def _timed_ms(data: ReportData) -> dict[tuple[object, ...], tuple[float, str, int]]:
     """Point (and trial key) -> the timed trial's milliseconds per call, that with its
     printed interval, and the requests it kept in flight."""
-    from ngb.core.profiling import requests_in_flight
+    from ngb.core.compilers.profiling import requests_in_flight
 
     out: dict[tuple[object, ...], tuple[float, str, int]] = {}
     for r in data.trials():

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ngb.core.types import BLOCK_MODELS
+from ngb.core.records.types import BLOCK_MODELS
 from ngb.sweeps.report import derived
 from ngb.sweeps.report.data import (
     Cell,

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
 from ngb.sweeps.rows import StoreRow, mapping
 
 # the columns that make a point (see module), in the order a label names them
@@ -49,8 +49,8 @@ CONTEXT_COLUMNS = (
 )
 # settings that cannot move a timed number, so they are never offered as a cause: how long or
 # how sure to measure (a change moves the interval, not the value), the profile pass (one more
-# process *after* the timed workers: core/profile_pass.py), the scheduler's re-runs of a killed
-# trial (read by the workstation only), and where files are written (below)
+# process *after* the timed workers: core/trial/profile_pass.py), the scheduler's re-runs of a
+# killed trial (read by the workstation only), and where files are written (below)
 _NOT_CAUSES = frozenset(
     {"measure.timeout_s", "measure.keep_samples", "measure.profile", "measure.retry_killed"}
 )

@@ -2,7 +2,7 @@
 
 - Peak QPS under a p99 bound: one row per peak search (``serving_peaks``): QPS* [its 95 %
   interval] -- "6.9 below 7.8 (no lower bound): no VALID probe met p99 <= 30 ms" where no probe
-  verified a rate, in ``ngb.core.peak.star_text``'s words as every surface says it, never a
+  verified a rate, in ``ngb.core.serving.peak.star_text``'s words as every surface says it, never a
   bracket from 0 -- how it was found (the probes it took and the
   seconds) and the capacity the closed-loop start measured. The rows of one point (device,
   model, batch, scenario, limit) follow each other, one per compiler, so the compilers read side
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ngb.core.peak import star_text
+from ngb.core.serving.peak import star_text
 from ngb.sweeps.report.data import Cell, Report, ReportData, Table
 from ngb.sweeps.report.paper import compiler_order
 from ngb.sweeps.rows import StoreRow, number
@@ -112,8 +112,8 @@ def _interval(value: object, low: object, high: object, note: str = "") -> Cell 
 
 def _star(r: Mapping[str, object]) -> Cell | None:
     """QPS* [its interval]; a missing bound in the words every surface uses
-    (``ngb.core.peak.star_text``, after the value), never a bracket from 0 (no probe verified a
-    rate: ``ngb.core.peak``)."""
+    (``ngb.core.serving.peak.star_text``, after the value), never a bracket from 0 (no probe
+    verified a rate: ``ngb.core.serving.peak``)."""
     value, low, high = (number(r[n]) for n in ("peak_qps", "peak_low", "peak_high"))
     if value is None:
         return None

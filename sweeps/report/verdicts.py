@@ -14,9 +14,9 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 
-from ngb.core.autocorrelation import long_run_factor
-from ngb.core.stopping import repetitions_for_cov
-from ngb.core.trial_extra import from_json
+from ngb.core.records.trial_extra import from_json
+from ngb.core.statistics.autocorrelation import long_run_factor
+from ngb.core.statistics.stopping import repetitions_for_cov
 from ngb.sweeps.rows import integer, mapping, number
 
 WIDE = "wider than the target"
@@ -150,8 +150,8 @@ def _advice(wide: list[Mapping[str, object]], total: int) -> str:
     cov = statistics.median(covs)
     settings = _settings(wide[0])
     target = number(settings.get("ci_target")) or 0.02
-    # Correlated repetitions are worth less each (ngb.core.autocorrelation): as if the spread were
-    # wider.
+    # Correlated repetitions are worth less each (ngb.core.statistics.autocorrelation): as if the
+    # spread were wider.
     rhos = [rho for r in wide if (rho := _serial_rho(r)) is not None]
     rho = statistics.median(rhos) if rhos else 0.0
     spread = cov * math.sqrt(long_run_factor(rho))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 
 CLAIM_FILE = "ngb-device.claim"
 DEFAULT_GRACE_S = 120.0

@@ -12,9 +12,9 @@ import contextlib
 import uuid
 from collections.abc import Callable
 
-from ngb.core import events as ev
-from ngb.core.errors import NgbError
-from ngb.core.types import TrialSpec
+from ngb.core.base.errors import NgbError
+from ngb.core.records import events as ev
+from ngb.core.records.types import TrialSpec
 from ngb.devices import protocol as remote
 from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts

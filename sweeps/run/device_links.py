@@ -14,7 +14,7 @@ import contextlib
 import random
 from collections.abc import Callable, Sequence
 
-from ngb.core.errors import first_line
+from ngb.core.base.errors import first_line
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.protocol import RunPaths
 from ngb.devices.transport import CommandResult, Transport, TransportError

@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 
-from ngb.core import events as ev
-from ngb.core.errors import NgbError, first_line
+from ngb.core.base.errors import NgbError, first_line
+from ngb.core.records import events as ev
 from ngb.devices import protocol as remote
 from ngb.devices import slurm, slurm_nodes
 from ngb.devices.inventory import Inventory

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ngb.core import events as ev
-from ngb.core.live_state import STATE
+from ngb.core.records import events as ev
+from ngb.core.trial.live_state import STATE
 
 # Connection states of a device in a run (RunEvent.state for kind "connection").
 PENDING = "pending"
@@ -31,8 +31,8 @@ CANCELLED = "cancelled"
 FINAL_STATES = (FINISHED, FAILED, CANCELLED)
 
 # Agent event types a lagging subscriber may lose (a newer one supersedes them); ``state`` is the
-# agent's periodic snapshot of its last state (``ngb.core.live_state``), never stored, and so is
-# a serving trial's progress (``serving``: live only, the outcome is stored when it ends).
+# agent's periodic snapshot of its last state (``ngb.core.trial.live_state``), never stored, and so
+# is a serving trial's progress (``serving``: live only, the outcome is stored when it ends).
 DROPPABLE_TYPES = frozenset({ev.CPU, ev.PROGRESS, ev.TUNING, ev.SERVING, STATE})
 
 
@@ -43,11 +43,10 @@ class RunEvent:
     - ``kind="connection"``: ``state`` is the device's new state: ``pending``, ``connecting``,
       ``deploying``, ``running``, ``reconnecting``, ``lost``, ``detached``, ``finished``,
       ``failed``, ``cancelled``; ``message`` says why (e.g. the one-line connection error).
-    - ``kind="agent"``: ``event`` is the agent's event dict as sent (``core/events.py`` types:
-      run_started, trial_started, phase, progress, cpu, tuning, serving, trial_done,
-      trial_failed, log, run_done, and ``state``: the agent's snapshot for a follower that
-      attached mid-trial);
-      ``state`` is the device's current state.
+    - ``kind="agent"``: ``event`` is the agent's event dict as sent (``core/records/events.py``
+      types: run_started, trial_started, phase, progress, cpu, tuning, serving, trial_done,
+      trial_failed, log, run_done, and ``state``: the agent's snapshot for a follower that attached
+      mid-trial); ``state`` is the device's current state.
     - ``kind="ingest"``: a batch of the device's results reached the database; ``message``
       says how many (results the store already had are ignored there, so none is stored twice).
     - ``kind="store"``: the results database is busy (another process holds it; the run waits

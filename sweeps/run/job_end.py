@@ -30,9 +30,9 @@ import contextlib
 import json
 import time
 
-from ngb.core import events as ev
-from ngb.core.errors import NgbError
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.base.errors import NgbError
+from ngb.core.records import events as ev
+from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.devices import protocol as remote
 from ngb.devices import slurm_nodes
 from ngb.devices.transport import JobQueue, TransportError

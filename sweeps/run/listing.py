@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ngb.core.errors import NgbError, first_line
+from ngb.core.base.errors import NgbError, first_line
 from ngb.devices.inventory import Device
 from ngb.devices.transport import TransportError
 from ngb.sweeps.rows import StoreRow, integer

@@ -38,8 +38,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from ngb.core.errors import NgbError, first_line
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.base.errors import NgbError, first_line
+from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.protocol import RunPaths

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.run.device_claim import QUEUED
 from ngb.sweeps.run.events import FINAL_STATES
 

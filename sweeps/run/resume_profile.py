@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.spec.sweep import Sweep, loads_sweep
 from ngb.sweeps.store.profiles import finished_passes
 

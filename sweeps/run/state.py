@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ngb.core.errors import NgbError
-from ngb.core.types import TrialSpec
+from ngb.core.base.errors import NgbError
+from ngb.core.records.types import TrialSpec
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device
 from ngb.devices.protocol import RunPaths

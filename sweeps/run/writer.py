@@ -60,9 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from ngb.core import events as ev
-from ngb.core.errors import NgbError, first_line
-from ngb.core.types import TrialResult
+from ngb.core.base.errors import NgbError, first_line
+from ngb.core.records import events as ev
+from ngb.core.records.types import TrialResult
 from ngb.sweeps.rows import Event
 from ngb.sweeps.run.events import FINAL_STATES, RunEvent
 from ngb.sweeps.run.state import DeviceRun
@@ -87,7 +87,7 @@ P = ParamSpec("P")
 
 # How often a held flush looks whether the local worker's timed loops are over.
 _GAP_POLL_S = 0.25
-# Phases in which a worker's loops are timed or settling (``ngb.core.timing``).
+# Phases in which a worker's loops are timed or settling (``ngb.core.trial.timing``).
 TIMED_PHASES = frozenset({"warmup", "measure"})
 # How long the checkpoint at the end of a run may wait for a reader on the file itself.
 CLOSE_CHECKPOINT_S = 5.0

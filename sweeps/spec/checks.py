@@ -17,8 +17,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TypeVar
 
-from ngb.core.errors import ConfigError
-from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import BLOCK_MODELS, MeasureSettings, TrialSpec
 from ngb.sweeps.rows import JsonValue
 
 TARGETS = ("cpu", "cuda")
@@ -45,7 +45,7 @@ def check_timm_names(names: Iterable[str]) -> None:
     """
     from importlib.metadata import PackageNotFoundError, version
 
-    from ngb.core.models import resolve_model
+    from ngb.core.models.models import resolve_model
     from ngb.devices.paths import get_paths
 
     # block kinds are ngb's own, not timm's: never a reason to import timm on a cold cache
@@ -140,11 +140,11 @@ def accuracy_table(value: object, where: str, base: Path | None = None) -> dict[
     """An ``[accuracy]`` table (or a bare data reference) as the trial's ``measure.accuracy``:
     its file made absolute from ``base`` (the sweep's folder, the cwd), which must exist, and
     hashed now as the artifact that carries it to a device (an ``.npz``, a ``file.py:loader``'s
-    folder: ``ngb.core.labelled_files``; a sweep read again hashes it again, as its models). The
-    data themselves are read by ``check_accuracy_data`` (a loader is the user's code)."""
-    from ngb.core.labelled_data import resolve
-    from ngb.core.labelled_files import artifact_for
-    from ngb.core.types import AccuracySettings
+    folder: ``ngb.core.models.labelled_files``; a sweep read again hashes it again, as its models).
+    The data themselves are read by ``check_accuracy_data`` (a loader is the user's code)."""
+    from ngb.core.models.labelled_data import resolve
+    from ngb.core.models.labelled_files import artifact_for
+    from ngb.core.records.types import AccuracySettings
 
     try:
         settings = AccuracySettings.of(value)
@@ -161,8 +161,8 @@ def accuracy_table(value: object, where: str, base: Path | None = None) -> dict[
 def check_accuracy_data(data: str, where: str) -> str:
     """Read the labelled set once, in a child process (a loader is the user's code, and may
     import torch: ngb's own process forks workers later), and say what it holds."""
-    from ngb.core.isolate import call_in_child
-    from ngb.core.labelled_data import describe
+    from ngb.core.base.isolate import call_in_child
+    from ngb.core.models.labelled_data import describe
 
     try:
         return call_in_child(f"{where}: reading labelled data {data}", describe, data)
@@ -177,9 +177,9 @@ def parse_measure(value: Mapping[str, object], where: str) -> MeasureSettings:
 
 def parse_serve_table(value: object, where: str) -> dict[str, JsonValue]:
     """A sweep's ``[serve]`` table: every trial served under load instead of timed (issue 43).
-    Keys and kinds as ``ngb.core.serve.ServeSettings`` has them (NaN, infinity, a string where
-    a number belongs: refused here), then its own checks (scenario, positive rates, ...)."""
-    from ngb.core.serve import ServeSettings
+    Keys and kinds as ``ngb.core.serving.serve.ServeSettings`` has them (NaN, infinity, a string
+    where a number belongs: refused here), then its own checks (scenario, positive rates, ...)."""
+    from ngb.core.serving.serve import ServeSettings
 
     if not isinstance(value, Mapping):
         raise ConfigError(f'{where} must be a table, e.g. [serve] with scenario = "server"')
@@ -261,8 +261,9 @@ def check_compiler(name: object, where: str) -> str:
 
 
 def check_optimisation(name: str, where: str) -> None:
-    """Optimisation names are checked here (``ngb.core.optimise.parse``), not on the device."""
-    from ngb.core.optimise import parse
+    """Optimisation names are checked here (``ngb.core.trial.optimise.parse``), not on the
+    device."""
+    from ngb.core.trial.optimise import parse
 
     try:
         parse(name)
@@ -271,10 +272,11 @@ def check_optimisation(name: str, where: str) -> None:
 
 
 def check_algorithm(name: str, where: str) -> str:
-    """An algorithm name (``ngb.core.algorithms.parse``) as a trial records it. Whether a compiler
-    runs it is not asked here: a pair it refuses is a failed ``unsupported`` trial with the
-    compiler's reason (``Compiler.algorithm_refusals``), the empty cell DLAS's tables explain."""
-    from ngb.core.algorithms import parse
+    """An algorithm name (``ngb.core.records.algorithm_names.parse``) as a trial records it. Whether
+    a compiler runs it is not asked here: a pair it refuses is a failed ``unsupported`` trial with
+    the compiler's reason (``Compiler.algorithm_refusals``), the empty cell DLAS's tables
+    explain."""
+    from ngb.core.records.algorithm_names import parse
 
     try:
         return parse(name).name
@@ -284,17 +286,17 @@ def check_algorithm(name: str, where: str) -> str:
 
 def check_zoo_only(spec: TrialSpec, where: str) -> None:
     """``int8-cal`` and ``elbow-*`` need a model that carries its training data (the DLAS zoo,
-    ``ngb.core.dlas_zoo``): a timm model, a block or a model file never does, so say it here
+    ``ngb.core.models.dlas_zoo``): a timm model, a block or a model file never does, so say it here
     rather than after a device has built the model. A python factory may return a zoo model, so
     it is left to the trial."""
-    from ngb.core.optimise import ZOO_ONLY, parse
+    from ngb.core.trial.optimise import ZOO_ONLY, parse
 
     kind = parse(spec.optimisation).kind
     source = spec.source or {}
     if kind in ZOO_ONLY and source.get("kind") != "python":
         raise ConfigError(
             f"{where}: optimisation {spec.optimisation!r} needs a DLAS zoo model (source = "
-            f'"ngb.core.dlas_zoo:digits_net"); {spec.model!r} carries no training data'
+            f'"ngb.core.models.dlas_zoo:digits_net"); {spec.model!r} carries no training data'
         )
 
 

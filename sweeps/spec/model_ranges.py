@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ngb.core.capture import captured_stderr
-from ngb.core.errors import NgbError
-from ngb.core.model_inputs import assumed_ranges
-from ngb.core.model_sources import ModelSource, locate
+from ngb.core.base.capture import captured_stderr
+from ngb.core.base.errors import NgbError
+from ngb.core.models.model_inputs import assumed_ranges
+from ngb.core.models.model_sources import ModelSource, locate
 
 
 def guessed_ranges(source: ModelSource) -> list[str]:
@@ -24,7 +24,9 @@ def guessed_ranges(source: ModelSource) -> list[str]:
     if source.inputs or source.kind != "pt2":
         return assumed_ranges(source.inputs)
     import torch
-    from ngb.core.model_build import _program_inputs  # the build's own reading of the program
+    from ngb.core.models.model_build import (
+        _program_inputs,  # the build's own reading of the program
+    )
 
     try:
         path = locate(source.artifacts[0], None)

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.model_sources import InputSpec, ModelSource, default_name, parse_source
-from ngb.core.types import BLOCK_MODELS
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.models.model_sources import InputSpec, ModelSource, default_name, parse_source
+from ngb.core.records.types import BLOCK_MODELS
 from ngb.sweeps.rows import JsonValue, json_object
 
 MODEL_KEYS = ("name", "source", "kwargs", "inputs", "code", "family")
@@ -155,8 +155,8 @@ def check_matrix_models(
 
 def check_sources(sources: Mapping[str, Mapping[str, object]], where: str) -> None:
     """The slower checks: timm names exist, python factories import (runs the user's imports)."""
-    from ngb.core.model_build import import_factory
-    from ngb.core.models import resolve_model
+    from ngb.core.models.model_build import import_factory
+    from ngb.core.models.models import resolve_model
 
     for name, raw in sources.items():
         source = ModelSource.from_dict(raw)

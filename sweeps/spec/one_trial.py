@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ngb.core.types import TrialSpec
+from ngb.core.records.types import TrialSpec
 from ngb.sweeps.spec.checks import check_accuracy_data, check_trial, parse_measure
 
 

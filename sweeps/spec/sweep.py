@@ -7,7 +7,7 @@ single file can mix timm models (no width/depth) and synthetic blocks (width and
     description = "What this sweep is for"
     device = "cpu"                     # target on each testbed device: "cpu" or "cuda"
 
-    [measure]                          # ngb.core.types.MeasureSettings fields
+    [measure]                          # ngb.core.records.types.MeasureSettings fields
     min_duration_s = 0.2
     ci_target = 0.02                   # add worker processes until the 95 % CI is within ±2 % ...
     workers = 4                        # ... with at least 4 processes ...
@@ -39,17 +39,17 @@ inputs, code) and used by that name in ``models = [...]``; ``baseline = "onnxrun
 names the compiler that reports measure speed-up, BSR and depth against (default ``identity``).
 ``[accuracy]`` (``data = "digits"``, an ``.npz`` file or a ``module:loader`` / ``file.py:loader``,
 relative to the sweep's folder) runs every trial's compiled model over that labelled set after its
-timed loops (``ngb.core.accuracy_pass``); it becomes each trial's ``measure.accuracy``.
+timed loops (``ngb.core.trial.accuracy_pass``); it becomes each trial's ``measure.accuracy``.
 ``[serve]`` (``scenario = "server"``, ``qps = 50``, ``duration_s = 30``, ``p99_ms``,
-``find_peak``, ``probe_s``, ...: ``ngb.core.serve.ServeSettings``) serves every trial under load
-instead of timing it (``ngb.core.serve_trial``; stored as ``serving`` rows, issue 43).
+``find_peak``, ``probe_s``, ...: ``ngb.core.serving.serve.ServeSettings``) serves every trial under
+load instead of timing it (``ngb.core.serving.serve_trial``; stored as ``serving`` rows, issue 43).
 
 Why matrices: the paper's grids are rectangular per family, and one product per table keeps the
 file short while still allowing blocks and timm models side by side. Axis values may be written as
 a single value (``batches = 8``) or a list.
 
-``algorithms`` (``ngb.core.algorithms``: default, direct, gemm, sparse-csr, sparse-bsr-B) is the
-convolution primitive each trial runs (issue 48). A compiler that cannot run one
+``algorithms`` (``ngb.core.models.algorithms``: default, direct, gemm, sparse-csr, sparse-bsr-B) is
+the convolution primitive each trial runs (issue 48). A compiler that cannot run one
 (``Compiler.algorithm_refusals``: TVM takes no sparse weights, ONNX Runtime picks its own kernels,
 noop runs no model) is not refused here: its trial fails as ``unsupported`` with that reason,
 stored, so ``ngb report algorithms`` shows the empty cell and why.
@@ -72,10 +72,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ngb.core.base.errors import ConfigError, NgbError, UnknownNameError
+from ngb.core.base.safe_files import check_readable, read_text, shorten
 from ngb.core.compilers import DEFAULT_BASELINE
-from ngb.core.errors import ConfigError, NgbError, UnknownNameError
-from ngb.core.safe_files import check_readable, read_text, shorten
-from ngb.core.types import BLOCK_MODELS, MeasureSettings, TrialSpec
+from ngb.core.records.types import BLOCK_MODELS, MeasureSettings, TrialSpec
 from ngb.sweeps.rows import JsonValue
 from ngb.sweeps.spec.checks import (
     accuracy_table,
@@ -179,7 +179,7 @@ class Sweep:
     # [[models]]: name -> ModelSource JSON, and the tables as to_toml writes them back
     model_sources: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
     model_tables: tuple[Mapping[str, JsonValue], ...] = ()
-    # [serve]: every trial served under load (ngb.core.serve.ServeSettings), None: timed
+    # [serve]: every trial served under load (ngb.core.serving.serve.ServeSettings), None: timed
     serve: Mapping[str, JsonValue] | None = None
 
     @property
@@ -191,7 +191,7 @@ class Sweep:
         seen: dict[str, TrialSpec] = {}
         serve = None
         if self.serve is not None:
-            from ngb.core.serve import ServeSettings
+            from ngb.core.serving.serve import ServeSettings
 
             serve = ServeSettings.of(self.serve)
         for index, matrix in enumerate(self.matrices):
@@ -228,8 +228,8 @@ class Sweep:
         """Check that every timm model name exists and every python factory imports (imports
         timm and the user's code; slower than parsing)."""
         try:
-            from ngb.core.isolate import call_in_child
-            from ngb.core.models import resolve_model
+            from ngb.core.base.isolate import call_in_child
+            from ngb.core.models.models import resolve_model
             from ngb.sweeps.spec.models import check_sources
         except ImportError as exc:
             raise NgbError(f"{self.source}: cannot check models here: {exc}") from None

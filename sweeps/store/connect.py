@@ -28,7 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError, first_line
+from ngb.core.base.errors import NgbError, first_line
 from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
 from ngb.sweeps.store.instances import counted, lock_for
 from ngb.sweeps.store.query import is_lock_error

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.store.connect import check_intact, read_errors
 from ngb.sweeps.store.older import copy_lock, is_upgraded, upgrade_copy
 from ngb.sweeps.store.sql_files import BASE_CONFIG

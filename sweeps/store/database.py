@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngb.core.errors import NgbError, UnknownNameError
-from ngb.core.types import TrialResult
+from ngb.core.base.errors import NgbError, UnknownNameError
+from ngb.core.records.types import TrialResult
 from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store import schema
 from ngb.sweeps.store.connect import (
@@ -109,6 +110,8 @@ class Store:
         self.busy_timeout_s = busy_timeout_s
         self.write_timeout_s = write_timeout_s
         self._schema_checked = False
+        # a connection ``one_connection`` holds open for several reads of one thread
+        self._shared = threading.local()
 
     # ------------------------------------------------------------ connections
 
@@ -142,6 +145,10 @@ class Store:
         self, *, external_access: bool | FileGrant = True
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection; a missing file reads as an empty database (nothing created)."""
+        shared = getattr(self._shared, "conn", None)
+        if shared is not None and external_access is True:  # inside ``one_connection``
+            yield shared
+            return
         with read_errors(self.path):
             if not self.path.exists():
                 empty = empty_database()
@@ -167,6 +174,23 @@ class Store:
                 return
             with self._connection(write=False, external_access=external_access) as conn:
                 yield conn
+
+    @contextmanager
+    def one_connection(self) -> Iterator[None]:
+        """Several of ngb's own reads on one connection, in this thread: a read opens the file
+        otherwise (~25 ms of CPU on the 2-core VM; the console's Results screen reads a run's
+        devices, trials and repetitions at once). The file is held for the block, so keep it
+        short, and keep ``query`` out of it: DuckDB opens a file in one process with one
+        configuration at a time, and ``query``'s grant is another."""
+        if getattr(self._shared, "conn", None) is not None:
+            yield
+            return
+        with self._reader() as conn:
+            self._shared.conn = conn
+            try:
+                yield
+            finally:
+                self._shared.conn = None
 
     def _check_readable(self, conn: duckdb.DuckDBPyConnection, version: int) -> None:
         if version > schema.latest_version():
@@ -420,6 +444,23 @@ class Store:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return self._rows(sql, params)
+
+    def repetition_throughputs(
+        self, run_id: str, device: str | None = None
+    ) -> dict[tuple[str, str, str], list[float]]:
+        """(run, device, key) -> the throughput of each repetition, in order: what a
+        significance test compares."""
+        where = "WHERE run_id = ? AND device = ?" if device else "WHERE run_id = ?"
+        sql = (
+            "SELECT run_id, device, key, list(throughput ORDER BY rep) "  # noqa: S608 - fixed text
+            f"FROM measurements {where} GROUP BY ALL"
+        )
+        with self._reader() as conn:
+            rows = conn.execute(sql, [run_id, device] if device else [run_id]).fetchall()
+        return {
+            (str(r[0]), str(r[1]), str(r[2])): [float(v) for v in r[3] if v is not None]
+            for r in rows
+        }
 
     def served_trials(self, run_id: str) -> list[StoreRow]:
         """A run's finished serving trials (a sweep's ``[serve]``) read as ``trials`` rows are

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.rows import Event
 from ngb.sweeps.store.ingest import as_int, now, num, to_json
 

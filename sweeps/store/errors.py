@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 
 BUSY_MESSAGE = "results database is busy (another process has it open); try again"
 

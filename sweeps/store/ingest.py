@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
-from ngb.core.serve_trial import EXTRA as SERVED
-from ngb.core.types import BLOCK_MODELS, TrialResult
+from ngb.core.records.types import BLOCK_MODELS, TrialResult
+from ngb.core.serving.serve_trial import EXTRA as SERVED
 from ngb.sweeps.rows import Event
 from ngb.sweeps.store import profile_rows, schema
 from ngb.sweeps.store import provenance as provenance_rows
@@ -78,10 +78,10 @@ def to_json(value: object) -> str | None:
 
 def model_family(model: str, source: object = None) -> str:
     """The family of a model: a user's model's own ``family`` key; the paper's family
-    (``ngb.core.models.family_of``; ``block`` for conv and mha); a user's model's whole name (a
-    name the user chose is not a timm name: ``mnv3s-onnx`` is not family "mnv"); else the timm
+    (``ngb.core.models.models.family_of``; ``block`` for conv and mha); a user's model's whole name
+    (a name the user chose is not a timm name: ``mnv3s-onnx`` is not family "mnv"); else the timm
     name's leading letters (``regnety_040`` -> ``regnety``)."""
-    from ngb.core.models import family_of  # stdlib-only at import; torch/timm stay unloaded
+    from ngb.core.models.models import family_of  # stdlib-only at import; torch/timm stay unloaded
 
     if isinstance(source, str):
         with contextlib.suppress(ValueError):
@@ -441,7 +441,7 @@ def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> 
 
 
 def _accuracy_columns(r: TrialResult) -> dict[str, object]:
-    """Migration 13's columns from ``extra["accuracy"]`` (``ngb.core.accuracy_pass``)."""
+    """Migration 13's columns from ``extra["accuracy"]`` (``ngb.core.trial.accuracy_pass``)."""
     extra = r.extra if isinstance(r.extra, dict) else {}
     record = extra.get("accuracy")
     record = record if isinstance(record, dict) else {}

@@ -17,9 +17,9 @@ import os
 import time
 from pathlib import Path
 
-from ngb.core.errors import ConfigError, NgbError
-from ngb.core.safe_files import shorten
-from ngb.core.types import TrialResult
+from ngb.core.base.errors import ConfigError, NgbError
+from ngb.core.base.safe_files import shorten
+from ngb.core.records.types import TrialResult
 from ngb.sweeps.store.connect import check_intact, check_is_file, connection, read_errors
 from ngb.sweeps.store.database import Store
 

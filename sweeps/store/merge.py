@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.store.connect import connection, write_errors
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.raw_files import copy_file

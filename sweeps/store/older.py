@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.sweeps.store.connect import connection, read_errors
 from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError, one_line
-from ngb.core.profiling import Profile
-from ngb.core.types import TrialResult, TrialSpec
+from ngb.core.base.errors import NgbError, one_line
+from ngb.core.compilers.profiling import Profile
+from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.sweeps.store.schema import (
     PROFILE_COLUMNS,
     PROFILE_COLUMNS_V9,
@@ -96,7 +96,7 @@ def insert_profiles(
 def take_profiles(
     conn: duckdb.DuckDBPyConnection, run_id: str, device: str, results: Sequence[TrialResult]
 ) -> int:
-    """A sweep's profile passes (``result.extra["profile"]``, ``ngb.core.profile_pass``) move
+    """A sweep's profile passes (``result.extra["profile"]``, ``ngb.core.trial.profile_pass``) move
     out of the trials' ``extra`` into ``profiles`` / ``profile_kernels``, keyed by run and trial
     key; a pass that failed leaves its one line as ``extra["profile_error"]``. Rows written."""
     found = []

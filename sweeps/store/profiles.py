@@ -5,8 +5,8 @@ One ``profiles`` row per profile pass (profiler, calls, plain and profiled ms pe
 batch, compiler, precision, optimisation). A sweep's pass (``profile = true``) is stored in the
 trial's run with its trial ``key`` and the trial's timed ms per call (``timed_ms``), taken out
 of the trial's ``extra`` at ingest (``profile_rows.take_profiles``); ``ngb profile --db``
-stores under a run of its own, without a trial. Reading gives ``ngb.core.profiling.Profile``
-objects back, newest per point.
+stores under a run of its own, without a trial. Reading gives
+``ngb.core.compilers.profiling.Profile`` objects back, newest per point.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ngb.core.profiling import KernelRecord, Profile
+from ngb.core.compilers.profiling import KernelRecord, Profile
 from ngb.sweeps.store.profile_rows import ProfilePoint, insert_profiles
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""A trial's provenance (``ngb.core.provenance``) as store rows: columns per trial, lists once.
+"""A trial's provenance (``ngb.core.trial.provenance``) as store rows: columns per trial, lists
+once.
 
 The device sends the whole package list with every trial (``extra["provenance"]``); here the list
 leaves the trial's ``extra`` and goes to the ``environments`` table once per hash, and the trial
@@ -14,8 +15,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ngb.core.provenance import git_state
-from ngb.core.types import TrialResult
+from ngb.core.records.types import TrialResult
+from ngb.core.trial.provenance import git_state
 
 if TYPE_CHECKING:
     import duckdb

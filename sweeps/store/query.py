@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError, first_line
-from ngb.core.safe_files import (
+from ngb.core.base.errors import NgbError, first_line
+from ngb.core.base.safe_files import (
     check_writable,
     refuse_protected,
     same_file,

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ngb.core.types import TrialResult
+from ngb.core.records.types import TrialResult
 from ngb.sweeps.rows import Event, StoreRow
 from ngb.sweeps.store.errors import DatabaseBusy, RowRejected, StoreUnwritable
 

@@ -68,7 +68,7 @@ _TRIAL_COLUMNS_V1: tuple[tuple[str, str], ...] = (
     ("finished_at", "TIMESTAMP"),
     ("ingested_at", "TIMESTAMP"),
 )
-# Migration 2 (ngb.core.stopping / interference): how sure a trial's throughput is.
+# Migration 2 (ngb.core.statistics.stopping / interference): how sure a trial's throughput is.
 _TRIAL_COLUMNS_V2: tuple[tuple[str, str], ...] = (
     ("throughput_ci_half", "DOUBLE"),  # samples/s: half-width of the CI of the mean (95 %)
     ("verdict", "VARCHAR"),  # VALID | INVALID; NULL for failed trials and older rows
@@ -76,13 +76,14 @@ _TRIAL_COLUMNS_V2: tuple[tuple[str, str], ...] = (
     ("disturbed", "BOOLEAN"),  # other processes took a meaningful CPU share / held the GPU
     ("workers", "INTEGER"),  # processes the repetitions came from
 )
-# Migration 3 (ngb.core.precision): the numeric precision that ran, as read back from the runtime.
+# Migration 3 (ngb.core.models.precision): the numeric precision that ran, as read back from the
+# runtime.
 _TRIAL_COLUMNS_V3: tuple[tuple[str, str], ...] = (
     ("precision", "VARCHAR"),  # fp32 | tf32 | bf16 | fp16 | mixes (tf32-conv); NULL: unknown/older
     ("precision_asked", "VARCHAR"),  # MeasureSettings.precision: default | fp32 | tf32 | ...
     ("precision_flags", "VARCHAR"),  # JSON: the runtime's settings read back
 )
-# Migration 5 (ngb.core.energy): energy per inference, measured around the timed loops.
+# Migration 5 (ngb.core.trial.energy): energy per inference, measured around the timed loops.
 _TRIAL_COLUMNS_V5: tuple[tuple[str, str], ...] = (
     ("energy_j_per_sample", "DOUBLE"),  # joules per sample, idle included; NULL: no meter
     ("energy_j_per_sample_ci_half", "DOUBLE"),  # half-width of its CI (processes, 95 %)
@@ -93,7 +94,7 @@ _TRIAL_COLUMNS_V5: tuple[tuple[str, str], ...] = (
     ("energy_source", "VARCHAR"),  # rapl | nvml-energy | nvml-power | jetson-ina3221 ...
     ("energy_note", "VARCHAR"),  # "no power meter: ..." or how the source measured
 )
-# Migration 6 (ngb.core.provenance, issue 35): what else may explain a change between runs.
+# Migration 6 (ngb.core.trial.provenance, issue 35): what else may explain a change between runs.
 _TRIAL_COLUMNS_V6: tuple[tuple[str, str], ...] = (
     ("env_hash", "VARCHAR"),  # sha of the sorted package list; the list is in `environments`
     ("kernel", "VARCHAR"),
@@ -101,8 +102,8 @@ _TRIAL_COLUMNS_V6: tuple[tuple[str, str], ...] = (
     ("model_git_commit", "VARCHAR"),  # the user's model code, read on the workstation
     ("model_git_dirty", "BOOLEAN"),
 )
-# Migration 7 (ngb.core.percentiles, ngb.core.memory; issue 30): tails with their own interval,
-# memory of every runtime per phase.
+# Migration 7 (ngb.core.statistics.percentiles, ngb.core.trial.memory; issue 30): tails with their
+# own interval, memory of every runtime per phase.
 _TRIAL_COLUMNS_V7: tuple[tuple[str, str], ...] = (
     ("latency_calls", "BIGINT"),  # timed calls the percentiles are over
     # order-statistic 95 % bounds (ms); NULL where too few calls bound that side: a NULL upper
@@ -120,8 +121,8 @@ _TRIAL_COLUMNS_V7: tuple[tuple[str, str], ...] = (
     ("peak_rss_timed_mb", "DOUBLE"),  # the timed loops
     ("rss_source", "VARCHAR"),  # vmhwm-per-phase | ru_maxrss-cumulative (includes earlier phases)
 )
-# Migration 13 (ngb.core.accuracy_pass, issue 42): the compiled model over a labelled set, beside
-# eager fp32 on the same inputs. Fractions 0..1; _lo/_hi the 95 % bounds (Wilson's for the
+# Migration 13 (ngb.core.trial.accuracy_pass, issue 42): the compiled model over a labelled set,
+# beside eager fp32 on the same inputs. Fractions 0..1; _lo/_hi the 95 % bounds (Wilson's for the
 # proportions, the exact conditional interval for the drop); NULL where no accuracy was asked.
 _TRIAL_COLUMNS_V13: tuple[tuple[str, str], ...] = (
     ("accuracy_data", "VARCHAR"),  # the data reference: digits, a file, module:loader
@@ -147,8 +148,8 @@ _TRIAL_COLUMNS_V13: tuple[tuple[str, str], ...] = (
     ("accuracy_pass_s", "DOUBLE"),  # seconds of the whole pass (data, eager, compiled)
     ("accuracy_error", "VARCHAR"),  # why a pass that was asked for did not run
 )
-# Migration 14 (ngb.core.algorithms, issue 48): the convolution primitive a trial ran (default,
-# direct, gemm, sparse-csr, sparse-bsr-B). NULL in rows stored before it: those ran the
+# Migration 14 (ngb.core.models.algorithms, issue 48): the convolution primitive a trial ran
+# (default, direct, gemm, sparse-csr, sparse-bsr-B). NULL in rows stored before it: those ran the
 # compiler's own choice, read as 'default' (``coalesce(algorithm, 'default')``).
 _TRIAL_COLUMNS_V14: tuple[tuple[str, str], ...] = (("algorithm", "VARCHAR"),)
 LATENCY_COLUMNS = (
@@ -376,7 +377,8 @@ _V7 = [
     _ddl("latencies", LATENCY_COLUMNS),
 ]
 
-# per-operator profiles (ngb.core.profiling): one row per profile pass, one per kernel record
+# per-operator profiles (ngb.core.compilers.profiling): one row per profile pass, one per kernel
+# record
 PROFILE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR"), ("device", "VARCHAR"), ("model", "VARCHAR"), ("width", "INTEGER"),
     ("depth", "INTEGER"), ("batch", "INTEGER"), ("compiler", "VARCHAR"), ("precision", "VARCHAR"),

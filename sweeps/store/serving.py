@@ -18,7 +18,7 @@ from ngb.sweeps.store.serving_rows import insert_serving as insert_serving  # re
 from ngb.sweeps.store.serving_rows import serve_key as serve_key  # re-exported
 
 if TYPE_CHECKING:
-    from ngb.core.serve import ServeOutcome
+    from ngb.core.serving.serve import ServeOutcome
     from ngb.sweeps.store.database import Store
 
 

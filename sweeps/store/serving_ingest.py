@@ -1,4 +1,4 @@
-"""A sweep's serving trials (``[serve]``, ``ngb.core.serve_trial``) as ``serving`` rows.
+"""A sweep's serving trials (``[serve]``, ``ngb.core.serving.serve_trial``) as ``serving`` rows.
 
 A served trial comes back from its device as a ``TrialResult`` whose ``extra["serving"]`` holds
 the whole outcome and whose throughput is empty. It is stored as ``ngb serve --db`` stores one
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import ConfigError
-from ngb.core.serve_trial import EXTRA, outcome_from_dict
-from ngb.core.types import TrialResult
+from ngb.core.base.errors import ConfigError
+from ngb.core.records.types import TrialResult
+from ngb.core.serving.serve_trial import EXTRA, outcome_from_dict
 from ngb.sweeps.store.errors import RowRejected
 from ngb.sweeps.store.serving_rows import insert_serving, serve_key
 

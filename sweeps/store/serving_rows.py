@@ -19,8 +19,8 @@ from ngb.sweeps.store.timestamps import now
 
 if TYPE_CHECKING:
     import duckdb
-    from ngb.core.serve import ServeOutcome
-    from ngb.core.serve_stats import Summary
+    from ngb.core.serving.serve import ServeOutcome
+    from ngb.core.serving.serve_stats import Summary
 
 _SERVING = [n for n, _ in SERVING_COLUMNS]
 _PEAKS = [n for n, _ in SERVING_PEAK_COLUMNS]

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ngb.core.errors import NgbError, UnknownNameError
+from ngb.core.base.errors import NgbError, UnknownNameError
 from ngb.sweeps.store import raw_files
 from ngb.sweeps.store import wal_marker as marked
 from ngb.sweeps.store.connect import (

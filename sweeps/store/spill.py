@@ -19,7 +19,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError, first_line
+from ngb.core.base.errors import NgbError, first_line
 
 if TYPE_CHECKING:
     import duckdb

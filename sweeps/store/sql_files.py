@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ngb.core.errors import NgbError
-from ngb.core.safe_files import kind_name, same_file, shorten
+from ngb.core.base.errors import NgbError
+from ngb.core.base.safe_files import kind_name, same_file, shorten
 
 if TYPE_CHECKING:
     import duckdb

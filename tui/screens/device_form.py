@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.cursor import apply_cursor_blink
 from textual import events

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.devices.transport import HostKeyError, TransportError
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen

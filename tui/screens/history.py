@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.tui import history_data
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen

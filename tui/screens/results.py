@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
+from ngb.core.statistics.student_t import t_two_sided
 from ngb.tui import narrow_table, ops_view
 from ngb.tui import results_data as rd
 from ngb.tui.backend import Advice, Backend, RunRow, TrialRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.widgets.checklist import Checklist
+from ngb.tui.widgets.cursor import apply_cursor_blink
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.heatmap import HeatmapView
 from ngb.tui.widgets.result_chart import ResultChart
@@ -27,6 +29,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import (
     Footer,
     Header,
@@ -40,6 +43,10 @@ from textual.widgets import (
 
 POLL_S = 5.0
 ALL = "(all)"
+# The tab the screen opens on is built with it; the others (three charts, the ASE heatmap, the
+# table, the operator profiles) are built the first time they are opened. With 128 devices in a
+# run, styling and laying out tabs nobody had opened was most of the first visit's 2 s (issue 41).
+FIRST_TAB = next(iter(rd.CHARTS))
 
 
 def trials_note(run_id: str, rows: Sequence[TrialRow], failed: int) -> str:
@@ -105,6 +112,13 @@ class ResultsScreen(ConsoleScreen):
         self.advice: Advice = {}  # model -> depth -> `ngb advise`'s answer (advice_sync)
         self._advice_signature: tuple[str, str | None, int] | None = None
         self.profiles: ops_view.Stored = []  # the run's per-operator profiles (the Ops tab)
+        # whether ``advice`` and ``profiles`` are those of the trials shown (they follow them)
+        self.advice_ready = False
+        self._built: set[str] = {FIRST_TAB}  # tabs whose widgets exist (``_build_tab``)
+        self._building: set[str] = set()
+        self._unlaid: set[str] = set()  # built, not shown yet: no size to draw at
+        # a heatmap tab not built yet: its compilers and the one its Select will show first
+        self._heat_values: dict[str, tuple[list[str], str]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -125,21 +139,45 @@ class ResultsScreen(ConsoleScreen):
         with TabbedContent(id="results-tabs"):
             for tab_id, kind in rd.CHARTS.items():
                 with TabPane(kind.title, id=f"tab-{tab_id}"):
-                    if kind.heatmap:
-                        yield Select[str](
-                            [], prompt="compiler", id=f"heat-{tab_id}", classes="heat-compiler"
-                        )
-                        yield HeatmapView(id=f"chart-{tab_id}")
-                    else:
-                        yield ResultChart(id=f"chart-{tab_id}")
-            with TabPane("Table", id="tab-table"):
-                yield Input(placeholder="filter rows", id="results-filter", classes="filter")
-                yield Label("", id="results-table-note")
-                yield DataGrid(id="results-table")
-            with TabPane("Ops", id="tab-ops"):  # per-operator profiles (tui/ops_view.py)
-                yield Label(escape(ops_view.NOTE), id="results-ops-note")
-                yield DataGrid(id="results-ops")
+                    if tab_id == FIRST_TAB:
+                        yield from self._tab_widgets(tab_id)
+            yield TabPane("Table", id="tab-table")
+            yield TabPane("Ops", id="tab-ops")  # per-operator profiles (tui/ops_view.py)
         yield Footer(compact=True, show_command_palette=False)
+
+    def _tab_widgets(self, tab: str) -> list[Widget]:
+        """What a tab holds (``tab``: a chart kind, ``table`` or ``ops``)."""
+        if tab == "table":
+            return [
+                Input(placeholder="filter rows", id="results-filter", classes="filter"),
+                Label("", id="results-table-note"),
+                DataGrid(id="results-table"),
+            ]
+        if tab == "ops":
+            return [Label(escape(ops_view.NOTE), id="results-ops-note"), DataGrid(id="results-ops")]
+        if not rd.CHARTS[tab].heatmap:
+            return [ResultChart(id=f"chart-{tab}")]
+        values, pick = self._heat_values.get(tab, ([], ""))
+        self._choices[f"#heat-{tab}"] = values
+        heat = Select[str](
+            _options(values), prompt="compiler", id=f"heat-{tab}", classes="heat-compiler",
+            value=pick if pick in values else Select.NULL,
+        )  # fmt: skip
+        return [heat, HeatmapView(id=f"chart-{tab}")]
+
+    async def _build_tab(self, tab: str) -> None:
+        """Build ``tab``'s widgets if this is its first opening (they exist once this returns)."""
+        if tab in self._built or tab in self._building:
+            return
+        self._building.add(tab)
+        try:
+            pane = self.query_one(f"#tab-{tab}", TabPane)
+            await pane.mount_all(self._tab_widgets(tab))
+            apply_cursor_blink(pane)  # as the screen's own inputs got it when it mounted
+        finally:
+            self._building.discard(tab)
+        self._built.add(tab)
+        self._unlaid.add(tab)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -261,19 +299,8 @@ class ResultsScreen(ConsoleScreen):
     def load_trials(self, run_id: str, device: str | None) -> None:
         backend = self.backend
         try:
-            devices = [str(d.get("device")) for d in backend.run_devices_sync(run_id)]
-            trials = backend.trials_sync(run_id=run_id, device=device)
-            samples = backend.samples_sync(run_id, device)
-            # advise bootstraps every comparison: only again when the run's results changed
-            signature = (run_id, device, len(trials))
-            advice = (
-                backend.advice_sync(run_id, device)
-                if signature != self._advice_signature
-                else self.advice
-            )
-            fresh = signature != self._advice_signature
-            profiles = ops_view.load(backend.store(), run_id, device) if fresh else self.profiles
-            self._advice_signature = signature
+            run_devices, trials, samples = backend.run_results_sync(run_id, device)
+            devices = [str(d.get("device")) for d in run_devices]
         except NgbError as exc:
             self.app.call_from_thread(self._poll_failed, str(exc))
             return
@@ -283,13 +310,47 @@ class ResultsScreen(ConsoleScreen):
             {**t, "samples": samples.get((run_id, str(t.get("device")), str(t.get("key"))), [])}
             for t in trials
         ]
-        self.app.call_from_thread(self._set_advice, advice)
-        self.app.call_from_thread(setattr, self, "profiles", profiles)
+        # The charts' intervals take their t quantile from scipy: imported here, in this thread, not
+        # by the first chart on the event loop (0.3 s in which the console froze).
+        t_two_sided(0.95, 2.0)
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
+        # After the trials are shown, not before: advise bootstraps every comparison (~0.4 s of
+        # CPU for a 128-device run's 512 trials), and only again when the run's results changed.
+        signature = (run_id, device, len(trials))
+        if signature == self._advice_signature:
+            return
+        try:
+            advice = backend.advice_sync(run_id, device)
+            profiles = ops_view.load(backend.store(), run_id, device)
+        except NgbError as exc:
+            self.app.call_from_thread(self._poll_failed, str(exc))
+            return
+        self._advice_signature = signature
+        self.app.call_from_thread(self._show_advice, run_id, device, advice, profiles)
 
     # -- rendering -------------------------------------------------------------------------------
-    def _set_advice(self, advice: Advice) -> None:
-        self.advice = advice
+    def _show_advice(
+        self, run_id: str, device: str | None, advice: Advice, profiles: ops_view.Stored
+    ) -> None:
+        if (run_id, device) != (self.run_id, self._device()):
+            return  # another run or device was chosen meanwhile: its own answer follows
+        self.advice, self.profiles, self.advice_ready = advice, profiles, True
+        # the whole tab again, not the advice line alone: the line's height moves the chart and
+        # the table, which are drawn for the room they have
+        self.redraw()
+
+    def _advice_line(self, sel: rd.Selection) -> None:
+        self.query_one("#results-advice", Label).update(
+            escape(advice_text(self.advice.get(rd.model_part(sel.variant), {}), self.run_id))
+        )
+
+    def _fill_ops(self, sel: rd.Selection) -> None:
+        columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
+        # escaped: "[measure]" in the hint is text, not markup (it vanished)
+        self.query_one("#results-ops-note", Label).update(
+            escape(ops_view.NOTE if rows else ops_view.NO_PROFILES)
+        )
+        self.query_one("#results-ops", DataGrid).fill(columns, rows)
 
     def _show_trials(self, run_id: str, devices: list[str], rows: list[TrialRow]) -> None:
         self._rearm()
@@ -317,7 +378,13 @@ class ResultsScreen(ConsoleScreen):
         compilers = rd.compilers(self.rows)
         for tab_id, kind in rd.CHARTS.items():
             if kind.heatmap:
-                self._set_choices(f"#heat-{tab_id}", [c for c in compilers if c != rd.BASELINE])
+                heat = [c for c in compilers if c != rd.BASELINE]
+                if tab_id in self._built:
+                    self._set_choices(f"#heat-{tab_id}", heat)
+                else:  # as ``_set_choices`` would: the compiler shown stays where it can
+                    pick = self._heat_values.get(tab_id, ([], ""))[1]
+                    pick = pick if pick in heat else next(iter(heat), "")
+                    self._heat_values[tab_id] = (heat, pick)
         sel = self.query_one("#results-compilers", SelectionList)
         if self._choices.get("#results-compilers") != compilers:
             known = set(self._choices.get("#results-compilers", []))
@@ -357,21 +424,36 @@ class ResultsScreen(ConsoleScreen):
     @on(Select.Changed, "#results-variant")
     @on(Select.Changed, ".heat-compiler")
     @on(SelectionList.SelectedChanged, "#results-compilers")
-    @on(TabbedContent.TabActivated, "#results-tabs")
     def _selection_changed(self) -> None:
         self.redraw()
+
+    @on(TabbedContent.TabActivated, "#results-tabs")
+    async def _tab_opened(self) -> None:
+        tab = self.active_tab()
+        await self._build_tab(tab)
+        if tab in self._unlaid:  # drawn once laid out: a table fits its columns to its width
+            self._unlaid.discard(tab)
+            self.call_after_refresh(self.redraw)
+        else:
+            self.redraw()
 
     def selection(self) -> rd.Selection:
         def value(selector: str) -> str:
             v = self.query_one(selector, Select).value
             return "" if v is Select.NULL else str(v)
 
-        heat = [f"#heat-{tab}" for tab, kind in rd.CHARTS.items() if kind.heatmap]
+        heat = [tab for tab, kind in rd.CHARTS.items() if kind.heatmap]
+        if not heat:
+            heat_compiler = ""
+        elif heat[0] in self._built:
+            heat_compiler = value(f"#heat-{heat[0]}")
+        else:  # not opened yet: the compiler its Select will show first
+            heat_compiler = self._heat_values.get(heat[0], ([], ""))[1]
         return rd.Selection(
             family=value("#results-family"),
             variant=value("#results-variant"),
             compilers=list(self.query_one("#results-compilers", SelectionList).selected),
-            heat_compiler=value(heat[0]) if heat else "",
+            heat_compiler=heat_compiler,
             log_y=self.log_y,
         )
 
@@ -383,19 +465,14 @@ class ResultsScreen(ConsoleScreen):
         """Draw only the visible tab: hidden charts are redrawn when their tab is opened."""
         tab = self.active_tab()
         sel = self.selection()
-        self.query_one("#results-advice", Label).update(
-            escape(advice_text(self.advice.get(rd.model_part(sel.variant), {}), self.run_id))
-        )
+        self._advice_line(sel)
+        if tab not in self._built:
+            return  # being built: drawn when it is (``_tab_opened``)
         if tab == "table":
             self._fill_table(sel)
             return
         if tab == "ops":
-            columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
-            # escaped: "[measure]" in the hint is text, not markup (it vanished)
-            self.query_one("#results-ops-note", Label).update(
-                escape(ops_view.NOTE if rows else ops_view.NO_PROFILES)
-            )
-            self.query_one("#results-ops", DataGrid).fill(columns, rows)
+            self._fill_ops(sel)
             return
         kind = rd.CHARTS.get(tab)
         if kind is None:
@@ -440,13 +517,21 @@ class ResultsScreen(ConsoleScreen):
         self.redraw()
 
     # -- filter ----------------------------------------------------------------------------------
-    def action_filter(self) -> None:
-        self.query_one("#results-tabs", TabbedContent).active = "tab-table"
+    async def show_tab(self, tab: str) -> None:
+        """Open ``tab`` (a chart kind, ``table`` or ``ops``): its widgets exist when this returns,
+        and it is drawn once laid out (``_tab_opened``)."""
+        await self._build_tab(tab)
+        self.query_one("#results-tabs", TabbedContent).active = f"tab-{tab}"
+
+    async def action_filter(self) -> None:
+        await self.show_tab("table")
         box = self.query_one("#results-filter", Input)
         box.add_class("-visible")
         box.focus()
 
     def action_clear_filter(self) -> None:
+        if "table" not in self._built:
+            return  # no filter was ever typed
         box = self.query_one("#results-filter", Input)
         box.value = ""
         box.remove_class("-visible")

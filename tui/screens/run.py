@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.tui.backend import Backend
 from ngb.tui.live_run import RunModel
 from ngb.tui.screens.base import ConsoleScreen

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen

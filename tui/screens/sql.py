@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from ngb.core.errors import NgbError
+from ngb.core.base.errors import NgbError
 from ngb.tui.backend import Backend, SqlRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.settings import HISTORY_KEEP

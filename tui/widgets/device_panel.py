@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
-from ngb.core.serve_trial import serving_line
+from ngb.core.serving.serve_trial import serving_line
 from ngb.devices.slurm import SCHEDULER_ENDS, counted_down
 from ngb.tui.live_run import DeviceState, TuningState
 from ngb.tui.widgets.cpu_meter import cores_line, cpu_line, gpu_line, mem_line
@@ -138,8 +138,8 @@ def eta_text(state: DeviceState, now: float) -> str:
 def eta_seconds(state: DeviceState, now: float) -> float | None:
     """Seconds left on this device, weighted by what each remaining trial is.
 
-    With the agent's inputs (``ngb.core.live_state``, sent with each trial's start and in every
-    snapshot): the trial in flight's tuning still to run (budget minus trials done, at this
+    With the agent's inputs (``ngb.core.trial.live_state``, sent with each trial's start and in
+    every snapshot): the trial in flight's tuning still to run (budget minus trials done, at this
     search's own rate) and its predicted non-tuning seconds minus what it has spent outside the
     search, plus the remaining trials' predicted non-tuning seconds and tuning budgets at the best
     known rate. Without them (an older agent): the mean of the finished trials' durations.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from ngb.core.clock_text import clock
+from ngb.core.base.clock_text import clock
 
 __all__ = ["best_steps", "clock", "curve_lines", "rate_line", "tuning_lines", "tuning_summary"]
 
