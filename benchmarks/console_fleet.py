@@ -273,9 +273,16 @@ def painted(frames: list[tuple[float, str]], screen: str, after: float) -> float
 
 
 def readiness(app: NgbApp, devices: int) -> Callable[[str], bool]:
+    from textual.css.query import NoMatches
     from textual.widgets import DataTable
 
     def ready(name: str) -> bool:
+        try:
+            return shown(name)
+        except NoMatches:  # asked between the switch and the screen's compose
+            return False
+
+    def shown(name: str) -> bool:
         screen = app.screen
         if screen.id != name:
             return False
