@@ -23,10 +23,11 @@ empty home. ``--shell both`` (default) runs the sweep once per login shell and p
 With ``--plain`` a plain hand-written loop runs after ngb on the same sshd, devices and accounts
 (``plain_loop``: asyncssh, one Python per device sleeping the same trials, a line after each):
 its efficiency is what this machine allows a fleet at all, so the gap between the two figures is
-ngb's own cost, not the machine's.
+ngb's own cost, not the machine's. ``--plain-imports numpy,psutil`` has each plain process import
+what ngb's agent needs first: the ceiling for any Python agent that measures.
 
 Usage: python benchmarks/loopback_devices.py [--devices 32] [--trials 6] [--sleep 10]
-       [--shell both|root|lean] [--plain]
+       [--shell both|root|lean] [--plain [--plain-imports MODULES]]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -138,7 +140,9 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
         if args.plain:  # the same devices, accounts and sshd, after ngb's run has ended
             load_plain = f"{os.getloadavg()[0]:.2f}"
             known = home / "config" / "known_hosts"
-            plain_wall = await plain_loop(devices, known, args.trials, args.sleep)
+            plain_wall = await plain_loop(
+                devices, known, args.trials, args.sleep, args.plain_imports
+            )
     finally:
         server.stop()
 
@@ -195,7 +199,8 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
     print(f"parallel efficiency: {ideal / wall:.3f} (goal >= {goal})")
     if plain_wall is not None:
         print(
-            f"plain loop beside it (asyncssh + one python per device sleeping the same trials, "
+            f"plain loop beside it (asyncssh + one python per device sleeping the same trials"
+            f"{', importing ' + args.plain_imports if args.plain_imports else ''}, "
             f"load before {load_plain}): wall {plain_wall:.2f} s, efficiency "
             f"{ideal / plain_wall:.3f}; ngb / plain: {plain_wall / wall:.3f}"
         )
@@ -218,16 +223,22 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
 # per device, one Python process on it that runs the trials one after another and prints a line
 # after each -- with nothing of ngb in it (asyncssh directly, no agent, no store). Its efficiency
 # is this machine's ceiling for the fleet; ngb's distance below it is ngb's own cost.
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PLAIN_AGENT = (
-    "import sys, time\n"
+    "import importlib, sys, time\n"
+    "for name in filter(None, sys.argv[3].split(',')):\n"
+    "    importlib.import_module(name)\n"
     "for i in range(int(sys.argv[1])):\n"
     "    time.sleep(float(sys.argv[2]))\n"
     "    print(i, flush=True)\n"
 )
 
 
-async def plain_loop(devices: list[Device], known_hosts: Path, trials: int, sleep: float) -> float:
-    """Wall seconds until every device has run ``trials`` sleeps of ``sleep`` s, plainly."""
+async def plain_loop(
+    devices: list[Device], known_hosts: Path, trials: int, sleep: float, imports: str = ""
+) -> float:
+    """Wall seconds until every device has run ``trials`` sleeps of ``sleep`` s, plainly, after
+    importing ``imports`` (comma-separated modules: what any agent that measures must load)."""
     import asyncssh
 
     async def one(dev: Device) -> int:
@@ -236,8 +247,12 @@ async def plain_loop(devices: list[Device], known_hosts: Path, trials: int, slee
             known_hosts=str(known_hosts),
         ) as conn:  # fmt: skip
             proc = await conn.run(
-                f"{dev.python} -c {shlex.quote(PLAIN_AGENT)} {trials} {sleep}", check=True
+                f"{dev.python} -c {shlex.quote(PLAIN_AGENT)} {trials} {sleep} "
+                f"{shlex.quote(imports or ',')}"
             )
+            if proc.exit_status != 0:
+                last = (str(proc.stderr or "").strip().splitlines() or ["no output"])[-1]
+                raise SystemExit(f"plain loop on {dev.name}: {last}")
             return len(str(proc.stdout).split())
 
     t0 = time.perf_counter()
@@ -292,10 +307,18 @@ def main() -> int:
         help="also time a plain hand-written loop on the same devices (the machine's ceiling)",
     )  # fmt: skip
     parser.add_argument(
+        "--plain-imports", default="", metavar="MODULES",
+        help="modules the plain loop imports first, comma-separated (e.g. numpy,psutil: what "
+        "ngb's agent needs on a device), to see the ceiling for any Python agent that measures",
+    )  # fmt: skip
+    parser.add_argument(
         "--shell", choices=("both", "root", "lean"), default="both",
         help="the devices' login shell: this user's (root: bash + .bashrc) and/or plain /bin/sh",
     )  # fmt: skip
     args = parser.parse_args()
+    bad = [m for m in args.plain_imports.split(",") if m and not MODULE_NAME.match(m)]
+    if bad:
+        parser.error(f"--plain-imports: {bad[0]!r} is not a module name")
     figures: dict[str, float | None] = {}
     # Nothing left behind, however this ends (a SIGKILL included): ``_cleanup``'s watchdog
     # kills what names this folder once this process is gone, and orphaned agents are reaped.

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not Path(SSHD).exists(), reason="OpenSSH server 
 def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
     ran = ngb(
         "bench", "loopback_devices", "--devices", "2", "--trials", "2", "--sleep", "0.5",
-        "--shell", "root", "--plain", timeout=300,
+        "--shell", "root", "--plain", "--plain-imports", "numpy,psutil", timeout=300,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "trials stored: 4 (4 distinct; expected 4)" in ran.stdout
@@ -29,6 +29,7 @@ def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
         re.M,
     )
     assert ngb_eff is not None and plain is not None, ran.stdout
+    assert "importing numpy,psutil" in plain.group(0)  # what ngb's agent needs, loaded first
     wall, plain_eff, ratio = (float(g) for g in plain.groups())
     # two sleeps of 0.5 s each: the plain loop cannot beat its own serial work
     assert wall >= 1.0 and 0 < plain_eff <= 1.0
