@@ -138,7 +138,7 @@ def check_compiler_takes(
         return
     takes = getattr(compiler, "sources", ("torch",))
     if source.takes not in takes:
-        able = [n for n in list_compilers() if "onnx" in getattr(compiler_class(n), "sources", ())]
+        able = onnx_compilers()
         raise UnsupportedTrial(
             f"{compiler.name} cannot take an ONNX file (it needs PyTorch code or a .pt2 program); "
             f"ONNX models run on {', '.join(able)}"

@@ -52,8 +52,8 @@ STOP_FIXED = "fixed count"
 
 class Rule(Protocol):
     """What the stopping rule reads of a trial's settings
-    (``ngb.core.records.types.MeasureSettings`` is
-    one): named here, below the trial records, so the statistics import nothing above them."""
+    (``ngb.core.records.types.MeasureSettings`` is one): named here, below the trial records, so
+    the statistics import nothing above them."""
 
     @property
     def repetitions(self) -> int | None: ...

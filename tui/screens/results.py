@@ -339,19 +339,6 @@ class ResultsScreen(ConsoleScreen):
         # the table, which are drawn for the room they have
         self.redraw()
 
-    def _advice_line(self, sel: rd.Selection) -> None:
-        self.query_one("#results-advice", Label).update(
-            escape(advice_text(self.advice.get(rd.model_part(sel.variant), {}), self.run_id))
-        )
-
-    def _fill_ops(self, sel: rd.Selection) -> None:
-        columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
-        # escaped: "[measure]" in the hint is text, not markup (it vanished)
-        self.query_one("#results-ops-note", Label).update(
-            escape(ops_view.NOTE if rows else ops_view.NO_PROFILES)
-        )
-        self.query_one("#results-ops", DataGrid).fill(columns, rows)
-
     def _show_trials(self, run_id: str, devices: list[str], rows: list[TrialRow]) -> None:
         self._rearm()
         if run_id != self.run_id:
@@ -465,14 +452,21 @@ class ResultsScreen(ConsoleScreen):
         """Draw only the visible tab: hidden charts are redrawn when their tab is opened."""
         tab = self.active_tab()
         sel = self.selection()
-        self._advice_line(sel)
+        self.query_one("#results-advice", Label).update(
+            escape(advice_text(self.advice.get(rd.model_part(sel.variant), {}), self.run_id))
+        )
         if tab not in self._built:
             return  # being built: drawn when it is (``_tab_opened``)
         if tab == "table":
             self._fill_table(sel)
             return
         if tab == "ops":
-            self._fill_ops(sel)
+            columns, rows = ops_view.table(self.profiles, sel.variant, sel.compilers)
+            # escaped: "[measure]" in the hint is text, not markup (it vanished)
+            self.query_one("#results-ops-note", Label).update(
+                escape(ops_view.NOTE if rows else ops_view.NO_PROFILES)
+            )
+            self.query_one("#results-ops", DataGrid).fill(columns, rows)
             return
         kind = rd.CHARTS.get(tab)
         if kind is None:
