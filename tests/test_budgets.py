@@ -45,7 +45,8 @@ def test_a_slow_call_keeps_the_timed_loops_within_the_budget() -> None:
 
 
 def test_the_plan_for_calls_of_seconds_cuts_repetitions_then_processes() -> None:
-    asked = MeasureSettings()  # 4 processes x 2 values in 10 s
+    # 4 processes x 2 values in 10 s, a warm-up of 2 s at most (the defaults before issue 44)
+    asked = MeasureSettings(max_measure_s=10.0, warmup_max_s=2.0)
     assert budget.plan(asked, "cpu", 0.2) is None  # one-call loops fit: the normal plan
     assert budget.plan(asked, "cpu", 1.2) is None  # 4 x 2 x 1.2 s = 9.6 s of calls fit
     assert budget.plan(MeasureSettings(repetitions=8), "cpu", 30.0) is None  # a count is a count

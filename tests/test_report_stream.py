@@ -261,11 +261,11 @@ def test_advise_over_many_models_reads_the_store_once_with_the_same_answers(
 def test_the_budget_line_says_what_is_decided_and_what_a_slow_call_may_cut() -> None:
     line = budget.upfront(MeasureSettings())
     assert line == (
-        "budget: 10 s of warm-up and timed loops over 4 processes (up to 10 while the interval "
-        "is wider than ci_target); a first call over 1.25 s plans for slow calls, which may cut "
+        "budget: 7 s of warm-up and timed loops over 4 processes (up to 10 while the interval "
+        "is wider than ci_target); a first call over 0.875 s plans for slow calls, which may cut "
         "this to 2 processes x 1 call"
     )
     settings = MeasureSettings()
-    assert not budget.slow_enough(settings, 1.25) and budget.slow_enough(settings, 1.26)
+    assert not budget.slow_enough(settings, 0.875) and budget.slow_enough(settings, 0.88)
     one = budget.upfront(MeasureSettings(workers=1, max_workers=1, max_measure_s=3.0))
     assert "over 1 process;" in one and "over 1.5 s" in one and "to 1 process x 2 calls" in one

@@ -64,6 +64,14 @@ def warmup_cap_s(settings: MeasureSettings, device: str) -> float:
     return max(settings.warmup_max_s, settings.warmup_s)
 
 
+def quiet_check_apart_s(settings: MeasureSettings, device: str) -> float:
+    """Seconds a worker's quiet check adds to its warm-up: none where others' CPU is read over a
+    warm-up whose floor lasts at least ``quiet_check_s`` (``ngb.core.trial.timing``), else the
+    check's own sleep before the warm-up."""
+    floor = settings.gpu_warmup_min_s if device == "cuda" else settings.warmup_s
+    return 0.0 if floor >= settings.quiet_check_s else settings.quiet_check_s
+
+
 def warmup_estimate_s(settings: MeasureSettings, device: str, call_s: float) -> float:
     """Seconds the normal warm-up takes at ``call_s`` a call: its floor, or the first window's
     calls and two more, whichever is longer, up to its cap; whole calls, at least one."""
@@ -161,7 +169,9 @@ def plan(
     workers, values = settings.workers, settings.values_per_worker
     warm = call_s < warmup_cap_s(settings, device)
     warm_s = warmup_estimate_s(settings, device, call_s) if warm else call_s
-    per_process = settings.quiet_check_s + warm_s
+    # a warm-up by time holds the quiet check; one warm-up call (no floor) sleeps it apart
+    quiet_s = quiet_check_apart_s(settings, device) if warm else settings.quiet_check_s
+    per_process = quiet_s + warm_s
     floor_k = min(MIN_PROCESSES, workers)
     floor_r = 2 if floor_k == 1 else 1
     choices = [(workers, r) for r in range(values, 0, -1)]

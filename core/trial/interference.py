@@ -4,7 +4,8 @@
   utilisation minus ngb's own (the measured worker with its descendants, such as a compiler's
   helper processes, and the sampling trial process: ``ngb.core.trial.cpu.ProcessFamily``,
   ``ngb.core.trial.cpu.others_percent``) -- over the timed loop, and
-  over a short quiet check just before it (``quiet_check``: this process sleeps, so whatever runs
+  over a short quiet check just before it (``OthersCpu`` over the worker's warm-up, or, where the
+  warm-up is shorter than ``quiet_check_s``, ``quiet_check``: this process sleeps, so whatever runs
   belongs to someone else). The 1-minute load average is recorded too, but does not decide: it
   still carries this trial's own compile. Either share above the threshold, or another process
   holding the GPU, flags the trial "disturbed"; ``MeasureSettings.disturbed_retries`` then waits
@@ -70,25 +71,39 @@ def cpu_facts(cpufreq_dir: Path = _CPUFREQ) -> dict[str, str | float | None]:
     return facts
 
 
-def quiet_check(seconds: float) -> float | None:
-    """Other processes' CPU share (0..100 of the machine) while this process sleeps ``seconds``.
+class OthersCpu:
+    """Other processes' CPU share (0..100 of the machine) from now until ``read``: the machine's
+    use minus this process's and its descendants' (a compiler's helper pool that outlives its
+    compile, such as TVM's ``popen_worker``s, is ngb's own too)."""
 
-    This process's descendants are ngb's own (a compiler's helper pool that outlives its
-    compile, such as TVM's ``popen_worker``s): what they spend is not "others" either."""
+    def __init__(self) -> None:
+        import psutil
+        from ngb.core.trial.cpu import ProcessFamily
+
+        self._psutil = psutil
+        self._proc = psutil.Process()
+        self._family = ProcessFamily(self._proc, psutil.Error)
+        psutil.cpu_percent(None)
+        self._proc.cpu_percent(None)
+        self._below, self._start = self._family.below_seconds(), time.monotonic()
+
+    def read(self) -> float:
+        from ngb.core.trial.cpu import others_percent
+
+        elapsed = max(1e-6, time.monotonic() - self._start)
+        below_pct = 100.0 * (self._family.below_seconds() - self._below) / elapsed
+        own = self._proc.cpu_percent(None) + max(0.0, below_pct)
+        return others_percent(self._psutil.cpu_percent(None), own, os.cpu_count() or 1)
+
+
+def quiet_check(seconds: float) -> float | None:
+    """Other processes' CPU share (0..100 of the machine) while this process sleeps ``seconds``
+    (``ngb.core.trial.timing`` reads it over the warm-up instead where that lasts as long)."""
     if seconds <= 0:
         return None
-    import psutil
-    from ngb.core.trial.cpu import ProcessFamily, others_percent
-
-    proc = psutil.Process()
-    family = ProcessFamily(proc, psutil.Error)
-    psutil.cpu_percent(None)
-    proc.cpu_percent(None)
-    below, start = family.below_seconds(), time.monotonic()
+    span = OthersCpu()
     time.sleep(seconds)
-    below_pct = 100.0 * (family.below_seconds() - below) / max(1e-6, time.monotonic() - start)
-    own = proc.cpu_percent(None) + max(0.0, below_pct)
-    return others_percent(psutil.cpu_percent(None), own, os.cpu_count() or 1)
+    return span.read()
 
 
 def disturbance(

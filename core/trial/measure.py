@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import os
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -235,7 +236,7 @@ def _run_workers(
             spent += outcome.part.measure_s + outcome.part.warmup_s
         groups = [p.throughputs for p in parts]
         in_force = slow.settings(settings) if slow else settings
-        more, stopped = stopping.next_worker(in_force, groups, spent, design_effect)
+        more, stopped = stopping.next_worker(in_force, groups, spent, design_effect, _next_s(parts))
         worker += 1
         if not more or time.monotonic() > deadline or len(errors) > 2:
             break
@@ -246,6 +247,14 @@ def _run_workers(
         if stopped == stopping.STOP_MAX:  # the verdict says which maximum: the plan's
             stopped = f"slow calls: the {slow.workers} x {slow.reps} planned"
     return parts, stopped or (stopping.STOP_TIME if time.monotonic() > deadline else None)
+
+
+def _next_s(parts: list[Part]) -> float:
+    """Seconds of ``max_measure_s`` a further worker would take for its warm-up and one value:
+    the median of what the earlier ones took."""
+    if not parts:
+        return 0.0
+    return statistics.median(p.warmup_s + p.measure_s / max(1, len(p.throughputs)) for p in parts)
 
 
 def run_share(

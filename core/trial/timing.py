@@ -6,10 +6,11 @@ process: the trial's parent process watches the worker from outside (``ngb.core.
 and adds CPU, GPU and board telemetry and the disturbance check to the part. ``merge`` folds every
 worker's part into the result: statistics, the process-level interval and the verdict.
 
-Order inside a share: quiet check (``quiet_check_s`` of sleep while sampling others' CPU) ->
-warm-up (``warmup.settle``: windows until the last three agree, after a floor of ``warmup_s``
-on a CPU or ``gpu_warmup_min_s`` on a GPU, where the SM clock must settle too) -> the ``measure``
-phase event (the parent starts its samplers) -> timed repetitions, with nothing in between.
+Order inside a share: warm-up (``warmup.settle``: windows until the last three agree, after a
+floor of ``warmup_s`` on a CPU or ``gpu_warmup_min_s`` on a GPU, where the SM clock must settle
+too), with the quiet check (others' CPU) read over it -> the ``measure`` phase event (the parent
+starts its samplers) -> timed repetitions, with nothing in between. A warm-up floor shorter than
+``quiet_check_s`` gets the check as a sleep of its own before it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ngb.core.records import events
 from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.core.statistics import percentiles, reruns, stopping
 from ngb.core.statistics.percentiles import TAILS
-from ngb.core.trial import energy, interference, page_faults, warmup
+from ngb.core.trial import budget, energy, interference, page_faults, warmup
 from ngb.core.trial.cpu import CpuTick
 from ngb.core.trial.memory import PhaseMemory
 from ngb.core.trial.stats import concat_ns_to_ms, is_unstable, summarize
@@ -90,13 +91,22 @@ def time_share(
     try:
         meter.idle()
         started = time.perf_counter()
-        # The quiet check (a sleep while others' CPU is sampled) comes before the warm-up, not
-        # between it and the timed loops: after 0.3 s asleep the first timed value ran cold
-        # (thread pool parked, caches cold), which a user's loop never sees.
+        # The quiet check reads others' CPU over the warm-up, which is just before the timed
+        # loops: as a sleep of its own it cost 0.3 s of every worker's share of max_measure_s
+        # (issue 44). Only a warm-up shorter than the check still sleeps, and then before the
+        # warm-up, not between it and the timed loops: after 0.3 s asleep the first timed value
+        # ran cold (thread pool parked, caches cold), which a user's loop never sees.
         ctx_emit(events.PHASE, phase="warmup")  # the quiet check is part of it (run_writer)
-        before = interference.quiet_check(spec.measure.quiet_check_s)
-        part.telemetry["cpu_before"] = {**interference.cpu_facts(), "others_percent": before}
-        _warm_up(spec, compiled, sync, part)
+        facts = interference.cpu_facts()  # before: nothing but the span's read after the warm-up
+        asleep = budget.quiet_check_apart_s(spec.measure, spec.device)
+        if asleep or spec.measure.quiet_check_s <= 0:  # a sleep of its own, or none asked for
+            before = interference.quiet_check(asleep)
+            _warm_up(spec, compiled, sync, part)
+        else:
+            span = interference.OthersCpu()
+            _warm_up(spec, compiled, sync, part)
+            before = span.read()
+        part.telemetry["cpu_before"] = {**facts, "others_percent": before}
         part.warmup_s = time.perf_counter() - started
         if memory is not None:
             memory.mark("warmup")

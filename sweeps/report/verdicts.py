@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 from ngb.core.records.trial_extra import from_json
 from ngb.core.statistics.autocorrelation import long_run_factor
-from ngb.core.statistics.stopping import repetitions_for_cov
+from ngb.core.statistics.stopping import OFFERED_TARGETS, repetitions_for_cov
 from ngb.sweeps.rows import integer, mapping, number
 
 WIDE = "wider than the target"
@@ -80,8 +80,6 @@ def summary_line(rows: Iterable[Mapping[str, object]]) -> str | None:
     return text + _advice(wide, len(judged)) + offer_text(reached_target(judged))
 
 
-#: the targets offered (a fraction of the mean): round figures an operator would write down
-OFFERED_TARGETS = (0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5)
 #: a target is offered when it would hold this share of the trials that were only too wide
 OFFER_SHARE = 0.9
 
