@@ -142,10 +142,12 @@ def test_keys_name_the_datas_content_not_its_path(tmp_path: Path) -> None:
 
 def test_keys_without_shipped_data_are_as_before() -> None:
     """Literals from the key before labelled data travelled (a trial without accuracy, a
-    built-in set, an installed module's loader)."""
+    built-in set, an installed module's loader). The specs of that time carried the measurement
+    defaults before issue 44 (10 s, a 2 s warm-up cap), as their stored dicts still do."""
 
     def key(**kw: object) -> str:
-        return TrialSpec("resnet18", "identity", batch=4, measure=MeasureSettings(**kw)).key
+        measure = MeasureSettings(max_measure_s=10.0, warmup_max_s=2.0, **kw)
+        return TrialSpec("resnet18", "identity", batch=4, measure=measure).key
 
     assert key() == "09cae8fe1456ae16"
     assert key(accuracy="digits") == "4a80fbf11227ff9d"

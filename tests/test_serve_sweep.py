@@ -17,7 +17,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 from ngb.core.records import events as ev
-from ngb.core.records.types import TrialResult, TrialSpec
+from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.core.serving.serve_trial import outcome_from_dict
 from ngb.devices.agent import trial_timeout_s
 from ngb.devices.inventory import Device, Inventory
@@ -151,9 +151,14 @@ async def test_a_served_sweep_stores_serving_rows_under_its_run_and_device(env):
 
 
 def test_a_serving_trial_keeps_timed_trials_keys_and_gets_its_serving_time() -> None:
-    timed = TrialSpec("conv", "noop", width=16)
-    # the key a timed trial had before serving settings existed (a resume redoes nothing)
+    # the key a timed trial had before serving settings existed (a resume redoes nothing), with
+    # the measurement defaults of that time (before issue 44), as its stored dict carries them
+    timed = TrialSpec(
+        "conv", "noop", width=16, measure=MeasureSettings(max_measure_s=10.0, warmup_max_s=2.0)
+    )
     assert timed.key == "66d01ffd85fcd536" and timed.to_dict()["serve"] is None
+    # and a stored dict of that time gives the same spec back, so the same key
+    assert TrialSpec.from_dict(json.loads(json.dumps(timed.to_dict()))).key == timed.key
     served = TrialSpec("conv", "noop", width=16, serve={"qps": 50.0, "duration_s": 3.0})
     assert served.key != timed.key
     assert TrialSpec.from_dict(json.loads(json.dumps(served.to_dict()))) == served
