@@ -14,6 +14,7 @@ import pytest
 from ngb.core.records.types import MeasureSettings, TrialSpec
 from ngb.core.statistics import reruns, stopping, student_t
 from ngb.core.statistics.reruns import Allowance, Run
+from ngb.core.trial import interference
 from ngb.core.trial.measure import run_trial
 
 
@@ -160,6 +161,24 @@ def test_a_trial_reads_and_writes_the_hosts_history(tmp_path) -> None:
     assert said["widening"] >= 1.0  # never narrower than its own processes
     assert said["df"] == third.extra["measure"]["df"] in (2, 2 + 2)  # 3 processes, 3 runs
     assert "pooled with its 3 runs here" in said["note"]
+
+
+def test_a_disturbed_trial_stays_out_of_the_history(tmp_path, monkeypatch) -> None:
+    # another process's load is the trial's own INVALID reason; as a re-run it would widen the
+    # interval of every later trial on the host
+    spec = TrialSpec(
+        model="m", compiler="noop", compiler_options={"sleep_s": 0.001},
+        measure=MeasureSettings(**FAST, repetitions=4, workers=2, verify=False),
+    )  # fmt: skip
+    busy = "other processes used 90% of the CPU during the timed loop"
+    monkeypatch.setattr(interference, "disturbance", lambda **_: busy)
+    disturbed = run_trial(spec, cache_dir=tmp_path)
+    assert disturbed.ok and disturbed.disturbed and disturbed.verdict == stopping.INVALID
+    assert not (tmp_path / reruns.FILE_NAME).exists()
+    monkeypatch.setattr(interference, "disturbance", lambda **_: None)
+    assert not run_trial(spec, cache_dir=tmp_path).disturbed
+    lines = (tmp_path / reruns.FILE_NAME).read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["key"] == spec.key
 
 
 def _simulate(level_sd: float, sequences: int, trials: int, seed: int) -> list[tuple[bool, float]]:

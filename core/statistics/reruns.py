@@ -14,7 +14,9 @@ correct for it: the only witness of that variance is re-runs.
 
 So each trial's result is appended to a small history on the machine that measured it
 (``reruns.jsonl`` in the device's long-lived cache, one JSON line per trial: when, host, trial
-key, log of the mean, the variance of that log from its own processes). A trial's interval then
+key, log of the mean, the variance of that log from its own processes). A trial flagged
+disturbed is left out: another process's load is its own INVALID reason, and as a re-run it would
+widen every later trial's interval on the host. A trial's interval then
 uses two things from that history:
 
 - the **design effect** D: how much larger the variance of a trial mean between runs is than its

@@ -124,7 +124,9 @@ def run_trial(
             )
             merge(result, parts, spec, stopped, allow)
             now = reruns.log_spread([p.throughputs for p in parts if p.repetitions])
-            if now is not None:
+            # a disturbed trial is INVALID for that already; in the history it would widen every
+            # later trial's interval (on the VM: one mha run at 933/s among 5,000-9,500/s ones)
+            if now is not None and not result.disturbed:
                 reruns.append(cache, result.host, spec.key, now)
             # after the timing, never beside it: one more process under the runtime's profiler
             profile_pass.run_pass(spec, result, Path(workdir), cache, deadline, sink)
