@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,19 @@ def test_cpu_meter_is_live_while_a_worker_warms_up() -> None:
     measure = kinds.index((events.PHASE, "measure"))
     assert any(kind == events.CPU for kind, _ in kinds[warmup:measure]), kinds
     assert result.extra["workers"][0]["cpu"]["others_percent_mean"] is not None
+
+
+def test_a_worker_gone_before_its_display_meter_starts_is_not_a_psutil_error(monkeypatch) -> None:
+    # a build that raised at once can be reaped before the meter looks: the trial's error must be
+    # the worker's own (its report or exit status), not "process PID not found"
+    import psutil
+    from ngb.core.trial import workers
+
+    def gone(pid: int, *_: object) -> None:
+        raise psutil.NoSuchProcess(pid)
+
+    monkeypatch.setattr(workers, "LiveMeter", gone)
+    assert workers._display_meter(123, "k", 0, lambda _e: None) is None
+    monkeypatch.undo()
+    meter = workers._display_meter(os.getpid(), "k", 0, lambda _e: None)
+    assert meter is not None

@@ -308,8 +308,9 @@ def run_worker(
             proc.start()
             sender.close()
         assert proc.pid is not None
-        live = LiveMeter(proc.pid, spec.key, share.worker, emit)  # until the timed loops start
-        live.start()
+        live = _display_meter(proc.pid, spec.key, share.worker, emit)  # until the timed loops
+        if live is not None:
+            live.start()
         while message is None:
             if time.monotonic() > deadline:
                 raise WorkerFailed("timed out")
@@ -339,7 +340,8 @@ def run_worker(
                     last_progress = now
                 emit(event)
                 if kind == events.PHASE and event.get("phase") == "measure" and watch is None:
-                    live.stop()
+                    if live is not None:
+                        live.stop()
                     watch = WorkerWatch(
                         proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
                     )
@@ -397,6 +399,18 @@ def _outcome(message: WorkerReport | None, exitcode: int | None, share: Plan) ->
     if part.calls == 0 and not part.repetitions:
         raise WorkerFailed(f"worker {share.worker} timed no repetition")
     return Outcome(part, dict(message.recorded))
+
+
+def _display_meter(pid: int, key: str, worker: int, emit: Emit) -> LiveMeter | None:
+    """The worker's display-only CPU meter, or None where the worker has already ended and been
+    reaped (a build that raised at once: its report, EOF or exit status says why, not psutil's
+    "process PID not found", which a fresh-clone CI run once gave as the trial's error)."""
+    import psutil
+
+    try:
+        return LiveMeter(pid, key, worker, emit)
+    except psutil.NoSuchProcess:
+        return None
 
 
 def _stop_meters(live: LiveMeter | None, watch: WorkerWatch | None) -> None:
