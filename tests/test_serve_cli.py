@@ -92,7 +92,9 @@ def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> No
         assert low == (max(below) if below else None)
     assert low is None or 0 < low <= qps
     if low is None:
-        assert "no lower bound): no VALID probe met p99 <= 30 ms" in out
+        # in words, bracketed ("... no lower bound): ...") or not ("QPS* not bracketed ...: ..."),
+        # which a loaded machine's probes decide
+        assert "no VALID probe met p99 <= 30 ms" in out
     assert "[0," not in out and "[0 " not in out
 
     # `ngb report serving` shows the search and its probes as stored, never recomputed
