@@ -64,18 +64,23 @@ def warmup_cap_s(settings: MeasureSettings, device: str) -> float:
     return max(settings.warmup_max_s, settings.warmup_s)
 
 
+def warmup_floor_s(settings: MeasureSettings, device: str) -> float:
+    """The least a warm-up lasts: ``gpu_warmup_min_s`` on a GPU, ``warmup_s`` on a CPU."""
+    return settings.gpu_warmup_min_s if device == "cuda" else settings.warmup_s
+
+
 def quiet_check_apart_s(settings: MeasureSettings, device: str) -> float:
     """Seconds a worker's quiet check adds to its warm-up: none where others' CPU is read over a
     warm-up whose floor lasts at least ``quiet_check_s`` (``ngb.core.trial.timing``), else the
     check's own sleep before the warm-up."""
-    floor = settings.gpu_warmup_min_s if device == "cuda" else settings.warmup_s
+    floor = warmup_floor_s(settings, device)
     return 0.0 if floor >= settings.quiet_check_s else settings.quiet_check_s
 
 
 def warmup_estimate_s(settings: MeasureSettings, device: str, call_s: float) -> float:
     """Seconds the normal warm-up takes at ``call_s`` a call: its floor, or the first window's
     calls and two more, whichever is longer, up to its cap; whole calls, at least one."""
-    floor = settings.gpu_warmup_min_s if device == "cuda" else settings.warmup_s
+    floor = warmup_floor_s(settings, device)
     seconds = max(floor, min(warmup_cap_s(settings, device), (settings.warmup_iters + 2) * call_s))
     return max(1, math.ceil(seconds / call_s - 1e-9)) * call_s
 

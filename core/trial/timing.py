@@ -128,7 +128,7 @@ def _warm_up(
     settings = spec.measure
     gpu = spec.device == "cuda"
     monitor = interference.GpuMonitor(settings.cpu_interval_s) if gpu else None
-    floor = settings.gpu_warmup_min_s if gpu else settings.warmup_s
+    floor = budget.warmup_floor_s(settings, spec.device)
     if floor == 0:  # asked for no warm-up time: just the calls asked for, if any
         if settings.warmup_iters:
             compiled.timed_loop(settings.warmup_iters, 0.0)
