@@ -7,21 +7,32 @@ the same model, ``torch.inference_mode()``, warm up ``--warmup`` seconds, then `
 ``--window`` s timed windows of ``model(x)``, the mean of the windows -- under the same allocator
 and thread settings as ngb's defaults, and (b) ``ngb measure`` at its defaults (``-c identity``).
 
-Processes are the unit on both sides. ngb's figure is the mean over its worker processes (4-10
-fresh interpreters), and on some machines a process keeps one of two speed levels for its life
-(conv:64:16 on the 2-core VM: worker means 230, 235, 330, 334 and 369/s in one trial). One plain
-process per round drew one level and stood beside ngb's mean of five (ratio 1.62). So each round
-runs as many plain processes as that round's ``ngb measure`` ran workers (``--plain-processes N``
-fixes the count), each a fresh interpreter; even rounds run ngb first and then the plain
-processes, odd rounds the plain processes first (as many as ngb's previous round ran), so a slow
-drift of the machine favours neither. Per workload it prints each round's means and the ratio
-ngb / plain of the means over all processes of all rounds (each process weighs the same), with
-its 95 % interval from the processes' spread on both sides
-(``ngb.core.statistics.intervals.speedup``: the log-scale delta method the reports use for a
-speed-up). Every process counts as one independent draw: the minutes between rounds are not
-modelled, but both sides meet them alike. Goal: >= 0.98 on every workload, with the machine quiet
-(the load average is printed before and after); an interval that holds 1 says the two differ by no
-more than their processes do.
+Each round is one ``ngb measure`` with plain processes on both sides of it, in time: half of
+them just before and half just after (an A-B-A round), as many as ngb's previous round ran workers
+(``--plain-processes N`` fixes the count; the first round takes ngb's default ``workers``). ngb's
+figure is the mean over its worker processes (4-10 fresh interpreters), and a process keeps one of
+two speed levels for its life on some machines (conv:64:16 on the 2-core VM: worker means 230,
+235, 330, 334 and 369/s in one trial), so one plain process could not stand beside ngb's mean of
+five (ratio 1.62); each plain process is a fresh interpreter too.
+
+**The round is the unit, not the process.** On the 2-core VM the machine's speed moves by 10-20 %
+from one minute to the next, and every process of a round meets the same minute. Counting each
+process as an independent draw gave intervals that did not overlap from one session to the next,
+same code (mha:128:1: 1.112 [1.045, 1.183] on 2026-11-28 at 20:00, 0.903 [0.776, 1.051] at 23:15;
+rounds 0.80-1.22). So the ratio is taken per round (ngb's mean over its processes / the plain
+processes' mean around it), and the figure is the geometric mean of the rounds' ratios with a
+Student-t interval over rounds on the log scale (``rounds - 1`` df): what the minutes between
+rounds do is in it, and the plain processes on both sides of each ngb measure cancel a drift
+within the round. The interval that counts processes as independent (the reports' speed-up of two
+means, ``ngb.core.statistics.intervals.speedup``) is printed beside it for comparison. Goal:
+>= 0.98 on every workload, with the machine quiet (the load average is printed before and after);
+an interval that holds 1 says the two differ by no more than the minutes between rounds do.
+
+The plain loop times its process from 1 s to 6 s after the first call; ngb's workers time theirs
+from ~0.5 s to ~1.5 s (a settled warm-up, then two or three 0.3 s values). Where a process's speed
+moves with its age, that alone parts the two: 42 recorded plain mha processes (2026-11-28,
+23:08-23:39, four batches) read 0.92, 1.01, 1.05 and 1.01 at ngb's position against their own
+1-6 s mean. ``--warmup 0.6 --windows 2 --window 0.3`` times the plain processes where ngb times its own.
 
 ``--allocator`` puts glibc's mode (``ngb.core.trial.allocator``) in force on both sides. Under the
 default ``system`` a process's speed on conv:64:16 follows its minor page faults per call (0 to
@@ -31,8 +42,9 @@ process imported or allocated before -- decides: there ngb / plain read 1.22 [1.
 the allocator's state, not the harness (``ngb.core.trial.page_faults`` says so in the verdict).
 
     .venv/bin/ngb bench parity
-    .venv/bin/python benchmarks/parity.py --rounds 3 --workload resnet18::8 --device cuda
+    .venv/bin/python benchmarks/parity.py --rounds 6 --workload resnet18::8 --device cuda
     .venv/bin/python benchmarks/parity.py --rounds 3 --workload conv:64:16 --allocator retain
+    .venv/bin/python benchmarks/parity.py --workload mha:128:1 --warmup 0.6 --windows 2 --window 0.3
     .venv/bin/python benchmarks/parity.py --rounds 2 --workload mha:64:1 --windows 2 \\
         --window 0.05 -- --repetitions 2 --workers 2 --min-duration 0.05 --warmup-s 0.1  # smoke
 """
@@ -41,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -48,6 +61,7 @@ import sys
 import time
 
 from _args import non_negative, positive, positive_int  # this folder: the script runs as a file
+from ngb.core.records.types import MeasureSettings
 from ngb.core.statistics.intervals import Estimate, Mean, speedup
 from ngb.core.statistics.significance import confidence_interval
 
@@ -135,13 +149,24 @@ def mean_over(processes: list[float]) -> Mean:
 
 def ratio(ours: list[float], theirs: list[float]) -> Estimate:
     """ngb / plain on the means over processes (each process weighs the same), with the
-    speed-up interval the reports print (one computation, ``ngb.core.statistics.intervals``)."""
+    speed-up interval the reports print (one computation, ``ngb.core.statistics.intervals``).
+    Its interval counts every process as an independent draw: printed for comparison only."""
     return speedup(mean_over(ours), mean_over(theirs))
 
 
-def describe(est: Estimate) -> str:
+def over_rounds(ratios: list[float]) -> Estimate:
+    """The rounds' ratios as one figure: their geometric mean, with the Student-t interval of
+    the mean log ratio (``len(ratios) - 1`` df; unknown for one round)."""
+    logs = confidence_interval([math.log(r) for r in ratios])
+    value = math.exp(logs.mean)
+    if logs.n < 2:
+        return Estimate(value)
+    return Estimate(value, math.exp(logs.low), math.exp(logs.high), df=logs.n - 1)
+
+
+def describe(est: Estimate, unit: str) -> str:
     if not est.known:
-        return f"{est.value:.3f} (no interval: one process on a side)"
+        return f"{est.value:.3f} (no interval: one {unit} on a side)"
     return f"{est.value:.3f} [{est.lo:.3f}, {est.hi:.3f}]"
 
 
@@ -152,40 +177,53 @@ def spread(means: list[float]) -> str:
             f"mean {statistics.fmean(means):,.1f}/s")  # fmt: skip
 
 
+def first_count(extra: list[str]) -> int:
+    """The workers the first ngb measure will start at least: its ``--workers`` where the
+    options after ``--`` give it, else ngb's default (a bad value is ngb measure's to refuse)."""
+    for i, arg in enumerate(extra):
+        value = arg.split("=", 1)[1] if arg.startswith("--workers=") else None
+        if arg == "--workers" and i + 1 < len(extra):
+            value = extra[i + 1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return MeasureSettings().workers
+
+
 def run_workload(parts: list[str], args: argparse.Namespace) -> Estimate:
-    """Every round of one workload; the ratio over all their processes."""
+    """Every round of one workload; the ratio over rounds."""
     workload = ":".join(parts)
     all_ours: list[float] = []
     all_theirs: list[float] = []
+    ratios: list[float] = []
     walls: list[float] = []
-    last_workers = 0
+    count = args.plain_processes or first_count(args.extra)  # later: ngb's previous round's
     for round_ in range(args.rounds):
-        # alternate which goes first, so a slow drift of the machine favours neither; plain
-        # first needs its count before ngb says how many workers it ran: ngb's previous round's
-        if round_ % 2 == 0:
-            ours, wall = ngb(*parts, args)
-            theirs = [plain(*parts, args) for _ in range(args.plain_processes or len(ours))]
-        else:
-            theirs = [plain(*parts, args) for _ in range(args.plain_processes or last_workers)]
-            ours, wall = ngb(*parts, args)
-        last_workers = len(ours)
+        # A-B-A: half the plain processes before ngb measure and half after, so a drift of the
+        # machine within the round favours neither side
+        before = [plain(*parts, args) for _ in range((count + 1) // 2)]
+        ours, wall = ngb(*parts, args)
+        theirs = before + [plain(*parts, args) for _ in range(count // 2)]
+        count = args.plain_processes or len(ours)
         all_ours += ours
         all_theirs += theirs
+        ratios.append(statistics.fmean(ours) / statistics.fmean(theirs))
         walls.append(wall)
         print(f"  {workload} round {round_ + 1}: ngb {spread(ours)}; plain {spread(theirs)}; "
-              f"ratio of means {statistics.fmean(ours) / statistics.fmean(theirs):.3f} "
-              f"(ngb measure took {wall:.1f} s)", flush=True)  # fmt: skip
-    est = ratio(all_ours, all_theirs)
-    print(f"{workload}: ngb / plain {describe(est)} over {len(all_ours)} ngb and "
-          f"{len(all_theirs)} plain processes (means {statistics.fmean(all_ours):,.1f} and "
-          f"{statistics.fmean(all_theirs):,.1f}/s); ngb measure wall median "
-          f"{statistics.median(walls):.1f} s", flush=True)  # fmt: skip
+              f"ratio of means {ratios[-1]:.3f} (ngb measure took {wall:.1f} s)",
+              flush=True)  # fmt: skip
+    est = over_rounds(ratios)
+    pooled = ratio(all_ours, all_theirs)
+    print(f"{workload}: ngb / plain {describe(est, 'round')} over {len(ratios)} rounds "
+          f"({len(all_ours)} ngb and {len(all_theirs)} plain processes, means "
+          f"{statistics.fmean(all_ours):,.1f} and {statistics.fmean(all_theirs):,.1f}/s); "
+          f"counting every process as independent: {describe(pooled, 'process')}; "
+          f"ngb measure wall median {statistics.median(walls):.1f} s", flush=True)  # fmt: skip
     return est
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=6)
     parser.add_argument("--workload", action="append", metavar="MODEL:WIDTH:BATCH",
                         help=f"repeatable (default: {' '.join(WORKLOADS)})")  # fmt: skip
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -213,7 +251,7 @@ def main() -> None:
             raise SystemExit(f"--workload {':'.join(parts)!r}: want MODEL:WIDTH:BATCH")
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"device {args.device}; {args.rounds} alternating rounds per workload; plain "
+          f"device {args.device}; {args.rounds} rounds per workload (plain, ngb, plain); plain "
           f"processes per round: {args.plain_processes or 'as many as ngb ran workers'}; "
           f"allocator {args.allocator} on both sides; "
           f"ngb measure options: {' '.join(args.extra) or 'defaults'}")  # fmt: skip

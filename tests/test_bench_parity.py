@@ -4,7 +4,9 @@ interval; both scripts refuse bad counts in one line and still run end to end (s
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from ngb.core.statistics import intervals
+from ngb.core.records.types import MeasureSettings
+from ngb.core.statistics import intervals, student_t
 
 from tests.cli_helpers import scaled
 from tests.script_modules import ROOT, load_script
@@ -71,9 +74,46 @@ def test_the_ratio_is_the_reports_speed_up_of_the_two_means(parity: ModuleType) 
     assert mean.df == 3 and mean.value == pytest.approx(100.75)
     assert est == intervals.speedup(mean, parity.mean_over(theirs))
     assert est.lo < est.value < est.hi and est.value == pytest.approx(100.75 / 91.4)
-    assert "[" in parity.describe(est) and "no interval" in parity.describe(
-        parity.ratio(ours, [90.0])
-    )
+    assert "[" in parity.describe(est, "process")
+    assert "no interval: one process" in parity.describe(parity.ratio(ours, [90.0]), "process")
+
+
+# mha:128:1's rounds in two runs of `ngb bench parity --rounds 3` on the 2-core VM, same code
+# (2026-11-28, 20:00 and 23:15): over processes they read 1.112 [1.045, 1.183] and 0.903
+# [0.776, 1.051], two intervals of one quantity that do not overlap
+EVENING = [1.121, 1.125, 1.098]
+NIGHT = [0.822, 1.038, 0.803]
+
+
+def test_the_figure_is_the_rounds_geometric_mean_with_a_t_interval_over_rounds(
+    parity: ModuleType,
+) -> None:
+    """The round is the unit: the interval is Student-t on the rounds' log ratios, rounds - 1
+    df. Rounds that disagree (the night's) give an interval as wide as their spread; one round
+    gives no interval."""
+    night = parity.over_rounds(NIGHT)
+    logs = [math.log(r) for r in NIGHT]
+    assert night.value == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert night.df == 2
+    half = student_t.t_quantile(0.975, 2) * statistics.stdev(logs) / math.sqrt(3)
+    assert math.log(night.hi) - math.log(night.value) == pytest.approx(half)
+    assert night.lo < 0.803 and night.hi > 1.038  # wider than the rounds' own range
+    assert night.lo < 1.0 < night.hi
+    # the evening's rounds agree closely, and their interval says ngb read higher then
+    evening = parity.over_rounds(EVENING)
+    assert evening.lo > 1.0
+    one = parity.over_rounds([0.95])
+    assert one.value == pytest.approx(0.95) and not one.known
+    assert "no interval: one round" in parity.describe(one, "round")
+
+
+def test_the_first_rounds_plain_count_is_the_workers_ngb_will_start(parity: ModuleType) -> None:
+    assert parity.first_count(["--workers", "2", "--repetitions", "2"]) == 2
+    assert parity.first_count(["--workers=3"]) == 3
+    default = MeasureSettings().workers
+    assert parity.first_count([]) == default
+    for bad in (["--workers", "nan"], ["--workers", "0"], ["--workers"], ["--workers=-1"]):
+        assert parity.first_count(bad) == default  # ngb measure refuses it in its own line
 
 
 def test_worker_means_group_ngbs_repetitions_by_process(parity: ModuleType) -> None:
@@ -134,8 +174,9 @@ TINY_NGB = ["--repetitions", "2", "--workers", "2", "--min-duration", "0.05", "-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_parity_runs_as_many_plain_processes_as_ngb_ran_workers(tmp_path: Path) -> None:
-    """Two rounds (ngb first, then plain first with ngb's previous count): 2 + 2 processes a
-    side, and the ratio over all of them with its interval."""
+    """Two rounds, each a plain process before ngb measure and one after (the first with the
+    workers ngb is asked for, the second with ngb's previous count): 2 + 2 processes a side,
+    and the ratio over the rounds with its interval."""
     out = _run(
         "parity",
         ["--rounds", "2", "--workload", "mha:64:1", "--warmup", "0", "--windows", "2",
@@ -145,7 +186,8 @@ def test_parity_runs_as_many_plain_processes_as_ngb_ran_workers(tmp_path: Path) 
     rounds = [line for line in out.splitlines() if " round " in line]
     assert len(rounds) == 2, out
     assert all("ngb 2 processes" in r and "plain 2 processes" in r for r in rounds), out
-    assert "mha:64:1: ngb / plain " in out and "over 4 ngb and 4 plain processes" in out, out
+    assert "mha:64:1: ngb / plain " in out and "over 2 rounds (4 ngb and 4 plain processes" in out
+    assert "counting every process as independent: " in out, out
     assert "lowest ratio" in out
 
 
