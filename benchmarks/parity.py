@@ -1,4 +1,4 @@
-"""Does ngb cost anything measurable? ngb measure beside a plain hand-written loop, alternating.
+"""Does ngb cost anything measurable? ngb measure beside a plain hand-written loop, round by round.
 
 Why: a harness that takes the GIL from the launch thread, warms up too briefly or runs a
 different allocator reports its own cost as the model's. For each workload this script runs, in
@@ -32,7 +32,8 @@ The plain loop times its process from 1 s to 6 s after the first call; ngb's wor
 from ~0.5 s to ~1.5 s (a settled warm-up, then two or three 0.3 s values). Where a process's speed
 moves with its age, that alone parts the two: 42 recorded plain mha processes (2026-11-28,
 23:08-23:39, four batches) read 0.92, 1.01, 1.05 and 1.01 at ngb's position against their own
-1-6 s mean. ``--warmup 0.6 --windows 2 --window 0.3`` times the plain processes where ngb times its own.
+1-6 s mean. ``--warmup 0.6 --windows 2 --window 0.3`` times the plain processes where ngb times
+its own.
 
 ``--allocator`` puts glibc's mode (``ngb.core.trial.allocator``) in force on both sides. Under the
 default ``system`` a process's speed on conv:64:16 follows its minor page faults per call (0 to
@@ -164,9 +165,10 @@ def over_rounds(ratios: list[float]) -> Estimate:
     return Estimate(value, math.exp(logs.low), math.exp(logs.high), df=logs.n - 1)
 
 
-def describe(est: Estimate, unit: str) -> str:
+def describe(est: Estimate, unknown: str) -> str:
+    """The figure with its interval, or with why it has none (``unknown``)."""
     if not est.known:
-        return f"{est.value:.3f} (no interval: one {unit} on a side)"
+        return f"{est.value:.3f} (no interval: {unknown})"
     return f"{est.value:.3f} [{est.lo:.3f}, {est.hi:.3f}]"
 
 
@@ -213,10 +215,10 @@ def run_workload(parts: list[str], args: argparse.Namespace) -> Estimate:
               flush=True)  # fmt: skip
     est = over_rounds(ratios)
     pooled = ratio(all_ours, all_theirs)
-    print(f"{workload}: ngb / plain {describe(est, 'round')} over {len(ratios)} rounds "
+    print(f"{workload}: ngb / plain {describe(est, 'one round')} over {len(ratios)} rounds "
           f"({len(all_ours)} ngb and {len(all_theirs)} plain processes, means "
           f"{statistics.fmean(all_ours):,.1f} and {statistics.fmean(all_theirs):,.1f}/s); "
-          f"counting every process as independent: {describe(pooled, 'process')}; "
+          f"counting every process as independent: {describe(pooled, 'one process on a side')}; "
           f"ngb measure wall median {statistics.median(walls):.1f} s", flush=True)  # fmt: skip
     return est
 

@@ -74,8 +74,10 @@ def test_the_ratio_is_the_reports_speed_up_of_the_two_means(parity: ModuleType) 
     assert mean.df == 3 and mean.value == pytest.approx(100.75)
     assert est == intervals.speedup(mean, parity.mean_over(theirs))
     assert est.lo < est.value < est.hi and est.value == pytest.approx(100.75 / 91.4)
-    assert "[" in parity.describe(est, "process")
-    assert "no interval: one process" in parity.describe(parity.ratio(ours, [90.0]), "process")
+    assert "[" in parity.describe(est, "one process on a side")
+    assert "no interval: one process" in parity.describe(
+        parity.ratio(ours, [90.0]), "one process on a side"
+    )
 
 
 # mha:128:1's rounds in two runs of `ngb bench parity --rounds 3` on the 2-core VM, same code
@@ -104,7 +106,7 @@ def test_the_figure_is_the_rounds_geometric_mean_with_a_t_interval_over_rounds(
     assert evening.lo > 1.0
     one = parity.over_rounds([0.95])
     assert one.value == pytest.approx(0.95) and not one.known
-    assert "no interval: one round" in parity.describe(one, "round")
+    assert "no interval: one round" in parity.describe(one, "one round")
 
 
 def test_the_first_rounds_plain_count_is_the_workers_ngb_will_start(parity: ModuleType) -> None:
