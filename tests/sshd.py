@@ -62,6 +62,8 @@ from pathlib import Path
 import pytest
 from ngb.devices.inventory import Device, Inventory
 
+from tests.timm_names import seed_timm_names
+
 SSHD = os.environ.get("NGB_TEST_SSHD", "/usr/sbin/sshd")
 HOST = "127.0.0.1"
 DEFAULT_NAMES = ("dev-a", "dev-b", "dev-c")
@@ -333,6 +335,7 @@ class SshdServer:
         Inventory(self.devices if devices is None else devices).save(config / "devices.toml")
         if trusted:
             self.write_known_hosts(config / "known_hosts")
+        seed_timm_names(path)
         return path
 
 

@@ -13,6 +13,7 @@ from ngb.sweeps.store.database import Store
 
 from tests.cli_helpers import ngb
 from tests.noop_sweeps import noop_sweep
+from tests.timm_names import seed_timm_names
 
 
 def _setup(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
@@ -21,6 +22,7 @@ def _setup(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
         [Device(name="localhost", host="localhost", transport="local",
                 python=sys.executable, workdir=str(tmp_path / "device"))]
     ).save(home / "config" / "devices.toml")  # fmt: skip
+    seed_timm_names(home)
     sweep = tmp_path / "noop.toml"
     sweep.write_text(noop_sweep(2, compile_s=0.5).to_toml())
     env = {**os.environ, "NGB_HOME": str(home), "COLUMNS": "200"}

@@ -27,6 +27,7 @@ from ngb.sweeps.store.database import Store
 
 from tests.cli_helpers import ngb, ngb_argv
 from tests.noop_sweeps import noop_sweep
+from tests.timm_names import seed_timm_names
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -440,6 +441,7 @@ def cli_env(tmp_path):
                 python=sys.executable, workdir=str(tmp_path / "device"))]
     )  # fmt: skip
     inventory.save(home / "config" / "devices.toml")
+    seed_timm_names(home)
     sweep_file = tmp_path / "noop.toml"
     sweep_file.write_text(noop_sweep(6, compile_s=0.3).to_toml())
     env = {**os.environ, "NGB_HOME": str(home), "COLUMNS": "120"}

@@ -33,6 +33,7 @@ from ngb.core.records.types import MeasureSettings, TrialSpec
 from ngb.sweeps.spec.sweep import loads_sweep
 
 from tests.cli_helpers import invoke
+from tests.timm_names import seed_timm_names
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -625,6 +626,7 @@ def test_ngb_run_on_localhost(parts: Path, tmp_path: Path) -> None:
     sweep.write_text(SWEEP)
     db = tmp_path / "results.duckdb"
     env = {**os.environ, "NGB_HOME": str(tmp_path / "home")}
+    seed_timm_names(tmp_path / "home")
     ngb_exe = Path(sys.executable).parent / "ngb"
     proc = subprocess.run(
         [

@@ -38,6 +38,7 @@ from ngb.sweeps.store.result_store import IngestBatch
 from tests.cli_helpers import scaled
 from tests.noop_sweeps import noop_sweep
 from tests.slurm import PARTITION, SlurmCluster
+from tests.timm_names import seed_timm_names
 
 pytestmark = pytest.mark.timeout(300)
 NGB = [sys.executable, "-m", "ngb.sweeps.cli"]
@@ -137,6 +138,7 @@ def test_status_counts_a_slots_results_stored_under_their_node(tmp_path, monkeyp
 def cluster(slurm_cluster: SlurmCluster, monkeypatch, tmp_path):
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
+    seed_timm_names(tmp_path / "home")
     slurm_cluster.cancel_all()
     yield slurm_cluster
     slurm_cluster.cancel_all()

@@ -26,6 +26,7 @@ from ngb.sweeps.store.database import Store
 
 from tests.cli_helpers import ngb, ngb_argv
 from tests.noop_sweeps import noop_sweep
+from tests.timm_names import seed_timm_names
 
 #: a console stand-in: follows the run and queries copies of the store at once, until killed
 CONSOLE = """
@@ -113,6 +114,7 @@ def run_the_storm(tmp_path: Path, trials: int, seed: int) -> None:
         [Device(name="localhost", host="localhost", transport="local",
                 python=sys.executable, workdir=str(tmp_path / "device"))]
     ).save(inventory)  # fmt: skip
+    seed_timm_names(home)
     sweep = tmp_path / "noop.toml"
     sweep.write_text(noop_sweep(trials, compile_s=1.0).to_toml())  # a storm of >= 12 s
     env = {**os.environ, "NGB_HOME": str(home), "COLUMNS": "120"}
