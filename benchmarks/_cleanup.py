@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _acct  # this folder: the benchmarks run as files
+
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -49,6 +51,14 @@ class Watchdog:
         """A login account the watchdog deletes if the benchmark could not."""
         with open(self.notes, "a") as fh:
             fh.write(f"{name}\n")
+
+    def accounting_on(self) -> None:
+        """Process accounting is on (``_acct``): the watchdog turns it off if the benchmark
+        could not, or the kernel would go on recording every process into a removed file."""
+        _acct_marker(self.notes).touch()
+
+    def accounting_off(self) -> None:
+        _acct_marker(self.notes).unlink(missing_ok=True)
 
 
 def start(root: Path) -> Watchdog:
@@ -86,11 +96,19 @@ def clean(root: Path, notes: Path) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
+    marker = _acct_marker(notes)
+    if marker.exists():
+        _acct.stop()
+        marker.unlink()
     shutil.rmtree(root, ignore_errors=True)
     with contextlib.suppress(OSError):
         for name in notes.read_text().split():
             subprocess.run(["userdel", "--force", name], capture_output=True, check=False)  # noqa: S603, S607
         notes.unlink()
+
+
+def _acct_marker(notes: Path) -> Path:
+    return notes.with_suffix(".acct-on")
 
 
 def _processes() -> list[int]:

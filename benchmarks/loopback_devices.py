@@ -27,7 +27,7 @@ ngb's own cost, not the machine's. ``--plain-imports numpy,psutil`` has each pla
 what ngb's agent needs first: the ceiling for any Python agent that measures.
 
 Usage: python benchmarks/loopback_devices.py [--devices 32] [--trials 6] [--sleep 10]
-       [--shell both|root|lean] [--plain [--plain-imports MODULES]]
+       [--shell both|root|lean] [--plain [--plain-imports MODULES]] [--acct]
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import _cleanup  # this folder: the script runs as a file
+import _acct  # this folder: the script runs as a file
+import _cleanup
 
 if TYPE_CHECKING:
     from ngb.devices.inventory import Device
@@ -84,7 +85,9 @@ compiler_options.noop = {{ compile_s = {sleep} }}
 """
 
 
-async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float | None:
+async def bench(
+    args: argparse.Namespace, tmp: Path, user: str | None, watchdog: _cleanup.Watchdog
+) -> float | None:
     """One run of the sweep on all devices; prints the figures, returns the efficiency."""
     sys.path.insert(0, str(ROOT))
     from ngb.devices.inventory import Inventory, load_inventory
@@ -127,6 +130,13 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
                     mark.setdefault("run_done", now)
 
         watcher = asyncio.create_task(watch())
+        accounting, counting = tmp / "run.acct", False
+        if args.acct:
+            watchdog.accounting_on()
+            why_not = _acct.start(accounting)
+            counting = why_not is None
+            if why_not:
+                print(f"--acct: {why_not}; going on without it")
         t0 = time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         run_id = await orch.start(sweep, names, isolate=args.isolate)
@@ -136,6 +146,12 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
         own_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         await orch.close()
         await watcher
+        ended = []
+        if counting:
+            await asyncio.sleep(1.0)  # the agents' last writes and exits
+            _acct.stop()
+            watchdog.accounting_off()
+            ended = _acct.fleet_lines(_acct.read(accounting), os.getpid())
         plain_wall = None
         if args.plain:  # the same devices, accounts and sshd, after ngb's run has ended
             load_plain = f"{os.getloadavg()[0]:.2f}"
@@ -180,6 +196,8 @@ async def bench(args: argparse.Namespace, tmp: Path, user: str | None) -> float 
         f"workstation (orchestrator process) CPU: {own_cpu:.2f} s over {wall:.2f} s wall "
         f"({100 * own_cpu / wall:.1f} % of one core)"
     )
+    for line in ended:
+        print(line)
     print(
         f"load average before/after: {load0} / {os.getloadavg()[0]:.2f} "
         "(other work on this machine competes for the same cores)"
@@ -312,6 +330,11 @@ def main() -> int:
         "ngb's agent needs on a device), to see the ceiling for any Python agent that measures",
     )  # fmt: skip
     parser.add_argument(
+        "--acct", action="store_true",
+        help="print the CPU of every process that ended during the run, by kind (agents, their "
+        "workers, sshd, ...), from Linux process accounting (root)",
+    )  # fmt: skip
+    parser.add_argument(
         "--shell", choices=("both", "root", "lean"), default="both",
         help="the devices' login shell: this user's (root: bash + .bashrc) and/or plain /bin/sh",
     )  # fmt: skip
@@ -330,9 +353,9 @@ def main() -> int:
             where = tmp / shell
             if shell == "lean":
                 with lean_account(where / "home", watchdog.add_account) as user:
-                    figures[shell] = asyncio.run(bench(args, where, user))
+                    figures[shell] = asyncio.run(bench(args, where, user, watchdog))
             else:
-                figures[shell] = asyncio.run(bench(args, where, None))
+                figures[shell] = asyncio.run(bench(args, where, None, watchdog))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if len(figures) > 1:

@@ -4,7 +4,9 @@ cost. Run small: two devices, two short trials."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,15 @@ pytestmark = pytest.mark.skipif(not Path(SSHD).exists(), reason="OpenSSH server 
 def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
     ran = ngb(
         "bench", "loopback_devices", "--devices", "2", "--trials", "2", "--sleep", "0.5",
-        "--shell", "root", "--plain", "--plain-imports", "numpy,psutil", timeout=300,
+        "--shell", "root", "--plain", "--plain-imports", "numpy,psutil", "--acct", timeout=300,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    if os.geteuid() == 0:  # process accounting: each agent's CPU, counted by the kernel
+        # machine-wide: other tests' processes may add to the count, never take from it
+        agents = re.search(r"^  agents: [0-9.]+ s in ([0-9]+) processes", ran.stdout, re.M)
+        assert agents is not None and int(agents.group(1)) >= 2, ran.stdout
+    else:
+        assert "--acct: process accounting unavailable" in ran.stdout
     assert "trials stored: 4 (4 distinct; expected 4)" in ran.stdout
     ngb_eff = re.search(r"^parallel efficiency: ([0-9.]+)", ran.stdout, re.M)
     plain = re.search(
@@ -34,3 +42,34 @@ def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
     # two sleeps of 0.5 s each: the plain loop cannot beat its own serial work
     assert wall >= 1.0 and 0 < plain_eff <= 1.0
     assert ratio == pytest.approx(float(ngb_eff.group(1)) / plain_eff, abs=0.01)
+
+
+def test_accounting_records_are_read_and_grouped_by_kind(tmp_path: Path) -> None:
+    """``--acct``'s reader on records laid out as the kernel writes them (``acct_v3``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import _acct
+
+    def record(pid: int, ppid: int, comm: bytes, utime: int, stime: int = 0) -> bytes:
+        return _acct.RECORD.pack(0, 3, 0, 0, 0, 0, pid, ppid, 0, 0.0, utime, stime,
+                                 0, 0, 0, 0, 0, 0, comm)  # fmt: skip
+
+    big = (1 << 13) | 100  # comp_t: mantissa 100, exponent 1 -> 800 ticks = 8 s
+    data = b"".join([
+        record(10, 1, b"python", 50, 10),   # an agent: 0.6 s
+        record(11, 10, b"python", 2),       # its worker: 0.02 s
+        record(12, 1, b"python", big),      # another agent: 8 s
+        record(13, 2, b"sshd", 1),
+        record(99, 1, b"python", 500),      # the orchestrator itself: left out
+    ])  # fmt: skip
+    path = tmp_path / "acct"
+    path.write_bytes(data)
+    got = _acct.read(path)
+    assert [(p.pid, p.cpu_s) for p in got] == [(10, 0.6), (11, 0.02), (12, 8.0), (13, 0.01),
+                                               (99, 5.0)]  # fmt: skip
+    lines = _acct.fleet_lines(got, orchestrator=99)
+    assert lines[0] == "CPU of the processes that ended during the run: 8.6 s"
+    assert lines[1].startswith("  agents: 8.6 s in 2 processes (median 4.300 s, max 8.00 s)")
+    assert "workers (forked by an agent): 0.0 s in 1 processes" in lines[2]
+    path.write_bytes(_acct.RECORD.pack(0, 2, *([0] * 7), 0.0, *([0] * 8), b"x"))
+    with pytest.raises(ValueError, match="version 2, expected 3"):
+        _acct.read(path)
