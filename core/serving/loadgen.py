@@ -658,7 +658,11 @@ def _warm_up(workers: Workers, seconds: float, min_calls: int) -> float:
     if failed:
         raise failed[0]
     ended = time.perf_counter()
-    rates = [n / (b - a) for n, a, b in zip(late, first_late, last, strict=True) if n and b > a]
-    if len(rates) == len(workers):
-        return sum(rates)
-    return sum(counts) / (ended - began) if ended > began else float("nan")
+    if ended <= began:
+        return float("nan")
+    # a runner with fewer than two answers after the midpoint (calls of over half the warm-up)
+    # is read over the whole warm-up, first calls included: the only figure it gives
+    return sum(
+        n / (b - a) if n and b > a else count / (ended - began)
+        for n, a, b, count in zip(late, first_late, last, counts, strict=True)
+    )
