@@ -132,10 +132,11 @@ async def bench(
         watcher = asyncio.create_task(watch())
         accounting, counting = tmp / "run.acct", False
         if args.acct:
-            watchdog.accounting_on()
+            watchdog.accounting_on()  # before it is on: a kill in between still turns it off
             why_not = _acct.start(accounting)
             counting = why_not is None
             if why_not:
+                watchdog.accounting_off()  # not on: the watchdog must not turn off another's
                 print(f"--acct: {why_not}; going on without it")
         t0 = time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)

@@ -81,11 +81,10 @@ def test_measuring_a_timm_model_leaves_timm_and_torch_to_the_workers() -> None:
     (``check_timm_names``): its own process imported timm, and torch with it (3.4 s on the
     2-core VM), before the trial's worker interpreters could start (issue 44). A noop trial's
     workers need neither, so any import of them here is the name check's."""
-    from importlib.metadata import version
-
     from ngb.devices.paths import get_paths
+    from ngb.sweeps.spec.checks import timm_listing_name
 
-    listing = get_paths().cache / f"timm-models-{version('timm')}.txt"
+    listing = get_paths().cache / timm_listing_name()
     listing.parent.mkdir(parents=True, exist_ok=True)
     listing.write_text("resnet18\n", encoding="utf-8")  # as the first check of a name leaves it
     args = ["measure", "resnet18", "-c", "noop", "--repetitions", "2", "--workers", "1"]

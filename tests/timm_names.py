@@ -15,15 +15,17 @@ import subprocess
 import sys
 import tempfile
 from functools import cache
-from importlib.metadata import version
 from pathlib import Path
 
 LIST_CODE = "import timm; print('\\n'.join(sorted(timm.list_models())))"
 
 
 def listing_name() -> str:
-    """The file name ``check_timm_names`` reads in the cache folder."""
-    return f"timm-models-{version('timm')}.txt"
+    """The file name ``check_timm_names`` reads in the cache folder (imported here, not at the
+    top: ``tests.sshd`` imports this module and the fleet benchmark imports that)."""
+    from ngb.sweeps.spec.checks import timm_listing_name
+
+    return timm_listing_name()
 
 
 @cache

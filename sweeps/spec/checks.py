@@ -36,6 +36,14 @@ def unknown_key(where: str, key: str, valid: Iterable[str]) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint} (valid: {', '.join(valid)})")
 
 
+def timm_listing_name() -> str:
+    """The cache file that holds timm's names for the installed timm (``check_timm_names``);
+    ``PackageNotFoundError`` without timm."""
+    from importlib.metadata import version
+
+    return f"timm-models-{version('timm')}.txt"
+
+
 def check_timm_names(names: Iterable[str]) -> None:
     """Refuse unknown timm names, cheaply: against a cached list of timm's names.
 
@@ -43,7 +51,7 @@ def check_timm_names(names: Iterable[str]) -> None:
     every start. The list is kept per timm version in the cache dir; only a name missing from it
     is looked up in timm itself (which also gives close matches for the message).
     """
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError
 
     from ngb.core.models.models import resolve_model
     from ngb.devices.paths import get_paths
@@ -53,7 +61,7 @@ def check_timm_names(names: Iterable[str]) -> None:
     listing: Path | None = None
     known: set[str] = set()
     try:
-        listing = get_paths().cache / f"timm-models-{version('timm')}.txt"
+        listing = get_paths().cache / timm_listing_name()
         known = set(listing.read_text(encoding="utf-8").split())
     except (PackageNotFoundError, OSError):
         pass  # no timm here (resolve_model says so) or no list yet
