@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from ngb.core.compilers.profiling import KernelRecord
     from ngb.core.models.model_types import Array, Example, Model
     from ngb.core.records.trial_extra import CompilerFacts
-    from openvino import AsyncInferQueue, CompiledModel, InferRequest
+    from openvino import AsyncInferQueue, CompiledModel, Core, InferRequest
+    from openvino import Model as OvModel
 
 HINTS = ("THROUGHPUT", "LATENCY")
 DEVICES = ("CPU", "GPU", "AUTO")
@@ -95,6 +96,8 @@ class _OvCompiled(Compiled):
         self._nireq = nireq
         self._request = compiled_model.create_infer_request()
         self._bind(self._request)
+        # synchronous calls so far: a profile build's counters are a mean over them (one stream)
+        self._calls = 0
         self._queue: AsyncInferQueue | None = None
         self._requests: list[InferRequest] = []
         # perf_counter_ns when each queue request was last started; None = idle, not yet counted
@@ -110,6 +113,7 @@ class _OvCompiled(Compiled):
 
     def run(self) -> object:
         """One synchronous request. The array returned is the request's output buffer."""
+        self._calls += 1
         self._request.infer()
         return self._request.get_output_tensor(0).data
 
@@ -144,20 +148,33 @@ class _OvCompiled(Compiled):
         return runners
 
     def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
-        """``calls`` synchronous requests of a model compiled with ``PERF_COUNT``
-        (``ctx.profile``): each one's performance counters, summed; the wall ms per call
-        (the counters' read-out left out); the tool."""
+        """``calls`` synchronous requests of a model compiled with ``PERF_COUNT`` (a profile
+        build, one stream: ``_one_stream``): each node's time per call from the counters read
+        before and after them (``openvino_records``); the wall ms per call (the counters'
+        read-out left out); the tool. The counters are a running mean over every call the
+        stream's graph has served, whichever request made it, so the calls are counted here
+        and the model must have served no others (no queue, one stream)."""
         from ngb.core.compilers.profile_graphs import openvino_origins
         from ngb.core.compilers.profiling import openvino_records
 
-        infos, spent = [], 0.0
+        if self._queue is not None or _streams(self._model) != 1:
+            raise UnsupportedTrial(
+                "OpenVINO's counters are read from a profile build of one stream whose every "
+                "call is counted; this model has several streams or served queued requests"
+            )
+        if self._calls == 0:
+            self.run()  # the first call (buffers, first-run costs) stays out of the difference
+        served = self._calls
+        before = self._request.get_profiling_info()
+        spent = 0.0
         for _ in range(calls):
             start = time.perf_counter()
             self._request.infer()
             spent += time.perf_counter() - start
-            infos.append(self._request.get_profiling_info())
+        self._calls += calls
+        after = self._request.get_profiling_info()
         origins = openvino_origins(self._model.get_runtime_model())
-        records = openvino_records(infos, calls, origins)
+        records = openvino_records(before, after, served, calls, origins)
         return records, spent * 1000.0 / calls, "openvino PERF_COUNT"
 
     def _infer_queue(self) -> AsyncInferQueue:
@@ -293,7 +310,10 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
                 ctx.profile
             ):  # a profile pass (ngb.core.compilers.profiling): counters, never when timed
                 properties["PERF_COUNT"] = "YES"
-            compiled_model = core.compile_model(core.read_model(str(path)), cfg.device, properties)
+            read = core.read_model(str(path))
+            compiled_model = core.compile_model(read, cfg.device, properties)
+            if ctx.profile:
+                compiled_model = _one_stream(core, read, cfg.device, properties, compiled_model)
             optimal = int(compiled_model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
             nireq = cfg.nireq or optimal
             arrays = [t.detach().cpu().contiguous().numpy() for t in example_tuple(example)]
@@ -325,6 +345,35 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
         import openvino as ov
 
         return {"openvino": ov.get_version()}
+
+
+def _one_stream(
+    core: Core,
+    read: OvModel,
+    device: str,
+    properties: dict[str, str | int],
+    compiled: CompiledModel,
+) -> CompiledModel:
+    """A profile build of one stream with the threads one stream of ``compiled`` has: a
+    synchronous call runs on one stream either way, so the calls time alike, but the counters
+    belong to a stream's graph (a running mean over the calls it served) and synchronous calls
+    take the streams in turn, so only with one stream does a count of the calls date them."""
+    streams = _streams(compiled)
+    if streams is None or streams <= 1:
+        return compiled
+    threads = max(1, int(compiled.get_property("INFERENCE_NUM_THREADS")) // streams)
+    del compiled
+    return core.compile_model(
+        read, device, {**properties, "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": threads}
+    )
+
+
+def _streams(compiled: CompiledModel) -> int | None:
+    """The compiled model's number of streams; None where the device does not say (AUTO)."""
+    try:
+        return int(compiled.get_property("NUM_STREAMS"))
+    except (RuntimeError, TypeError, ValueError):
+        return None
 
 
 def _precision_hint(precision: str, option: str | None) -> str | None:

@@ -15,8 +15,9 @@ the runtime's own profiler switched on (``CompileContext.profile``), runs ``warm
   last ``calls`` runs: each kernel's node name (the ONNX node it runs, after ORT's graph
   optimisations) and op type; the fused ones and what they absorbed are read from the optimised
   model ORT saves beside the trace (``profile_graphs.ort_fusions``);
-- OpenVINO: the infer request's performance counters (``PERF_COUNT``) summed over the profiled
-  calls: each executed node's real time, its layer type and the kernel that ran
+- OpenVINO: the performance counters (``PERF_COUNT``) of an infer request of the pass's own,
+  read before and after the profiled calls (they are a running mean over the request's calls):
+  each executed node's real time per call, its layer type and the kernel that ran
   (``exec_type``); the runtime model's ``originalLayersNames`` name the source operators of a
   node that fused several.
 
@@ -329,36 +330,51 @@ def ort_records(
 
 
 def openvino_records(
-    infos: Iterable[Sequence[object]], calls: int, origins: dict[str, tuple[str, ...]]
+    before: Iterable[object],
+    after: Iterable[object],
+    calls_before: int,
+    calls: int,
+    origins: dict[str, tuple[str, ...]],
 ) -> list[KernelRecord]:
-    """OpenVINO's performance counters of each profiled call (``get_profiling_info``), summed:
-    executed nodes only (an ``OPTIMIZED_OUT`` node was fused into another)."""
-    total: dict[str, float] = {}
-    facts: dict[str, tuple[str, str]] = {}
-    runs: dict[str, int] = {}
-    for info in infos:
-        for item in info:
-            if "EXECUTED" not in str(getattr(item, "status", "")):
-                continue
-            name = str(getattr(item, "node_name", ""))
-            real = getattr(item, "real_time", None)
-            seconds = getattr(real, "total_seconds", None)  # a datetime.timedelta
-            us = float(seconds()) * 1e6 if callable(seconds) else 0.0
-            total[name] = total.get(name, 0.0) + us
-            runs[name] = runs.get(name, 0) + 1
-            facts[name] = (str(getattr(item, "node_type", "")), str(getattr(item, "exec_type", "")))
+    """Each executed node's time per call over the ``calls`` calls between two readings of one
+    infer request's performance counters (``get_profiling_info``), ``before`` after its first
+    ``calls_before`` calls and ``after`` at the end. The CPU plugin's ``real_time`` is a running
+    mean over every call the request has made, not the last call's time (measured with OpenVINO
+    2026.4: one slow call of 30 ms among calls of 60 us raised the reading to 1.5 ms, and it fell
+    back as 1/n over the next calls), so the calls' own total is the difference of the two
+    readings times their counts. The readings are whole microseconds, so a node's figure is
+    within about 1 us per call. An ``OPTIMIZED_OUT`` node was fused into another and is left
+    out; a node that ran in neither reading has no record."""
+    start = _mean_us(before)
+    end = _mean_us(after)
     out = []
-    for name, us in total.items():
-        node_type, exec_type = facts[name]
+    for name, (us, node_type, exec_type) in end.items():
+        earlier = start.get(name, (0.0, "", ""))[0]
+        total = us * (calls_before + calls) - earlier * calls_before
         sources = origins.get(name, ())
         out.append(
             KernelRecord(
                 name=name, op_type=node_type, op_class=classify(node_type, name),
                 fused=len(_operators(sources)) > 1 or is_fused(node_type),
-                us_per_inference=us / calls,
-                calls_per_inference=runs[name] / calls, source_ops=sources, kernel=exec_type,
+                us_per_inference=max(0.0, total) / calls,
+                calls_per_inference=1.0, source_ops=sources, kernel=exec_type,
             )
         )  # fmt: skip
+    return out
+
+
+def _mean_us(info: Iterable[object]) -> dict[str, tuple[float, str, str]]:
+    """One reading of OpenVINO's counters: each executed node's mean real time in microseconds,
+    its layer type and the kernel that ran it (``exec_type``)."""
+    out = {}
+    for item in info:
+        if "EXECUTED" not in str(getattr(item, "status", "")):
+            continue
+        real = getattr(item, "real_time", None)
+        seconds = getattr(real, "total_seconds", None)  # a datetime.timedelta
+        us = float(seconds()) * 1e6 if callable(seconds) else 0.0
+        kinds = (str(getattr(item, "node_type", "")), str(getattr(item, "exec_type", "")))
+        out[str(getattr(item, "node_name", ""))] = (us, *kinds)
     return out
 
 
