@@ -19,8 +19,11 @@ run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 # VM, no __pycache__ at the start); earlier, before the bytecode cache below: -n 2 6:00, -n 6 4:25.
 # vmstat during -n 4: both cores 95-100 % busy. A trial started beside xdist's I/O thread takes its
 # workers from a fork server (ngb.core.trial.worker_start), so no forked worker inherits a lock that
-# thread holds. PYTEST_ARGS="-n 0" runs everything in one process.
+# thread holds. PYTEST_ARGS="-n 0" runs everything in one process; PYTEST_MORE adds options to
+# these (PYTEST_MORE=--durations=40), where PYTEST_ARGS=--durations=40 would drop -n 4 (the suite
+# then ran in one process, 18 min, 2026-11-29).
 PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
+PYTEST_MORE ?=
 # Python's bytecode cache stays on for the tests even where the shell turns it off
 # (PYTHONDONTWRITEBYTECODE=1): the tests start some hundred Python processes (agents, trials, CLIs)
 # and each would compile ngb's sources again (make test 4:04-4:19 without the cache, 3:58 with it,
@@ -29,13 +32,13 @@ PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 test: setup  ## the CI subset: everything but tests marked slow
-	$(PYTEST) -m "not slow" -q $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" -q $(PYTEST_ARGS) $(PYTEST_MORE)
 
 test-slow: setup  ## only the slow tier (full timm models, TVM tuning, long sweeps)
-	$(PYTEST) -m slow -q $(PYTEST_ARGS)
+	$(PYTEST) -m slow -q $(PYTEST_ARGS) $(PYTEST_MORE)
 
 test-all: setup  ## every test, slow ones included
-	$(PYTEST) -q $(PYTEST_ARGS)
+	$(PYTEST) -q $(PYTEST_ARGS) $(PYTEST_MORE)
 
 lint: setup
 	$(BIN)/ruff check .
