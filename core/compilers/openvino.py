@@ -362,7 +362,6 @@ def _one_stream(
     if streams is None or streams <= 1:
         return compiled
     threads = max(1, int(compiled.get_property("INFERENCE_NUM_THREADS")) // streams)
-    del compiled
     return core.compile_model(
         read, device, {**properties, "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": threads}
     )

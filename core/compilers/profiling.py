@@ -15,8 +15,8 @@ the runtime's own profiler switched on (``CompileContext.profile``), runs ``warm
   last ``calls`` runs: each kernel's node name (the ONNX node it runs, after ORT's graph
   optimisations) and op type; the fused ones and what they absorbed are read from the optimised
   model ORT saves beside the trace (``profile_graphs.ort_fusions``);
-- OpenVINO: the performance counters (``PERF_COUNT``) of an infer request of the pass's own,
-  read before and after the profiled calls (they are a running mean over the request's calls):
+- OpenVINO: the performance counters (``PERF_COUNT``) of a one-stream profile build, read
+  before and after the profiled calls (they are a running mean over the stream's calls):
   each executed node's real time per call, its layer type and the kernel that ran
   (``exec_type``); the runtime model's ``originalLayersNames`` name the source operators of a
   node that fused several.
@@ -337,9 +337,9 @@ def openvino_records(
     origins: dict[str, tuple[str, ...]],
 ) -> list[KernelRecord]:
     """Each executed node's time per call over the ``calls`` calls between two readings of one
-    infer request's performance counters (``get_profiling_info``), ``before`` after its first
+    stream's performance counters (``get_profiling_info``), ``before`` after its first
     ``calls_before`` calls and ``after`` at the end. The CPU plugin's ``real_time`` is a running
-    mean over every call the request has made, not the last call's time (measured with OpenVINO
+    mean over every call the stream has served, not the last call's time (measured with OpenVINO
     2026.4: one slow call of 30 ms among calls of 60 us raised the reading to 1.5 ms, and it fell
     back as 1/n over the next calls), so the calls' own total is the difference of the two
     readings times their counts. The readings are whole microseconds, so a node's figure is
