@@ -96,8 +96,6 @@ class _OvCompiled(Compiled):
         self._nireq = nireq
         self._request = compiled_model.create_infer_request()
         self._bind(self._request)
-        # synchronous calls so far: a profile build's counters are a mean over them (one stream)
-        self._calls = 0
         self._queue: AsyncInferQueue | None = None
         self._requests: list[InferRequest] = []
         # perf_counter_ns when each queue request was last started; None = idle, not yet counted
@@ -113,7 +111,6 @@ class _OvCompiled(Compiled):
 
     def run(self) -> object:
         """One synchronous request. The array returned is the request's output buffer."""
-        self._calls += 1
         self._request.infer()
         return self._request.get_output_tensor(0).data
 
@@ -146,36 +143,6 @@ class _OvCompiled(Compiled):
             runners.append(functools.partial(request.infer, share_outputs=True))
         self.extra["serving_requests"] = count
         return runners
-
-    def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
-        """``calls`` synchronous requests of a model compiled with ``PERF_COUNT`` (a profile
-        build, one stream: ``_one_stream``): each node's time per call from the counters read
-        before and after them (``openvino_records``); the wall ms per call (the counters'
-        read-out left out); the tool. The counters are a running mean over every call the
-        stream's graph has served, whichever request made it, so the calls are counted here
-        and the model must have served no others (no queue, one stream)."""
-        from ngb.core.compilers.profile_graphs import openvino_origins
-        from ngb.core.compilers.profiling import openvino_records
-
-        if self._queue is not None or _streams(self._model) != 1:
-            raise UnsupportedTrial(
-                "OpenVINO's counters are read from a profile build of one stream whose every "
-                "call is counted; this model has several streams or served queued requests"
-            )
-        if self._calls == 0:
-            self.run()  # the first call (buffers, first-run costs) stays out of the difference
-        served = self._calls
-        before = self._request.get_profiling_info()
-        spent = 0.0
-        for _ in range(calls):
-            start = time.perf_counter()
-            self._request.infer()
-            spent += time.perf_counter() - start
-        self._calls += calls
-        after = self._request.get_profiling_info()
-        origins = openvino_origins(self._model.get_runtime_model())
-        records = openvino_records(before, after, served, calls, origins)
-        return records, spent * 1000.0 / calls, "openvino PERF_COUNT"
 
     def _infer_queue(self) -> AsyncInferQueue:
         """Build the queue once, bind every request, and run each once (first-run costs)."""
@@ -265,6 +232,51 @@ class _OvCompiled(Compiled):
         self._model = None
 
 
+class _OvProfiled(_OvCompiled):
+    """A profile build (``PERF_COUNT``, one stream: ``_one_stream``). Its counters are a running
+    mean over every call its stream has served, so it counts its synchronous calls; only a
+    profile build pays for the count, never a timed call."""
+
+    def __init__(
+        self, compiled_model: CompiledModel, arrays: list[Array], hint: str, nireq: int
+    ) -> None:
+        super().__init__(compiled_model, arrays, hint, nireq)
+        self._calls = 0
+
+    def run(self) -> object:
+        self._calls += 1
+        return super().run()
+
+    def profile_records(self, calls: int) -> tuple[list[KernelRecord], float, str]:
+        """``calls`` synchronous requests: each node's time per call from the counters read
+        before and after them (``openvino_records``); the wall ms per call (the counters'
+        read-out left out); the tool. The counters are a running mean over every call the
+        stream's graph has served, whichever request made it, so the calls are counted here
+        and the model must have served no others (no queue, one stream)."""
+        from ngb.core.compilers.profile_graphs import openvino_origins
+        from ngb.core.compilers.profiling import openvino_records
+
+        if self._queue is not None or _streams(self._model) != 1:
+            raise UnsupportedTrial(
+                "OpenVINO's counters are read from a profile build of one stream whose every "
+                "call is counted; this model has several streams or served queued requests"
+            )
+        if self._calls == 0:
+            self.run()  # the first call (buffers, first-run costs) stays out of the difference
+        served = self._calls
+        before = self._request.get_profiling_info()
+        spent = 0.0
+        for _ in range(calls):
+            start = time.perf_counter()
+            self._request.infer()
+            spent += time.perf_counter() - start
+        self._calls += calls
+        after = self._request.get_profiling_info()
+        origins = openvino_origins(self._model.get_runtime_model())
+        records = openvino_records(before, after, served, calls, origins)
+        return records, spent * 1000.0 / calls, "openvino PERF_COUNT"
+
+
 class OpenVinoCompiler(Compiler[OpenVinoConfig]):
     name = "openvino"
     description = "OpenVINO (THROUGHPUT/LATENCY hint, async infer requests)"
@@ -317,7 +329,8 @@ class OpenVinoCompiler(Compiler[OpenVinoConfig]):
             optimal = int(compiled_model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
             nireq = cfg.nireq or optimal
             arrays = [t.detach().cpu().contiguous().numpy() for t in example_tuple(example)]
-            compiled = _OvCompiled(compiled_model, arrays, cfg.hint, nireq)
+            built = _OvProfiled if ctx.profile else _OvCompiled
+            compiled = built(compiled_model, arrays, cfg.hint, nireq)
         facts = _properties(compiled_model)
         ran = facts.get("inference_precision")
         if asked and ran != asked:
