@@ -13,13 +13,17 @@ library are imported lazily by ``ngb.tui.backend`` when first needed, after the 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ngb.core.base.errors import NgbError
+from ngb.core.base.scratch import remove_own, sweep_once
 from ngb.core.statistics.student_t import t_two_sided
 from ngb.tui.backend import Backend
 from ngb.tui.registry import BY_NAME, SCREENS
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 
 
 SCREEN_KEYS = Binding.Group("screens", compact=True)
+#: seconds a quit on SIGHUP / SIGTERM may take before the process ends without it
+SIGNAL_GRACE_S = 5.0
 
 
 class NgbApp(App[None]):
@@ -69,8 +75,12 @@ class NgbApp(App[None]):
         attach_on_start: bool = True,
         cursor_blink: bool = True,
         settings_path: Path | None = None,
+        end_on_signals: bool = False,
     ) -> None:
         super().__init__()
+        # SIGHUP (the terminal closed) and SIGTERM quit as ``q`` does (``ngb-tui`` sets it; a
+        # test's app leaves its process's signals alone)
+        self.end_on_signals = end_on_signals
         self.backend = backend or Backend()
         # Read by each screen's on_mount (ngb.tui.widgets.cursor): off gives steady cursors, so
         # snapshots and screen captures do not depend on the blink timer's phase.
@@ -88,6 +98,10 @@ class NgbApp(App[None]):
         for entry in SCREENS:
             self.install_screen(entry.build(self.backend), entry.name)
         self.push_screen(self.start_screen)
+        if self.end_on_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(signum, self._end_for_signal, signum)
         if self.attach_on_start:
             self.reattach_runs()
         self.call_after_refresh(self.warm_up)
@@ -167,6 +181,23 @@ class NgbApp(App[None]):
             await self.backend.close()
         self.exit()
 
+    def _end_for_signal(self, signum: int) -> None:
+        """Quit as ``q`` does, on the loop; a quit that cannot finish (a terminal gone under a
+        redraw) ends the process after ``SIGNAL_GRACE_S`` all the same, scratch removed."""
+
+        def last_resort() -> None:
+            remove_own()
+            os._exit(128 + signum)
+
+        timer = threading.Timer(SIGNAL_GRACE_S, last_resort)
+        timer.daemon = True
+        timer.start()
+        asyncio.get_running_loop().create_task(self._quit(128 + signum))
+
+    async def _quit(self, code: int) -> None:
+        await self.action_quit()
+        self.exit(return_code=code)
+
     def _subscribe(self, orch: Orchestrator) -> None:
         self.follow_events(orch)
 
@@ -222,12 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, exit_now: bool = True) -> int:
     """``ngb-tui``; ``exit_now=False`` returns the exit status instead of ending the process."""
     args = build_parser().parse_args(argv)
+    sweep_once()  # what killed ngb processes left in the temp dir (ngb.core.base.scratch)
     backend = Backend(db_path=args.db, inventory_path=args.inventory)
     app = NgbApp(
         backend,
         start_screen=args.screen,
         attach_on_start=not args.no_attach,
         cursor_blink=not args.no_blink,
+        end_on_signals=True,
     )
     app.run()
     code = app.return_code or 0
@@ -240,7 +273,9 @@ def leave_now(code: int) -> NoReturn:
     """End the process without the interpreter's teardown of its ~700 modules, which took over
     1 s after the console had already gone (measured in a pty: ``q`` to exit 1.2-1.7 s before,
     0.3 s after). Safe here: the app has shut down (runs detached, queries cancelled, workers
-    ended) and the console keeps no file open; only stdout/stderr need flushing."""
+    ended) and the console keeps no file open; only stdout/stderr need flushing, and the scratch
+    folders (a copy of the store each, for its queries) need removing, as no finalizer runs."""
+    remove_own()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

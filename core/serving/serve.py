@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ngb.core.base.errors import CompilerUnavailable, UnsupportedTrial
+from ngb.core.base.scratch import scratch_dir
 from ngb.core.compilers import CompileContext, get_compiler
 from ngb.core.records import arrivals
 from ngb.core.records.serve_settings import ServeSettings as ServeSettings  # re-exported
@@ -156,7 +156,7 @@ def serve(
         tell(f"building {spec.model_label} b{spec.batch}")
         model, example = models.create_model(spec, cache_dir)
     with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ngb-serve-")))
+        workdir = Path(stack.enter_context(scratch_dir("serve")))
         ctx = CompileContext(
             workdir=workdir, device=spec.device, threads=settings.threads,
             cache_dir=cache_dir, precision=precision, trial_dir=workdir,

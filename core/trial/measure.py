@@ -23,7 +23,6 @@ import os
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +36,7 @@ from ngb.core.base.errors import (
     UnsupportedTrial,
     one_line,
 )
+from ngb.core.base.scratch import scratch_dir
 from ngb.core.compilers import (
     CompileContext,
     Compiled,
@@ -103,7 +103,7 @@ def run_trial(
     deadline = time.monotonic() + spec.measure.timeout_s
     with contextlib.ExitStack() as stack:
         if workdir is None:
-            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ngb-trial-"))
+            workdir = stack.enter_context(scratch_dir("trial"))
         Path(workdir).mkdir(parents=True, exist_ok=True)
         cache = Path(cache_dir) if cache_dir else None
         try:

@@ -22,6 +22,7 @@ from typing import IO
 import click
 from ngb.core.base.errors import NgbError, one_line
 from ngb.core.base.safe_files import MAX_SHOWN, shorten
+from ngb.core.base.scratch import sweep_once
 
 # command name -> (module, attribute, one-line help shown by `ngb --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -187,6 +188,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sweep_once()  # what killed ngb processes left in the temp dir (ngb.core.base.scratch)
     try:
         cli.main(args=argv, prog_name="ngb", standalone_mode=True)
         sys.stdout.flush()

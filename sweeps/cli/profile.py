@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 from ngb.core.base.errors import NgbError, one_line
+from ngb.core.base.scratch import scratch_dir
 from ngb.sweeps.cli.own_model import own_model_options
 from ngb.sweeps.report.render import FORMATS
 
@@ -80,7 +80,7 @@ def profile(
     profiles, failed, points = [], [], []
     for name, spec in zip(names, specs, strict=True):
         click.echo(f"profiling {spec.label} ...", err=True)
-        with tempfile.TemporaryDirectory(prefix="ngb-profile-") as tmp:
+        with scratch_dir("profile") as tmp:
             try:
                 found = call_in_child(f"{name}", profile_trial, spec, Path(tmp), calls, warmup)
             except Exception as exc:  # one compiler failing never stops the others

@@ -69,7 +69,7 @@ ROW_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "MULTI")
 
 
 def run_interruptibly(job: QueryJob) -> SqlAnswer:
-    """``job`` in a thread, so ctrl+c (or SIGTERM) reaches it: a signal waits for DuckDB's
+    """``job`` in a thread, so ctrl+c (or SIGTERM, SIGHUP) reaches it: a signal waits for DuckDB's
     loop to return to Python, which a long query does not do. The query is then cancelled
     and its copy removed, and the command ends with one line."""
     answer: list[SqlAnswer] = []
@@ -86,9 +86,11 @@ def run_interruptibly(job: QueryJob) -> SqlAnswer:
             finished.set()
 
     worker = threading.Thread(target=work, name="ngb-query", daemon=True)
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGHUP too: a terminal closed under a query would otherwise leave its copy behind
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, signal.default_int_handler)
     try:
         worker.start()
         # an Event, not Thread.join: a join interrupted by ctrl+c returns at once ever after
@@ -99,8 +101,8 @@ def run_interruptibly(job: QueryJob) -> SqlAnswer:
         finished.wait(30)  # DuckDB stops within milliseconds; its copy goes with it
         raise NgbError("query cancelled") from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if failed:
         raise failed[0]
     return answer[0]

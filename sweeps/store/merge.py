@@ -21,12 +21,12 @@ this ngb's schema, so an older file imports too. All inserts run in one transact
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.base.errors import NgbError
+from ngb.core.base.scratch import scratch_dir
 from ngb.sweeps.store.connect import connection, write_errors
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.raw_files import copy_file
@@ -82,7 +82,7 @@ def import_store(target: Store, source: Path) -> ImportSummary:
         raise NgbError(f"no results file at {source}")
     if target.path.exists() and source.resolve() == target.path.resolve():
         raise NgbError(f"{source} is this store itself: nothing to import")
-    with tempfile.TemporaryDirectory(prefix="ngb-import-") as tmp:
+    with scratch_dir("import") as tmp:
         copy = Path(tmp) / "source.duckdb"
         copy_file(source, copy)  # never unlocks a store this process holds (``raw_files``)
         if Path(f"{source}.wal").exists():

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.base.errors import NgbError
+from ngb.core.base.scratch import scratch_dir
 from ngb.sweeps.store.connect import connection, read_errors
 from ngb.sweeps.store.sql_files import BASE_CONFIG, FileGrant, apply_grant
 
@@ -144,7 +145,7 @@ def _acquire(path: Path, timeout: float) -> _Kept:
         if kept is not None and kept.signature == signature:
             kept.users += 1
             return kept
-    fresh = _Kept(signature, tempfile.TemporaryDirectory(prefix="ngb-older-"), users=1)
+    fresh = _Kept(signature, scratch_dir("older"), users=1)
     try:
         copy_of(path, fresh.copy, timeout=timeout)
         upgrade_copy(fresh.copy, path)

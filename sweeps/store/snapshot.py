@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ngb.core.base.errors import NgbError, UnknownNameError
+from ngb.core.base.scratch import scratch_dir
 from ngb.sweeps.store import raw_files
 from ngb.sweeps.store import wal_marker as marked
 from ngb.sweeps.store.connect import (
@@ -371,7 +372,7 @@ def take_snapshot(
     last, WAL replayed on open, blocks checksummed). A store written to all along is then copied
     under the lock after ``UNLOCKED_TRIES`` tries. ``stop`` returning True ends the copy
     between chunks with ``CopyStopped``."""
-    folder = tempfile.TemporaryDirectory(prefix="ngb-query-")
+    folder = scratch_dir("query")
     copy = Path(folder.name) / "results.duckdb"
     try:
         main_from: Path | None = None

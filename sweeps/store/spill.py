@@ -12,14 +12,13 @@ rather than to memory; the file and its folder go when the block ends.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ngb.core.base.errors import NgbError, first_line
+from ngb.core.base.scratch import scratch_dir
 
 if TYPE_CHECKING:
     import duckdb
@@ -94,7 +93,8 @@ def spill(
     report of 480,000 points to 332 MiB, over its 300 MiB goal."""
     import duckdb
 
-    folder = Path(tempfile.mkdtemp(prefix="ngb-spill-"))
+    holder = scratch_dir("spill")
+    folder = Path(holder.name)
     try:
         staged = folder / "rows.arrows"
         try:
@@ -118,7 +118,7 @@ def spill(
         finally:
             conn.close()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        holder.cleanup()
 
 
 def _stage(
