@@ -191,3 +191,23 @@ def test_a_closed_terminal_ends_the_console_and_its_store_copy_goes(tmp_path: Pa
             _wait(pid, 10)
     assert status == 128 + signal.SIGHUP, status
     assert list(tmpdir.iterdir()) == []
+
+
+def test_a_proc_of_another_namespace_removes_nothing(
+    tmpdir_: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's /proc mounted in a container names other processes by these pids: no owner can
+    be asked there, so nothing is named for one and nothing is removed."""
+    dead = killed_with_scratch(tmpdir_)
+    real_readlink = os.readlink
+    monkeypatch.setattr(
+        os, "readlink", lambda path: "1" if path == "/proc/self" else real_readlink(path)
+    )
+    assert scratch.owner_tag() is None
+    assert scratch.sweep_stale(tmpdir_) == [] and dead.is_dir()
+    plain = scratch.scratch_dir("trial")
+    name = Path(plain.name).name
+    assert name.startswith("ngb-trial-") and scratch._NAME.match(name) is None  # no owner named
+    plain.cleanup()
+    monkeypatch.undo()
+    assert scratch.sweep_stale(tmpdir_) == [dead]

@@ -37,7 +37,11 @@ _open: weakref.WeakKeyDictionary[tempfile.TemporaryDirectory[str], int] = (
 
 
 def _namespace() -> int | None:
+    """This process's pid namespace; None where ``/proc`` cannot say, or is another namespace's
+    (a host's ``/proc`` in a container: its pids are not this process's pids)."""
     try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
