@@ -81,6 +81,8 @@ class NgbApp(App[None]):
         # SIGHUP (the terminal closed) and SIGTERM quit as ``q`` does (``ngb-tui`` sets it; a
         # test's app leaves its process's signals alone)
         self.end_on_signals = end_on_signals
+        self._signal_quit: asyncio.Task[None] | None = None  # held: the loop keeps a weak one
+        self._last_resort: threading.Timer | None = None
         self.backend = backend or Backend()
         # Read by each screen's on_mount (ngb.tui.widgets.cursor): off gives steady cursors, so
         # snapshots and screen captures do not depend on the blink timer's phase.
@@ -189,10 +191,17 @@ class NgbApp(App[None]):
             remove_own()
             os._exit(128 + signum)
 
-        timer = threading.Timer(SIGNAL_GRACE_S, last_resort)
-        timer.daemon = True
-        timer.start()
-        asyncio.get_running_loop().create_task(self._quit(128 + signum))
+        if self._signal_quit is not None:
+            return  # already quitting for a signal
+        self._last_resort = threading.Timer(SIGNAL_GRACE_S, last_resort)
+        self._last_resort.daemon = True
+        self._last_resort.start()
+        self._signal_quit = asyncio.get_running_loop().create_task(self._quit(128 + signum))
+
+    def quit_finished(self) -> None:
+        """The app has run to its end: a signal's fallback (``_end_for_signal``) is not needed."""
+        if self._last_resort is not None:
+            self._last_resort.cancel()
 
     async def _quit(self, code: int) -> None:
         await self.action_quit()
@@ -263,6 +272,7 @@ def main(argv: list[str] | None = None, *, exit_now: bool = True) -> int:
         end_on_signals=True,
     )
     app.run()
+    app.quit_finished()
     code = app.return_code or 0
     if exit_now:
         leave_now(code)
