@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def test_ngb_bench_console_prints_the_cpu_share_of_a_finished_run() -> None:
     exe = Path(sys.executable).with_name("ngb")
@@ -26,3 +28,18 @@ def test_ngb_bench_console_prints_the_cpu_share_of_a_finished_run() -> None:
     assert 0.0 < float(found.group(1)) < 100.0, line
     assert "localhost 3/3 trials" in line, line
     assert "== " not in out.stdout + out.stderr  # one benchmark: its own output, no header
+
+
+@pytest.mark.slow
+def test_ngb_bench_console_fleet_prints_every_screen_and_leaves_nothing(tmp_path: Path) -> None:
+    """Issue 41: the console with a followed fleet; a finished run used to leave its store
+    (3.7 MB with 128 devices) in the temp dir."""
+    exe = Path(sys.executable).with_name("ngb")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    out = subprocess.run(
+        [str(exe), "bench", "console_fleet", "--devices", "4"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"slowest screen with its content: [\d.]+ s", out.stdout), out.stdout
+    assert list(tmp_path.iterdir()) == []
