@@ -225,6 +225,9 @@ def main() -> None:
             db, _ = run_sweep(args.preset, args.device, root / name)
             dbs.append(db)
         a, b = Run(dbs[0], None), Run(dbs[1], None)
+        if not args.homes:  # kept for `compare`: say where
+            again = f"ngb bench agreement compare {dbs[0]} {dbs[1]}"
+            print(f"the two runs are kept in {root}: `{again}` compares them again")
     else:
         a, b = Run(args.db_a, args.run_a), Run(args.db_b, args.run_b)
     sys.exit(0 if compare(a, b) else 1)

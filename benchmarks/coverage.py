@@ -42,10 +42,12 @@ noise is left in, so the adjusted figures, if anything, under-state the coverage
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
 import runpy
+import shutil
 import statistics
 import subprocess
 import sys
@@ -245,6 +247,8 @@ def main() -> None:
           f"options: {args.extra or 'defaults'}")  # fmt: skip
     saved = {}
     home = tempfile.mkdtemp(prefix="ngb-coverage-home-") if args.history == "fresh" else ""
+    if home:  # the fresh history's store and caches go when the benchmark ends
+        atexit.register(shutil.rmtree, home, True)
     for workload in args.workload or WORKLOADS:
         parts = workload.split(":")
         if len(parts) != 4:
