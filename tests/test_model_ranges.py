@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from ngb.core.base.errors import NgbError
 from ngb.core.models.model_sources import parse_source
 from ngb.sweeps.cli import cli
 from ngb.sweeps.spec.model_ranges import guessed_ranges, sweep_warnings
@@ -74,3 +75,17 @@ def test_ngb_measure_says_the_guess_in_one_line(tmp_path: Path) -> None:
         "warning: counts.pt2: input 'n' (int64): assumed 0..1: the program does not bound it; "
         "declare inputs with a range"
     ]
+
+
+def test_a_program_this_torch_cannot_load_is_refused_only_where_it_is_built(
+    tmp_path: Path,
+) -> None:
+    """``ngb measure`` and ``ngb profile`` build the model with this torch: the build's one line
+    comes now (it came from a fresh worker, 7 CPU-s later). A sweep's device may have a torch
+    that reads it: nothing is said here."""
+    (tmp_path / "garbage.pt2").write_bytes(b"\xde\xad\xbe\xef" * 64)
+    source = parse_source("garbage.pt2", base_dir=tmp_path)
+    with pytest.raises(NgbError, match=r"^cannot load exported program garbage.pt2: BadZipFile"):
+        guessed_ranges(source, built_here=True)
+    assert guessed_ranges(source) == []
+    assert sweep_warnings({"garbage": source.to_dict()}) == []

@@ -262,17 +262,7 @@ def _build_torch(
             inputs = source.inputs or _timm_inputs(source.ref, dict(source.kwargs))
         elif source.kind == "pt2":
             path = locate(source.artifacts[0], cache_dir)
-            logged = Captured()
-            try:
-                # torch logs its own traceback before raising: folded into the one line
-                with captured_stderr() as logged:
-                    program = torch.export.load(str(path))
-            except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file
-                said = logged.last_line()
-                extra = f" (torch: {said})" if said and said not in str(exc) else ""
-                raise NgbError(
-                    f"cannot load exported program {path.name}: {one_line(exc)}{extra}"
-                ) from None
+            program = load_program(path)
             model = _ProgramModule.wrap(program.module())
             inputs = source.inputs or _program_inputs(program, path.name)
         else:
@@ -281,6 +271,23 @@ def _build_torch(
             if not inputs:
                 raise ConfigError(f"model {name!r}: python sources need inputs = [...]")
     return model.eval(), inputs
+
+
+def load_program(path: Path) -> torch.export.ExportedProgram:
+    """``torch.export.load``; a file it cannot read is one line (``NgbError``)."""
+    import torch
+
+    logged = Captured()
+    try:
+        # torch logs its own traceback before raising: folded into the one line
+        with captured_stderr() as logged:
+            return torch.export.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file
+        said = logged.last_line()
+        extra = f" (torch: {said})" if said and said not in str(exc) else ""
+        raise NgbError(
+            f"cannot load exported program {path.name}: {one_line(exc)}{extra}"
+        ) from None
 
 
 def _build_timm(source: ModelSource) -> nn.Module:

@@ -90,7 +90,7 @@ def model_source(
         raise ConfigError(f"{model}: python models need --input NAME:SHAPE[:DTYPE[:LOW-HIGH]]")
     from ngb.sweeps.spec.model_ranges import guessed_ranges
 
-    for line in guessed_ranges(parsed):
+    for line in guessed_ranges(parsed, built_here=True):  # measure, profile: built here
         warn(f"warning: {model}: {line}")
     return json_object(parsed.to_dict())
 

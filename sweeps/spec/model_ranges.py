@@ -13,29 +13,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ngb.core.base.capture import captured_stderr
 from ngb.core.base.errors import NgbError
 from ngb.core.models.model_inputs import assumed_ranges
 from ngb.core.models.model_sources import ModelSource, locate
 
 
-def guessed_ranges(source: ModelSource) -> list[str]:
-    """One line per integer input whose range ngb assumed (empty when none was)."""
+def guessed_ranges(source: ModelSource, *, built_here: bool = False) -> list[str]:
+    """One line per integer input whose range ngb assumed (empty when none was).
+
+    A program this torch cannot load: with ``built_here`` (``ngb measure``, ``ngb profile``:
+    the trial builds it with this same torch) the build's own one line, now rather than from a
+    fresh worker seconds later (7 CPU-s for a corrupt file, 2026-11-29); else nothing, as a
+    device's torch may read what this one cannot, and its build says why."""
     if source.inputs or source.kind != "pt2":
         return assumed_ranges(source.inputs)
-    import torch
     from ngb.core.models.model_build import (
         _program_inputs,  # the build's own reading of the program
+        load_program,
     )
 
+    path = locate(source.artifacts[0], None)
     try:
-        path = locate(source.artifacts[0], None)
-        # torch logs its own traceback for a file it cannot read: the build says why, in one line
-        with captured_stderr():
-            program = torch.export.load(str(path))
+        program = load_program(path)
     except NgbError:
-        raise
-    except Exception:  # noqa: BLE001 - the build says why, with its own one line
+        if built_here:
+            raise
         return []
     return assumed_ranges(_program_inputs(program, Path(path).name))
 
