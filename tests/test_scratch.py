@@ -200,6 +200,7 @@ def test_a_proc_of_another_namespace_removes_nothing(
     be asked there, so nothing is named for one and nothing is removed."""
     dead = killed_with_scratch(tmpdir_)
     real_readlink = os.readlink
+    monkeypatch.setattr(scratch, "_tags", {})  # this process as a fresh one would read itself
     monkeypatch.setattr(
         os, "readlink", lambda path: "1" if path == "/proc/self" else real_readlink(path)
     )

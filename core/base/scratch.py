@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import weakref
@@ -28,6 +29,7 @@ from pathlib import Path
 #: ``ngb-<kind>-n<pid namespace inode>p<pid>s<start time>-<random>``
 _NAME = re.compile(r"^ngb-(?P<kind>[a-z]+)-n(?P<ns>\d+)p(?P<pid>\d+)s(?P<start>\d+)-")
 _swept = False
+_tags: dict[int, str | None] = {}  # owner_tag by pid
 _sweep_guard = threading.Lock()
 #: this process's scratch folders still open, for ``remove_own`` (a process that ends with
 #: ``os._exit`` runs no finalizer); each with the pid that made it, as a forked child inherits them
@@ -59,15 +61,23 @@ def _start_time(pid: int) -> int | None:
 
 
 def owner_tag() -> str | None:
-    """This process as scratch names carry it; None where ``/proc`` cannot say (not Linux)."""
+    """This process as scratch names carry it; None where ``/proc`` cannot say (not Linux).
+    Read once per process (a forked child is another process: keyed by pid)."""
+    pid = os.getpid()
+    if pid not in _tags:
+        _tags[pid] = _read_owner_tag(pid)
+    return _tags[pid]
+
+
+def _read_owner_tag(pid: int) -> str | None:
     namespace = _namespace()
     if namespace is None:
         return None
     try:
-        start = _start_time(os.getpid())
+        start = _start_time(pid)
     except (OSError, ValueError, IndexError):
         return None
-    return None if start is None else f"n{namespace}p{os.getpid()}s{start}"
+    return None if start is None else f"n{namespace}p{pid}s{start}"
 
 
 def scratch_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
@@ -123,7 +133,8 @@ def sweep_stale(folder: Path | None = None) -> list[Path]:
             continue
         path = where / name
         try:
-            if path.lstat().st_uid != os.getuid() or not path.is_dir() or path.is_symlink():
+            info = path.lstat()  # a symlink is not followed: only a real folder goes
+            if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
                 continue
             if _start_time(int(match["pid"])) == int(match["start"]):
                 continue  # its owner still runs

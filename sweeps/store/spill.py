@@ -93,9 +93,8 @@ def spill(
     report of 480,000 points to 332 MiB, over its 300 MiB goal."""
     import duckdb
 
-    holder = scratch_dir("spill")
-    folder = Path(holder.name)
-    try:
+    with scratch_dir("spill") as name:
+        folder = Path(name)
         staged = folder / "rows.arrows"
         try:
             _stage(store, sql, params, extend, staged, bounded=True)
@@ -117,8 +116,6 @@ def spill(
             yield Spill(conn, [str(d[0]) for d in described if d[0] != SEQ])
         finally:
             conn.close()
-    finally:
-        holder.cleanup()
 
 
 def _stage(
