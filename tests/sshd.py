@@ -168,8 +168,13 @@ class SshdServer:
             "MaxStartups 200:30:400\n"
             "MaxSessions 100\n"
             "LogLevel INFO\n"
-            # the suite's cheap worker start (tests/conftest.py) on these devices' agents too
-            "SetEnv NGB_WORKER_START=auto\n"
+            # The suite's cheap worker start (tests/conftest.py) on these devices' agents too.
+            # SHLVL=1: bash sources ~/.bashrc for a command sshd starts unless it is a nested
+            # shell, and this workstation's ~/.bashrc runs `pyenv init` (~140 processes, ~0.1
+            # CPU-s a command). These devices run the venv's python by absolute path and need
+            # none of it, so their shells start as nested ones (SHLVL 1 -> 2) and skip it. One
+            # SetEnv line: sshd keeps the first one it reads.
+            "SetEnv NGB_WORKER_START=auto SHLVL=1\n"
         )
 
     def _make_python_without(self, module: str) -> str:
