@@ -22,9 +22,10 @@ from ngb.core.trial import accuracy_pass
 from ngb.sweeps.spec.sweep import loads_sweep
 
 from tests.cli_helpers import invoke
+from tests.installed import needs
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+pytestmark = needs("sklearn")
 
 FAST = ["--repetitions", "1", "--min-duration", "0.01", "--min-iters", "2", "--warmup-iters", "1"]
 FAST += ["--warmup-s", "0"]

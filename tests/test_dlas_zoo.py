@@ -13,9 +13,10 @@ from ngb.core.models import compress, labelled_data
 from ngb.core.statistics import accuracy_stats
 from ngb.core.trial import optimise
 
+from tests.installed import needs
+
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch_pruning")
-pytest.importorskip("sklearn")
+pytestmark = needs("torch_pruning", "sklearn")
 
 from ngb.core.models import dlas_ladder, dlas_zoo  # noqa: E402 - after the importorskips
 

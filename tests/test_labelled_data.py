@@ -14,7 +14,9 @@ from ngb.core.models import labelled_data
 from ngb.core.records.types import AccuracySettings, MeasureSettings, TrialSpec
 from ngb.core.statistics import accuracy_stats
 
-sklearn_datasets = pytest.importorskip("sklearn.datasets")
+from tests.installed import needs
+
+pytestmark = needs("sklearn")
 
 
 def fit_linear(inputs: np.ndarray, labels: np.ndarray, ridge: float = 1e-2) -> np.ndarray:
@@ -31,7 +33,9 @@ def scores_of(weights: np.ndarray, inputs: np.ndarray) -> np.ndarray:
 
 def test_digits_is_scikit_learns_load_digits() -> None:
     data = labelled_data.load("digits")
-    want = sklearn_datasets.load_digits()
+    from sklearn.datasets import load_digits
+
+    want = load_digits()
     assert data.inputs.shape == (1797, 1, 8, 8) and data.inputs.dtype == np.float32
     assert data.samples == 1797 and data.classes == 10
     np.testing.assert_array_equal(data.labels, want.target)

@@ -9,8 +9,10 @@ from ngb.core.records.types import MeasureSettings, TrialSpec
 from ngb.core.trial import optimise
 from ngb.core.trial.measure import UnsupportedOptimisation, run_trial
 
+from tests.installed import needs
+
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch_pruning")
+pytestmark = needs("torch_pruning")
 
 QUICK = MeasureSettings(
     warmup_iters=1,
