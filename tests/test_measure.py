@@ -82,8 +82,11 @@ def test_cpu_sampler_records_busy_process() -> None:
     me = psutil.Process()
     before, start = me.cpu_times(), time.perf_counter()
     sampler = CpuSampler(interval_s=0.05).start()
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:  # busy-wait: this process keeps one core busy
+    # Busy-wait (this process keeps one core busy) for 0.3 s and until two samples are in: on a
+    # loaded 2-core machine the sampler's thread may get its first turn late (one sample in 0.3 s
+    # under make test, 2026-11-29). A sampler that never samples still fails, after 5 s.
+    end, limit = time.perf_counter() + 0.3, time.perf_counter() + 5.0
+    while time.perf_counter() < end or (len(sampler.samples) < 2 and time.perf_counter() < limit):
         pass
     samples = sampler.stop()
     after, wall = me.cpu_times(), time.perf_counter() - start
