@@ -95,7 +95,7 @@ async def bench(
     from ngb.sweeps.spec.sweep import loads_sweep
     from ngb.sweeps.store.database import Store
 
-    from tests.sshd import SshdServer
+    from tests.sshd import DEVICE_WORKER_START, SshdServer
 
     load0 = f"{os.getloadavg()[0]:.2f}"
     server = SshdServer.create(tmp / "sshd")
@@ -178,6 +178,10 @@ async def bench(
         f"devices: {args.devices} over real sshd on loopback; {args.trials} no-op trials each, "
         f"compile sleeps {args.sleep:g} s; isolate={args.isolate}; cores here: {os.cpu_count()}"
     )
+    # The agents' CPU below depends on it: a device's default (fresh) starts an interpreter per
+    # trial worker, ~0.28 CPU-s more a no-op trial (1.68 against 0.54 CPU-s for one agent's 4).
+    print(f"trial workers on the devices: NGB_WORKER_START={DEVICE_WORKER_START} (tests/sshd.py; "
+          "a device's default is fresh)")  # fmt: skip
     print(f"device states: {dict((s, states.count(s)) for s in set(states))}")
     print(
         f"trials stored: {n_trials} ({n_distinct} distinct; expected "

@@ -68,6 +68,9 @@ SSHD = os.environ.get("NGB_TEST_SSHD", "/usr/sbin/sshd")
 HOST = "127.0.0.1"
 DEFAULT_NAMES = ("dev-a", "dev-b", "dev-c")
 BLOCKED_MODULE = "openvino"  # what dev-c's python cannot import
+#: how these devices' agents start trial workers: the suite's cheap start (tests/conftest.py),
+#: not a device's default (``fresh``: a new interpreter per worker, ~0.28 CPU-s a no-op trial more)
+DEVICE_WORKER_START = "auto"
 
 _SITECUSTOMIZE = '''\
 """Test fixture: this interpreter must not see {mod!r} (a device lacking that compiler)."""
@@ -174,7 +177,7 @@ class SshdServer:
             # CPU-s a command). These devices run the venv's python by absolute path and need
             # none of it, so their shells start as nested ones (SHLVL 1 -> 2) and skip it. One
             # SetEnv line: sshd keeps the first one it reads.
-            "SetEnv NGB_WORKER_START=auto SHLVL=1\n"
+            f"SetEnv NGB_WORKER_START={DEVICE_WORKER_START} SHLVL=1\n"
         )
 
     def _make_python_without(self, module: str) -> str:
