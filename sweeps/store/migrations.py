@@ -95,34 +95,41 @@ def stepped_database() -> duckdb.DuckDBPyConnection:
     return conn
 
 
+def schema_at_once(*, version_table: bool = True) -> list[str]:
+    """The statements that create the latest schema in one go: the tables (the version table
+    too, unless told otherwise) and views of a database that went through the steps, read back
+    from DuckDB's catalog once a process (``_latest``). The steps stay the one definition; a new
+    store runs these instead of ~90 CREATE and ALTER statements one after another (~65 ms of CPU
+    -> ~15 ms on the 2-core VM, once the first store of a process has paid for the stepped
+    database: the console, a sweep's fresh homes and the test suite make many)."""
+    return [sql for name, sql in _latest() if version_table or name != "schema_version"]
+
+
 @functools.cache
-def schema_at_once() -> tuple[str, ...]:
-    """The statements that create the latest schema in one go (the version table included):
-    the tables and views of a database that went through the steps, read back from DuckDB's
-    catalog once a process. The steps stay the one definition; a new store runs these instead of
-    ~90 CREATE and ALTER statements one after another (~70 ms of CPU a store -> ~15 ms on the
-    2-core VM: the console, a sweep's fresh homes and the test suite make many)."""
+def _latest() -> tuple[tuple[str, str], ...]:
+    """(name, CREATE statement) of every table, then every view, in the order they were made."""
     conn = stepped_database()
     try:
         tables = conn.execute(
-            "SELECT sql FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_oid"
+            "SELECT table_name, sql FROM duckdb_tables() WHERE schema_name = 'main' "
+            "ORDER BY table_oid"
         ).fetchall()
         views = conn.execute(
-            "SELECT sql FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal "
+            "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal "
             "ORDER BY view_oid"
         ).fetchall()
     finally:
         conn.close()
-    return tuple(sql for (sql,) in tables + views)
+    return tuple((str(name), str(sql)) for name, sql in tables + views)
 
 
 def empty_database() -> duckdb.DuckDBPyConnection:
-    """An in-memory database with the current schema: what a file not yet written reads as."""
+    """An in-memory database with the current schema: what a file not yet written reads as (no
+    version table, as a file no step has touched)."""
     import duckdb
     from ngb.sweeps.store.sql_files import BASE_CONFIG
 
     conn = duckdb.connect(":memory:", config=BASE_CONFIG)
-    for statement in schema_at_once():
-        if "schema_version" not in statement.split("(", 1)[0]:  # as before: no version table
-            conn.execute(statement)
+    for statement in schema_at_once(version_table=False):
+        conn.execute(statement)
     return conn
