@@ -133,13 +133,21 @@ def run_the_storm(tmp_path: Path, trials: int, seed: int) -> None:
         n = 0
         deadline = time.monotonic() + trials * 10
         checkpoint = tmp_path / "device"
+        seen = False
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(1.0, 3.0))
             n += 1
             crowd.kill_one(rng, n)
             crowd.keep_readers_going(n)
-            done = sum(f.read_text().count("\n") for f in checkpoint.rglob("checkpoint.jsonl"))
-            if done >= trials:
+            files = list(checkpoint.rglob("checkpoint.jsonl"))
+            done = sum(f.read_text().count("\n") for f in files)
+            # The storm ends with the run: every trial checkpointed, or the run's device folder
+            # already torn down once it was there (a run of 12 one-second trials can end between
+            # two looks; the loop then ran on to its deadline, 100 s of killing followers of a
+            # finished run, 2026-11-29). Three kills at least, whenever the run ends.
+            ended = done >= trials or (seen and not files)
+            seen = seen or bool(files)
+            if ended and crowd.killed >= 3:
                 break
         assert crowd.killed >= 3
     finally:
