@@ -8,7 +8,9 @@ arrives during a batch it retries for a bounded time and then fails with one cle
 
 Inside one process a lock serialises connections to the same file, because DuckDB also refuses two
 simultaneous connections with different settings (read-write vs read-only) in one process — the TUI
-may ingest and run the SQL console at once.
+may ingest and run the SQL console at once. ngb's own connections are cursors of one DuckDB
+instance per process, the file attached to it while they are open (``host``: an instance costs
+~15 ms of CPU to make, an attachment ~1 ms); the operator's SQL gets an instance of its own.
 
 A read-write connection never lets DuckDB checkpoint by itself: it checkpoints when it closes,
 only while no reader is copying the store, and records how long the log is (``wal_marker``), so
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ngb.core.base.errors import NgbError, first_line
 from ngb.sweeps.store.errors import BUSY_MESSAGE, DatabaseBusy, RowRejected, StoreUnwritable
+from ngb.sweeps.store.host import OTHER_SETTINGS, attach, attached, release
 from ngb.sweeps.store.instances import counted, lock_for
 from ngb.sweeps.store.query import is_lock_error
 from ngb.sweeps.store.raw_files import read_head
@@ -76,10 +79,13 @@ def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     """
     if Path(f"{path}.wal").exists():
         return
-    row = conn.execute("PRAGMA database_size").fetchone()
+    row = conn.execute(
+        "SELECT block_size, used_blocks FROM pragma_database_size() "
+        "WHERE database_name = current_database()"
+    ).fetchone()
     if row is None:  # DuckDB always answers this pragma; nothing to compare without it
         return
-    block_size, used_blocks = int(row[2] or 0), int(row[4] or 0)
+    block_size, used_blocks = int(row[0] or 0), int(row[1] or 0)
     expected = block_size * used_blocks
     size = path.stat().st_size
     if size < expected:
@@ -90,14 +96,22 @@ def check_intact(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 def open_connection(
-    path: Path, *, write: bool, external_access: bool | FileGrant, timeout: float
+    path: Path,
+    *,
+    write: bool,
+    external_access: bool | FileGrant,
+    timeout: float,
+    own_instance: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection, retried while another process holds the file (up to ``timeout``).
 
     ``external_access``: ``True`` for ngb's own statements, ``False`` (no other file) or a
     ``FileGrant`` (exactly those files) for an operator's SQL, whose connection is then locked
-    (``sql_files``). Extensions are never autoloaded or installed. The caller holds
-    ``lock_for(path)`` and counts the connection (``instances.counted``) for its whole life.
+    (``sql_files``). Those get a DuckDB instance of their own, as do ngb's statements that
+    change the instance's settings (``own_instance``: ``Store.reading``); the rest share the
+    process's (``host``). Extensions are never autoloaded or installed. The caller holds
+    ``lock_for(path)`` and counts the connection (``instances.counted``) for its whole life,
+    and gives it back with ``close`` (``conn.close()`` alone would leave the file attached).
     """
     import duckdb
 
@@ -115,7 +129,12 @@ def open_connection(
     delay = 0.01
     while True:
         try:
-            conn = duckdb.connect(str(path), read_only=not write, config=config)
+            if external_access is True and not own_instance:
+                conn = attach(path, write=write)
+            elif attached(path):  # a second instance of the file in this process: never
+                raise duckdb.ConnectionException(OTHER_SETTINGS)
+            else:
+                conn = duckdb.connect(str(path), read_only=not write, config=config)
         except duckdb.Error as exc:
             if is_log_refusal(str(exc)):  # no retry helps: say what does (``recover``)
                 raise NgbError(refusal_line(path, str(exc))) from None
@@ -132,7 +151,7 @@ def open_connection(
                 if external_access is not True:
                     apply_grant(conn, external_access)  # locks the settings: after ours
             except BaseException:
-                conn.close()
+                close(conn, path, hosted=external_access is True and not own_instance)
                 raise
             return conn
         time.sleep(delay)
@@ -141,24 +160,51 @@ def open_connection(
 
 @contextmanager
 def connection(
-    path: Path, *, write: bool, timeout: float, external_access: bool | FileGrant = True
+    path: Path,
+    *,
+    write: bool,
+    timeout: float,
+    external_access: bool | FileGrant = True,
+    own_instance: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection for a block (``open_connection``), closed after it: a writer's
+    checkpoint and marker (``wal_marker``), then the file detached from the process's
+    instance after its last connection."""
+    hosted = external_access is True and not own_instance
     with lock_for(path):
         check_is_file(path)  # before this process opens it (``raw_files``)
         with counted(path):
             conn = open_connection(
-                path, write=write, external_access=external_access, timeout=timeout
+                path,
+                write=write,
+                external_access=external_access,
+                timeout=timeout,
+                own_instance=own_instance,
             )
             committed = False
             try:
                 yield conn
                 committed = True
             finally:
-                if write:  # checkpoint unless a reader is copying (or held_open does); the marker
-                    last = not _held.get(str(path.resolve()))
-                    finish_write(conn, path, last=last, committed=committed)
-                else:
-                    conn.close()
+                try:
+                    if write:  # checkpoint unless a reader is copying (or held_open does); marker
+                        last = not _held.get(str(path.resolve()))
+                        finish_write(conn, path, last=last, committed=committed)
+                    else:
+                        conn.close()
+                finally:
+                    if hosted:
+                        release(path)
+
+
+def close(conn: duckdb.DuckDBPyConnection, path: Path, *, hosted: bool = True) -> None:
+    """Close a connection ``open_connection`` made; ``hosted`` (ngb's own statements): the
+    file is detached from the process's instance after its last connection."""
+    try:
+        conn.close()
+    finally:
+        if hosted:
+            release(path)
 
 
 #: paths a ``held_open`` of this process keeps open (only its thread writes them meanwhile)
@@ -188,7 +234,10 @@ def held_open(path: Path) -> Iterator[None]:
                 _held[key] -= 1
                 if not _held[key]:
                     del _held[key]
-                finish_write(keeper, path, last=not _held.get(key), committed=committed)
+                try:
+                    finish_write(keeper, path, last=not _held.get(key), committed=committed)
+                finally:
+                    release(path)
 
 
 def _keeper(path: Path) -> duckdb.DuckDBPyConnection | None:
@@ -197,11 +246,11 @@ def _keeper(path: Path) -> duckdb.DuckDBPyConnection | None:
     import duckdb
 
     with suppress(duckdb.Error):
-        opened = duckdb.connect(str(path), config=BASE_CONFIG)
+        opened = attach(path, write=True)
         try:
             prepare_writer(opened)
         except duckdb.Error:
-            opened.close()
+            close(opened, path)
             raise
         return opened
     return None

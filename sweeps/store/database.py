@@ -116,10 +116,16 @@ class Store:
     # ------------------------------------------------------------ connections
 
     def _connection(
-        self, *, write: bool, external_access: bool | FileGrant = True
+        self, *, write: bool, external_access: bool | FileGrant = True, own_instance: bool = False
     ) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         timeout = self.write_timeout_s if write else self.busy_timeout_s
-        return connection(self.path, write=write, timeout=timeout, external_access=external_access)
+        return connection(
+            self.path,
+            write=write,
+            timeout=timeout,
+            external_access=external_access,
+            own_instance=own_instance,
+        )
 
     @contextmanager
     def _writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -142,11 +148,12 @@ class Store:
 
     @contextmanager
     def _reader(
-        self, *, external_access: bool | FileGrant = True
+        self, *, external_access: bool | FileGrant = True, own_instance: bool = False
     ) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection; a missing file reads as an empty database (nothing created)."""
+        """A read-only connection; a missing file reads as an empty database (nothing created).
+        ``own_instance``: on a DuckDB instance of its own (``connect.open_connection``)."""
         shared = getattr(self._shared, "conn", None)
-        if shared is not None and external_access is True:  # inside ``one_connection``
+        if shared is not None and external_access is True and not own_instance:  # one_connection
             yield shared
             return
         with read_errors(self.path):
@@ -158,7 +165,9 @@ class Store:
             # Check the version on the connection we read with: one open instead of two,
             # which is most of the cost of a one-shot `ngb query`.
             if not self._schema_checked:
-                with self._connection(write=False, external_access=external_access) as conn:
+                with self._connection(
+                    write=False, external_access=external_access, own_instance=own_instance
+                ) as conn:
                     check_intact(conn, self.path)
                     version = read_version(conn)
                     if version == schema.latest_version():
@@ -172,7 +181,9 @@ class Store:
                 ) as conn:
                     yield conn
                 return
-            with self._connection(write=False, external_access=external_access) as conn:
+            with self._connection(
+                write=False, external_access=external_access, own_instance=own_instance
+            ) as conn:
                 yield conn
 
     @contextmanager
@@ -199,7 +210,8 @@ class Store:
                 f"ngb understands ({schema.latest_version()}); upgrade ngb or use another file"
             )
         counted = conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_catalog = current_database() AND table_schema = 'main'"
         ).fetchone()
         tables = counted[0] if counted else 0
         if version == 0 and tables:
@@ -520,7 +532,8 @@ class Store:
         with self._reader() as conn:
             rows = conn.execute(
                 "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = 'main' ORDER BY table_name"
+                "WHERE table_catalog = current_database() AND table_schema = 'main' "
+                "ORDER BY table_name"
             ).fetchall()
         return [r[0] for r in rows]
 
@@ -578,8 +591,9 @@ class Store:
     def reading(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A read-only connection held for a block, for ngb's own SQL only (its settings are
         open: ``ngb.sweeps.store.spill`` bounds its memory and points its spill folder at a
-        temporary one), streaming one answer out in batches, briefly."""
-        return self._reader()
+        temporary one), streaming one answer out in batches, briefly. Those settings are the
+        instance's, so the connection is on an instance of its own, not the process's."""
+        return self._reader(own_instance=True)
 
     def require_file(self) -> None:
         """Raise a one-line NgbError when the results file does not exist."""

@@ -28,8 +28,8 @@ def _number(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
 def read_version(conn: duckdb.DuckDBPyConnection) -> int:
     has_table = _number(
         conn,
-        "SELECT count(*) FROM information_schema.tables "
-        "WHERE table_schema = 'main' AND table_name = 'schema_version'",
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
+        "AND table_schema = 'main' AND table_name = 'schema_version'",
     )
     if not has_table:
         return 0
@@ -41,12 +41,17 @@ def other_tables(conn: duckdb.DuckDBPyConnection) -> int:
     program's DuckDB file, not an ngb store of before the version table."""
     return _number(
         conn,
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-        "AND table_name NOT IN ('schema_version')",
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
+        "AND table_schema = 'main' AND table_name NOT IN ('schema_version')",
     )
 
 
-_COUNT_TABLES = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+# Every catalog query names the connection's own database (``current_database()``): the process's
+# DuckDB instance may hold other stores attached beside it (``host``), and the catalog lists all.
+_COUNT_TABLES = (
+    "SELECT count(*) FROM information_schema.tables "
+    "WHERE table_catalog = current_database() AND table_schema = 'main'"
+)
 
 
 def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
