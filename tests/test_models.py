@@ -12,12 +12,15 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("timm")
 
 from click.testing import CliRunner  # noqa: E402
 from ngb.core.base.errors import ConfigError, UnknownNameError  # noqa: E402
 from ngb.core.models import blocks, models  # noqa: E402
 from ngb.core.records.types import TrialSpec  # noqa: E402
+
+from tests.installed import needs  # noqa: E402
+
+pytestmark = needs("timm")  # imported by the tests that build models, not while collecting
 
 # The paper's Table IV, which these timm 1.0.31 names reproduce to the digit.
 PAPER_PARAMS = {
