@@ -5,8 +5,6 @@ stores open in one process never read each other's tables."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -15,6 +13,8 @@ from ngb.core.base.errors import NgbError
 from ngb.sweeps.store.connect import connection
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.host import attached
+
+from tests.other_process import run_snippet
 
 # another process opens the file once, read-only or read-write (no retries): what it says
 _OTHER = """
@@ -28,10 +28,7 @@ except duckdb.Error as exc:
 
 
 def other_process_opens(path: Path, mode: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", _OTHER, str(path), mode], capture_output=True, text=True, timeout=60
-    )
-    return out.stdout.strip() or out.stderr.strip()
+    return run_snippet(_OTHER, str(path), mode)
 
 
 @pytest.fixture

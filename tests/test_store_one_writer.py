@@ -8,8 +8,6 @@ the console: two writers, lost commits, and a log no command could open.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +18,8 @@ from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.instances import open_here
 from ngb.sweeps.store.snapshot import take_snapshot
 from ngb.sweeps.store.wal_marker import deferred_checkpoints
+
+from tests.other_process import run_snippet
 
 # another process tries to write the store once (no retries): what it says
 _OTHER_WRITER = """
@@ -36,13 +36,7 @@ except duckdb.Error as exc:
 
 
 def other_process_writes(path: Path) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", _OTHER_WRITER, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return out.stdout.strip() or out.stderr.strip()
+    return run_snippet(_OTHER_WRITER, str(path))
 
 
 @pytest.fixture
