@@ -12,7 +12,9 @@ otherwise) and released at the ``DETACH`` that follows the last cursor's close, 
 processes see is unchanged.
 
 Only ngb's own statements come here: the operator's SQL (``sql_files``) locks its connection's
-configuration, which would lock the host's, so it keeps an instance of its own.
+configuration, which would lock the host's, and a streamed read (``Store.reading``) bounds its
+memory and spill folder with settings that are the instance's, so both keep an instance of their
+own (``connect.open_connection``), never beside an attachment of the same file.
 
 Settings ``wal_marker.prepare_writer`` makes (no checkpoint at close or past a threshold) are
 the instance's, so they hold for every file the host attaches: only ``wal_marker.finish_write``
@@ -136,6 +138,7 @@ def _drop(key: str, held: _Attached) -> None:
 
 
 def attached(path: Path) -> bool:
-    """This process has ``path`` attached to its host now (for tests and ``raw_files``)."""
+    """This process has ``path`` attached to its host now (``connect`` then refuses a second
+    instance of the file)."""
     with _guard:
         return key_of(path) in _attached
