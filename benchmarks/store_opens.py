@@ -1,11 +1,11 @@
 """Store calls: CPU per read and per write through ngb, beside a fresh DuckDB instance per call.
 
 Every store call opens the file and closes it again, so other processes can take it between
-calls (``sweeps/store/connect.py``). ngb's own connections attach the file to one DuckDB
-instance per process (``host``); before that, each call made a new instance (``duckdb.connect``),
-whose catalog of built-in functions costs more than the call. Side by side in one process, on a
-small store: a read (``Store.runs``), a write (``Store.set_run_status``, with its checkpoint),
-and a plain loop that makes an instance per read, as ngb did.
+calls (``sweeps/store/connect.py``). ngb's own connections attach the file to a DuckDB
+instance this process keeps for it (``host``); before that, each call made a new instance
+(``duckdb.connect``), whose catalog of built-in functions costs more than the call. Side by
+side in one process, on a small store: a read (``Store.runs``), a write (``Store.set_run_status``,
+with its checkpoint), and a plain loop that makes an instance per read, as ngb did.
 
 Usage: python benchmarks/store_opens.py [--calls 200]
 """

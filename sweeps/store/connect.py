@@ -8,9 +8,10 @@ arrives during a batch it retries for a bounded time and then fails with one cle
 
 Inside one process a lock serialises connections to the same file, because DuckDB also refuses two
 simultaneous connections with different settings (read-write vs read-only) in one process — the TUI
-may ingest and run the SQL console at once. ngb's own connections are cursors of one DuckDB
-instance per process, the file attached to it while they are open (``host``: an instance costs
-~15 ms of CPU to make, an attachment ~1 ms); the operator's SQL gets an instance of its own.
+may ingest and run the SQL console at once. ngb's own connections are cursors of a DuckDB
+instance this process keeps for the file, the file attached to it while they are open
+(``host``: an instance costs ~15 ms of CPU to make, an attachment ~1 ms); the operator's SQL
+gets an instance of its own.
 
 A read-write connection never lets DuckDB checkpoint by itself: it checkpoints when it closes,
 only while no reader is copying the store, and records how long the log is (``wal_marker``), so
@@ -168,8 +169,8 @@ def connection(
     own_instance: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection for a block (``open_connection``), closed after it: a writer's
-    checkpoint and marker (``wal_marker``), then the file detached from the process's
-    instance after its last connection."""
+    checkpoint and marker (``wal_marker``), then the file detached from the instance this
+    process keeps for it after its last connection."""
     hosted = external_access is True and not own_instance
     with lock_for(path):
         check_is_file(path)  # before this process opens it (``raw_files``)
@@ -199,7 +200,7 @@ def connection(
 
 def close(conn: duckdb.DuckDBPyConnection, path: Path, *, hosted: bool = True) -> None:
     """Close a connection ``open_connection`` made; ``hosted`` (ngb's own statements): the
-    file is detached from the process's instance after its last connection."""
+    file is detached from its kept instance after its last connection."""
     try:
         conn.close()
     finally:

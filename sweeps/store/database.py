@@ -592,7 +592,7 @@ class Store:
         """A read-only connection held for a block, for ngb's own SQL only (its settings are
         open: ``ngb.sweeps.store.spill`` bounds its memory and points its spill folder at a
         temporary one), streaming one answer out in batches, briefly. Those settings are the
-        instance's, so the connection is on an instance of its own, not the process's."""
+        instance's, so the connection is on an instance of its own, not the kept one."""
         return self._reader(own_instance=True)
 
     def require_file(self) -> None:

@@ -1,15 +1,22 @@
-"""One DuckDB instance per process; a store file is attached to it while ngb's connections use it.
+"""A DuckDB instance kept per store file; the file is attached to it while ngb's connections use it.
 
 A new DuckDB instance builds its catalog of built-in functions first: ~15 ms of CPU on the
 2-core VM, against ~1 ms to ``ATTACH`` a file to an instance that exists and ``DETACH`` it
 again. The store opens its file for every read and every write (``connect``: other processes
 must be able to take it between calls), so ``make test`` made ~4,800 instances and the console
-paid one per poll. Here the process keeps one in-memory *host* instance, and each of ngb's own
-connections to a store is a cursor of the host whose default database (``USE``) is the file,
-attached under its own name for as long as any of this process's connections use it. The file is
-locked exactly as a ``duckdb.connect`` of it would lock it (shared for ``READ_ONLY``, exclusive
-otherwise) and released at the ``DETACH`` that follows the last cursor's close, so what other
-processes see is unchanged.
+paid one per poll. Here the process keeps an in-memory *host* instance for each store file it
+uses (the ``MAX_HOSTS`` most recent), and each of ngb's own connections to the file is a cursor
+of that host whose default database (``USE``) is the file, attached under its own name for as
+long as any of this process's connections use it. The file is locked exactly as a
+``duckdb.connect`` of it would lock it (shared for ``READ_ONLY``, exclusive otherwise) and
+released at the ``DETACH`` that follows the last cursor's close, so what other processes see is
+unchanged.
+
+One host per file, not one per process: a detached database lives on (its file open and locked)
+until every transaction that began before the ``DETACH`` on the same instance has ended, so
+another thread's read of a second store kept the first one attached, and this process's next
+connection to it failed ("Unique file handle conflict"). Connections to one file are serialised
+(``instances.lock_for``), so its host has no other transaction then.
 
 Only ngb's own statements come here: the operator's SQL (``sql_files``) locks its connection's
 configuration, which would lock the host's, and a streamed read (``Store.reading``) bounds its
@@ -17,12 +24,12 @@ memory and spill folder with settings that are the instance's, so both keep an i
 own (``connect.open_connection``), never beside an attachment of the same file.
 
 Settings ``wal_marker.prepare_writer`` makes (no checkpoint at close or past a threshold) are
-the instance's, so they hold for every file the host attaches: only ``wal_marker.finish_write``
+the instance's, so they hold for every attachment of the file: only ``wal_marker.finish_write``
 checkpoints, as before.
 
-A forked child must not use or destroy the parent's instance (its threads are not there): the
-child forgets it (never closes it; ngb's forked children leave through ``os._exit``) and makes
-its own when it needs one.
+A forked child must not use or destroy the parent's instances (their threads are not there):
+the child forgets them (never closes them; ngb's forked children leave through ``os._exit``) and
+makes its own when it needs one.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,8 +62,13 @@ class _Attached:
     users: int
 
 
+#: host instances kept for files not attached now (a process uses one or two stores; a test
+#: worker makes hundreds, so the least recently used idle ones are closed)
+MAX_HOSTS = 4
+
 _guard = threading.Lock()
-_host: duckdb.DuckDBPyConnection | None = None
+#: store file (resolved) -> its host instance, least recently used first
+_hosts: OrderedDict[str, duckdb.DuckDBPyConnection] = OrderedDict()
 _attached: dict[str, _Attached] = {}
 _names = itertools.count(1)
 #: instances inherited through a fork: kept referenced so the child never destroys them
@@ -63,11 +76,26 @@ _forgotten: list[object] = []
 
 
 def _forget_in_child() -> None:
-    global _host
-    if _host is not None:
-        _forgotten.append(_host)
-    _host = None
+    global _guard
+    _guard = threading.Lock()  # another thread of the parent may have held it at the fork
+    _forgotten.extend(_hosts.values())
+    _hosts.clear()
     _attached.clear()
+
+
+def _host_for(key: str) -> duckdb.DuckDBPyConnection:
+    """The file's host instance (made now if needed; idle ones past ``MAX_HOSTS`` closed).
+    Called holding ``_guard``."""
+    import duckdb
+
+    host = _hosts.get(key)
+    if host is None:
+        host = _hosts[key] = duckdb.connect(":memory:", config=BASE_CONFIG)
+    _hosts.move_to_end(key)
+    idle = [k for k in _hosts if k not in _attached and k != key]
+    for old in idle[: max(0, len(_hosts) - MAX_HOSTS)]:
+        _hosts.pop(old).close()
+    return host
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -85,30 +113,26 @@ def attach(path: Path, *, write: bool) -> duckdb.DuckDBPyConnection:
     DuckDB's own errors (a lock held elsewhere, a log it refuses) come out as they are."""
     import duckdb
 
-    global _host
     key = key_of(path)
+    # all under the guard (~1 ms): no other thread closes this host meanwhile (``_host_for``)
     with _guard:
-        if _host is None:
-            _host = duckdb.connect(":memory:", config=BASE_CONFIG)
-        cursor = _host.cursor()
+        cursor = _host_for(key).cursor()
         held = _attached.get(key)
-    try:
-        if held is None:
-            alias = f"ngb_store_{next(_names)}"
-            mode = "" if write else ", READ_ONLY"
-            cursor.execute(f"ATTACH {_quoted(path)} AS {alias} (TYPE DUCKDB{mode})")
-            held = _Attached(alias, write, 0)
-            with _guard:
-                _attached[key] = held
-        elif write and not held.write:
-            raise duckdb.ConnectionException(OTHER_SETTINGS)
-        cursor.execute(f"USE {held.alias}")
-    except BaseException:
-        cursor.close()
-        if held is not None and held.users == 0:
-            _drop(key, held)
-        raise
-    held.users += 1
+        try:
+            if held is None:
+                alias = f"ngb_store_{next(_names)}"
+                mode = "" if write else ", READ_ONLY"
+                cursor.execute(f"ATTACH {_quoted(path)} AS {alias} (TYPE DUCKDB{mode})")
+                held = _attached[key] = _Attached(alias, write, 0)
+            elif write and not held.write:
+                raise duckdb.ConnectionException(OTHER_SETTINGS)
+            cursor.execute(f"USE {held.alias}")
+        except BaseException:
+            cursor.close()
+            if held is not None and held.users == 0:
+                _detach(key, held)
+            raise
+        held.users += 1
     return cursor
 
 
@@ -117,18 +141,18 @@ def release(path: Path) -> None:
     key = key_of(path)
     with _guard:
         held = _attached.get(key)
-    if held is None:  # forgotten in a forked child, or never attached
-        return
-    held.users -= 1
-    if held.users <= 0:
-        _drop(key, held)
+        if held is None:  # forgotten in a forked child, or never attached
+            return
+        held.users -= 1
+        if held.users <= 0:
+            _detach(key, held)
 
 
-def _drop(key: str, held: _Attached) -> None:
-    with _guard:
-        _attached.pop(key, None)
-        host = _host
-    if host is None:
+def _detach(key: str, held: _Attached) -> None:
+    """Called holding ``_guard``."""
+    _attached.pop(key, None)
+    host = _hosts.get(key)
+    if host is None:  # forgotten in a forked child
         return
     cursor = host.cursor()
     try:
