@@ -110,12 +110,14 @@ def open_connection(
     ``FileGrant`` (exactly those files) for an operator's SQL, whose connection is then locked
     (``sql_files``). Those get a DuckDB instance of their own, as do ngb's statements that
     change the instance's settings (``own_instance``: ``Store.reading``); the rest share the
-    process's (``host``). Extensions are never autoloaded or installed. The caller holds
-    ``lock_for(path)`` and counts the connection (``instances.counted``) for its whole life,
-    and gives it back with ``close`` (``conn.close()`` alone would leave the file attached).
+    instance this process keeps for the file (``host``). Extensions are never autoloaded or
+    installed. The caller holds ``lock_for(path)`` and counts the connection
+    (``instances.counted``) for its whole life, and gives it back with ``close``
+    (``conn.close()`` alone would leave the file attached).
     """
     import duckdb
 
+    hosted = external_access is True and not own_instance
     if write:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +132,7 @@ def open_connection(
     delay = 0.01
     while True:
         try:
-            if external_access is True and not own_instance:
+            if hosted:
                 conn = attach(path, write=write)
             elif attached(path):  # a second instance of the file in this process: never
                 raise duckdb.ConnectionException(OTHER_SETTINGS)
@@ -152,7 +154,7 @@ def open_connection(
                 if external_access is not True:
                     apply_grant(conn, external_access)  # locks the settings: after ours
             except BaseException:
-                close(conn, path, hosted=external_access is True and not own_instance)
+                close(conn, path, hosted=hosted)
                 raise
             return conn
         time.sleep(delay)

@@ -46,8 +46,9 @@ def other_tables(conn: duckdb.DuckDBPyConnection) -> int:
     )
 
 
-# Every catalog query names the connection's own database (``current_database()``): the process's
-# DuckDB instance may hold other stores attached beside it (``host``), and the catalog lists all.
+# Every catalog query names the connection's own database (``current_database()``): another file
+# may be attached beside the store in one connection (``merge``'s source), and the catalog lists
+# every attached database.
 _COUNT_TABLES = (
     "SELECT count(*) FROM information_schema.tables "
     "WHERE table_catalog = current_database() AND table_schema = 'main'"
