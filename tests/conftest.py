@@ -84,35 +84,48 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The test files that take longest, longest first (seconds of test time each in a `make test`
-# on the 2-core VM, 2026-11-26). pytest-xdist's --dist loadfile hands whole files to its
-# processes in queue order, which it sorts by test count unless told --no-loadscope-reorder (the
-# Makefile does): then test_orchestrator.py (150 s, 29 tests) started a minute in and other
-# files ran alone at the end. Started first, the long files leave the short ones to fill in
-# around them. A file missing here keeps its place after them: this only orders, it never
-# selects.
+# on the 2-core VM, 2026-11-29, four xdist workers). pytest-xdist's --dist loadfile hands whole
+# files to its processes in queue order, which it sorts by test count unless told
+# --no-loadscope-reorder (the Makefile does): then test_orchestrator.py started a minute in and
+# other files ran alone at the end. Started first, the long files leave the short ones to fill
+# in around them (with the list of 2026-11-26, test_workers.py, 14 s, ran alone at the end: the
+# last worker finished 10-13 s after the others). A file missing here keeps its place after
+# them: this only orders, it never selects.
 LONGEST_FILES_FIRST = (
-    # one test of 123 s run alone (2026-11-29: a storm of followers killed and restarted), which
-    # alphabetical order handed out among the last files
+    # 21 s here, but 123 s in `make test-all` for one test (a storm of followers killed and
+    # restarted), which alphabetical order handed out among the last files
     "test_store_followers.py",
-    "test_orchestrator.py",  # 150 s: CLI processes, local agents, detach/attach
-    "test_artifacts.py",  # 60 s: own models over a real sshd
-    "test_faults.py",  # 60 s: agents killed mid-sweep
-    "test_tui_snapshots.py",  # 55 s
-    "test_tvm.py",  # 50 s: MetaSchedule tuning
-    "test_bad_inputs.py",  # 45 s
-    "test_history.py",  # a real 4 + 4 history: 23 s in one test
-    "test_own_models.py",  # 40 s
-    "test_worker_start.py",  # 35 s
-    "test_agent.py",  # 30 s
-    "test_figures.py",
-    "test_tui_app.py",
-    "test_tui_console.py",
-    "test_cli_refused.py",
-    "test_tui_sql.py",
-    "test_store.py",  # 20 s
-    "test_tui_own_models.py",  # these three were the last to run when they came in
-    "test_tui_query_run.py",  # alphabetical order (each 12-19 s)
-    "test_tui_sshd.py",
+    "test_orchestrator.py",  # 83 s: CLI processes, local agents, detach/attach
+    "test_bad_inputs.py",  # 69 s
+    "test_tui_snapshots.py",  # 65 s
+    "test_own_models.py",  # 57 s
+    "test_artifacts.py",  # 50 s: own models over a real sshd
+    "test_history.py",  # 47 s: a real 4 + 4 history
+    "test_store.py",  # 44 s
+    "test_worker_start.py",  # 41 s
+    "test_faults.py",  # 41 s: agents killed mid-sweep
+    "test_serve_cli.py",  # 38 s
+    "test_tui_console.py",  # 38 s
+    "test_figures.py",  # 36 s
+    "test_api.py",  # 31 s
+    "test_tui_app.py",  # 29 s
+    "test_loadgen.py",  # 28 s
+    "test_agent.py",  # 27 s
+    "test_accuracy_shipping.py",  # 27 s
+    "test_tvm.py",  # 26 s: MetaSchedule tuning
+    "test_accuracy_pass.py",  # 24 s
+    "test_tui_sql.py",  # 23 s
+    "test_followers.py",  # 20 s
+    "test_dlas_zoo.py",  # 17 s
+    "test_paper_pages.py",  # 16 s
+    "test_cli_refused.py",  # 16 s
+    "test_algorithms_axis.py",  # 16 s
+    "test_workers.py",  # 14 s
+    "test_tui_live.py",  # 14 s
+    "test_tui_fit.py",  # 13 s
+    "test_fleet_cleanup.py",  # 12 s
+    "test_tui_query_run.py",  # 11 s
+    "test_algorithms.py",  # 11 s
 )
 
 
