@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import logging
 import os
 import subprocess
 import sys
@@ -26,34 +27,68 @@ pytest_plugins = ["tests.sshd", "tests.slurm"]  # real sshd; a one-machine Slurm
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _freeze_what_survived(phase: str, info: dict[str, int]) -> None:
-    """After each full collection, move what survived it out of the collector's sight
-    (``gc.freeze``): from then on a full collection walks only what was made since.
+#: a full collection ran during the test that is ending (``_note_full_collection``)
+_full_collection_ran = False
+
+
+def _note_full_collection(phase: str, info: dict[str, int]) -> None:
+    global _full_collection_ran
+    if phase == "stop" and info.get("generation") == 2:
+        _full_collection_ran = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish() -> None:
+    """Between two tests, once a full collection has run, collect and then move what survived
+    out of the collector's sight (``gc.freeze``): later full collections walk only what was made
+    since.
 
     Why: a test process imports torch, timm, Textual, TVM, OpenVINO and matplotlib, ~2 million
     objects the collector walked again at every full collection (0.3-0.6 s each, ~40 of them in
     the busiest xdist worker) and five times more at exit (pytest's ``gc_collect_harder``): 19 of
     the busiest worker's 107 CPU-s and ~42 CPU-s over the four (2026-11-29, a ``gc.callbacks``
-    timer in ``make test``). Four of the heaviest files in one process: 93.4 CPU-s with the
-    default, 74.2 with this; collector 16.3 -> 3.8 CPU-s; peak memory 1.08 -> 1.27 GB.
-    What it gives up: a frozen object that later becomes garbage only through a reference cycle
-    is never collected in this process. Nothing here relies on that (no test calls ``gc``, and
-    ngb closes its files and connections explicitly, which is what the store's lock tests
-    check); objects freed by their reference count go as before."""
-    if phase == "stop" and info.get("generation") == 2:
+    timer in ``make test``). Four of the heaviest files in one process, freezing after every full
+    collection: 93.4 CPU-s with the default, 74.2 with it; collector 16.3 -> 3.8 CPU-s; peak
+    memory 1.08 -> 1.27 GB.
+    Only between tests, after a collection: frozen mid-test, a running test's objects that later
+    became garbage in a reference cycle (an open DuckDB cursor, say) would never be collected in
+    this process. What is frozen here is what outlives a test: imported modules, caches, module
+    and session fixtures. Of those, what later becomes garbage only through a reference cycle
+    stays in memory (nothing here relies on the collector: no test calls ``gc``, and ngb closes
+    its files and connections explicitly, which the store's lock tests check)."""
+    global _full_collection_ran
+    if _full_collection_ran:
+        gc.collect()
         gc.freeze()
+        _full_collection_ran = False
 
 
-def _unfreeze_at_exit() -> None:
-    """The frozen objects rejoin the collector, so the interpreter's last collection frees them
-    (DuckDB's and Triton's bindings print what was never freed otherwise). The callback goes
-    first: that last collection would freeze them again."""
-    gc.callbacks.remove(_freeze_what_survived)
+#: this process: a child forked from it (a trial's worker) runs the same exit handler
+_THIS_PROCESS = os.getpid()
+
+
+def _leave_at_exit() -> None:
+    """At exit:
+
+    - an xdist worker (this very process, not a child forked from it, whose exit status is its
+      own) leaves at once (``os._exit``): its last report went to the controller with its
+      ``sessionfinish``, and the controller waits only for it to end, 10 s at most, then kills
+      it (xdist's ``EXIT_TIMEOUT``). Tearing down ~2 million objects took each worker 3 s, four
+      at once ran into that limit (the run ended 10 s after the last worker's last test,
+      2026-11-29). Logging is shut down and both streams flushed first;
+    - any other process lets the frozen objects rejoin the collector, so the interpreter's last
+      collection frees them (DuckDB's and Triton's bindings print what was never freed)."""
+    gc.callbacks.remove(_note_full_collection)
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.getpid() == _THIS_PROCESS:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     gc.unfreeze()
 
 
-gc.callbacks.append(_freeze_what_survived)
-atexit.register(_unfreeze_at_exit)
+gc.callbacks.append(_note_full_collection)
+atexit.register(_leave_at_exit)
 
 
 def pytest_configure(config: pytest.Config) -> None:
