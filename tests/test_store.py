@@ -836,3 +836,61 @@ def test_reads_inside_one_connection_open_the_file_once(
     store.runs()
     store.trials(run_id="r1")
     assert opened == [False, False]  # outside the block each read opens its own
+
+
+def test_a_cancel_before_duckdb_begins_the_query_still_stops_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB forgets an interrupt that lands before a query has begun. A cancel landing just
+    after the job named its connection, before DuckDB started, let the query run on (a CI run's
+    `ngb query` had not ended 30 s after its SIGTERM, 2026-11-29). Here the cancel lands in
+    exactly that window; the query must still stop within seconds."""
+    import duckdb
+    from ngb.sweeps.store.snapshot import QueryJob
+
+    store.ingest_results("r1", "a", [make_result(0)])
+    cancelled = threading.Event()
+    real_connect = duckdb.connect
+
+    class HeldBeforeExecute:
+        """The copy's connection; its execute waits until the cancel has been sent."""
+
+        def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+            self._conn = conn
+
+        def execute(self, sql: str, *args: object) -> duckdb.DuckDBPyConnection:
+            if sql == LONG_SQL:  # not the settings applied before it
+                assert cancelled.wait(10)
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._conn, name)
+
+    def connect(*args: object, **kwargs: object) -> object:
+        conn = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        # only the query's own connection (the copy's), not the copy's checks before it
+        return HeldBeforeExecute(conn) if sys._getframe(1).f_code.co_name == "_run_on" else conn
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    job = QueryJob(store, LONG_SQL, threads=1)  # no hold_s: straight to a copy
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while job._conn is None and time.monotonic() < deadline:  # noqa: SLF001
+        time.sleep(0.01)
+    assert job._conn is not None  # noqa: SLF001 - named, and DuckDB not started
+    job.cancel()
+    cancelled.set()
+    began = time.monotonic()
+    worker.join(15)
+    assert not worker.is_alive(), "the cancelled query ran on"
+    assert time.monotonic() - began < 5
+    assert len(outcome) == 1 and str(outcome[0]) == "query cancelled", outcome

@@ -73,6 +73,8 @@ QUERY_THREADS = 1
 FILES_HINT = "from the console (ngb query --allow-files can)"
 #: a live run that wrote within this long may write again any moment: `ngb query` reads a copy
 LIVE_S = 300.0
+#: seconds between two interrupts of a cancelled query until it stops (``_interrupt_while_running``)
+INTERRUPT_AGAIN_S = 0.05
 
 
 class QueryCancelled(NgbError):
@@ -125,12 +127,29 @@ class QueryJob:
             if self.done.is_set() or self._why:
                 return
             self._why = why
-            if self._conn is not None:
-                import duckdb
+            conn = self._conn  # None: the next connection sees _why and stops
+        if conn is not None:
+            threading.Thread(
+                target=self._interrupt_while_running, args=(conn,), name="ngb-query-cancel",
+                daemon=True,
+            ).start()  # fmt: skip
 
-                # closed in between: the next connection sees _why and stops
+    def _interrupt_while_running(self, conn: duckdb.DuckDBPyConnection) -> None:
+        """Interrupt ``conn`` now, and again every ``INTERRUPT_AGAIN_S`` while its query runs.
+        DuckDB forgets an interrupt that lands before the query has begun, and a cancel can land
+        between ``_execute`` naming the connection and DuckDB starting on it: the query then ran
+        on (a CI run's ``ngb query`` had not ended 30 s after its SIGTERM and was killed,
+        2026-11-29; an interrupt sent before ``execute`` let a 2.5 s query run to its end)."""
+        import duckdb
+
+        while True:
+            with self._guard:
+                if self._conn is not conn:  # its query ended (and the connection may be closed)
+                    return
                 with contextlib.suppress(duckdb.ConnectionException):
-                    self._conn.interrupt()
+                    conn.interrupt()
+            if self.done.wait(INTERRUPT_AGAIN_S):
+                return
 
     @property
     def cancelled(self) -> bool:
