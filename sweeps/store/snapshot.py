@@ -118,6 +118,7 @@ class QueryJob:
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._guard = threading.Lock()
         self._why = ""  # "cancelled" or "timeout" once stopped
+        self._canceller: threading.Thread | None = None  # interrupts a cancelled query
         self.done = threading.Event()
 
     # -- control (any thread) ------------------------------------------------------------------
@@ -127,12 +128,13 @@ class QueryJob:
             if self.done.is_set() or self._why:
                 return
             self._why = why
-            conn = self._conn  # None: the next connection sees _why and stops
-        if conn is not None:
-            threading.Thread(
-                target=self._interrupt_while_running, args=(conn,), name="ngb-query-cancel",
-                daemon=True,
-            ).start()  # fmt: skip
+            if self._conn is not None:  # None: the next connection sees _why and stops
+                # started under the guard, so run() always finds it started to join
+                self._canceller = threading.Thread(
+                    target=self._interrupt_while_running, args=(self._conn,),
+                    name="ngb-query-cancel", daemon=True,
+                )  # fmt: skip
+                self._canceller.start()
 
     def _interrupt_while_running(self, conn: duckdb.DuckDBPyConnection) -> None:
         """Interrupt ``conn`` now, and again every ``INTERRUPT_AGAIN_S`` while its query runs.
@@ -186,6 +188,11 @@ class QueryJob:
             with self._guard:
                 self._conn = None
                 self.done.set()
+                canceller = self._canceller
+            # it ends at once now; alive at exit, it kept the connection referenced into the
+            # interpreter's shutdown (DuckDB then printed "nanobind: leaked ... DuckDBPyConnection")
+            if canceller is not None:
+                canceller.join()
 
     def _snapshot(self) -> _Snapshot:
         """A private copy of the results file, its version checked (``copy_check``); copied
