@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ngb.core.trial.descendants import descendants
+
 if TYPE_CHECKING:
     from psutil import Process
     from psutil._common import pcputimes
@@ -68,8 +70,9 @@ class _Counters:
 #: called from the sampler thread with each tick
 SampleCallback = Callable[[CpuTick], None]
 
-#: how often a family's member list is read again (a full scan of /proc: ~ms, so not per tick);
-#: a child born in between is counted at the next look with all of its CPU time since birth
+#: how often a family's member list is read again (``ngb.core.trial.descendants``; where the kernel
+#: does not list children, a scan of every process, ~ms, so not per tick); a child born in
+#: between is counted at the next look with all of its CPU time since birth
 FAMILY_REFRESH_S = 1.0
 
 
@@ -104,7 +107,7 @@ class ProcessFamily:
         if now - self._at >= FAMILY_REFRESH_S:
             self._at = now
             try:
-                self._members = list(self.root.children(recursive=True))
+                self._members = descendants(self.root)
             except Exception:  # noqa: BLE001 - psutil.Error, or a stand-in without children()
                 self._members = []
         return self._members

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ngb.core.trial.descendants import descendants
+
 if TYPE_CHECKING:
     from ngb.core.trial.nvml_api import Nvml
 
@@ -141,7 +143,7 @@ def own_processes() -> set[int]:
     with contextlib.suppress(psutil.Error):
         me = psutil.Process()
         pids.update(p.pid for p in me.parents())
-        pids.update(p.pid for p in me.children(recursive=True))
+        pids.update(p.pid for p in descendants(me))
     pids.discard(1)  # init is everyone's ancestor; it never holds a GPU
     return pids
 
