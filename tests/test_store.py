@@ -894,3 +894,19 @@ def test_a_cancel_before_duckdb_begins_the_query_still_stops_it(
     assert not worker.is_alive(), "the cancelled query ran on"
     assert time.monotonic() - began < 5
     assert len(outcome) == 1 and str(outcome[0]) == "query cancelled", outcome
+
+
+def test_a_query_leaves_no_timer_thread_holding_its_connection(store: Store) -> None:
+    """The timers a query starts (``hold_s`` on the file, ``timeout_s``) have ended when it
+    returns. A cancelled timer's thread still held the connection for a moment, and an
+    ``ngb query`` whose reader had gone (``| head``) could exit in that moment: DuckDB then
+    printed "nanobind: leaked ... DuckDBPyConnection" on stderr (make test, 2026-11-29)."""
+    from ngb.sweeps.store.snapshot import QueryJob
+
+    store.ingest_results("r1", "a", [make_result(0)])
+    for _ in range(20):  # a thread that had not yet run its last lines is caught most times
+        before = set(threading.enumerate())
+        job = QueryJob(store, "SELECT count(*) FROM trials", hold_s=30.0, timeout_s=60.0)
+        assert job.run() == (["count_star()"], [(1,)])
+        left = [t.name for t in threading.enumerate() if t not in before]
+        assert left == [], left

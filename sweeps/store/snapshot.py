@@ -185,6 +185,7 @@ class QueryJob:
         finally:
             if timer is not None:
                 timer.cancel()
+                timer.join()  # see _run_on_file
             with self._guard:
                 self._conn = None
                 self.done.set()
@@ -263,7 +264,12 @@ class QueryJob:
                     return None
                 raise
             finally:
+                # joined, not only cancelled: until its thread has woken and ended, the timer
+                # holds let_go and so the connection, and an `ngb query` whose reader went away
+                # (`| head`) could exit in that moment: DuckDB then printed "nanobind: leaked
+                # ... DuckDBPyConnection" (make test, 2026-11-29). A cancelled timer ends at once.
                 timer.cancel()
+                timer.join()
 
     def _run_on(self, copy: Path | None) -> SqlAnswer:
         import duckdb
