@@ -26,7 +26,9 @@ import hashlib
 import importlib.metadata as md
 import os
 import platform
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -72,7 +74,44 @@ def packages() -> tuple[str, ...]:
             partial = cache.with_suffix(f".{os.getpid()}.tmp")
             partial.write_text("\n".join(found) + "\n")
             os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
+        _prune(cache.parent)
     return found
+
+
+#: cache files kept (the newest): a key changes with the mtime of any folder on ``sys.path``,
+#: and a checkout or working folder there changes often, so old keys piled up (604 files in
+#: /tmp/ngb-packages-0 after a day of test runs, 2026-11-29)
+CACHE_KEPT = 32
+#: a ``.tmp`` this old is a write that never finished (its process was killed)
+STALE_TMP_S = 600.0
+
+
+_CACHE_NAME = re.compile(r"[0-9a-f]{24}\.txt")
+_PARTIAL_NAME = re.compile(r"[0-9a-f]{24}\.[0-9]+\.tmp")
+
+
+def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
+    """Only the ``keep`` newest cache files stay, and no unfinished write older than
+    ``STALE_TMP_S``. A trial reading a file removed here misses the cache and scans again.
+    Only in a real folder of this user's, and only files named as this cache names them: the
+    folder is in the shared temp dir, where another user could have put a link to elsewhere."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+            return
+    now = time.time()
+    done: list[tuple[float, str]] = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                mtime = entry.stat(follow_symlinks=False).st_mtime
+                if _CACHE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    done.append((mtime, entry.path))
+                elif _PARTIAL_NAME.fullmatch(entry.name) and now - mtime > STALE_TMP_S:
+                    os.unlink(entry.path)
+    for _, path in sorted(done, reverse=True)[keep:]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _cache_file() -> Path | None:
