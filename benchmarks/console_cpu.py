@@ -95,6 +95,10 @@ async def measure(
             outcome = ", ".join(f"{st.device} {st.done}/{st.total} trials" for st in states)
             if screen.current_run and not screen._announced:  # noqa: SLF001
                 await backend.orchestrator().cancel(screen.current_run)
+        # before the folder goes: a device task still tearing down or a last flush would open
+        # the store in it again. /tmp kept a `tmp*` folder holding an empty r.duckdb after
+        # some full test runs; closing first is the likely fix (the race was not caught by hand)
+        await backend.close()
         outcome = outcome or screen.refusal
         outcome += f"; starting took {starting[0]:.2f} CPU s over {starting[1]:.1f} s"
         return cpu_s(after) - cpu_s(before), ended - began, redraws, outcome
