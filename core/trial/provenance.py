@@ -86,8 +86,10 @@ CACHE_KEPT = 32
 STALE_TMP_S = 600.0
 
 
-_CACHE_NAME = re.compile(r"[0-9a-f]{24}\.txt")
-_PARTIAL_NAME = re.compile(r"[0-9a-f]{24}\.[0-9]+\.tmp")
+#: hex characters of a cache key (``_cache_file``), which is also what names its file
+_KEY_CHARS = 24
+_CACHE_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.txt")
+_PARTIAL_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.[0-9]+\.tmp")
 
 
 def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
@@ -120,7 +122,7 @@ def _cache_file() -> Path | None:
         with contextlib.suppress(OSError):
             if entry and os.path.isdir(entry):
                 stamps.append(f"{entry}:{os.stat(entry).st_mtime_ns}")
-    key = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:_KEY_CHARS]
     uid = os.getuid() if hasattr(os, "getuid") else 0
     return Path(tempfile.gettempdir()) / f"ngb-packages-{uid}" / f"{key}.txt"
 
