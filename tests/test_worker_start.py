@@ -306,6 +306,29 @@ def test_a_block_on_a_plain_compiler_preloads_no_dynamo(monkeypatch: pytest.Monk
     assert "timm" in timm
 
 
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_forked_trial_preloads_only_what_its_workers_fork_with(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Forked from here: torch, and timm only for a timm model (~2 s more of CPU: torchvision,
+    torch._dynamo). From a fork server: nothing here, the server imported when it started."""
+    from ngb.core.records.types import TrialSpec
+    from ngb.core.trial import workers
+
+    workers.library_versions()  # cached: read before import_module is replaced below
+    imported: list[str] = []
+    monkeypatch.setattr(workers, "start_method", lambda: method)
+    monkeypatch.setattr(workers.importlib, "import_module", imported.append)
+    workers.preload(TrialSpec(model="conv", width=8, compiler="identity"), needs_torch=True)
+    block = list(imported)
+    imported.clear()
+    workers.preload(TrialSpec(model="resnet18", compiler="identity"), needs_torch=True)
+    if method == "fork":
+        assert block == ["torch"] and imported == ["torch", "timm"]
+    else:
+        assert block == [] and imported == []
+
+
 def test_only_worker_0_counts_macs() -> None:
     """Worker 0's record is the trial's; a later worker's count was thrown away, and torch's
     counter imports torch._dynamo in every interpreter (issue 44)."""

@@ -77,9 +77,10 @@ _IMPORT_POLL_S = 0.05
 # with the timed loop (the worker's last repetition is always passed on).
 PROGRESS_PERIOD_S = 1.0
 # Libraries imported once before forking: the expensive imports that are safe to fork after
-# (no thread pool, no device context until first use). Compiler runtimes (OpenVINO, TVM, ONNX
-# Runtime) may start threads at import, so each worker imports those itself.
-_PRELOAD = ("torch", "timm")
+# (no thread pool, no device context until first use), and timm for a timm model
+# (``_is_timm_model``). Compiler runtimes (OpenVINO, TVM, ONNX Runtime) may start threads at
+# import, so each worker imports those itself.
+_PRELOAD = ("torch",)
 # The phases a fresh worker may run while other interpreters of its trial still import (issue 44):
 # the model's build (with worker 0's MAC count and eager reference) and its rewrites. At the first
 # other phase -- its compile, whose time is a recorded figure, then the timed loops -- it stops
@@ -146,17 +147,31 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
     if spec.measure.threads:
         # OpenMP reads this once, when the first library that uses it loads.
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.measure.threads))
-    if start_method() == FRESH:
+    method = start_method()
+    if method == FRESH:
         _fresh_torch = needs_torch  # each interpreter imports for itself (``_fresh_preload``)
         return  # nothing forks from here: torch in this process would only cost its import
     # the interval's t quantile (cached): once, here, not in every worker between its repetitions
     t_quantile(0.975, 2)
     library_versions()  # read once (cached): every forked worker records them
-    if not needs_torch:
+    if not needs_torch or method == "forkserver":
+        # a fork server's workers fork from it, and it imported for them when it started
+        # (``FORKSERVER_PRELOAD``): torch here would be ~2 s of CPU that no worker inherits
         return
     for name in _PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    if _is_timm_model(spec):
+        # ~2 s more of CPU on the VM (timm imports torchvision and with it torch._dynamo): only
+        # for the model that needs it, as ``_fresh_preload`` does
+        with contextlib.suppress(Exception):
+            importlib.import_module("timm")
+
+
+def _is_timm_model(spec: TrialSpec) -> bool:
+    from ngb.core.models.blocks import BLOCK_KINDS
+
+    return spec.source is None and spec.model not in BLOCK_KINDS
 
 
 def _fresh_preload(spec: TrialSpec) -> list[str]:
@@ -165,12 +180,10 @@ def _fresh_preload(spec: TrialSpec) -> list[str]:
     t quantile is plain Python (``ngb.core.statistics.student_t``). torch._dynamo (and sympy, ~1.3
     s) only where the compile, an optimisation, an algorithm or a user's model may import it: worker
     0's MAC count imports it in its build, beside the other interpreters' imports (issue 44)."""
-    from ngb.core.models.blocks import BLOCK_KINDS
-
     names = ["ngb.core.trial.workers", "ngb.core.trial.measure"]
     if _fresh_torch:
         names += ["torch", "ngb.core.models.models"]
-        if spec.source is None and spec.model not in BLOCK_KINDS:
+        if _is_timm_model(spec):
             names.append("timm")
         plain = (
             spec.compiler in _NO_DYNAMO
