@@ -30,10 +30,13 @@ terms), so a trial's three percentiles cost milliseconds.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+
+import numpy as np
 
 LEVEL = 0.95
 #: the percentiles every trial reports, as (name, q)
@@ -188,7 +191,7 @@ def over_processes(
     coverage 95-97 %, and processes that do not differ get the order-statistic interval as
     often as before and no wider; the price is that a p99 of processes that differ is often not
     claimed -- on a machine whose processes differ, the honest interval is wide."""
-    pooled = sorted(x for g in groups for x in g)
+    pooled = sorted(itertools.chain.from_iterable(groups))
     base = interval(pooled, q, name, level)
     kept = [g for g in groups if len(g)]
     k, n = len(kept), len(pooled)
@@ -258,13 +261,21 @@ def _shifted_levels(groups: Sequence[Sequence[float]], x: float, level: float) -
         return 0.0
     sd = math.sqrt(spread)
     stride = max(1, sum(len(g) for g in groups) // _SHAPE_CALLS)
-    shape = sorted(
-        math.log(v) - lv for g, lv in zip(groups, levels, strict=True) for v in g[::stride]
+    # in numpy: up to 100,000 logs and a sort, per tail and per trial or serving probe (in
+    # Python, 8 of the 9 s a hundred simulated peak searches took)
+    shape = np.sort(
+        np.concatenate(
+            [
+                np.log(np.asarray(g[::stride], dtype=float)) - lv
+                for g, lv in zip(groups, levels, strict=True)
+            ]
+        )
     )
     at = math.log(x) - centre
+    below = np.searchsorted(shape, [at - sd * zi for zi in _GRID], side="right")
     first = second = 0.0
-    for zi, w in zip(_GRID, _WEIGHTS, strict=True):
-        share = bisect.bisect_right(shape, at - sd * zi) / len(shape)
+    for count, w in zip(below.tolist(), _WEIGHTS, strict=True):
+        share = count / len(shape)
         first += w * share
         second += w * share * share
     return max(0.0, second - first * first) / k

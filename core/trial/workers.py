@@ -76,11 +76,9 @@ _IMPORT_POLL_S = 0.05
 # agent, the event log's reader and the console, and on a localhost sweep those share the cores
 # with the timed loop (the worker's last repetition is always passed on).
 PROGRESS_PERIOD_S = 1.0
-# Libraries imported once before forking: the expensive imports that are safe to fork after
-# (no thread pool, no device context until first use), and timm for a timm model
-# (``_is_timm_model``). Compiler runtimes (OpenVINO, TVM, ONNX Runtime) may start threads at
-# import, so each worker imports those itself.
-_PRELOAD = ("torch",)
+# Libraries imported once before forking (``_torch_imports``) are the expensive imports that are
+# safe to fork after (no thread pool, no device context until first use). Compiler runtimes
+# (OpenVINO, TVM, ONNX Runtime) may start threads at import, so each worker imports those itself.
 # The phases a fresh worker may run while other interpreters of its trial still import (issue 44):
 # the model's build (with worker 0's MAC count and eager reference) and its rewrites. At the first
 # other phase -- its compile, whose time is a recorded figure, then the timed loops -- it stops
@@ -158,41 +156,43 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
         # a fork server's workers fork from it, and it imported for them when it started
         # (``FORKSERVER_PRELOAD``): torch here would be ~2 s of CPU that no worker inherits
         return
-    for name in _PRELOAD:
+    # torch._dynamo always: worker 0's MAC count (torch's FlopCounterMode) imports it, once here
+    # rather than in every trial's worker 0 of a process that runs many (an in-process agent)
+    for name in dict.fromkeys([*_torch_imports(spec), "torch._dynamo"]):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    if _is_timm_model(spec):
-        # ~2 s more of CPU on the VM (timm imports torchvision and with it torch._dynamo): only
-        # for the model that needs it, as ``_fresh_preload`` does
-        with contextlib.suppress(Exception):
-            importlib.import_module("timm")
 
 
-def _is_timm_model(spec: TrialSpec) -> bool:
+def _torch_imports(spec: TrialSpec) -> list[str]:
+    """The expensive imports a worker of ``spec`` makes: torch; timm only for a timm model (~2 s
+    more of CPU on the VM: it imports torchvision and with it torch._dynamo); torch._dynamo (and
+    sympy, ~1.3 s) only where the compile, an optimisation, an algorithm or a user's model may
+    import it. A forked worker inherits them from ``preload``; a fresh interpreter imports them
+    before it says ready (``_fresh_preload``)."""
     from ngb.core.models.blocks import BLOCK_KINDS
 
-    return spec.source is None and spec.model not in BLOCK_KINDS
+    names = ["torch"]
+    if spec.source is None and spec.model not in BLOCK_KINDS:
+        names.append("timm")
+    plain = (
+        spec.compiler in _NO_DYNAMO
+        and spec.optimisation == "none"
+        and spec.algorithm == "default"
+        and spec.source is None
+    )
+    if not plain:
+        names.append("torch._dynamo")
+    return names
 
 
 def _fresh_preload(spec: TrialSpec) -> list[str]:
-    """What a fresh worker interpreter imports before it says ready: the worker's code path,
-    torch and what the build imports (timm only for a timm model: ~3 s on the VM). No scipy: the
-    t quantile is plain Python (``ngb.core.statistics.student_t``). torch._dynamo (and sympy, ~1.3
-    s) only where the compile, an optimisation, an algorithm or a user's model may import it: worker
-    0's MAC count imports it in its build, beside the other interpreters' imports (issue 44)."""
+    """What a fresh worker interpreter imports before it says ready: the worker's code path and,
+    where the workers need torch, ``_torch_imports`` (no scipy: the t quantile is plain Python,
+    ``ngb.core.statistics.student_t``). Worker 0's MAC count imports torch._dynamo in its build,
+    beside the other interpreters' imports (issue 44)."""
     names = ["ngb.core.trial.workers", "ngb.core.trial.measure"]
     if _fresh_torch:
-        names += ["torch", "ngb.core.models.models"]
-        if _is_timm_model(spec):
-            names.append("timm")
-        plain = (
-            spec.compiler in _NO_DYNAMO
-            and spec.optimisation == "none"
-            and spec.algorithm == "default"
-            and spec.source is None
-        )
-        if not plain:
-            names.append("torch._dynamo")
+        names += ["ngb.core.models.models", *_torch_imports(spec)]
     return names
 
 
