@@ -1,4 +1,4 @@
-"""The on-disk cache of installed packages (``ngb.core.trial.provenance.packages``) keeps its
+"""The on-disk cache of installed packages (``ngb.core.trial.installed.packages``) keeps its
 newest files only, removes unfinished writes a killed process left, and touches nothing it did
 not write: not another file in its folder, nor a folder the temp dir links to elsewhere."""
 
@@ -11,16 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ngb.core.trial import provenance
+from ngb.core.base import installed
 
 
 @pytest.fixture
 def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The temp dir the cache lives in, here; the process's cached answer forgotten around."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    provenance.packages.cache_clear()
+    installed.packages.cache_clear()
     yield tmp_path
-    provenance.packages.cache_clear()
+    installed.packages.cache_clear()
 
 
 def _old_keys(folder: Path, count: int) -> list[Path]:
@@ -41,7 +41,7 @@ def test_the_newest_files_stay_and_what_is_not_the_caches_is_left(temp_dir: Path
     old = _old_keys(folder, 40)
     stale = folder / f"{'a' * 24}.123.tmp"  # a write whose process was killed
     stale.write_text("numpy")
-    then = time.time() - provenance.STALE_TMP_S - 60
+    then = time.time() - installed.STALE_TMP_S - 60
     os.utime(stale, (then, then))
     fresh = folder / f"{'b' * 24}.456.tmp"  # a write going on now
     fresh.write_text("numpy")
@@ -49,13 +49,13 @@ def test_the_newest_files_stay_and_what_is_not_the_caches_is_left(temp_dir: Path
     other.write_text("mine")
     os.utime(other, (then, then))
 
-    lines = provenance.packages()  # a new key here: scanned, written, pruned
+    lines = installed.packages()  # a new key here: scanned, written, pruned
 
     assert any(line.startswith("numpy==") for line in lines)
-    cached = sorted(p for p in folder.iterdir() if provenance._CACHE_NAME.fullmatch(p.name))
-    assert len(cached) == provenance.CACHE_KEPT
-    assert provenance._cache_file() in cached  # the one just written is among the newest
-    assert [p for p in old if p.exists()] == old[-(provenance.CACHE_KEPT - 1) :]
+    cached = sorted(p for p in folder.iterdir() if installed._CACHE_NAME.fullmatch(p.name))
+    assert len(cached) == installed.CACHE_KEPT
+    assert installed._cache_file() in cached  # the one just written is among the newest
+    assert [p for p in old if p.exists()] == old[-(installed.CACHE_KEPT - 1) :]
     assert not stale.exists() and fresh.exists() and other.exists()
 
 
@@ -66,6 +66,64 @@ def test_a_linked_folder_is_written_to_as_before_but_never_pruned(
     old = _old_keys(elsewhere, 40)
     (temp_dir / f"ngb-packages-{os.getuid()}").symlink_to(elsewhere)
 
-    provenance.packages()
+    installed.packages()
 
     assert all(p.exists() for p in old)
+
+
+def test_versions_from_the_cache_are_importlib_metadatas(temp_dir: Path) -> None:
+    """Every installed distribution's version, read from the cached list, is the one
+    ``importlib.metadata.version`` gives (under any spelling of its name); a missing name is None.
+    """
+    import importlib.metadata as md
+
+    installed._versions.cache_clear()
+    names = {dist.metadata["Name"] for dist in md.distributions() if dist.metadata}
+    assert len(names) > 50  # the suite's own environment: torch, timm, duckdb, ...
+    for name in sorted(names):
+        assert installed.dist_version(name) == md.version(name), name
+        assert installed.dist_version(name.upper().replace("-", "_")) == md.version(name), name
+    assert installed.dist_version("no-such-distribution-ngb") is None
+    assert installed.dist_version("no-such-distribution-ngb", "numpy") == md.version("numpy")
+    installed._versions.cache_clear()
+
+
+def test_a_name_installed_twice_is_asked_of_importlib_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two versions of one name in the list (two ``sys.path`` folders): the first on the path
+    is the one imported, which only ``importlib.metadata`` knows."""
+    import importlib.metadata as md
+
+    monkeypatch.setattr(installed, "packages", lambda: ("numpy==0.0.1", "numpy==0.0.2", "x==3"))
+    installed._versions.cache_clear()
+    try:
+        assert installed.dist_version("x") == "3"
+        assert installed.dist_version("numpy") == md.version("numpy")
+    finally:
+        installed._versions.cache_clear()
+
+
+def test_a_cached_environment_reads_versions_without_importlib_metadata(tmp_path: Path) -> None:
+    """The agent and every fresh trial worker record versions and provenance; once the list is
+    cached they do it without importing ``importlib.metadata`` (and the email package it loads:
+    ~10 ms a process) or parsing a metadata file."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ngb.core.trial import provenance, versions\n"
+        "found = versions.library_versions()\n"
+        "provenance.read()\n"
+        "assert found['numpy'] and found['ngb'], found\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('importlib.metadata', 'email'))))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the cache folder: empty, then written
+    runs = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert "importlib.metadata" in runs[0].stdout  # the first scanned
+    assert runs[1].stdout.strip() == "[]"

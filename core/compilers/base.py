@@ -28,8 +28,8 @@ from typing import (
     get_origin,
 )
 
-from ngb.core.base.dist_version import dist_version
 from ngb.core.base.errors import ConfigError, UnsupportedTrial
+from ngb.core.base.installed import dist_version
 from ngb.core.models.model_basics import to_numpy
 from ngb.core.records.types import PRECISIONS
 

@@ -6,7 +6,8 @@ transitive dependency (an OpenMP runtime, ``mkl``, ``tbb``), the kernel, a conta
 rebuilt under the same tag, or the user's own model code. ``read()`` records, per trial:
 
 - ``packages``: every installed distribution as ``name==version``, sorted (diffable line by
-  line), and ``packages_sha``, the first 16 hex of its sha256. The store keeps the hash per trial
+  line; ``ngb.core.base.installed``, cached on disk), and ``packages_sha``, the first 16 hex of
+  its sha256. The store keeps the hash per trial
   and the list once per hash (``environments`` table), so a sweep of 1000 trials stores it once;
 - ``kernel``: ``platform.release()`` (the governor, boost and clocks are ``device_state``);
 - ``container``: whether this is a container, and the image (digest where the runtime tells it:
@@ -21,20 +22,16 @@ Stdlib only (it ships in the agent). Reads are best-effort: what cannot be read 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import importlib.metadata as md
 import os
 import platform
-import re
 import shutil
-import stat
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TypedDict
+
+from ngb.core.base.installed import packages
 
 
 class Container(TypedDict):
@@ -52,90 +49,6 @@ class Provenance(TypedDict):
 class GitState(TypedDict):
     commit: str
     dirty: bool
-
-
-@functools.lru_cache(maxsize=1)
-def packages() -> tuple[str, ...]:
-    """Every installed distribution as ``name==version``, sorted and de-duplicated.
-
-    Scanning site-packages costs 0.1-0.2 s, and every trial runs in a fresh process, so the
-    list is cached on disk under a key made of the interpreter and the modification times of
-    the ``sys.path`` folders: installing, removing or upgrading a distribution adds or removes a
-    ``.dist-info`` folder there, which changes the folder's mtime and so the key."""
-    cache = _cache_file()
-    if cache is not None:
-        text = _read(cache)
-        if text is not None:
-            return tuple(line for line in text.splitlines() if line)
-    found = _scan()
-    if cache is not None:
-        with contextlib.suppress(OSError):
-            cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            partial = cache.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text("\n".join(found) + "\n")
-            os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
-        _prune(cache.parent)
-    return found
-
-
-#: cache files kept (the newest): a key changes with the mtime of any folder on ``sys.path``,
-#: and a checkout or working folder there changes often, so old keys piled up (604 files in
-#: /tmp/ngb-packages-0 after a day of test runs, 2026-11-29)
-CACHE_KEPT = 32
-#: a ``.tmp`` this old is a write that never finished (its process was killed)
-STALE_TMP_S = 600.0
-
-
-#: hex characters of a cache key (``_cache_file``), which is also what names its file
-_KEY_CHARS = 24
-_CACHE_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.txt")
-_PARTIAL_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.[0-9]+\.tmp")
-
-
-def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
-    """Only the ``keep`` newest cache files stay, and no unfinished write older than
-    ``STALE_TMP_S``. A trial reading a file removed here misses the cache and scans again.
-    Only in a real folder of this user's, and only files named as this cache names them: the
-    folder is in the shared temp dir, where another user could have put a link to elsewhere."""
-    with contextlib.suppress(OSError):
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-            return
-    now = time.time()
-    done: list[tuple[float, str]] = []
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                mtime = entry.stat(follow_symlinks=False).st_mtime
-                if _CACHE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-                    done.append((mtime, entry.path))
-                elif _PARTIAL_NAME.fullmatch(entry.name) and now - mtime > STALE_TMP_S:
-                    os.unlink(entry.path)
-    for _, path in sorted(done, reverse=True)[keep:]:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def _cache_file() -> Path | None:
-    stamps = [sys.executable]
-    for entry in sys.path:
-        with contextlib.suppress(OSError):
-            if entry and os.path.isdir(entry):
-                stamps.append(f"{entry}:{os.stat(entry).st_mtime_ns}")
-    key = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:_KEY_CHARS]
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"ngb-packages-{uid}" / f"{key}.txt"
-
-
-def _scan() -> tuple[str, ...]:
-    found = set()
-    for dist in md.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name:
-            # normalised as pip compares names: "Foo_Bar" and "foo-bar" are one package
-            norm = name.lower().replace("_", "-").replace(".", "-")
-            found.add(f"{norm}=={dist.version}")
-    return tuple(sorted(found))
 
 
 def packages_sha(lines: tuple[str, ...] | list[str]) -> str:

@@ -1,21 +1,21 @@
 """Versions of everything that shapes a measurement, recorded with every result.
 
-Read from installed distribution metadata (``importlib.metadata``) and, for CUDA, from
-``torch/version.py`` parsed as text, so collecting versions never imports torch, TVM or OpenVINO:
-the probe and ``ngb compilers`` stay fast on a Jetson where importing torch takes seconds.
+Read from installed distribution metadata (``ngb.core.base.installed``: one scan of
+``importlib.metadata``, cached on disk) and, for CUDA, from ``torch/version.py`` parsed as
+text, so collecting versions never imports torch, TVM or OpenVINO: the probe and ``ngb
+compilers`` stay fast on a Jetson where importing torch takes seconds.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import importlib.metadata as md
 import importlib.util
 import platform
 import sys
 from pathlib import Path
 
-from ngb.core.base.dist_version import dist_version
+from ngb.core.base.installed import dist_version
 from ngb.core.compilers import version_packages
 
 __all__ = ["cudnn_version", "dist_version", "library_versions", "torch_cuda_version"]
@@ -97,12 +97,12 @@ def _library_versions() -> dict[str, str]:
         version = dist_version(*dists)
         if version:
             out[label] = version
-    try:
-        out["ngb"] = md.version("ngb")
-    except md.PackageNotFoundError:
+    installed = dist_version("ngb")  # None in the agent's bundle, which is no distribution
+    if installed is None:
         from ngb.core import __version__
 
-        out["ngb"] = __version__
+        installed = __version__
+    out["ngb"] = installed
     cuda = torch_cuda_version()
     if cuda:
         out["cuda"] = cuda

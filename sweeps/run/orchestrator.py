@@ -191,11 +191,13 @@ class Orchestrator:
                 ):
                     raise NgbError(f"run {run_id!r} exists already (`ngb attach {run_id}`?)")
                 self.store.set_run_status(run_id, "running")
-                for dev in run.devices.values():
-                    self.store.upsert_run_device(
-                        run_id, dev.name, state=PENDING, workdir=dev.device.workdir,
-                        n_trials=len(keys), n_done=0, n_failed=0, **dev.extra(),
-                    )  # fmt: skip
+                self.store.upsert_run_devices([  # one statement per column set, not per device
+                    (run_id, dev.name, {
+                        "state": PENDING, "workdir": dev.device.workdir, "n_trials": len(keys),
+                        "n_done": 0, "n_failed": 0, **dev.extra(),
+                    })
+                    for dev in run.devices.values()
+                ])  # fmt: skip
 
         await self._writer.store_call(create)
         self._launch(run, "started")
