@@ -39,6 +39,29 @@ def test_key_changes_with_every_dimension() -> None:
     assert len({base.key, *(v.key for v in variants)}) == len(variants) + 1
 
 
+def test_a_key_read_once_is_the_key_of_every_equal_spec() -> None:
+    """The key is kept after its first read (a spec is frozen); an equal spec rebuilt from JSON,
+    a pickle and a ``replace`` each carry the key their own fields give."""
+    import dataclasses
+    import pickle
+
+    spec = TrialSpec("conv", "noop", batch=4, width=8, compiler_options={"b": 1, "a": 2})
+    first = spec.key
+    assert spec.key is first and hash(spec) == hash(first)
+    assert TrialSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).key == first
+    assert pickle.loads(pickle.dumps(spec)).key == first
+    other = dataclasses.replace(spec, batch=8)
+    assert other.key != first and dataclasses.replace(other, batch=4).key == first
+    assert "key" not in spec.to_dict()  # a cache, not a field: the spec's JSON is as before
+
+
+def test_a_clean_event_encodes_as_the_nan_walk_did() -> None:
+    event = events.make_event(events.CPU, key="k", percent=12.5, x=(1, [2.0, {"y": None}]))
+    line = events.encode(event)
+    assert line == json.dumps(events._nan_to_none(event), separators=(",", ":"))
+    assert json.loads(line)["x"] == [1, [2.0, {"y": None}]]
+
+
 def test_round_trip_through_json() -> None:
     spec = TrialSpec(
         "mha",
