@@ -34,12 +34,19 @@ from ngb.sweeps.report import advise
 from ngb.sweeps.report.data import ReportData
 from ngb.sweeps.report.numbers import format_interval
 from ngb.sweeps.store.database import Store
-from scipy.stats import binomtest
 
 SAMPLES, CLASSES = 540, 10
 LABELS = np.arange(SAMPLES) % CLASSES
 EAGER = np.arange(SAMPLES) >= 10  # eager fp32 gets the first ten wrong
 DEVICE, MODEL = "box", "resnet18"
+
+
+def binomtest(k: int, n: int):  # noqa: ANN201 - scipy's result
+    """scipy's test, imported when a test asks for it: ``scipy.stats`` is ~0.7 CPU-s, and every
+    xdist worker imports each test module to collect it, not only the one that runs it."""
+    from scipy.stats import binomtest as scipy_binomtest
+
+    return scipy_binomtest(k, n)
 
 
 def flipped(base: np.ndarray, lose: range | list[int], gain: list[int]) -> np.ndarray:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from ngb.core.base.errors import ConfigError
 from ngb.core.records import arrivals
-from scipy import stats
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -27,6 +26,8 @@ def test_the_count_is_fixed_and_the_last_arrival_ends_the_run() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_gaps_pass_a_ks_test_against_the_exponential(seed: int) -> None:
     """10,000 arrivals at 250 QPS: the gaps are exponential with mean 1/250 s."""
+    from scipy import stats
+
     plan = arrivals.schedule(250, 40, seed=seed)
     gaps = np.diff(np.concatenate(([0.0], plan.times_s)))
     assert len(gaps) == 10_000

@@ -12,13 +12,14 @@ from ngb.core.records import arrivals
 from ngb.core.serving import serve_sim, serve_stats
 from ngb.core.serving.loadgen import Trace
 from ngb.core.statistics import percentiles
-from scipy import stats
 
 
 @pytest.mark.parametrize("over", [0, 1, 10, 100, 1000])
 def test_needed_is_loadgens_count(over: int) -> None:
     """The fewest requests for which seeing ``over`` late ones has odds <= 2.5 % were the late
     share really 1 %: the binomial CDF at ``needed`` is within, one request fewer is not."""
+    from scipy import stats
+
     n = serve_stats.needed(over, 0.99)
     assert stats.binom.cdf(over, n, 0.01) <= 0.025 < stats.binom.cdf(over, n - 1, 0.01)
 

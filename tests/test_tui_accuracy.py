@@ -25,11 +25,19 @@ from ngb.tui import results_data as rd
 from ngb.tui.app import NgbApp
 from ngb.tui.backend import Backend
 from ngb.tui.widgets.data_grid import DataGrid
-from scipy.stats import binomtest
 from textual.widgets import Label
 
 from tests.test_tui_fit import screen_text, shown_whole
 from tests.test_tui_support import wait_for
+
+
+def binomtest(k: int, n: int):  # noqa: ANN201 - scipy's result
+    """scipy's test, imported when a test asks for it: ``scipy.stats`` is ~0.7 CPU-s, and every
+    xdist worker imports each test module to collect it, not only the one that runs it."""
+    from scipy.stats import binomtest as scipy_binomtest
+
+    return scipy_binomtest(k, n)
+
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 RUN = "dlas-digits-20261201-090000-ab12"
