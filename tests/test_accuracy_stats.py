@@ -11,13 +11,19 @@ import pytest
 from ngb.core.base.errors import NgbError
 from ngb.core.statistics import accuracy_stats as acc
 
-scipy_stats = pytest.importorskip("scipy.stats")
+
+@pytest.fixture
+def scipy_stats():  # noqa: ANN201 - the module
+    """scipy's stats, imported by the tests that compare with it (~0.7 CPU-s): every xdist
+    worker imports this module to collect it."""
+    return pytest.importorskip("scipy.stats")
+
 
 N_DIGITS = 1797  # scikit-learn's load_digits
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 10), (3, 10), (10, 10), (81, 263), (1750, 1797)])
-def test_wilson_and_clopper_pearson_match_scipy(k: int, n: int) -> None:
+def test_wilson_and_clopper_pearson_match_scipy(k: int, n: int, scipy_stats) -> None:
     ref = scipy_stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
     assert acc.wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-9)
     exact = scipy_stats.binomtest(k, n).proportion_ci(0.95, method="exact")
@@ -31,7 +37,7 @@ def test_wilson_of_nothing_is_nan_and_bad_counts_refused() -> None:
 
 
 @pytest.mark.parametrize(("b", "c"), [(0, 0), (0, 5), (7, 2), (36, 12), (400, 380), (3, 3)])
-def test_mcnemar_exact_is_the_binomial_test(b: int, c: int) -> None:
+def test_mcnemar_exact_is_the_binomial_test(b: int, c: int, scipy_stats) -> None:
     want = 1.0 if b + c == 0 else scipy_stats.binomtest(b, b + c, 0.5).pvalue
     assert acc.mcnemar_p(b, c) == pytest.approx(want, rel=1e-9)
     assert acc.mcnemar_p(b, c) == acc.mcnemar_p(c, b)
