@@ -19,21 +19,27 @@ from ngb.core.statistics import student_t
 
 from tests.cli_helpers import scaled
 
-scipy_special = pytest.importorskip("scipy.special")
+
+@pytest.fixture
+def scipy_special():  # noqa: ANN201 - the module
+    """scipy's special functions, imported by the tests that compare with them: every xdist
+    worker imports this module to collect it."""
+    return pytest.importorskip("scipy.special")
+
 
 PS = (0.001, 0.025, 0.3, 0.51, 0.6, 0.9, 0.95, 0.975, 0.99, 0.995, 0.9995, 1 - 1e-6, 1 - 1e-9)
 DFS = (0.5, 0.9, 1, 1.3, 2, 2.5, 3, 3.7, 5, 9.3, 10, 29, 99.5, 300, 1999, 2001, 1e4, 1e6)
 
 
 @pytest.mark.parametrize("df", DFS)
-def test_quantile_matches_scipy(df: float) -> None:
+def test_quantile_matches_scipy(df: float, scipy_special) -> None:
     for p in PS:
         exact = float(scipy_special.stdtrit(df, p))
         assert student_t.ppf(p, df) == pytest.approx(exact, rel=1e-10), (p, df)
 
 
 @pytest.mark.parametrize("df", (1.5, 4, 30, 500))
-def test_survival_function_matches_scipy(df: float) -> None:
+def test_survival_function_matches_scipy(df: float, scipy_special) -> None:
     for t in (0.0, 0.1, 1.0, 2.0, 3.3, 10.0, 100.0):
         assert student_t.sf(t, df) == pytest.approx(float(scipy_special.stdtr(df, -t)), rel=1e-11)
 
