@@ -18,9 +18,9 @@ from ngb.core.base import installed
 def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The temp dir the cache lives in, here; the process's cached answer forgotten around."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    installed.packages.cache_clear()
+    installed._packages_at.cache_clear()
     yield tmp_path
-    installed.packages.cache_clear()
+    installed._packages_at.cache_clear()
 
 
 def _old_keys(folder: Path, count: int) -> list[Path]:
@@ -77,7 +77,7 @@ def test_versions_from_the_cache_are_importlib_metadatas(temp_dir: Path) -> None
     """
     import importlib.metadata as md
 
-    installed._versions.cache_clear()
+    installed._versions_at.cache_clear()
     names = {dist.metadata["Name"] for dist in md.distributions() if dist.metadata}
     assert len(names) > 50  # the suite's own environment: torch, timm, duckdb, ...
     for name in sorted(names):
@@ -85,7 +85,7 @@ def test_versions_from_the_cache_are_importlib_metadatas(temp_dir: Path) -> None
         assert installed.dist_version(name.upper().replace("-", "_")) == md.version(name), name
     assert installed.dist_version("no-such-distribution-ngb") is None
     assert installed.dist_version("no-such-distribution-ngb", "numpy") == md.version("numpy")
-    installed._versions.cache_clear()
+    installed._versions_at.cache_clear()
 
 
 def test_a_name_installed_twice_is_asked_of_importlib_metadata(
@@ -95,13 +95,14 @@ def test_a_name_installed_twice_is_asked_of_importlib_metadata(
     is the one imported, which only ``importlib.metadata`` knows."""
     import importlib.metadata as md
 
-    monkeypatch.setattr(installed, "packages", lambda: ("numpy==0.0.1", "numpy==0.0.2", "x==3"))
-    installed._versions.cache_clear()
+    listed = ("numpy==0.0.1", "numpy==0.0.2", "x==3")
+    monkeypatch.setattr(installed, "_packages_at", lambda cache: listed)
+    installed._versions_at.cache_clear()
     try:
         assert installed.dist_version("x") == "3"
         assert installed.dist_version("numpy") == md.version("numpy")
     finally:
-        installed._versions.cache_clear()
+        installed._versions_at.cache_clear()
 
 
 def test_a_cached_environment_reads_versions_without_importlib_metadata(tmp_path: Path) -> None:
@@ -127,3 +128,19 @@ def test_a_cached_environment_reads_versions_without_importlib_metadata(tmp_path
     assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
     assert "importlib.metadata" in runs[0].stdout  # the first scanned
     assert runs[1].stdout.strip() == "[]"
+
+
+def test_a_library_installed_while_a_process_runs_is_seen_by_it(
+    temp_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console runs for hours: a distribution installed meanwhile changes its folder's
+    mtime, hence the key, and the next question reads a fresh list."""
+    site = tmp_path_factory.mktemp("site")
+    monkeypatch.syspath_prepend(str(site))
+    assert installed.dist_version("ngb-fake-dist") is None
+    time.sleep(0.01)  # a new mtime even where the clock is coarse
+    info = site / "ngb_fake_dist-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ngb-fake-dist\nVersion: 1.2.3\n")
+    assert installed.dist_version("ngb_fake_dist") == "1.2.3"
+    assert "ngb-fake-dist==1.2.3" in installed.packages()

@@ -25,27 +25,31 @@ import time
 from pathlib import Path
 
 
-@functools.lru_cache(maxsize=1)
 def packages() -> tuple[str, ...]:
     """Every installed distribution as ``name==version``, sorted and de-duplicated.
 
     Scanning site-packages costs 0.1-0.2 s, and every trial runs in a fresh process, so the
     list is cached on disk under a key made of the interpreter and the modification times of
     the ``sys.path`` folders: installing, removing or upgrading a distribution adds or removes a
-    ``.dist-info`` folder there, which changes the folder's mtime and so the key."""
-    cache = _cache_file()
-    if cache is not None:
-        text = _read(cache)
-        if text is not None:
-            return tuple(line for line in text.splitlines() if line)
+    ``.dist-info`` folder there, which changes the folder's mtime and so the key. The key is
+    taken again at every call (a few ``stat``s), so a long-lived process (the console) sees a
+    library installed while it runs."""
+    return _packages_at(_cache_file())
+
+
+@functools.lru_cache(maxsize=4)
+def _packages_at(cache: Path) -> tuple[str, ...]:
+    """``packages()`` under one key: the cache file's lines, or a scan written there."""
+    text = _read(cache)
+    if text is not None:
+        return tuple(line for line in text.splitlines() if line)
     found = _scan()
-    if cache is not None:
-        with contextlib.suppress(OSError):
-            cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            partial = cache.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text("\n".join(found) + "\n")
-            os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
-        _prune(cache.parent)
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = cache.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text("\n".join(found) + "\n")
+        os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
+    _prune(cache.parent)
     return found
 
 
@@ -87,7 +91,7 @@ def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
             os.unlink(path)
 
 
-def _cache_file() -> Path | None:
+def _cache_file() -> Path:
     stamps = [sys.executable]
     for entry in sys.path:
         with contextlib.suppress(OSError):
@@ -120,11 +124,15 @@ def normalise(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str | None]:
     """name -> version, from ``packages()``; None where one name is installed twice."""
+    return _versions_at(_cache_file())
+
+
+@functools.lru_cache(maxsize=4)
+def _versions_at(cache: Path) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
-    for line in packages():
+    for line in _packages_at(cache):
         name, _, version = line.partition("==")
         found[name] = None if name in found else version
     return found

@@ -7,8 +7,8 @@ rebuilt under the same tag, or the user's own model code. ``read()`` records, pe
 
 - ``packages``: every installed distribution as ``name==version``, sorted (diffable line by
   line; ``ngb.core.base.installed``, cached on disk), and ``packages_sha``, the first 16 hex of
-  its sha256. The store keeps the hash per trial
-  and the list once per hash (``environments`` table), so a sweep of 1000 trials stores it once;
+  its sha256. The store keeps the hash per trial and the list once per hash (``environments``
+  table), so a sweep of 1000 trials stores it once;
 - ``kernel``: ``platform.release()`` (the governor, boost and clocks are ``device_state``);
 - ``container``: whether this is a container, and the image (digest where the runtime tells it:
   podman's ``/run/.containerenv``, or ``NGB_IMAGE_DIGEST`` / ``CONTAINER_IMAGE`` set by whoever
