@@ -59,16 +59,49 @@ def test_the_newest_files_stay_and_what_is_not_the_caches_is_left(temp_dir: Path
     assert not stale.exists() and fresh.exists() and other.exists()
 
 
-def test_a_linked_folder_is_written_to_as_before_but_never_pruned(
+def test_a_linked_folder_is_neither_read_nor_written_nor_pruned(
     temp_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     elsewhere = tmp_path_factory.mktemp("someone-elses")
     old = _old_keys(elsewhere, 40)
     (temp_dir / f"ngb-packages-{os.getuid()}").symlink_to(elsewhere)
+    planted = elsewhere / installed._cache_file().name
+    planted.write_text("numpy==0.0.0-planted\n")
 
-    installed.packages()
+    lines = installed.packages()
 
-    assert all(p.exists() for p in old)
+    assert "numpy==0.0.0-planted" not in lines and any(x.startswith("numpy==") for x in lines)
+    assert all(p.exists() for p in old) and planted.read_text() == "numpy==0.0.0-planted\n"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user's needs root")
+def test_a_folder_another_user_made_first_is_not_trusted(temp_dir: Path) -> None:
+    """Someone else created the cache folder before this user did, with a list of their own."""
+    folder = temp_dir / f"ngb-packages-{os.getuid()}"
+    folder.mkdir(mode=0o755)
+    planted = folder / installed._cache_file().name
+    planted.write_text("numpy==0.0.0-planted\n")
+    os.chown(folder, 65534, 65534)
+    os.chown(planted, 65534, 65534)
+
+    assert "numpy==0.0.0-planted" not in installed.packages()
+
+
+def test_a_world_writable_folder_or_a_fifo_in_place_of_the_list_is_not_read(
+    temp_dir: Path,
+) -> None:
+    folder = temp_dir / f"ngb-packages-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    os.mkfifo(installed._cache_file())  # a reader that opened it for reading would block
+
+    lines = installed.packages()  # returns: the FIFO is no regular file
+
+    assert any(x.startswith("numpy==") for x in lines)
+    installed._packages_at.cache_clear()
+    os.unlink(installed._cache_file())
+    (folder / installed._cache_file().name).write_text("numpy==0.0.0-planted\n")
+    os.chmod(folder, 0o777)
+    assert "numpy==0.0.0-planted" not in installed.packages()
 
 
 def test_versions_from_the_cache_are_importlib_metadatas(temp_dir: Path) -> None:

@@ -40,17 +40,33 @@ def packages() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4)
 def _packages_at(cache: Path) -> tuple[str, ...]:
     """``packages()`` under one key: the cache file's lines, or a scan written there."""
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(mode=0o700, exist_ok=True)
+    if not _own_folder(cache.parent):
+        return _scan()  # neither read nor written: see _own_folder
     text = _read(cache)
     if text is not None:
         return tuple(line for line in text.splitlines() if line)
     found = _scan()
     with contextlib.suppress(OSError):
-        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         partial = cache.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text("\n".join(found) + "\n")
         os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
     _prune(cache.parent)
     return found
+
+
+def _own_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder of this user's that no one else may write. The cache
+    lives in the shared temp dir, where another user could have made the folder first or put a
+    link to elsewhere in its place: a list planted there would put false versions and packages
+    into every result this user records."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
 
 
 #: cache files kept (the newest): a key changes with the mtime of any folder on ``sys.path``,
@@ -114,8 +130,16 @@ def _scan() -> tuple[str, ...]:
 
 
 def _read(path: Path) -> str | None:
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        return path.read_text()
+    """A regular file's text; None for anything else (a FIFO put there would block a reader,
+    a link may point anywhere)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh, contextlib.suppress(OSError, UnicodeDecodeError):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fh.read().decode()
     return None
 
 
