@@ -86,12 +86,8 @@ _PARTIAL_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.[0-9]+\.tmp")
 def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
     """Only the ``keep`` newest cache files stay, and no unfinished write older than
     ``STALE_TMP_S``. A trial reading a file removed here misses the cache and scans again.
-    Only in a real folder of this user's, and only files named as this cache names them: the
-    folder is in the shared temp dir, where another user could have put a link to elsewhere."""
-    with contextlib.suppress(OSError):
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-            return
+    Only files named as this cache names them, in a folder ``_own_folder`` trusts (its one
+    caller checked that before reading or writing there)."""
     now = time.time()
     done: list[tuple[float, str]] = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
