@@ -185,12 +185,42 @@ async def test_two_followers_of_one_run_store_everything_once(env):
     one, two = await asyncio.gather(first.wait(run_id), second.wait(run_id))
     await first.close()
     await second.close()
-    assert one["devices"]["localhost"]["state"] == "finished"
-    assert two["devices"]["localhost"]["state"] == "finished"
+    assert one["devices"]["localhost"]["state"] == "finished", one
+    assert two["devices"]["localhost"]["state"] == "finished", two
     counts = trial_counts(store, run_id)
     assert len(counts) == 6 and set(counts.values()) == {1}
     row = store.run_devices(run_id)[0]
     assert (row["state"], row["n_done"]) == ("finished", 6)
+
+
+async def test_a_follower_that_does_not_own_the_device_leaves_its_end_to_the_owner(env):
+    """The owner slow to finish: the other follower, there first, must not end the device.
+
+    It used to: it removed the run dir while the owner still needed it, and could not write the
+    row (only the owner does), so the owner found the dir gone, the row not final, and failed.
+    """
+    inventory, store, workdir = env
+    first = Orchestrator(store, inventory)
+    run_id = await first.start(noop_sweep(3, compile_s=0.2), "localhost", isolate="inprocess")
+    await wait_for_done(first, run_id, "localhost", 1)
+    second = Orchestrator(store, inventory, owner_poll=0.2)
+    await second.attach(run_id)
+    finish = first._finish_if_complete
+
+    async def slow_finish(*args, **kwargs):
+        await asyncio.sleep(1.5)  # the second follower sees the agent gone well before
+        assert (workdir / "runs" / run_id).is_dir(), "the run dir went before the owner ended"
+        return await finish(*args, **kwargs)
+
+    first._finish_if_complete = slow_finish  # type: ignore[method-assign]
+    one, two = await asyncio.gather(first.wait(run_id), second.wait(run_id))
+    await first.close()
+    await second.close()
+    assert one["devices"]["localhost"]["state"] == "finished", one
+    assert two["devices"]["localhost"]["state"] == "finished", two
+    row = store.run_devices(run_id)[0]
+    assert (row["state"], row["n_done"]) == ("finished", 3)
+    assert not (workdir / "runs" / run_id).exists()  # the owner removed it
 
 
 async def test_killed_agent_is_restarted_and_resumes_from_its_checkpoint(env):

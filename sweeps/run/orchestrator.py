@@ -467,7 +467,13 @@ class Orchestrator:
         )  # fmt: skip
 
     async def _finish_if_complete(self, run: Run, dev: DeviceRun, *, owner: bool = True) -> bool:
-        """Agent gone: ingest the checkpoint; finish if complete, cancelled or cancel asked."""
+        """Agent gone: ingest the checkpoint; finish if complete, cancelled or cancel asked.
+
+        Only the owner finishes: it writes the final row and removes the run dir. A follower
+        that does not own the device takes the results and returns False, to wait for the
+        owner's row (``OwnerWatch.wait``): finishing itself, it would remove the run dir under
+        the owner, whose row it may not write (the owner then read "vanished" and failed).
+        """
         if dev.run_done is not None:  # it said goodbye: let it exit (the device is free then)
             await device_io.wait_for_exit(dev, self.connect_timeout)
         checkpoint = await device_io.read_checkpoint(dev, owner=owner)
@@ -479,7 +485,7 @@ class Orchestrator:
             self._pending_for(dev).results[key] = result
         cancelled = bool(dev.run_done and dev.run_done.get("cancelled")) or dev.cancel_requested
         complete = bool(dev.keys) and dev.keys <= set(checkpoint)
-        if not (complete or cancelled):
+        if not owner or not (complete or cancelled):
             return False
         await self._writer.flush_now(dev)  # results stored before the run dir may go
         state = FINISHED if complete and not cancelled else CANCELLED
