@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, TypedDict
 from ngb.devices.device_checks import first_problem
 from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
-from ngb.devices.ssh_connect import default_ssh_config, map_connect_error
+from ngb.devices.ssh_connect import ciphers_for, default_ssh_config, map_connect_error
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
 
 if TYPE_CHECKING:  # asyncssh is imported lazily (the console paints before it loads)
@@ -92,6 +92,7 @@ class _ConnectOptions(TypedDict, total=False):
     username: str
     client_keys: list[str]
     tunnel: asyncssh.SSHClientConnection
+    encryption_algs: list[str]
 
 
 def parse_jump(spec: str) -> Device:
@@ -146,14 +147,18 @@ class SshTransport(Transport):
 
         dev = self.device
         files = self._known_hosts_files()
+        config = self.ssh_config if self.ssh_config is not None else default_ssh_config()
         opts: _ConnectOptions = {
             # an empty table (not None) keeps verification on when no file exists yet
             "known_hosts": asyncssh.read_known_hosts(files) if files else asyncssh.SSHKnownHosts(),
-            "config": self.ssh_config if self.ssh_config is not None else default_ssh_config(),
+            "config": config,
             "connect_timeout": self.connect_timeout,
             "keepalive_interval": self.keepalive_interval,
             "keepalive_count_max": 3,
         }
+        ciphers = ciphers_for(config)
+        if ciphers is not None:
+            opts["encryption_algs"] = ciphers
         if dev.port != 22:
             opts["port"] = dev.port
         if dev.user:

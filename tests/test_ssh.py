@@ -337,3 +337,39 @@ async def test_run_cut_by_a_dropped_link_is_a_transport_error(
         sshd_server.kill_connections()
         with pytest.raises(TransportError, match="connection lost"):
             await asyncio.wait_for(task, timeout=15)
+
+
+async def test_aes_gcm_is_agreed_unless_the_ssh_config_chooses_the_ciphers(
+    sshd_server: SshdServer, known: list[Path], tmp_path: Path
+) -> None:
+    """AES-GCM costs the workstation a fifth of chacha20-poly1305's CPU per packet in asyncssh
+    (``ssh_connect.PREFERRED_CIPHERS``); an operator's ``Ciphers`` line still wins."""
+    dev = sshd_server.device("dev-a")
+    async with _ssh(dev, known) as t:
+        assert t.connection is not None
+        assert t.connection.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+        assert t.connection.get_extra_info("recv_cipher") == "aes128-gcm@openssh.com"
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  Ciphers=chacha20-poly1305@openssh.com\n")
+    t = SshTransport(dev, known_hosts=known, ssh_config=[config], connect_timeout=10)
+    async with t:
+        assert t.connection is not None
+        assert t.connection.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+
+
+def test_ciphers_are_left_to_a_config_that_may_name_them(tmp_path: Path) -> None:
+    import os
+
+    from ngb.devices.ssh_connect import PREFERRED_CIPHERS, ciphers_for
+
+    plain = tmp_path / "plain"
+    plain.write_text("Host lab\n  User me\n  # Ciphers in a comment does not count\n")
+    assert ciphers_for([]) == ciphers_for([str(plain)]) == list(PREFERRED_CIPHERS)
+    for text in ("  ciphers aes256-ctr\n", "Include ~/.ssh/more\n", "CIPHERS=+aes128-cbc\n"):
+        named = tmp_path / "named"
+        named.write_text("Host lab\n" + text)
+        assert ciphers_for([str(plain), str(named)]) is None, text
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # never opened: a read would block
+    assert ciphers_for([str(fifo)]) is None
+    assert ciphers_for([str(tmp_path / "missing")]) is None
