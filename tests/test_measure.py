@@ -101,10 +101,34 @@ def test_cpu_sampler_records_busy_process() -> None:
     assert summary["cpu_percent_max"] == max(s[1] for s in samples)
 
 
-def test_cpu_sampler_short_window_still_samples() -> None:
+def test_cpu_sampler_short_window_still_samples_but_not_a_few_ms() -> None:
+    import os
+    import time
+
+    from ngb.core.trial.cpu import MIN_SAMPLE_S
+
     with CpuSampler(interval_s=10.0) as sampler:
-        pass
+        end = time.perf_counter() + 2 * MIN_SAMPLE_S
+        while time.perf_counter() < end:  # busy: the process's share is far from 0
+            pass
     assert len(sampler.samples) == 1
+    _, system, proc = sampler.samples[0]
+    assert 0.0 <= system <= 100.0
+    assert 0.0 <= proc <= 100.0 * (os.cpu_count() or 1) * 1.5  # clock ticks: not exact
+    # A window of a few ms cannot be read from counters that move in 10 ms ticks: it read 0 %
+    # for the machine and thousands of % for the process. No sample, rather than that.
+    # (Judged on a try whose whole window, seen from here, was shorter than that: a loaded
+    # machine may wake the sampler's thread late, and then its window is long enough.)
+    for _ in range(20):
+        began = time.perf_counter()
+        with CpuSampler(interval_s=10.0) as sampler:
+            pass
+        if time.perf_counter() - began < MIN_SAMPLE_S:
+            break
+    else:
+        raise AssertionError("no window shorter than MIN_SAMPLE_S in 20 tries")
+    assert sampler.samples == []
+    assert sampler.summary()["proc_cpu_percent_mean"] is None
 
 
 # ----------------------------------------------------------------------------- versions

@@ -74,6 +74,10 @@ SampleCallback = Callable[[CpuTick], None]
 #: does not list children, a scan of every process, ~ms, so not per tick); a child born in
 #: between is counted at the next look with all of its CPU time since birth
 FAMILY_REFRESH_S = 1.0
+#: the shortest window a sample may cover. The kernel counts CPU time in clock ticks (10 ms at
+#: USER_HZ=100), so a window of a few ms reads 0 % or thousands: the console showed "ngb 1857 %"
+#: on a 2-core machine, "sys 0 %", for a warm-up shorter than its 1 s meter period (2026-11-29).
+MIN_SAMPLE_S = 0.05
 
 
 def _seconds(times: pcputimes, reaped: bool) -> float:
@@ -188,10 +192,12 @@ class CpuSampler:
             self._me.cpu_percent(None)
         self._window_start = self._counters()
         self._below_percent()
+        primed_at = time.perf_counter()
         primed.set()
         while not self._stop.wait(self.interval_s):
             self._take()
-        if not self.samples:  # a window shorter than one interval still yields one sample
+        # a window shorter than one interval still yields one sample, if it can say anything
+        if not self.samples and time.perf_counter() - primed_at >= MIN_SAMPLE_S:
             self._take()
         self._window_end = self._counters()
 
