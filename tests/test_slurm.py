@@ -308,7 +308,8 @@ async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path
                 messages.append(item.message)
 
     watcher = asyncio.create_task(watch())
-    run_id = await orch.start(noop_sweep(3, name="slurm"), ["part"])
+    # compiles of 0.2 s: the live meter's one sample per compile (none under 50 ms: MIN_SAMPLE_S)
+    run_id = await orch.start(noop_sweep(3, compile_s=0.2, name="slurm"), ["part"])
     summary = await asyncio.wait_for(orch.wait(run_id), 180)
     await orch.close()
     watcher.cancel()
