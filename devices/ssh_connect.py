@@ -27,9 +27,10 @@ def default_ssh_config() -> list[str]:
 
 #: asyncssh's default ciphers, AES-GCM first. Its chacha20-poly1305 (OpenSSH's first choice) builds
 #: three cipher contexts in Python per packet, where AES-GCM is one AEAD call: 14.1 -> 2.7 us to
-#: seal and 11.5 -> 2.4 us to open a 200-byte packet, and the orchestrator's CPU at 32 loopback
-#: devices went 2.85-3.10 -> 2.59-2.91 CPU-s (2026-11-29). Both are AEAD ciphers OpenSSH offers
-#: by default; a device without AES-GCM still agrees on the others.
+#: seal and 11.5 -> 2.4 us to open a 200-byte packet; the orchestrator's CPU at 32 loopback
+#: devices went from 2.85-3.10 CPU-s (3 runs) to 2.40-3.02 (5 runs), means 2.98 -> 2.71
+#: (2026-11-29). Both are AEAD ciphers OpenSSH offers by default; a device without AES-GCM still
+#: agrees on one of the others.
 PREFERRED_CIPHERS = (
     "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
     "aes256-ctr", "aes192-ctr", "aes128-ctr",
