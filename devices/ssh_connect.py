@@ -12,7 +12,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from ngb.core.base.safe_files import check_readable
+from ngb.core.base.errors import NgbError
+from ngb.core.base.safe_files import check_readable, read_bytes
 from ngb.devices.inventory import Device
 from ngb.devices.transport import TransportError
 
@@ -42,12 +43,9 @@ def ciphers_for(config_files: Sequence[str]) -> list[str] | None:
     """``PREFERRED_CIPHERS``, or None where the operator's ssh config may choose (a ``Ciphers``
     line, or an ``Include`` that could hold one): theirs is then used, as ``ssh`` would."""
     for name in config_files:
-        path = Path(name)
-        try:  # a FIFO would block the read: only a regular file is looked into
-            text = path.read_text(errors="replace") if path.is_file() else None
-        except OSError:
-            text = None
-        if text is None:
+        try:  # read_bytes never blocks on a FIFO: it refuses anything but a regular file
+            text = read_bytes(name).decode(errors="replace")
+        except (OSError, NgbError):
             return None  # asyncssh reports what is wrong with it; do not choose over it
         if _CIPHER_CHOICE.search(text):
             return None
