@@ -180,8 +180,9 @@ async def bench(
     )
     # The agents' CPU below depends on it: a device's default (fresh) starts an interpreter per
     # trial worker, ~0.28 CPU-s more a no-op trial (1.68 against 0.54 CPU-s for one agent's 4).
-    print(f"trial workers on the devices: NGB_WORKER_START={DEVICE_WORKER_START} (tests/sshd.py; "
-          "a device's default is fresh)")  # fmt: skip
+    print(f"trial workers on the devices: NGB_WORKER_START={DEVICE_WORKER_START} and "
+          "OMP_NUM_THREADS=1 (tests/sshd.py; a device's default is fresh, its OpenMP threads "
+          "its own)")  # fmt: skip
     print(f"device states: {dict((s, states.count(s)) for s in set(states))}")
     print(
         f"trials stored: {n_trials} ({n_distinct} distinct; expected "

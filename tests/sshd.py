@@ -171,13 +171,17 @@ class SshdServer:
             "MaxStartups 200:30:400\n"
             "MaxSessions 100\n"
             "LogLevel INFO\n"
-            # The suite's cheap worker start (tests/conftest.py) on these devices' agents too.
+            # The suite's cheap worker start (tests/conftest.py) on these devices' agents too, and
+            # with it the suite's one OpenMP thread: a forked worker must not inherit libgomp's
+            # pool (the reason in tests/conftest.py), and numpy's OpenBLAS, which reads it too,
+            # then starts no spinning thread in each agent (71.0-71.4 -> 67.5-68.2 busy CPU-s for
+            # the eight sshd test files, -n 2, 2026-11-30).
             # SHLVL=1: bash sources ~/.bashrc for a command sshd starts unless it is a nested
             # shell, and this workstation's ~/.bashrc runs `pyenv init` (~140 processes, ~0.1
             # CPU-s a command). These devices run the venv's python by absolute path and need
             # none of it, so their shells start as nested ones (SHLVL 1 -> 2) and skip it. One
             # SetEnv line: sshd keeps the first one it reads.
-            f"SetEnv NGB_WORKER_START={DEVICE_WORKER_START} SHLVL=1\n"
+            f"SetEnv NGB_WORKER_START={DEVICE_WORKER_START} OMP_NUM_THREADS=1 SHLVL=1\n"
         )
 
     def _make_python_without(self, module: str) -> str:

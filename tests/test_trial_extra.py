@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,21 +193,5 @@ def test_the_declaration_is_the_compiler_facts_and_the_trial_keys() -> None:
     assert not TrialExtra.__required_keys__  # every key is optional: a failed trial has none
 
 
-def test_mypy_rejects_a_misspelt_key(tmp_path: Path) -> None:
-    """The same check ``make types`` runs, on a write with a typo."""
-    (tmp_path / "uses_extra.py").write_text(
-        "from ngb.core.records.types import TrialResult\n\n\n"
-        "def note(result: TrialResult) -> None:\n"
-        '    result.extra["acuracy_error"] = "typo"\n'
-        '    result.extra["accuracy_error"] = "right"\n'
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(ROOT / "build" / "mypy-test-cache"), "--follow-imports", "silent",
-         str(tmp_path / "uses_extra.py")],
-        cwd=tmp_path, env={**os.environ, "MYPYPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert 'uses_extra.py:5: error: TypedDict "TrialExtra" has no key "acuracy_error"' in out.stdout
-    assert "uses_extra.py:6" not in out.stdout
+# mypy's own check of a misspelt key (one mypy run for every types test):
+# tests/test_types_check.py::test_mypy_rejects_a_misspelt_trial_extra_key
