@@ -162,7 +162,9 @@ def test_append_checkpoint_after_torn_line(tmp_path: Path) -> None:
 
 
 def test_sigkill_mid_run_then_rerun_runs_every_trial_once(tmp_path: Path) -> None:
-    rows = [trial(f"m{i}", min_duration_s=0.3) for i in range(6)]
+    # 0.3 s timed loops of 2 ms sleeping calls: long enough to kill one mid-measurement, and
+    # ~1 CPU-s each less than a busy no-op loop (9.1-9.6 -> 2.2-2.7 busy CPU-s for this test)
+    rows = [trial(f"m{i}", {"sleep_s": 0.002}, min_duration_s=0.3) for i in range(6)]
     keys = write_trials(tmp_path / "trials.jsonl", rows)
     proc = start_agent(tmp_path)
     try:
