@@ -26,21 +26,25 @@ def default_ssh_config() -> list[str]:
     return [str(path)] if path.is_file() else []
 
 
-#: asyncssh's default ciphers, AES-GCM first. Its chacha20-poly1305 (OpenSSH's first choice) builds
-#: three cipher contexts in Python per packet, where AES-GCM is one AEAD call: 14.1 -> 2.7 us to
-#: seal and 11.5 -> 2.4 us to open a 200-byte packet; the orchestrator's CPU at 32 loopback
-#: devices went from 2.85-3.10 CPU-s (3 runs) to 2.40-3.02 (5 runs), means 2.98 -> 2.71
-#: (2026-11-29). Both are AEAD ciphers OpenSSH offers by default; a device without AES-GCM still
-#: agrees on one of the others.
-PREFERRED_CIPHERS = (
-    "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
-    "aes256-ctr", "aes192-ctr", "aes128-ctr",
-)  # fmt: skip
+def preferred_ciphers() -> list[str]:
+    """asyncssh's default ciphers (those this install supports), AES-GCM moved first, aes128
+    before aes256. Its chacha20-poly1305 (OpenSSH's first choice) builds three cipher contexts in
+    Python per packet, where AES-GCM is one AEAD call: 14.1 -> 2.7 us to seal and 11.5 -> 2.4 us
+    to open a 200-byte packet; the orchestrator's CPU at 32 loopback devices went from 2.85-3.10
+    CPU-s (3 runs) to 2.40-3.02 (5 runs), means 2.98 -> 2.71 (2026-11-29). Both are AEAD ciphers
+    OpenSSH offers by default; a device without AES-GCM still agrees on one of the others."""
+    from asyncssh.encryption import get_default_encryption_algs
+
+    names = [alg.decode() for alg in get_default_encryption_algs()]
+    gcm = sorted(name for name in names if "-gcm@" in name)
+    return gcm + [name for name in names if name not in gcm]
+
+
 _CIPHER_CHOICE = re.compile(r"^\s*(ciphers|include)\b", re.IGNORECASE | re.MULTILINE)
 
 
 def ciphers_for(config_files: Sequence[str]) -> list[str] | None:
-    """``PREFERRED_CIPHERS``, or None where the operator's ssh config may choose (a ``Ciphers``
+    """``preferred_ciphers()``, or None where the operator's ssh config may choose (a ``Ciphers``
     line, or an ``Include`` that could hold one): theirs is then used, as ``ssh`` would."""
     for name in config_files:
         try:  # read_bytes never blocks on a FIFO: it refuses anything but a regular file
@@ -49,7 +53,7 @@ def ciphers_for(config_files: Sequence[str]) -> list[str] | None:
             return None  # asyncssh reports what is wrong with it; do not choose over it
         if _CIPHER_CHOICE.search(text):
             return None
-    return list(PREFERRED_CIPHERS)
+    return preferred_ciphers()
 
 
 def map_connect_error(device: Device, exc: BaseException, timeout: float) -> TransportError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from ngb.core.base.errors import CompilerUnavailable, ConfigError, one_line
 from ngb.core.compilers.noop import NoopCompiler
 from ngb.core.records import events
 from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
-from ngb.core.trial.cpu import CpuSampler
+from ngb.core.trial.cpu import MIN_SAMPLE_S, CpuSampler
 from ngb.core.trial.measure import classify_error, run_trial
 from ngb.core.trial.stats import concat_ns_to_ms, is_unstable, summarize
 from ngb.core.trial.versions import library_versions
@@ -75,8 +77,6 @@ def test_concat_ns_to_ms() -> None:
 
 
 def test_cpu_sampler_records_busy_process() -> None:
-    import time
-
     import psutil
 
     me = psutil.Process()
@@ -102,11 +102,6 @@ def test_cpu_sampler_records_busy_process() -> None:
 
 
 def test_cpu_sampler_short_window_still_samples_but_not_a_few_ms() -> None:
-    import os
-    import time
-
-    from ngb.core.trial.cpu import MIN_SAMPLE_S
-
     with CpuSampler(interval_s=10.0) as sampler:
         end = time.perf_counter() + 2 * MIN_SAMPLE_S
         while time.perf_counter() < end:  # busy: the process's share is far from 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import subprocess
 import sys
 import uuid
@@ -15,6 +16,7 @@ from ngb.devices.agent_remote import agent_bundle, deploy_agent, probe_device
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.local import LocalTransport
 from ngb.devices.ssh import DEFAULT_HANDSHAKES, SshTransport, set_handshake_limit
+from ngb.devices.ssh_connect import ciphers_for, preferred_ciphers
 from ngb.devices.transport import HostKeyError, TransportError
 
 from tests.sshd import SshdServer, free_port, keygen
@@ -343,7 +345,7 @@ async def test_aes_gcm_is_agreed_unless_the_ssh_config_chooses_the_ciphers(
     sshd_server: SshdServer, known: list[Path], tmp_path: Path
 ) -> None:
     """AES-GCM costs the workstation a fifth of chacha20-poly1305's CPU per packet in asyncssh
-    (``ssh_connect.PREFERRED_CIPHERS``); an operator's ``Ciphers`` line still wins."""
+    (``ssh_connect.preferred_ciphers``); an operator's ``Ciphers`` line still wins."""
     dev = sshd_server.device("dev-a")
     async with _ssh(dev, known) as t:
         assert t.connection is not None
@@ -358,13 +360,9 @@ async def test_aes_gcm_is_agreed_unless_the_ssh_config_chooses_the_ciphers(
 
 
 def test_ciphers_are_left_to_a_config_that_may_name_them(tmp_path: Path) -> None:
-    import os
-
-    from ngb.devices.ssh_connect import PREFERRED_CIPHERS, ciphers_for
-
     plain = tmp_path / "plain"
     plain.write_text("Host lab\n  User me\n  # Ciphers in a comment does not count\n")
-    assert ciphers_for([]) == ciphers_for([str(plain)]) == list(PREFERRED_CIPHERS)
+    assert ciphers_for([]) == ciphers_for([str(plain)]) == preferred_ciphers()
     for text in ("  ciphers aes256-ctr\n", "Include ~/.ssh/more\n", "CIPHERS=+aes128-cbc\n"):
         named = tmp_path / "named"
         named.write_text("Host lab\n" + text)
