@@ -16,6 +16,7 @@ import ctypes
 import os
 import statistics
 import struct
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,38 @@ def start(path: Path) -> str | None:
 
 def stop() -> None:
     _libc().acct(None)
+
+
+def stop_and_read(path: Path) -> tuple[list[Process], str | None]:
+    """Turn accounting off and read ``path``: the records, or none and why not. A sentinel
+    process (``true``) ends just before: when even its record is missing, the kernel was not
+    writing into ``path``, and a total of 0 s would be a false figure."""
+    with subprocess.Popen(["true"]) as sentinel:  # noqa: S607
+        sentinel.wait()
+    stop()
+    processes = read(path)
+    if any(p.pid == sentinel.pid for p in processes):
+        return processes, None
+    return [], why_nothing(path)
+
+
+def why_nothing(path: Path) -> str:
+    """The two causes the kernel allows: its file's filesystem is nearly full (accounting is
+    suspended below ``/proc/sys/kernel/acct``'s second figure, in % free), or another program
+    called ``acct(2)`` since and the records went to its file."""
+    fs = os.statvfs(path.parent)
+    free = 100 * fs.f_bavail / fs.f_blocks if fs.f_blocks else 0.0
+    try:
+        resume, suspend, _ = (int(x) for x in Path("/proc/sys/kernel/acct").read_text().split())
+    except (OSError, ValueError):
+        resume, suspend = 4, 2  # the kernel's defaults
+    if free < resume:
+        cause = (f"{path.parent} has {free:.1f} % free, and the kernel suspends accounting "
+                 f"below {suspend} % until {resume} % (/proc/sys/kernel/acct)")  # fmt: skip
+    else:
+        cause = (f"{path.parent} has {free:.1f} % free (enough), so another program most "
+                 "likely turned accounting to its own file while this run counted")  # fmt: skip
+    return f"process accounting recorded nothing into {path}, not even a sentinel process: {cause}"
 
 
 def read(path: Path) -> list[Process]:

@@ -150,9 +150,9 @@ async def bench(
         ended = []
         if counting:
             await asyncio.sleep(1.0)  # the agents' last writes and exits
-            _acct.stop()
+            processes, nothing = _acct.stop_and_read(accounting)
             watchdog.accounting_off()
-            ended = _acct.fleet_lines(_acct.read(accounting), os.getpid())
+            ended = [f"--acct: {nothing}"] if nothing else _acct.fleet_lines(processes, os.getpid())
         plain_wall = None
         if args.plain:  # the same devices, accounts and sshd, after ngb's run has ended
             load_plain = f"{os.getloadavg()[0]:.2f}"
