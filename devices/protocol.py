@@ -42,6 +42,28 @@ from ngb.core.records.events import decode
 # \A...\Z, not ^...$: "$" also matches before a final newline (a run id "x\n" passed)
 RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
+# Whether a pid is a run's agent: alive, not a zombie (dead, not yet reaped: e.g. a container whose
+# PID 1 does not reap answers kill -0), and -- where /proc tells -- a process whose arguments hold
+# the run id (the agent's ``--run-id``; srun's, for a Slurm job). Why the last: a pid file outlives
+# its process, and pids come round again (pid_max is 32768 on many kernels; the test suite forks
+# ~100 processes a second): a reused pid must neither keep a dead run's device busy nor receive
+# its cancel. The stat line is read with a shell builtin; the argument check costs one grep. A
+# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc.
+IS_AGENT = r"""
+ngb_is_agent() {
+  case "$1" in ''|*[!0-9]*) return 1;; esac
+  kill -0 "$1" 2>/dev/null || return 1
+  [ -r "/proc/$1/stat" ] || return 0
+  ngb_st=
+  read -r ngb_st < "/proc/$1/stat" 2>/dev/null || ngb_st=
+  case "$ngb_st" in *") Z "*) return 1;; esac
+  [ -n "$2" ] || return 0
+  ngb_ok=0
+  grep -qzxF -e "$2" "/proc/$1/cmdline" 2>/dev/null || ngb_ok=$?
+  [ "$ngb_ok" -ne 1 ]
+}
+"""
+
 # Started detached: `setsid` gives the agent its own session (no SIGHUP when the SSH session or the
 # workstation's terminal goes away), `nohup` guards the exec window before setsid. Appending (>>)
 # keeps earlier events of a restarted agent, so consumed offsets stay valid. A torn last line (the
@@ -51,13 +73,15 @@ RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 # Starting is idempotent: if this run's agent is alive (its pid file names a live process), the
 # script only prints that pid, so a start whose answer was lost with the link never doubles it.
 # In "upload" mode the trials arrive on stdin, so the first start is one round trip.
-_START_SCRIPT = r"""
+_START_SCRIPT = (
+    IS_AGENT
+    + r"""
 set -e
 mode=$1
 shift
 mkdir -p "$1"
 cd "$1"
-if [ -s agent.pid ] && kill -0 "$(cat agent.pid)" 2>/dev/null; then cat agent.pid; exit 0; fi
+if [ -s agent.pid ] && ngb_is_agent "$(cat agent.pid)" "${1##*/}"; then cat agent.pid; exit 0; fi
 if [ "$mode" = upload ]; then cat > trials.jsonl.part; mv trials.jsonl.part trials.jsonl; fi
 py=$2
 agent=$3
@@ -66,6 +90,7 @@ if [ -s events.jsonl ] && [ -n "$(tail -c 1 events.jsonl)" ]; then echo >> event
 nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
 echo $!
 """
+)
 
 # The agent installer, shared by deploy/probe and by a run's first start. Arguments: WORK NAME SHA
 # PART PY. It resolves the work dir (``~`` too: a quoted argument never gets the shell's tilde
@@ -184,23 +209,26 @@ WORK_PLACEHOLDER = "@WORK@"
 
 # Signal the agent: the pid file the agent wrote wins; the pid the workstation recorded at start
 # is the fallback (the agent may be killed before it wrote its file).
-_KILL_SCRIPT = r"""
+_KILL_SCRIPT = (
+    IS_AGENT
+    + r"""
 sig=$1
 pidfile=$2
 pid=$3
+run=$4
 if [ -s "$pidfile" ]; then pid=$(cat "$pidfile"); fi
-case "$pid" in ''|*[!0-9]*) exit 3;; esac
+ngb_is_agent "$pid" "$run" || exit 3
 kill "-$sig" "$pid"
 """
+)
 
-# A zombie (dead, not yet reaped: e.g. a container whose PID 1 does not reap) answers kill -0,
-# so /proc is asked too where it exists.
-_ALIVE_SCRIPT = r"""
-case "$1" in ''|*[!0-9]*) echo dead; exit 0;; esac
-if ! kill -0 "$1" 2>/dev/null; then echo dead; exit 0; fi
-if [ -r "/proc/$1/stat" ] && grep -q ') Z ' "/proc/$1/stat" 2>/dev/null; then echo dead; exit 0; fi
-echo alive
+# Arguments: PID RUN_ID (empty: any live process).
+_ALIVE_SCRIPT = (
+    IS_AGENT
+    + r"""
+if ngb_is_agent "$1" "$2"; then echo alive; else echo dead; fi
 """
+)
 
 
 def check_run_id(run_id: str) -> str:
@@ -384,20 +412,24 @@ def follow_argv(paths: RunPaths, offset: int, pid: int) -> list[str]:
             paths.events]  # fmt: skip
 
 
-def alive_argv(pid: int | None) -> list[str]:
-    return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or "")]
+def alive_argv(pid: int | None, run_id: str = "") -> list[str]:
+    """Prints ``alive`` when ``pid`` lives (and, given ``run_id``, is that run's agent), else
+    ``dead``."""
+    return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or ""), run_id]
 
 
 def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:
     """Like ``alive_argv``, but the agent's own pid file wins over the recorded pid."""
-    script = 'pid=$2\nif [ -s "$1" ]; then pid=$(cat "$1"); fi\nset -- "$pid"\n' + _ALIVE_SCRIPT
-    return ["sh", "-c", script, "ngb-alive", paths.pidfile, str(pid or "")]
+    script = (
+        'pid=$2\nif [ -s "$1" ]; then pid=$(cat "$1"); fi\nset -- "$pid" "$3"\n' + _ALIVE_SCRIPT
+    )
+    return ["sh", "-c", script, "ngb-alive", paths.pidfile, str(pid or ""), paths.run_id]
 
 
 def signal_argv(paths: RunPaths, pid: int | None, sig: str = "TERM") -> list[str]:
     if sig not in ("TERM", "KILL", "INT"):
         raise ValueError(f"unexpected signal {sig}")
-    return ["sh", "-c", _KILL_SCRIPT, "ngb-kill", sig, paths.pidfile, str(pid or "")]
+    return ["sh", "-c", _KILL_SCRIPT, "ngb-kill", sig, paths.pidfile, str(pid or ""), paths.run_id]
 
 
 def pause_argv(paths: RunPaths) -> list[str]:

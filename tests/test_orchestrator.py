@@ -577,6 +577,52 @@ def test_liveness_check_calls_a_zombie_dead():
         zombie.wait()
 
 
+def test_a_reused_pid_is_not_the_agent_nor_gets_its_cancel_nor_keeps_the_device(tmp_path):
+    """A pid file outlives its agent and pids come round again (pid_max 32768: a CI run refused a
+    device because a dead agent's pid had been given to another process). A live process that
+    is not the run's agent is dead for the liveness check, gets no signal, holds no claim."""
+    from ngb.sweeps.run import device_claim
+
+    run_id = "r-20261130-000000-abcd"
+    paths = remote.RunPaths(str(tmp_path), run_id)
+    Path(paths.run_dir).mkdir(parents=True)
+    stranger = subprocess.Popen(["sleep", "60"])  # the reused pid: alive, some other program
+    agent = subprocess.Popen(  # the agent's arguments hold its run id
+        [sys.executable, "-c", "import time; time.sleep(60)", "--run-id", run_id]
+    )
+    try:
+        Path(paths.pidfile).write_text(f"{stranger.pid}\n")
+        Path(tmp_path, device_claim.CLAIM_FILE).write_text(f"{run_id} 0\n")
+
+        def sh(argv: list[str]) -> subprocess.CompletedProcess:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+        assert sh(remote.alive_argv(stranger.pid, run_id)).stdout.strip() == "dead"
+        assert sh(remote.alive_argv(stranger.pid)).stdout.strip() == "alive"  # no run id: any
+        assert sh(remote.agent_alive_argv(paths, None)).stdout.strip() == "dead"
+        assert sh(remote.signal_argv(paths, None, "TERM")).returncode == 3
+        assert stranger.poll() is None  # not signalled
+        who = sh(device_claim.who_argv(str(tmp_path)))
+        assert who.stdout.strip() == "free", who
+        fake_agent = tmp_path / "agent.py"
+        fake_agent.write_text("pass\n")
+        started = sh(remote.start_agent_argv(sys.executable, str(fake_agent), paths))
+        assert started.returncode == 0 and int(started.stdout) != stranger.pid  # a new agent
+
+        # the same files naming the real agent (its arguments hold the run id)
+        Path(paths.pidfile).write_text(f"{agent.pid}\n")
+        assert sh(remote.alive_argv(agent.pid, run_id)).stdout.strip() == "alive"
+        assert sh(remote.agent_alive_argv(paths, None)).stdout.strip() == "alive"
+        who = sh(device_claim.who_argv(str(tmp_path)))
+        assert device_claim.parse_answer("d", who.stdout) == device_claim.Holder(run_id, agent.pid)
+        assert sh(remote.signal_argv(paths, None, "TERM")).returncode == 0
+        assert agent.wait(10) == -signal.SIGTERM
+    finally:
+        for proc in (stranger, agent):
+            proc.kill()
+            proc.wait()
+
+
 # ---------------------------------------------------------------- the store misbehaves (issue 8)
 
 

@@ -158,6 +158,8 @@ async def test_tab_leaves_the_editor_digits_switch_until_typing_and_export_path(
         assert not editor.has_focus and editor.text == "SELECT 5"
         # Export refuses an empty path, and uses the path typed into the box.
         await pilot.press("ctrl+j")
+        # the query's own line first: it ends on a worker thread and would overwrite the next one
+        await wait_for(pilot, lambda: "row(s)" in status_text(sql), timeout=30)
         await pilot.press("ctrl+e")
         assert "give an export path" in status_text(sql)
         path = sql.query_one("#sql-path", Input)

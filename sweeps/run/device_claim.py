@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ngb.core.base.errors import NgbError
+from ngb.devices.protocol import IS_AGENT
 
 CLAIM_FILE = "ngb-device.claim"
 DEFAULT_GRACE_S = 120.0
@@ -34,7 +35,9 @@ EXIT_BUSY = 6  # a gated command that found the device held by another run
 # Shell functions, with names and variables of their own (ngbc_*): they are prepended to other
 # constant scripts. ngbc_cd enters the work dir (creating it when asked); ngbc_holder prints
 # "held RUN PID|starting" when another run than $ngbc_run holds the device.
-_FUNCTIONS = r"""
+_FUNCTIONS = (
+    IS_AGENT
+    + r"""
 ngbc_cd() {
   case $ngbc_work in "~") ngbc_work=$HOME;; "~/"*) ngbc_work=$HOME/${ngbc_work#"~/"};; esac
   if [ "$1" = create ]; then mkdir -p "$ngbc_work" || return 1; fi
@@ -48,11 +51,7 @@ ngbc_holder() {
   ngbc_pidf="runs/$ngbc_other/agent.pid"
   if [ -s "$ngbc_pidf" ]; then
     ngbc_pid=$(cat "$ngbc_pidf")
-    case $ngbc_pid in ''|*[!0-9]*) return 0;; esac
-    kill -0 "$ngbc_pid" 2>/dev/null || return 0
-    if [ -r "/proc/$ngbc_pid/stat" ] && grep -q ') Z ' "/proc/$ngbc_pid/stat" 2>/dev/null; then
-      return 0
-    fi
+    ngb_is_agent "$ngbc_pid" "$ngbc_other" || return 0
     echo "held $ngbc_other $ngbc_pid"
     return 0
   fi
@@ -71,6 +70,7 @@ ngbc_lock() {
 }
 ngbc_unlock() { rmdir .ngb-device.claim.lock 2>/dev/null || true; }
 """
+)
 
 # Prepended to a start command: take the device for this run or stop with EXIT_BUSY, in the same
 # round trip as the start. Its four parameters are shifted away before the start script runs.

@@ -218,7 +218,7 @@ async def stderr_tail(dev: DeviceRun) -> str:
 async def alive(dev: DeviceRun, timeout: float) -> bool:
     """Whether the device's agent process lives (never "dead" from a broken answer)."""
     assert dev.transport is not None
-    res = await dev.transport.run(remote.alive_argv(dev.pid), timeout=timeout)
+    res = await dev.transport.run(remote.alive_argv(dev.pid, dev.run_id), timeout=timeout)
     answer = res.stdout.strip()
     if res.returncode != 0 or answer not in ("alive", "dead"):
         # Never conclude "dead" from a broken answer: that would start a second agent.
