@@ -48,10 +48,11 @@ RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 # its process, and pids come round again (pid_max is 32768 on many kernels; the test suite forks
 # ~100 processes a second): a reused pid must neither keep a dead run's device busy nor receive
 # its cancel. The stat line is read with a shell builtin; the argument check costs one grep. A
-# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc.
+# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc. A pid of
+# 0 (or 0-led) is refused: ``kill 0`` would signal the shell's own process group.
 IS_AGENT = r"""
 ngb_is_agent() {
-  case "$1" in ''|*[!0-9]*) return 1;; esac
+  case "$1" in ''|*[!0-9]*|0*) return 1;; esac
   kill -0 "$1" 2>/dev/null || return 1
   [ -r "/proc/$1/stat" ] || return 0
   ngb_st=

@@ -602,6 +602,11 @@ def test_a_reused_pid_is_not_the_agent_nor_gets_its_cancel_nor_keeps_the_device(
         assert sh(remote.agent_alive_argv(paths, None)).stdout.strip() == "dead"
         assert sh(remote.signal_argv(paths, None, "TERM")).returncode == 3
         assert stranger.poll() is None  # not signalled
+        for garbage in ("0", "00", "-1", "1 2", "x"):  # kill 0 would signal this very shell's group
+            Path(paths.pidfile).write_text(f"{garbage}\n")
+            assert sh(remote.agent_alive_argv(paths, None)).stdout.strip() == "dead", garbage
+            assert sh(remote.signal_argv(paths, None, "TERM")).returncode == 3, garbage
+        Path(paths.pidfile).write_text(f"{stranger.pid}\n")
         who = sh(device_claim.who_argv(str(tmp_path)))
         assert who.stdout.strip() == "free", who
         fake_agent = tmp_path / "agent.py"
