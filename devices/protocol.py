@@ -56,7 +56,7 @@ ngb_is_agent() {
   kill -0 "$1" 2>/dev/null || return 1
   [ -r "/proc/$1/stat" ] || return 0
   ngb_st=
-  read -r ngb_st < "/proc/$1/stat" 2>/dev/null || ngb_st=
+  read -r ngb_st 2>/dev/null < "/proc/$1/stat" || ngb_st=
   case "$ngb_st" in *") Z "*) return 1;; esac
   [ -n "$2" ] || return 0
   ngb_ok=0
@@ -71,7 +71,7 @@ ngb_is_agent() {
 # previous agent was killed mid-write) is closed with a newline first so it does not swallow the
 # new agent's first event. `$!` is the agent's pid: nohup and setsid exec in place (a background
 # job of a non-interactive shell is not a process-group leader, so setsid does not fork).
-# Starting is idempotent: if this run's agent is alive (its pid file names a live process), the
+# Starting is idempotent: if this run's agent is alive (its pid file names it: IS_AGENT), the
 # script only prints that pid, so a start whose answer was lost with the link never doubles it.
 # In "upload" mode the trials arrive on stdin, so the first start is one round trip.
 _START_SCRIPT = (
