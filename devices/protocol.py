@@ -48,20 +48,25 @@ RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 # its process, and pids come round again (pid_max is 32768 on many kernels; the test suite forks
 # ~100 processes a second): a reused pid must neither keep a dead run's device busy nor receive
 # its cancel. The stat line is read with a shell builtin; the argument check costs one grep. A
-# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc. A pid of
-# 0 (or 0-led) is refused: ``kill 0`` would signal the shell's own process group.
+# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc (told by the
+# shell's own /proc/$$). Where /proc is there, a pid that answered kill -0 but has no /proc entry
+# a moment later has ended and been reaped in between: dead. (The old check took a missing entry
+# for "no /proc here", hence alive: a zombie reaped in that instant -- this VM's PID 1 reaps late
+# -- kept a killed run's device busy once in a suite run.) A pid of 0 (or 0-led) is refused:
+# ``kill 0`` would signal the shell's own process group.
 IS_AGENT = r"""
 ngb_is_agent() {
   case "$1" in ''|*[!0-9]*|0*) return 1;; esac
   kill -0 "$1" 2>/dev/null || return 1
-  [ -r "/proc/$1/stat" ] || return 0
+  [ -r "/proc/$$/stat" ] || return 0
   ngb_st=
-  read -r ngb_st 2>/dev/null < "/proc/$1/stat" || ngb_st=
+  read -r ngb_st 2>/dev/null < "/proc/$1/stat" || return 1
   case "$ngb_st" in *") Z "*) return 1;; esac
   [ -n "$2" ] || return 0
   ngb_ok=0
   grep -qzxF -e "$2" "/proc/$1/cmdline" 2>/dev/null || ngb_ok=$?
-  [ "$ngb_ok" -ne 1 ]
+  case $ngb_ok in 0) return 0;; 1) return 1;; esac
+  [ -r "/proc/$1/cmdline" ]
 }
 """
 

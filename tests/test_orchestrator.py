@@ -593,6 +593,12 @@ def test_a_reused_pid_is_not_the_agent_nor_gets_its_cancel_nor_keeps_the_device(
     try:
         Path(paths.pidfile).write_text(f"{stranger.pid}\n")
         Path(tmp_path, device_claim.CLAIM_FILE).write_text(f"{run_id} 0\n")
+        # A process that answers kill -0 and is gone from /proc the next moment (reaped in
+        # between): dead. The shell's kill stands in for that instant.
+        reaped = remote.IS_AGENT + 'kill() { return 0; }\nngb_is_agent 4194303 "$1"; echo $?\n'
+        for run in (run_id, ""):
+            answer = subprocess.run(["sh", "-c", reaped, "t", run], capture_output=True, text=True)
+            assert answer.stdout.strip() == "1", (run, answer)
 
         def sh(argv: list[str]) -> subprocess.CompletedProcess:
             return subprocess.run(argv, capture_output=True, text=True, timeout=30)
