@@ -424,6 +424,31 @@ def alive_argv(pid: int | None, run_id: str = "") -> list[str]:
     return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or ""), run_id]
 
 
+# Wait on the device for the agent to exit after its goodbye: one command that checks every
+# 0.1 s (a builtin read, a grep and a sleep each time), where a check from the workstation was an
+# SSH exec each (a channel, a session, a login shell): ~5 of them a device at the end of each run.
+# Arguments: PID RUN_ID STEPS. Prints ``dead``, or ``alive`` after STEPS checks.
+_WAIT_EXIT_SCRIPT = (
+    IS_AGENT
+    + r"""
+n=0
+while ngb_is_agent "$1" "$2"; do
+  n=$((n + 1))
+  if [ "$n" -gt "$3" ]; then echo alive; exit 0; fi
+  sleep 0.1 2>/dev/null || sleep 1
+done
+echo dead
+"""
+)
+
+
+def wait_exit_argv(pid: int | None, run_id: str, limit_s: float) -> list[str]:
+    """Wait up to ``limit_s`` on the device for ``pid`` (that run's agent) to exit; prints
+    ``dead`` or, still running after the limit, ``alive``."""
+    steps = max(1, round(limit_s / 0.1))
+    return ["sh", "-c", _WAIT_EXIT_SCRIPT, "ngb-wait-exit", str(pid or ""), run_id, str(steps)]
+
+
 def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:
     """Like ``alive_argv``, but the agent's own pid file wins over the recorded pid."""
     script = (

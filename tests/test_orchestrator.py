@@ -634,6 +634,35 @@ def test_a_reused_pid_is_not_the_agent_nor_gets_its_cancel_nor_keeps_the_device(
             proc.wait()
 
 
+def test_the_wait_for_an_agents_exit_runs_on_the_device_and_ends_when_it_does():
+    """After run_done the workstation waits in one remote command (not an SSH exec every 0.1 s):
+    it answers ``dead`` soon after the agent exits, ``alive`` once the limit is spent."""
+    run_id = "r-20261130-000000-abcd"
+    soon = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(0.3)", "--run-id", run_id]
+    )
+    late = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "--run-id", run_id]
+    )
+    try:
+        began = time.monotonic()
+        out = subprocess.run(remote.wait_exit_argv(soon.pid, run_id, 10.0), capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+        assert out.stdout.strip() == "dead" and time.monotonic() - began < 5.0, out
+        began = time.monotonic()
+        out = subprocess.run(remote.wait_exit_argv(late.pid, run_id, 0.3), capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+        assert out.stdout.strip() == "alive" and time.monotonic() - began >= 0.3, out
+        for pid, run in ((late.pid, "another-run"), (None, run_id)):  # not this run's agent
+            out = subprocess.run(remote.wait_exit_argv(pid, run, 10.0), capture_output=True,
+                                 text=True, timeout=30)  # fmt: skip
+            assert out.stdout.strip() == "dead", (pid, run, out)
+    finally:
+        for proc in (soon, late):
+            proc.kill()
+            proc.wait()
+
+
 # ---------------------------------------------------------------- the store misbehaves (issue 8)
 
 

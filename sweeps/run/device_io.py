@@ -227,11 +227,13 @@ async def alive(dev: DeviceRun, timeout: float) -> bool:
 
 
 async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> None:
-    """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + limit
-    while await alive(dev, timeout) and loop.time() < end:
-        await asyncio.sleep(0.1)
+    """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down),
+    waiting on the device in one command rather than asking it every 0.1 s."""
+    assert dev.transport is not None
+    argv = remote.wait_exit_argv(dev.pid, dev.run_id, limit)
+    res = await dev.transport.run(argv, timeout=timeout + limit)
+    if res.returncode != 0 or res.stdout.strip() not in ("alive", "dead"):
+        raise TransportError(f"{dev.name}: no answer while waiting for the agent to exit")
 
 
 async def remote_workdir(transport: Transport, workdir: str) -> str:
