@@ -896,6 +896,33 @@ def test_a_cancel_before_duckdb_begins_the_query_still_stops_it(
     assert len(outcome) == 1 and str(outcome[0]) == "query cancelled", outcome
 
 
+@pytest.mark.parametrize("burst", [(signal.SIGINT,), (signal.SIGTERM,) * 20 + (signal.SIGHUP,)])
+def test_ngb_query_ends_with_one_line_however_the_signals_come(
+    store: Store, burst: tuple[int, ...]
+) -> None:
+    """ctrl+c, or a burst of signals: the query is cancelled and the command says so in one
+    line. (A SIGTERM raised as KeyboardInterrupt inside the wait's lock once ended a CI run's
+    ``ngb query`` in "release unlocked lock" and SIGABRT.)"""
+    store.ingest_results("r1", "a", [make_result(0)])
+    reader = subprocess.Popen(
+        [NGB, "query", LONG_SQL, "--db", str(store.path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(store.path.parent)},
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # started, and past the interpreter's start-up
+        assert reader.poll() is None, reader.communicate()
+        for signum in burst:
+            reader.send_signal(signum)
+            time.sleep(0.001)
+        _, said = reader.communicate(timeout=30)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
+    assert reader.returncode == 1 and said == "error: query cancelled\n", (reader.returncode, said)
+
+
 def test_a_query_leaves_no_timer_thread_holding_its_connection(store: Store) -> None:
     """The timers a query starts (``hold_s`` on the file, ``timeout_s``) have ended when it
     returns. A cancelled timer's thread still held the connection for a moment, and an

@@ -85,21 +85,29 @@ def run_interruptibly(job: QueryJob) -> SqlAnswer:
         finally:
             finished.set()
 
+    # The signals only note that they came; the wait below looks. Raising KeyboardInterrupt from
+    # the handler instead could land inside the Event's own lock handling (a CI run: "release
+    # unlocked lock", then the interpreter ended under DuckDB's running thread: SIGABRT).
+    signalled: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signalled.append(signum)
+
     worker = threading.Thread(target=work, name="ngb-query", daemon=True)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         # SIGHUP too: a terminal closed under a query would otherwise leave its copy behind
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, signal.default_int_handler)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, on_signal)
     try:
         worker.start()
-        # an Event, not Thread.join: a join interrupted by ctrl+c returns at once ever after
-        while not finished.wait(0.2):
+        # an Event with a timeout: a signal's handler runs in between, and the loop sees it
+        while not finished.wait(0.2) and not signalled:
             pass
-    except KeyboardInterrupt:
-        job.cancel()
-        finished.wait(30)  # DuckDB stops within milliseconds; its copy goes with it
-        raise NgbError("query cancelled") from None
+        if signalled:
+            job.cancel()
+            finished.wait(30)  # DuckDB stops within milliseconds; its copy goes with it
+            raise NgbError("query cancelled")
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
