@@ -191,10 +191,7 @@ if [ -n "${ngb_ready:-}" ]; then
   n=0
   wait_s=0.05
   until [ -s agent.pid ] && read -r p < agent.pid && [ "$p" = "$pid" ]; do
-    st=
-    if [ -r "/proc/$pid/stat" ]; then read -r st < "/proc/$pid/stat" || st=; fi
-    case "$st" in *") Z "*) st=dead;; esac
-    if [ "$st" = dead ] || ! kill -0 "$pid" 2>/dev/null; then
+    if ! ngb_is_agent "$pid" ""; then  # exited, or a zombie: IS_AGENT (in _START_SCRIPT)
       why=$(grep -v '^[[:space:]]*$' agent.err | tail -n 1)
       printf "python '%s' cannot run on the device (%s)\n" "$py" "${why:-it exited at once}" >&2
       rd=$(pwd)

@@ -56,8 +56,7 @@ def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
 
 def test_accounting_records_are_read_and_grouped_by_kind(tmp_path: Path) -> None:
     """``--acct``'s reader on records laid out as the kernel writes them (``acct_v3``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import _acct
+    _acct = _acct_module()
 
     def record(pid: int, ppid: int, comm: bytes, utime: int, stime: int = 0) -> bytes:
         return _acct.RECORD.pack(0, 3, 0, 0, 0, 0, pid, ppid, 0, 0.0, utime, stime,
