@@ -5,7 +5,6 @@ is followed; a resume says how many finished trials have no profile."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from ngb.core.records import events
 from ngb.core.records.types import Stats, TrialResult, TrialSpec
 from ngb.devices.inventory import Device, Inventory
 from ngb.sweeps.cli import cli
@@ -143,8 +143,9 @@ def test_a_killed_profiled_run_resumes_with_its_passes(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"profile: on for 3 trial(s), as run {run_id} was started" in resumed.stdout
     store = Store(db)
-    started = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    started = [e for e in started if e.get("type") == "run_started"]
+    # the SIGKILL may have torn a line: decode gives None for it, as the agent's readers do
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    started = [e for e in map(events.decode, lines) if e and e.get("type") == "run_started"]
     assert len(started) == 2 and started[1]["skipped"] >= 1  # started again from its checkpoint
     _, rows = store.query(
         "SELECT t.key, count(p.key) FROM trials t LEFT JOIN profiles p ON p.key = t.key "

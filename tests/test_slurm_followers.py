@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from ngb.core.base.errors import ConfigError
+from ngb.core.records.events import decode
 from ngb.core.records.types import MeasureSettings, TrialResult, TrialSpec
 from ngb.devices import slurm
 from ngb.devices.agent_remote import _last_line
@@ -200,10 +201,11 @@ def the_run(workdir: Path, timeout: float = 60) -> Path:
 def started(run_dir: Path, index: int) -> str | None:
     """The key of the trial the agent started as number ``index`` (None: not yet)."""
     events = run_dir / "events.jsonl"
+    # the agent may be writing the last line as we read: decode gives None for a partial one
     for line in events.read_text().splitlines() if events.exists() else []:
-        with_key = json.loads(line) if line.startswith("{") else {}
-        if with_key.get("type") == "trial_started" and with_key.get("index") == index:
-            return str(with_key["key"])
+        event = decode(line) or {}
+        if event.get("type") == "trial_started" and event.get("index") == index:
+            return str(event["key"])
     return None
 
 
