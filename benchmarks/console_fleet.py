@@ -133,7 +133,9 @@ async def measure(
         inventory, db, names = build_world(folder, devices)
     else:
         inventory, db, names = live / "config" / "devices.toml", folder / "results.duckdb", []
-    app = NgbApp(Backend(db_path=db, inventory_path=inventory), attach_on_start=False)
+    app = NgbApp(
+        Backend(db_path=db, inventory_path=inventory), attach_on_start=False, settle_heap=True
+    )  # as ngb-tui
     frames = watch_frames(app)
     stop = threading.Event()
     writer = threading.Thread(target=writer_thread, args=(db, names, flush_every, stop))
@@ -203,6 +205,7 @@ async def measure(
             if live is not None:
                 await app.backend.orchestrator().close()
     finally:
+        app.quit_finished()  # as ngb-tui after its app ended
         stop.set()
         if writer.is_alive():
             writer.join()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -76,11 +77,14 @@ class NgbApp(App[None]):
         cursor_blink: bool = True,
         settings_path: Path | None = None,
         end_on_signals: bool = False,
+        settle_heap: bool = False,
     ) -> None:
         super().__init__()
         # SIGHUP (the terminal closed) and SIGTERM quit as ``q`` does (``ngb-tui`` sets it; a
         # test's app leaves its process's signals alone)
         self.end_on_signals = end_on_signals
+        # ``ngb-tui`` sets it (``warm_up``); a test's app leaves its process's collector alone
+        self.settle_heap = settle_heap
         self._signal_quit: asyncio.Task[None] | None = None  # held: the loop keeps a weak one
         self._last_resort: threading.Timer | None = None
         self.backend = backend or Backend()
@@ -112,8 +116,20 @@ class NgbApp(App[None]):
     def warm_up(self) -> None:
         """Import what a first visit to Results needs, here, once the first screen is drawn:
         the charts' intervals take their t quantile from scipy (~0.3 s of CPU on the 2-core VM),
-        which that first visit paid before its trials showed (issue 41)."""
+        which that first visit paid before its trials showed (issue 41).
+
+        Then, with ``settle_heap``, what start-up made (modules, classes, the screens) is moved
+        out of the collector's sight (``gc.freeze``): each full collection walked it all again,
+        0.1-0.2 s each, ~8 a minute with 128 devices followed, and one in a screen's first
+        visit put it over 0.5 s (benchmarks/console_fleet.py: collector 0.87 s of a visit
+        round, longest 0.19 s; frozen at start 0.41 s and 0.08 s). Objects made later are
+        collected as before. ``quit_finished`` hands them back."""
         t_two_sided(0.95, 2.0)
+        if self.settle_heap:
+            import ngb.sweeps.store.database  # noqa: F401 - the store every screen reads
+
+            gc.collect()
+            gc.freeze()
 
     def watch_theme(self, theme: str) -> None:
         """Remember the theme the operator picked (command palette) for the next start."""
@@ -199,9 +215,13 @@ class NgbApp(App[None]):
         self._signal_quit = asyncio.get_running_loop().create_task(self._quit(128 + signum))
 
     def quit_finished(self) -> None:
-        """The app has run to its end: a signal's fallback (``_end_for_signal``) is not needed."""
+        """The app has run to its end: a signal's fallback (``_end_for_signal``) is not needed,
+        and what ``warm_up`` froze goes back to the collector (an interpreter that ends with it
+        frozen never frees it: DuckDB's bindings then report leaked types at exit)."""
         if self._last_resort is not None:
             self._last_resort.cancel()
+        if self.settle_heap:
+            gc.unfreeze()
 
     async def _quit(self, code: int) -> None:
         await self.action_quit()
@@ -270,6 +290,7 @@ def main(argv: list[str] | None = None, *, exit_now: bool = True) -> int:
         attach_on_start=not args.no_attach,
         cursor_blink=not args.no_blink,
         end_on_signals=True,
+        settle_heap=True,
     )
     app.run()
     app.quit_finished()

@@ -1,14 +1,16 @@
 """Results screen: charts and a table of one run's numbers.
 
-Database reads run in thread workers (DuckDB calls block). While the screen is shown it polls
-Dolphie-style: one read in a worker, render on success, and only then re-arm a timer, so a slow or
+Database reads run on threads (DuckDB calls block). While the screen is shown it polls
+Dolphie-style: one read at a time, render on success, and only then re-arm a timer, so a slow or
 busy database never stacks reads; a hidden screen does not poll at all. Only the active chart tab
 is drawn.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import ClassVar
 
 from ngb.core.base.errors import NgbError
@@ -42,6 +44,9 @@ from textual.widgets import (
 )
 
 POLL_S = 5.0
+# a run read with its trials: its id, the device asked for, the run's devices, the trials
+Shown = tuple[str, str | None, list[str], list[TrialRow]]
+RunsRead = tuple[list[RunRow], Shown | None]
 ALL = "(all)"
 # The tab the screen opens on is built with it; the others (three charts, the ASE heatmap, the
 # table, the operator profiles) are built the first time they are opened. With 128 devices in a
@@ -105,6 +110,7 @@ class ResultsScreen(ConsoleScreen):
         self.rows: list[TrialRow] = []
         self._poll_timer: Timer | None = None
         self._want_run: str | None = None
+        self._reads = 0  # reads of the runs started (``_read_runs``): only the newest counts
         self._choices: dict[str, list[str]] = {}  # options currently in each Select / list
         self.draws = 0  # charts drawn (tests check that hidden tabs are skipped)
         self.drawn_log = False  # whether the chart shown has a log axis (``l`` flips it)
@@ -227,23 +233,47 @@ class ResultsScreen(ConsoleScreen):
         if select:
             self._want_run = select
         if self.is_mounted:
-            self.load_runs()
+            self._read_runs()
 
-    @work(thread=True, group="runs", exclusive=True, exit_on_error=False)
-    def load_runs(self) -> None:
-        backend = self.backend
-        try:
-            runs = backend.runs_sync()
-        except NgbError as exc:
-            self.app.call_from_thread(self._poll_failed, str(exc))
+    def _read_runs(self) -> None:
+        """Read the runs, and the trials of the run the screen will show, on a thread started
+        now. A thread worker starts at the event loop's next turn for its task: on a first
+        visit that came after the screen was composed (~0.2 s with 128 devices), and then the
+        run's Select.Changed started a second one for the trials (~0.1 s more; issue 41). A
+        newer read makes an older one's answer moot (``_reads``)."""
+        self._reads += 1
+        asked = (self._want_run, self.run_id, self._device())
+        read = asyncio.get_running_loop().run_in_executor(None, self._runs_and_trials, *asked)
+        read.add_done_callback(partial(self._runs_read, self._reads, asked))
+
+    def _runs_and_trials(self, want: str | None, current: str, device: str | None) -> RunsRead:
+        """On a thread: the runs, and the trials of the run to show (the one asked for, else
+        the one shown, else the newest: the store lists it first) with its device's choice."""
+        runs = self.backend.runs_sync()
+        ids = [str(r.get("run_id")) for r in runs]
+        run_id = want if want in ids else current if current in ids else next(iter(ids), "")
+        if not run_id:
+            return runs, None
+        device = device if run_id == current else None
+        return runs, (run_id, device, *self._trials_of(run_id, device))
+
+    def _runs_read(self, ticket: int, asked: tuple[str | None, str, str | None],
+                   read: asyncio.Future[RunsRead]) -> None:  # fmt: skip
+        if ticket != self._reads or read.cancelled() or not self.is_mounted:
             return
-        self.app.call_from_thread(self._show_runs, runs)
+        if (failed := read.exception()) is not None:
+            self._poll_failed(str(failed) if isinstance(failed, NgbError) else repr(failed))
+            return
+        runs, shown = read.result()
+        if (self.run_id, self._device()) != asked[1:]:
+            shown = None  # the operator chose another run or device meanwhile: read that one
+        self._show_runs(runs, shown)
 
     def _poll_failed(self, message: str) -> None:
         self.query_one("#results-note", Label).update(f"[yellow]{message}[/]")
         self._rearm()
 
-    def _show_runs(self, runs: list[RunRow]) -> None:
+    def _show_runs(self, runs: list[RunRow], shown: Shown | None = None) -> None:
         self.runs = runs
         select = self.query_one("#results-run", Select)
         ids = [str(r.get("run_id")) for r in runs]
@@ -262,6 +292,18 @@ class ResultsScreen(ConsoleScreen):
                 select.set_options(labels)
                 if current in ids:
                     select.value = current
+        if shown is not None:  # read with the runs: shown without another read
+            run_id, device, devices, rows = shown
+            if self._want_run == run_id:
+                self._want_run = None
+            if run_id != self.run_id:
+                self.run_id = run_id
+                self._choices.pop("#results-device", None)
+            with select.prevent(Select.Changed):
+                select.value = run_id
+            self._show_trials(run_id, devices, rows)
+            self.load_advice(run_id, device, len(rows))
+            return
         want = self._want_run if self._want_run in ids else None
         if want:
             self._want_run = None
@@ -295,15 +337,9 @@ class ResultsScreen(ConsoleScreen):
         value = self.query_one("#results-device", Select).value
         return None if value is Select.NULL or value == ALL else str(value)
 
-    @work(thread=True, group="trials", exclusive=True, exit_on_error=False)
-    def load_trials(self, run_id: str, device: str | None) -> None:
-        backend = self.backend
-        try:
-            run_devices, trials, samples = backend.run_results_sync(run_id, device)
-            devices = [str(d.get("device")) for d in run_devices]
-        except NgbError as exc:
-            self.app.call_from_thread(self._poll_failed, str(exc))
-            return
+    def _trials_of(self, run_id: str, device: str | None) -> tuple[list[str], list[TrialRow]]:
+        """On a thread: a run's devices and trials (``device``: one device's)."""
+        run_devices, trials, samples = self.backend.run_results_sync(run_id, device)
         # Each row carries its per-repetition throughputs: the spread and "n.s." are computed
         # from them (the same test as `ngb report`).
         rows: list[TrialRow] = [
@@ -313,12 +349,30 @@ class ResultsScreen(ConsoleScreen):
         # The charts' intervals take their t quantile from scipy: imported here, in this thread, not
         # by the first chart on the event loop (0.3 s in which the console froze).
         t_two_sided(0.95, 2.0)
+        return [str(d.get("device")) for d in run_devices], rows
+
+    @work(thread=True, group="trials", exclusive=True, exit_on_error=False)
+    def load_trials(self, run_id: str, device: str | None) -> None:
+        try:
+            devices, rows = self._trials_of(run_id, device)
+        except NgbError as exc:
+            self.app.call_from_thread(self._poll_failed, str(exc))
+            return
         self.app.call_from_thread(self._show_trials, run_id, devices, rows)
-        # After the trials are shown, not before: advise bootstraps every comparison (~0.4 s of
-        # CPU for a 128-device run's 512 trials), and only again when the run's results changed.
-        signature = (run_id, device, len(trials))
+        self.read_advice(run_id, device, len(rows))
+
+    @work(thread=True, group="advice", exclusive=True, exit_on_error=False)
+    def load_advice(self, run_id: str, device: str | None, trials: int) -> None:
+        self.read_advice(run_id, device, trials)
+
+    def read_advice(self, run_id: str, device: str | None, trials: int) -> None:
+        """On a thread, after the trials are shown, not before: advise bootstraps every
+        comparison (~0.4 s of CPU for a 128-device run's 512 trials), and only again when the
+        run's results changed."""
+        signature = (run_id, device, trials)
         if signature == self._advice_signature:
             return
+        backend = self.backend
         try:
             advice = backend.advice_sync(run_id, device)
             profiles = ops_view.load(backend.store(), run_id, device)
