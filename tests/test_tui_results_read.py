@@ -105,9 +105,8 @@ async def test_ngb_tui_freezes_what_start_up_made_and_hands_it_back(tmp_path: Pa
     app, _ = _app(tmp_path, settle_heap=True)
     gc.unfreeze()  # this test process's own (tests/conftest.py), out of the count
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: len(app.screen.rows) == 3)
-        await wait_for(pilot, lambda: not _warming(app))
-        assert gc.get_freeze_count() > 10_000  # Textual's, ngb's and DuckDB's modules at least
+        # the warm-up's worker starts after the first frame; under load, late
+        await wait_for(pilot, lambda: gc.get_freeze_count() > 10_000)  # Textual's, ngb's, DuckDB's
     app.quit_finished()
     assert gc.get_freeze_count() == 0
 
