@@ -4,11 +4,14 @@ longer goes on in a child process of its own, and the command names the run and 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 from ngb.devices.inventory import Device, Inventory
+from ngb.sweeps.cli import detach
 from ngb.sweeps.store.database import Store
 
 from tests.cli_helpers import ngb
@@ -82,3 +85,14 @@ def test_a_quick_start_says_what_it_always_said(tmp_path: Path) -> None:
     assert not list((tmp_path / "home" / "data" / "detached").glob("*.log"))  # said here
     refused = ngb("run", str(sweep), "-d", "nosuch", "--detach", env=env)
     assert refused.returncode != 0 and "nosuch" in refused.stderr
+
+
+def test_the_wait_counts_from_the_commands_own_start() -> None:
+    # The interpreter's start-up and ngb's imports count toward --detach's few seconds: a
+    # fresh process has been running a little while when it asks, never more than WAIT_S.
+    code = "from ngb.sweeps.cli import detach; print(detach.started_ago(), detach.WAIT_S)"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    ago, wait_s = map(float, fresh.stdout.split())
+    assert 0.0 < ago < wait_s, fresh.stdout + fresh.stderr
+    age = time.time() - psutil.Process().create_time()
+    assert abs(detach.started_ago() - min(age, detach.WAIT_S)) < 0.1  # this test process
