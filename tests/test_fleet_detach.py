@@ -96,3 +96,9 @@ def test_the_wait_counts_from_the_commands_own_start() -> None:
     assert 0.0 < ago < wait_s, fresh.stdout + fresh.stderr
     age = time.time() - psutil.Process().create_time()
     assert abs(detach.started_ago() - min(age, detach.WAIT_S)) < 0.1  # this test process
+
+
+def test_a_hostile_wait_falls_back_to_four_seconds() -> None:
+    for text, want in (("nan", 4.0), ("inf", 4.0), ("-1", 0.0), ("1e9", 600.0), ("x", 4.0),
+                       ("2.5", 2.5)):  # fmt: skip
+        assert detach._wait_s(text) == want, text
