@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 REPORT_ENV = "NGB_DETACH_REPORT"
 
 
-#: seconds from this command's start until it leaves the start to the starter (then it gives
-#: the starter 0.5 s more to finish, so the command returns within ~4.5 s)
 def _wait_s(text: str) -> float:
     """``NGB_DETACH_WAIT_S`` (the tests set it): a number of seconds in [0, 600], else 4."""
     try:
@@ -50,6 +48,8 @@ def _wait_s(text: str) -> float:
     return min(max(value, 0.0), 600.0) if math.isfinite(value) else 4.0
 
 
+#: seconds from this command's start until it leaves the start to the starter (then it gives
+#: the starter 0.5 s more to finish, so the command returns within ~4.5 s)
 WAIT_S = _wait_s(os.environ.get("NGB_DETACH_WAIT_S", "4"))
 #: the starter's first line: the run it started (then the console's lines follow)
 RUN_ID_LINE = "\x00run-id "
