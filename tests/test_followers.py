@@ -16,11 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from ngb.core.base.errors import NgbError
 from ngb.devices.inventory import Device, Inventory
+from ngb.devices.local import LocalTransport
+from ngb.devices.protocol import RunPaths
 from ngb.sweeps.run import device_claim
 from ngb.sweeps.run.orchestrator import Orchestrator
 from ngb.sweeps.run.ownership import Owners
+from ngb.sweeps.run.state import DeviceRun
 from ngb.sweeps.store.database import Store
+from ngb.sweeps.store.result_store import DatabaseBusy
 
 from tests.noop_sweeps import noop_sweep
 
@@ -146,3 +151,37 @@ def _shared_start_cases(tmp_path: Path, work: Path, pid: int) -> None:
     free = subprocess.run(device_claim.gated(start, str(tmp_path / "free"), "r3", share=True),
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert free.stdout.splitlines() == ["started mine"] and device_claim.parse_behind("") is None
+
+
+async def test_a_vanished_run_dir_is_the_owners_word_and_a_busy_store_is_asked_again(tmp_path):
+    """The run dir is gone and the stored row is not final. The owner calls that "vanished";
+    a follower that does not own the device leaves it to the owner, whose final row it may
+    not see yet. A store busy in another process is asked again, not taken for an answer (a
+    128-device --detach and an attach failed finished devices both ways, under load ~25)."""
+    device = Device(name="localhost", host="localhost", transport="local",
+                    python=sys.executable, workdir=str(tmp_path / "device"))  # fmt: skip
+    store = Store(tmp_path / "r.duckdb")
+    store.create_run("r1", "s", "", ["localhost"], 1)
+    store.upsert_run_devices([("r1", "localhost", {"state": "running"})])
+    orch = Orchestrator(store, Inventory([device]))
+    dev = DeviceRun(run_id="r1", device=device, keys={"k"}, paths=RunPaths(device.workdir, "r1"))
+    dev.transport = LocalTransport(device)
+    busy = [DatabaseBusy("results database is busy")] * 2
+    real = store.run_devices
+
+    def run_devices(run_id: str) -> list[dict[str, object]]:
+        if busy:
+            raise busy.pop()
+        return real(run_id)
+
+    store.run_devices = run_devices  # type: ignore[method-assign]
+    dev.owner = False
+    assert await orch._finished_elsewhere(dev) is False  # asked twice more, then left to owner
+    assert not busy
+    dev.owner = True
+    with pytest.raises(NgbError, match="vanished from the device"):
+        await orch._finished_elsewhere(dev)
+    store.upsert_run_devices([("r1", "localhost", {"state": "finished"})])
+    dev.owner = False
+    assert await orch._finished_elsewhere(dev) is True and dev.state == "finished"
+    await orch.close()

@@ -77,6 +77,8 @@ from ngb.sweeps.store.result_store import DatabaseBusy, ResultStore, StoreUnwrit
 __all__ = ["FINAL_STATES", "Orchestrator", "RunEvent", "Subscription", "new_run_id"]  # front ends
 
 log = logging.getLogger(__name__)
+#: seconds a device's end waits for a busy store before it decides without the stored row
+BUSY_STORE_S = 30.0
 
 
 class Orchestrator:
@@ -502,17 +504,30 @@ class Orchestrator:
         return True
 
     async def _finished_elsewhere(self, dev: DeviceRun) -> bool:
-        """The run dir is gone: another ngb process (a second `attach`) finished this device."""
+        """The run dir is gone: another ngb process (a second `attach`) finished this device.
+
+        Only the owner calls a run dir without a final row "vanished": a follower that does
+        not own the device leaves the word to the owner (``OwnerWatch.wait``), whose final row
+        may not be readable yet. And a store busy in another process is asked again, not taken
+        for an answer: under a 128-device ``--detach`` start and an ``attach`` (load ~25), both
+        once failed finished devices here ("vanished"; "results database is busy")."""
         assert dev.paths is not None
         if await device_io.fetch_text(dev, dev.paths.trials) is not None:
             return False
-        rows = await self._writer.store_call(self.store.run_devices, dev.run_id)
-        state = next((r.get("state") for r in rows if r["device"] == dev.name), None)
+        row = await self._stored_row(dev)
+        waited = 0.0
+        while not row and waited < BUSY_STORE_S:  # busy (or, briefly, no row yet): ask again
+            await asyncio.sleep(1.0)
+            waited += 1.0
+            row = await self._stored_row(dev)
+        state = row.get("state")
         if state in FINAL_STATES:
-            dev.state = state
+            dev.state = str(state)
             dev.row_sig = dev.signature()  # the other process wrote the row; leave it be
             self._publish(self._conn_event(dev, "finished by another ngb process"))
             return True
+        if not dev.owner:
+            return False
         raise NgbError(f"the run directory {dev.paths.run_dir} vanished from the device")
 
     async def _stored_row(self, dev: DeviceRun) -> Mapping[str, object]:
