@@ -508,9 +508,11 @@ class Orchestrator:
 
         Only the owner calls a run dir without a final row "vanished": a follower that does
         not own the device leaves the word to the owner (``OwnerWatch.wait``), whose final row
-        may not be readable yet. And a store busy in another process is asked again, not taken
-        for an answer: under a 128-device ``--detach`` start and an ``attach`` (load ~25), both
-        once failed finished devices here ("vanished"; "results database is busy")."""
+        may not be readable yet (under a 128-device ``--detach`` start and an ``attach``, load
+        ~25, followers failed 3 and 30 finished devices "vanished"; an owner still fails 1-2
+        that way there, cause not found: see the 2026-11-30 note). And a store busy in another
+        process is asked again, not taken for an answer: ``DatabaseBusy`` is an ``NgbError``,
+        which failed the device."""
         assert dev.paths is not None
         if await device_io.fetch_text(dev, dev.paths.trials) is not None:
             return False
