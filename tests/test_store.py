@@ -942,3 +942,40 @@ def test_a_query_leaves_no_timer_thread_holding_its_connection(store: Store) -> 
         assert job.run() == (["count_star()"], [(1,)])
         left = [t.name for t in threading.enumerate() if t not in before]
         assert left == [], left
+
+
+def test_select_reads_what_query_reads_without_an_instance_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Store.select`` (ngb's own SQL) answers as ``query`` does, on the instance the process
+    keeps for the file: no ``duckdb.connect`` of the file. Bad SQL is one line; a missing file
+    reads as empty and is not created."""
+    store = Store(tmp_path / "r.duckdb")
+    store.create_run("r1", "demo", "", ["localhost"], 1, {})
+    sql = "SELECT run_id, sweep_name FROM runs WHERE run_id = ?"
+    assert (
+        store.select(sql, ["r1"])
+        == store.query(sql, ["r1"])
+        == (
+            ["run_id", "sweep_name"],
+            [("r1", "demo")],
+        )
+    )
+    opened: list[str] = []
+    real = duckdb.connect
+
+    def connect(database: str = ":memory:", *args: object, **kwargs: object) -> object:
+        opened.append(str(database))
+        return real(database, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    assert store.select(sql, ["r1"])[1] == [("r1", "demo")]
+    assert str(store.path) not in opened, opened
+    store.query(sql, ["r1"])
+    assert str(store.path) in opened  # the operator's door: an instance of its own
+    with pytest.raises(NgbError) as bad:
+        store.select("SELECT no_such_column FROM runs")
+    assert "\n" not in str(bad.value)
+    missing = Store(tmp_path / "missing.duckdb")
+    assert missing.select("SELECT 1 AS one") == (["one"], [(1,)])
+    assert not missing.path.exists()

@@ -208,3 +208,20 @@ def test_a_worker_gone_before_its_display_meter_starts_is_not_a_psutil_error(mon
     monkeypatch.undo()
     meter = workers._display_meter(os.getpid(), "k", 0, lambda _e: None)
     assert meter is not None
+
+
+def test_a_worker_reaped_before_its_timed_loops_are_watched_is_not_a_psutil_error() -> None:
+    # loops that timed nothing end at once, and a fork server's worker is reaped by the server:
+    # the watch on its timed loops must step aside (its report says why), not raise psutil's
+    # "process PID not found" as the trial's error (make test, 2026-11-30)
+    import subprocess
+
+    from ngb.core.trial import workers
+    from ngb.core.trial.telemetry import WorkerWatch
+
+    spec = TrialSpec(model="m", compiler="noop", measure=MeasureSettings(**QUICK))
+    ended = subprocess.Popen(["true"])  # noqa: S607
+    ended.wait()  # reaped: its pid names no process
+    assert workers._measure_watch(ended.pid, spec, 0, lambda _e: None) is None
+    watch = workers._measure_watch(os.getpid(), spec, 0, lambda _e: None)
+    assert isinstance(watch, WorkerWatch)

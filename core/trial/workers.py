@@ -355,10 +355,9 @@ def run_worker(
                 if kind == events.PHASE and event.get("phase") == "measure" and watch is None:
                     if live is not None:
                         live.stop()
-                    watch = WorkerWatch(
-                        proc.pid, spec.measure, spec.device, spec.key, share.worker, emit
-                    )
-                    watch.start()
+                    watch = _measure_watch(proc.pid, spec, share.worker, emit)
+                    if watch is not None:
+                        watch.start()
                 elif (
                     kind == events.PHASE and event.get("phase") == "accuracy" and watch is not None
                 ):
@@ -422,6 +421,20 @@ def _display_meter(pid: int, key: str, worker: int, emit: Emit) -> LiveMeter | N
 
     try:
         return LiveMeter(pid, key, worker, emit)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _measure_watch(pid: int, spec: TrialSpec, worker: int, emit: Emit) -> WorkerWatch | None:
+    """The samplers on the worker's timed loops, or None where the worker has already ended and
+    been reaped: loops that timed nothing end at once (``--min-iters 0``), and a worker of the
+    fork server is its child, not ours, so no zombie keeps its pid. Its report or exit status
+    then says what happened; psutil's "process PID not found" was once all a run said
+    (``test_bad_inputs.py[ed-measure-zero-calls-json]`` in ``make test``, 2026-11-30)."""
+    import psutil
+
+    try:
+        return WorkerWatch(pid, spec.measure, spec.device, spec.key, worker, emit)
     except psutil.NoSuchProcess:
         return None
 

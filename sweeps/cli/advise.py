@@ -85,7 +85,7 @@ def advise(
         from ngb.core.base.errors import NgbError, UnknownNameError
 
         # a device whose every trial failed is known, with nothing to rank: say that
-        _, counted = store.query("SELECT count(*) FROM trials WHERE device = ?", [device])
+        _, counted = store.select("SELECT count(*) FROM trials WHERE device = ?", [device])
         failed = int(counted[0][0]) if counted else 0
         if failed:
             raise NgbError(

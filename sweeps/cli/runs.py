@@ -533,7 +533,7 @@ def status(
     if db is not None:  # a file named on purpose must exist (as for `ngb query`); only the
         store.require_file()  # default one may be absent on a fresh install ("no runs yet")
     if run_id is None:
-        _, rows = store.query(
+        _, rows = store.select(
             "SELECT run_id, sweep_name, run_status, count(*) AS devices, "
             "sum(n_trials) AS trials, sum(ok) AS ok, sum(failed) AS failed "
             "FROM run_progress GROUP BY ALL ORDER BY run_id DESC"
@@ -549,7 +549,7 @@ def status(
         _table(cols, [[r[c] for c in cols] for r in records])
         return
     info = store.run(run_id)  # unknown run: one-line error with close matches
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT device, state, n_trials, ok, failed FROM run_progress WHERE run_id = ? "
         "ORDER BY device",
         [run_id],

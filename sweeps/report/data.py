@@ -284,7 +284,7 @@ class ReportData:
             store.run(run_id)  # UnknownNameError listing the runs
         if device is not None:
             # a store of ``ngb serve --db`` runs only has its devices in the serving tables
-            _, rows = store.query(
+            _, rows = store.select(
                 "SELECT device FROM trials UNION SELECT device FROM serving "
                 "UNION SELECT device FROM serving_peaks ORDER BY device"
             )
@@ -378,7 +378,7 @@ class ReportData:
         slot_of = "json_extract_string(extra, '$.run_device')"
         stamped_only = "json_valid(extra) AND json_extract(extra, '$.slurm') IS NOT NULL"
         sql = f"SELECT DISTINCT device, {slot_of} FROM trials WHERE {where} AND {stamped_only}"  # noqa: S608
-        stamped = sorted(self.store.query(sql, params)[1], key=lambda r: (str(r[0]), str(r[1])))
+        stamped = sorted(self.store.select(sql, params)[1], key=lambda r: (str(r[0]), str(r[1])))
         out: list[str] = []
         for entry in entries:
             ran = [
@@ -395,7 +395,7 @@ class ReportData:
         where, params = self._where()
         inner = f"SELECT DISTINCT run_id FROM trials WHERE {where}"  # noqa: S608 - params
         sql = f"SELECT DISTINCT sweep_toml FROM runs WHERE run_id IN ({inner})"  # noqa: S608
-        _, rows = self.store.query(sql, params)
+        _, rows = self.store.select(sql, params)
         found = set()
         for (text,) in rows:
             try:
@@ -466,7 +466,7 @@ class ReportData:
             "SELECT count(*) FROM (SELECT 1 FROM trials "  # noqa: S608
             f"WHERE {where} GROUP BY {', '.join(map(point_sql, POINT_COLUMNS))})"
         )
-        _, rows = self.store.query(sql, params)
+        _, rows = self.store.select(sql, params)
         return int(rows[0][0]) if rows else 0
 
     def trials(self) -> Sequence[TrialRow]:
@@ -504,7 +504,7 @@ class ReportData:
         sql, params = self._latest_sql()
         if extra:
             sql = f"SELECT * FROM ({sql}) l WHERE true{extra}"  # noqa: S608 - fixed clauses
-        columns, rows = self.store.query(
+        columns, rows = self.store.select(
             sql + " ORDER BY device, model, width, depth", [*params, *extra_params]
         )
         return [_decoded(dict(zip(columns, row, strict=True))) for row in rows]
@@ -556,7 +556,7 @@ class ReportData:
             "SELECT verdict, coalesce(verdict_reason, ''), count(*) "  # noqa: S608 - fixed
             f"FROM ({sql}) l WHERE coalesce(verdict, '') <> '' GROUP BY ALL ORDER BY ALL"
         )
-        return [(str(v), str(r), int(n)) for v, r, n in self.store.query(query, params)[1]]
+        return [(str(v), str(r), int(n)) for v, r, n in self.store.select(query, params)[1]]
 
     def width_rows(self) -> list[StoreRow]:
         """The judged trials' verdicts with their stated interval and mean (and settings): what
@@ -566,7 +566,7 @@ class ReportData:
             "SELECT 'ok' AS status, verdict, verdict_reason, throughput_ci_half, "  # noqa: S608
             f"throughput_mean, measure FROM ({sql}) l WHERE coalesce(verdict, '') <> ''"
         )
-        names, rows = self.store.query(query, params)
+        names, rows = self.store.select(query, params)
         return [dict(zip(names, r, strict=True)) for r in rows]
 
     def labels(self) -> list[str]:
@@ -575,14 +575,14 @@ class ReportData:
         where, params = self._where()
         columns = "model, width, depth, input_size"
         sql = f"SELECT DISTINCT {columns} FROM trials WHERE {where}"  # noqa: S608 - fixed
-        names, rows = self.store.query(sql, params)
+        names, rows = self.store.select(sql, params)
         return sorted({model_label(dict(zip(names, r, strict=True))) for r in rows})
 
     def devices(self) -> list[str]:
         """Devices with a successful trial in scope (no trial read)."""
         where, params = self._where()
         sql = f"SELECT DISTINCT device FROM trials WHERE {where} ORDER BY device"  # noqa: S608
-        return [str(r[0]) for r in self.store.query(sql, params)[1]]
+        return [str(r[0]) for r in self.store.select(sql, params)[1]]
 
     def failures(self) -> list[StoreRow]:
         """The newest failed trial of each point in scope, with its stored ``error`` and
@@ -591,7 +591,7 @@ class ReportData:
         sql, params = self._newest_sql(
             ("run_id", "key", "status", "error", "error_kind", "finished_at"), status="<> 'ok'"
         )
-        names, rows = self.store.query(sql + " ORDER BY device, model, width, depth", params)
+        names, rows = self.store.select(sql + " ORDER BY device, model, width, depth", params)
         out: list[StoreRow] = []
         for row in rows:
             item = dict(zip(names, row, strict=True))
@@ -610,7 +610,7 @@ class ReportData:
                 "ON m.run_id = l.run_id AND m.device = l.device AND m.key = l.key "
                 "GROUP BY ALL"
             )
-            _, rows = self.store.query(query, params)
+            _, rows = self.store.select(query, params)
             self._samples = {
                 (r[0], r[1], r[2]): [float(v) for v in r[3] if v is not None] for r in rows
             }
@@ -619,7 +619,7 @@ class ReportData:
     def probes(self) -> list[StoreRow]:
         """The newest probe of each device (honours ``--device``)."""
         where, params = ("WHERE device = ?", [self.device]) if self.device else ("", [])
-        columns, rows = self.store.query(
+        columns, rows = self.store.select(
             f"SELECT * FROM probes {where} "  # noqa: S608 - fixed text
             "QUALIFY row_number() OVER (PARTITION BY device ORDER BY probed_at DESC) = 1 "
             "ORDER BY device",

@@ -261,7 +261,7 @@ def one_time_runs(data: ReportData) -> dict[tuple[str, str], list[float]]:
     if data.device is not None:
         where += " AND device = ?"
         params.append(data.device)
-    _, rows = data.store.query(
+    _, rows = data.store.select(
         f"SELECT device, key, export_s, compile_s FROM trials WHERE {where}",  # noqa: S608
         params,
     )

@@ -199,7 +199,7 @@ def package_lookup(store: Store) -> PackageLookup:
 
     def lookup(env_hash: str) -> list[str] | None:
         if env_hash not in cache:
-            _, rows = store.query(
+            _, rows = store.select(
                 "SELECT packages FROM environments WHERE env_hash = ?", [env_hash]
             )
             listed = json.loads(str(rows[0][0])) if rows and rows[0][0] else None

@@ -77,7 +77,7 @@ def serving_rows(data: ReportData, table: str, columns: str) -> list[StoreRow]:
         clauses.append("device = ?")
         params.append(data.device)
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    names, rows = data.store.query(
+    names, rows = data.store.select(
         f"SELECT {columns} FROM {table}{where} ORDER BY created_at",  # noqa: S608 - fixed names
         params,
     )

@@ -36,7 +36,7 @@ def _readable(store: Store) -> bool:
         return False
     # the version readers see: an older file is read through a copy upgraded to this ngb's
     # schema (``older``), while ``schema_version`` is the file's own
-    _, rows = store.query("SELECT max(version) FROM schema_version")
+    _, rows = store.select("SELECT max(version) FROM schema_version")
     version = rows[0][0] if rows else None
     return isinstance(version, int) and version >= 9
 
@@ -64,12 +64,12 @@ def load_profiles(
         "ORDER BY model, width, depth, batch, compiler, precision, "
         "coalesce(optimisation, 'none') != 'none', coalesce(optimisation, 'none')"
     )
-    _, heads = store.query(sql, params)
+    _, heads = store.select(sql, params)
     out = []
     for run, *key, trial, tool, calls, plain, prof, timed in heads:
         device, mdl, width, depth, batch, compiler, precision, opt = key
         point = ProfilePoint(device, mdl, width, depth, batch, compiler, precision, opt, trial)
-        _, kernels = store.query(
+        _, kernels = store.select(
             "SELECT name, op_type, op_class, fused, us_per_inference, calls_per_inference, "
             "source_ops, kernel FROM profile_kernels WHERE run_id = ? AND device = ? AND "
             "model = ? AND width IS NOT DISTINCT FROM ? AND depth = ? AND batch = ? AND "
@@ -94,7 +94,7 @@ def finished_passes(store: Store, run_id: str) -> list[tuple[str, str, bool, str
     it, the one line its failed pass left in ``extra.profile_error`` or "")."""
     if not _readable(store):
         return []
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT t.device, t.key, EXISTS (SELECT 1 FROM profiles p WHERE p.run_id = t.run_id "
         "AND p.device = t.device AND p.key = t.key), "
         "coalesce(json_extract_string(t.extra, '$.profile_error'), '') "

@@ -47,7 +47,7 @@ SERVER_P99 = (
 def server_rows(store: Store, device: str) -> list[StoreRow]:
     """Every VALID server-scenario run on ``device`` whose p99 has an upper bound, newest first
     (what ``ngb advise --p99-ms`` holds a configuration to, where there is one)."""
-    columns, rows = store.query(
+    columns, rows = store.select(
         f"SELECT {SERVER_P99} FROM serving WHERE device = ? AND scenario = 'server' "  # noqa: S608
         "AND verdict = 'VALID' AND latency_p99_hi_ms IS NOT NULL "
         "ORDER BY created_at DESC, run_id DESC",
@@ -58,7 +58,7 @@ def server_rows(store: Store, device: str) -> list[StoreRow]:
 
 def peak_rows(store: Store, device: str) -> list[StoreRow]:
     """Every peak search on ``device``, newest first."""
-    columns, rows = store.query(
+    columns, rows = store.select(
         "SELECT run_id, model, width, depth, batch, compiler, precision, optimisation, target, "
         "limit_ms, q, peak_qps, peak_low, peak_high, method, probes FROM serving_peaks "
         "WHERE device = ? ORDER BY created_at DESC, run_id DESC",

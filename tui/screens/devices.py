@@ -25,13 +25,14 @@ from ngb.tui.widgets.probe_details import (
     shorten,
     stored_probe,
 )
+from ngb.tui.widgets.steady_footer import SteadyFooter
 from ngb.tui.widgets.table_fill import fill_table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import DataTable, Header, Input, Label, Static
 
 if TYPE_CHECKING:  # the inventory is loaded lazily, through the backend
     from ngb.devices.inventory import Device
@@ -105,7 +106,7 @@ class DevicesScreen(ConsoleScreen):
         yield table
         yield Label("", id="devices-error")
         yield Static("", id="device-details")
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -16,12 +16,13 @@ from ngb.core.base.errors import NgbError
 from ngb.tui import history_data
 from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
+from ngb.tui.widgets.steady_footer import SteadyFooter
 from ngb.tui.widgets.table_fill import fill_table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Header, Label
 
 
 class HistoryScreen(ConsoleScreen):
@@ -52,7 +53,7 @@ class HistoryScreen(ConsoleScreen):
         runs: DataTable[Text] = DataTable(id="history-runs", cursor_type="row", zebra_stripes=True)
         runs.add_columns(*history_data.RUN_COLUMNS)
         yield runs
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     def on_screen_resume(self) -> None:
         self.load_history()

@@ -24,6 +24,7 @@ from ngb.tui.widgets.cursor import apply_cursor_blink
 from ngb.tui.widgets.data_grid import DataGrid
 from ngb.tui.widgets.heatmap import HeatmapView
 from ngb.tui.widgets.result_chart import ResultChart
+from ngb.tui.widgets.steady_footer import SteadyFooter
 from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
@@ -33,7 +34,6 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import (
-    Footer,
     Header,
     Input,
     Label,
@@ -149,7 +149,7 @@ class ResultsScreen(ConsoleScreen):
                         yield from self._tab_widgets(tab_id)
             yield TabPane("Table", id="tab-table")
             yield TabPane("Ops", id="tab-ops")  # per-operator profiles (tui/ops_view.py)
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     def _tab_widgets(self, tab: str) -> list[Widget]:
         """What a tab holds (``tab``: a chart kind, ``table`` or ``ops``)."""

@@ -23,6 +23,7 @@ from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.widgets.checklist import Checklist
 from ngb.tui.widgets.device_panel import DevicePanel
 from ngb.tui.widgets.log_tail import LogTail
+from ngb.tui.widgets.steady_footer import SteadyFooter
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,7 +32,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
-from textual.widgets import Button, Footer, Header, Input, Label, Select
+from textual.widgets import Button, Header, Input, Label, Select
 
 if TYPE_CHECKING:  # loaded lazily, through the backend
     from ngb.devices.inventory import Device
@@ -110,7 +111,7 @@ class RunScreen(ConsoleScreen):
         yield Label("No run yet: choose a sweep and devices, then press s.", id="run-status")
         yield VerticalScroll(id="device-panels")
         yield LogTail(id="run-log")
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()

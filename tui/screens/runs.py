@@ -19,13 +19,14 @@ from ngb.tui.backend import Backend
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.screens.confirm import ConfirmScreen
 from ngb.tui.screens.run import RunScreen
+from ngb.tui.widgets.steady_footer import SteadyFooter
 from ngb.tui.widgets.table_fill import fill_table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Header, Label
 
 if TYPE_CHECKING:
     from ngb.sweeps.run.listing import RunOverview
@@ -95,7 +96,7 @@ class RunsScreen(ConsoleScreen):
         table: DataTable[Text] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     # -- polling -----------------------------------------------------------------------------
     def on_screen_resume(self) -> None:

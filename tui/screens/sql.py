@@ -21,6 +21,7 @@ from ngb.core.base.errors import NgbError
 from ngb.tui.backend import Backend, SqlRow
 from ngb.tui.screens.base import ConsoleScreen
 from ngb.tui.settings import HISTORY_KEEP
+from ngb.tui.widgets.steady_footer import SteadyFooter
 
 if TYPE_CHECKING:
     from ngb.sweeps.store.snapshot import QueryJob
@@ -33,7 +34,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import (
     Button,
-    Footer,
     Header,
     Input,
     Label,
@@ -165,7 +165,7 @@ class SqlScreen(ConsoleScreen):
                     yield Button("Export", id="sql-export")
                 yield Label("", id="sql-status")
         yield DataGrid(id="sql-results")
-        yield Footer(compact=True, show_command_palette=False)
+        yield SteadyFooter(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         super().on_mount()
