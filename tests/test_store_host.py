@@ -179,3 +179,32 @@ def test_threads_on_two_stores_never_find_one_still_attached(tmp_path: Path, sto
     assert min(done) > 20  # every thread got its turns
     assert not attached(store.path) and not attached(other.path)
     assert other_process_opens(store.path, "rw") == "opened"
+
+
+def test_an_idle_host_serves_the_next_file_and_leaves_the_last_one_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_HOSTS`` files, a new file takes the least recently used idle host instead of a
+    new DuckDB instance; every file it served before stays readable here and writable from
+    another process, and reads of each file see only its own rows."""
+    from ngb.sweeps.store import host
+
+    stores = [Store(tmp_path / f"s{i}.duckdb") for i in range(host.MAX_HOSTS + 3)]
+    for i, s in enumerate(stores[: host.MAX_HOSTS]):
+        s.create_run(f"r{i}", "demo", "", ["localhost"], 1)
+    made: list[str] = []
+    real = duckdb.connect
+
+    def connect(database: str = ":memory:", *args: object, **kwargs: object) -> object:
+        made.append(str(database))
+        return real(database, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    for i, s in enumerate(stores[host.MAX_HOSTS :], start=host.MAX_HOSTS):
+        s.create_run(f"r{i}", "demo", "", ["localhost"], 1)
+    assert made == []  # the three new files were served by idle hosts
+    assert len(host._hosts) == host.MAX_HOSTS
+    for i, s in enumerate(stores):
+        assert [r["run_id"] for r in s.runs()] == [f"r{i}"]
+        assert not attached(s.path)
+    assert other_process_opens(stores[0].path, "rw") == "opened"

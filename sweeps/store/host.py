@@ -90,7 +90,16 @@ def _host_for(key: str) -> duckdb.DuckDBPyConnection:
 
     host = _hosts.get(key)
     if host is None:
-        host = _hosts[key] = duckdb.connect(":memory:", config=BASE_CONFIG)
+        idle = [k for k in _hosts if k not in _attached]
+        if len(_hosts) >= MAX_HOSTS and idle:
+            # the least recently used idle host serves this file now: its file is detached and
+            # none of its cursors is open, so no transaction of it keeps that file (the reason
+            # for one host per file), and a new instance costs ~18 ms of CPU to make and close
+            # (test processes make hundreds of store files)
+            host = _hosts.pop(idle[0])
+        else:
+            host = duckdb.connect(":memory:", config=BASE_CONFIG)
+        _hosts[key] = host
     _hosts.move_to_end(key)
     idle = [k for k in _hosts if k not in _attached and k != key]
     for old in idle[: max(0, len(_hosts) - MAX_HOSTS)]:
