@@ -77,11 +77,17 @@ def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
                 if number > version:
                     for statement in statements:
                         conn.execute(statement)
-        for number, (description, _statements) in enumerate(schema.MIGRATIONS, start=1):
-            if number > version:
-                conn.execute(
-                    "INSERT INTO schema_version VALUES (?, ?, ?)", [number, description, now()]
-                )
+        done = [
+            (number, description, now())
+            for number, (description, _statements) in enumerate(schema.MIGRATIONS, start=1)
+            if number > version
+        ]
+        if done:  # one statement: one INSERT a step was ~8 of a new store's ~50 ms of CPU
+            rows = ", ".join("(?, ?, ?)" for _ in done)
+            conn.execute(
+                f"INSERT INTO schema_version VALUES {rows}",  # noqa: S608 - placeholders only
+                [value for row in done for value in row],
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
