@@ -264,7 +264,7 @@ async def run_on(store: Store, sweep: object, device: str) -> str:
 
 
 def accuracy_rows(store: Store, run_id: str) -> list[tuple]:
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT batch, status, top1, accuracy_samples, accuracy_error FROM trials "
         "WHERE run_id = ? ORDER BY batch",
         [run_id],

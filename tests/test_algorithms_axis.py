@@ -202,7 +202,7 @@ def test_a_refused_pair_is_a_failed_unsupported_trial_with_its_reason(tmp_path: 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r1", "s", "", ["dev1"], 1)
     assert store.ingest_results("r1", "dev1", [outcome]) == 1
-    _, rows = store.query("SELECT algorithm, status, error_kind, error FROM results")
+    _, rows = store.select("SELECT algorithm, status, error_kind, error FROM results")
     assert rows == [("gemm", "failed", "unsupported", outcome.error)]
     cells = build_report("algorithms", store).tables[0]
     assert cells.rows == [["noop", "— [1]", None]]
@@ -213,7 +213,7 @@ def test_a_refused_pair_is_a_failed_unsupported_trial_with_its_reason(tmp_path: 
 
 
 def test_ingest_writes_the_algorithm_and_labels_it(store: Store) -> None:
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT device, compiler, optimisation, algorithm, label, status FROM trials "
         "WHERE compiler IN ('identity', 'tvm-ms') ORDER BY ALL"
     )
@@ -222,7 +222,7 @@ def test_ingest_writes_the_algorithm_and_labels_it(store: Store) -> None:
     assert ("dev1", "identity", "none", "default", f"{MODEL}/identity/b8", "ok") in rows
     assert ("dev1", "tvm-ms", "none", "sparse-csr", f"{MODEL}/tvm-ms+sparse-csr/b8",
             "failed") in rows  # fmt: skip
-    columns, _ = store.query("SELECT * FROM results LIMIT 0")
+    columns, _ = store.select("SELECT * FROM results LIMIT 0")
     assert columns[columns.index("optimisation") + 1] == "algorithm"
 
 
@@ -258,9 +258,9 @@ def test_an_older_store_gains_the_column_and_reads_its_rows_as_default(tmp_path:
     assert store.ingest_results("new", "dev1", [result("identity", 800.0, algorithm="gemm"),
                                                 result("identity", 1000.0)]) == 2  # fmt: skip
     assert store.schema_version() == schema.latest_version()
-    _, rows = store.query("SELECT run_id, algorithm FROM results ORDER BY run_id, algorithm")
+    _, rows = store.select("SELECT run_id, algorithm FROM results ORDER BY run_id, algorithm")
     assert rows == [("new", "default"), ("new", "gemm"), ("old", "default")]
-    _, raw = store.query("SELECT run_id, algorithm FROM trials ORDER BY run_id, algorithm")
+    _, raw = store.select("SELECT run_id, algorithm FROM trials ORDER BY run_id, algorithm")
     assert raw == [("new", "default"), ("new", "gemm"), ("old", None)]  # read, not rewritten
     # the old row and the new default one are one point: the newest wins, gemm is another
     data = ReportData(store)

@@ -302,9 +302,9 @@ def test_precision_travels_to_the_store_and_older_files_migrate(tmp_path: Path) 
     store = Store(path)
     assert store.ingest_results("new", "dev", [result]) == 1
     assert store.schema_version() == schema.latest_version()
-    _, rows = store.query("SELECT run_id, precision, precision_asked FROM results ORDER BY 1")
+    _, rows = store.select("SELECT run_id, precision, precision_asked FROM results ORDER BY 1")
     assert rows == [("new", "fp32", "fp32"), ("old", None, "default")]
-    _, flags = store.query("SELECT precision_flags FROM trials WHERE run_id = 'new'")
+    _, flags = store.select("SELECT precision_flags FROM trials WHERE run_id = 'new'")
     assert json.loads(flags[0][0])["float32_matmul_precision"] == "highest"
 
 

@@ -365,7 +365,7 @@ def test_a_trial_without_a_meter_says_so_in_one_line_and_in_the_store(tmp_path: 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("e1", "energy", "", ["localhost"], 1)
     store.ingest_results("e1", "localhost", [result])
-    _, rows = store.query("SELECT energy_j_per_sample, energy_note FROM results")
+    _, rows = store.select("SELECT energy_j_per_sample, energy_note FROM results")
     assert rows == [(None, result.energy_note)]
 
 

@@ -34,7 +34,7 @@ def sweep(n: int, compile_s: float) -> Sweep:
 
 
 def assert_exactly_once(store: Store, run_id: str, keys: set[str], devices: list[str]) -> None:
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT device, key, count(*) FROM trials WHERE run_id = ? GROUP BY ALL", [run_id]
     )
     assert {n for *_, n in rows} == {1}, "a trial was stored twice"

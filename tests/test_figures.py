@@ -385,7 +385,7 @@ def test_serving_figure_plots_each_stored_run(store: Store) -> None:
     (panel,) = spec.panels
     assert isinstance(panel, LinePanel) and panel.title == "resnet18/b1"
     assert panel.reference == LIMIT_MS and panel.logx and panel.logy
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT compiler, offered_qps, latency_p99_ms, latency_p99_lo_ms, latency_p99_hi_ms, "
         "latency_p50_ms, latency_p50_lo_ms, latency_p50_hi_ms, verdict FROM serving "
         "WHERE run_id = 'r1' ORDER BY compiler, offered_qps"

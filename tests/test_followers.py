@@ -91,7 +91,7 @@ async def test_a_follower_that_does_not_own_the_device_never_restarts_its_agent(
     died = [e for e in store.errors(run_id) if e["kind"] == "agent"]
     assert len(died) == 1 and "restart 1/3" in died[0]["message"], died
     sql = "SELECT key, count(*) FROM trials WHERE run_id = ? GROUP BY key"
-    _, rows = store.query(sql, [run_id])
+    _, rows = store.select(sql, [run_id])
     assert len(rows) == 6 and {n for _, n in rows} == {1}
 
 
@@ -112,7 +112,7 @@ async def test_when_the_owner_goes_away_the_follower_acts(env):
     await console.close()
     assert summary["devices"]["localhost"]["state"] == "finished", summary
     assert summary["devices"]["localhost"]["restarts"] == 1
-    _, rows = store.query("SELECT count(DISTINCT key), count(*) FROM trials WHERE run_id = ?",
+    _, rows = store.select("SELECT count(DISTINCT key), count(*) FROM trials WHERE run_id = ?",
                           [run_id])  # fmt: skip
     assert rows == [(5, 5)]
 

@@ -376,13 +376,13 @@ def _counts(db) -> dict[str, int]:
     store = Store(db)
     out = {}
     for table in ("runs", "run_devices", "trials", "measurements", "environments"):
-        _, rows = store.query(f"SELECT count(*) FROM {table}")  # noqa: S608
+        _, rows = store.select(f"SELECT count(*) FROM {table}")  # noqa: S608
         out[table] = rows[0][0]
     return out
 
 
 def _trial_ids(db) -> set[tuple[str, str, str]]:
-    _, rows = Store(db).query("SELECT run_id, device, key FROM trials")
+    _, rows = Store(db).select("SELECT run_id, device, key FROM trials")
     return {tuple(r) for r in rows}
 
 
@@ -405,7 +405,7 @@ def test_import_keeps_every_trial_once_with_its_id(tmp_path):
     assert r.exit_code == 0, r.output
     assert "imported 5 trials, 5 new runs" in r.output
     assert "tables not merged: my_scratch" in r.output
-    assert Store(first).query("SELECT * FROM run_notes")[1] == [("ws2-01", "fan replaced")]
+    assert Store(first).select("SELECT * FROM run_notes")[1] == [("ws2-01", "fan replaced")]
     after = _counts(first)
     for table in ("runs", "run_devices", "trials", "measurements", "environments"):
         assert after[table] == before_first[table] + before_second[table], table
@@ -508,9 +508,9 @@ async def test_compare_names_the_changed_points_and_the_field_and_gates(tmp_path
     assert db.read_bytes() == stored
 
     # provenance reached the store: the hash per trial, the package list once
-    _, rows = Store(db).query("SELECT count(DISTINCT env_hash), count(*) FROM trials")
+    _, rows = Store(db).select("SELECT count(DISTINCT env_hash), count(*) FROM trials")
     assert rows[0] == (1, 4)
-    _, rows = Store(db).query("SELECT packages FROM environments")
+    _, rows = Store(db).select("SELECT packages FROM environments")
     assert len(rows) == 1 and '"numpy==' in rows[0][0]
 
 

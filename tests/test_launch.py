@@ -218,7 +218,7 @@ async def test_first_start_costs_one_command_once_the_agent_is_deployed(tmp_path
         summary = await orch.wait(run_id)
         await orch.close()
         assert summary["devices"]["localhost"]["state"] == "finished", summary
-        _, rows = store.query("SELECT count(*) FROM trials WHERE run_id = ?", [run_id])
+        _, rows = store.select("SELECT count(*) FROM trials WHERE run_id = ?", [run_id])
         assert rows[0][0] == 1
     # Fresh device: ask, upload, install + start. Deployed: one command starts the run.
     assert calls[0][:3] == ["ngb-launch", "put", "ngb-launch"]

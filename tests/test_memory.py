@@ -136,7 +136,7 @@ def test_a_cpu_trial_stores_rss_per_phase_with_its_source(tmp_path: Path) -> Non
     store = Store(tmp_path / "r.duckdb")
     store.create_run("m", "mem", "", ["here"], 1)
     store.ingest_results("m", "here", [result])
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT peak_rss_compile_mb, peak_rss_warmup_mb, peak_rss_timed_mb, rss_source, "
         "gpu_mem_source FROM trials"
     )

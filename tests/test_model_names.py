@@ -111,7 +111,7 @@ batches = [1]
     assert (await orch.wait(run_id))["status"] == "finished"
     await orch.close()
 
-    _, rows = Store(db).query("SELECT DISTINCT model FROM trials")
+    _, rows = Store(db).select("SELECT DISTINCT model FROM trials")
     assert rows == [("net.py:build",)]
     [series] = history.series_of(history.load(Store(db), {}))
     assert sorted(e.run_id for e in series.entries) == sorted(
@@ -119,7 +119,7 @@ batches = [1]
     )
 
     _measure(tmp_path, "code/net.py:build", *common, "--run", "cli-named", "--name", "net")
-    _, rows = Store(db).query("SELECT model FROM trials WHERE run_id = 'cli-named'")
+    _, rows = Store(db).select("SELECT model FROM trials WHERE run_id = 'cli-named'")
     assert rows == [("net",)]
 
 
@@ -156,10 +156,10 @@ def test_an_older_store_names_its_own_models_by_their_files(tmp_path):
             "('old', 'localhost', 'k1', 'examples/own-models/tiny_cnn.onnx')"
         )
     store = Store(path)
-    _, got = store.query("SELECT key, model FROM trials ORDER BY key")
+    _, got = store.select("SELECT key, model FROM trials ORDER BY key")
     assert got == [("k1", "tiny_cnn.onnx"), ("k2", "resmlp.py:build"), ("k3", "cnn-onnx"),
                    ("k4", "resnet18")]  # fmt: skip
-    _, got = store.query("SELECT model FROM profiles")
+    _, got = store.select("SELECT model FROM profiles")
     assert got == [("tiny_cnn.onnx",)]
 
 
@@ -180,7 +180,7 @@ def test_profile_takes_an_own_model_and_names_it_as_measure_does(tmp_path, monke
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "mlp.py:build b1" in r.output
-    _, rows = Store(db).query("SELECT DISTINCT model FROM profiles")
+    _, rows = Store(db).select("SELECT DISTINCT model FROM profiles")
     assert rows == [("mlp.py:build",)]
 
     sweep = tmp_path / "s.toml"

@@ -45,7 +45,7 @@ def env(tmp_path, monkeypatch):
 
 
 def trial_counts(store: Store, run_id: str) -> dict[tuple[str, str], int]:
-    cols, rows = store.query(
+    cols, rows = store.select(
         "SELECT device, key, count(*) FROM trials WHERE run_id = ? GROUP BY ALL", [run_id]
     )
     return {(d, k): n for d, k, n in rows}

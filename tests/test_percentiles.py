@@ -110,14 +110,14 @@ def test_store_keeps_bounds_and_calls_and_advise_filters_on_the_upper_bound(
         _result(2, 100, 11.0),  # openvino: fastest, but 100 calls cannot claim a p99
     ]
     store.ingest_results("t", "box", results)
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT compiler, latency_calls, latency_p99_lo_ms, latency_p99_hi_ms, "
         "latency_kept_every FROM trials ORDER BY compiler"
     )
     by = {r[0]: r[1:] for r in rows}
     assert by["openvino"][0] == 100 and by["openvino"][2] is None  # not claimed: NULL
     assert by["identity"][1] <= by["identity"][2] <= 12.0 and by["identity"][3] == 1
-    _, kept = store.query("SELECT count(*), max(call) FROM latencies WHERE key = ?",
+    _, kept = store.select("SELECT count(*), max(call) FROM latencies WHERE key = ?",
                           [results[0].key])  # fmt: skip
     assert kept == [(2000, 1999)]
 

@@ -42,10 +42,10 @@ def test_measure_profile_prints_and_stores_what_report_ops_prints(tmp_path: Path
     assert "the ten costliest kernels" in out.stdout
     assert "stored: run m1" in out.stderr
     store = Store(db)
-    _, keys = store.query("SELECT t.key, p.key, p.timed_ms FROM trials t, profiles p")
+    _, keys = store.select("SELECT t.key, p.key, p.timed_ms FROM trials t, profiles p")
     ((trial_key, profile_key, timed_ms),) = keys
     assert trial_key == profile_key and timed_ms > 0  # keyed to the trial, timed ms beside it
-    _, extra = store.query("SELECT extra FROM trials")
+    _, extra = store.select("SELECT extra FROM trials")
     assert '"records"' not in extra[0][0]  # the store holds the profile in its own tables
     report = CliRunner().invoke(cli, ["report", "ops", "--db", db])
     assert report.exit_code == 0, report.output
@@ -66,7 +66,7 @@ def test_measure_without_a_profiler_says_why_in_one_line(tmp_path: Path) -> None
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.stdout)
     assert "no profiler is wired" in data["extra"]["profile"]["error"]
-    _, extra = Store(db).query("SELECT extra FROM trials")
+    _, extra = Store(db).select("SELECT extra FROM trials")
     assert "no profiler is wired" in json.loads(extra[0][0])["profile_error"]  # stored as such
 
 

@@ -43,7 +43,7 @@ def test_a_runtime_without_a_profiler_keeps_its_timed_result(tmp_path: Path) -> 
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r", "s", "", ["here"], 1)
     store.ingest_results("r", "here", [result])
-    _, rows = store.query("SELECT extra FROM trials")
+    _, rows = store.select("SELECT extra FROM trials")
     assert "profile_error" in rows[0][0] and '"records"' not in rows[0][0]
     assert load_profiles(store) == []
 
@@ -69,11 +69,11 @@ def test_the_pass_follows_the_timing_and_is_stored_keyed_to_the_trial(
     store = Store(tmp_path / "r.duckdb")
     store.create_run("r", "s", "", ["here"], 1)
     assert store.ingest_results("r", "here", [profiled]) == 1
-    _, rows = store.query("SELECT key, timed_ms, profiled_ms, calls FROM profiles")
+    _, rows = store.select("SELECT key, timed_ms, profiled_ms, calls FROM profiles")
     assert len(rows) == 1 and rows[0][0] == profiled.key and rows[0][1] == pytest.approx(timed)
-    _, rows = store.query("SELECT count(*), min(key) FROM profile_kernels")
+    _, rows = store.select("SELECT count(*), min(key) FROM profile_kernels")
     assert rows[0] == (len(data["records"]), profiled.key)
-    _, rows = store.query("SELECT extra FROM trials")
+    _, rows = store.select("SELECT extra FROM trials")
     assert '"records"' not in rows[0][0]  # the profile left extra for its own tables
     assert profiled.extra["profile"] is data  # ... of the stored copy: the caller keeps it
     (point, profile), *_ = load_profiles(store, run_id="r")

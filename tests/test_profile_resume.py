@@ -147,7 +147,7 @@ def test_a_killed_profiled_run_resumes_with_its_passes(tmp_path: Path) -> None:
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     started = [e for e in map(events.decode, lines) if e and e.get("type") == "run_started"]
     assert len(started) == 2 and started[1]["skipped"] >= 1  # started again from its checkpoint
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT t.key, count(p.key) FROM trials t LEFT JOIN profiles p ON p.key = t.key "
         "AND p.run_id = t.run_id WHERE t.run_id = ? AND t.status = 'ok' GROUP BY t.key",
         [run_id],

@@ -55,7 +55,7 @@ def test_serve_side_by_side_and_stored(tmp_path: Path) -> None:
     assert "latency from the scheduled time: p50" in out and "issue lag p50" in out
     assert "side by side:" in out and "verdict:" in out
     assert "stored: 2 serving row(s) as run s1" in err
-    _, rows = Store(db).query(
+    _, rows = Store(db).select(
         "SELECT model, width, compiler, scenario, target_qps, requests, probe, verdict "
         "FROM serving WHERE run_id = 's1'"
     )
@@ -73,13 +73,13 @@ def test_find_peak_reports_qps_star_and_stores_every_probe(tmp_path: Path) -> No
     assert "QPS* " in out and "probes" in out
     assert "peak search for p99 <= 30 ms" in err and "probe 1 (bracket)" in err
     store = Store(db)
-    _, peaks = store.query(
+    _, peaks = store.select(
         "SELECT compiler, limit_ms, peak_qps, peak_low, peak_high, method, probes "
         "FROM serving_peaks"
     )
     (compiler, limit, qps, low, high, method, probes), = peaks  # fmt: skip
     assert compiler == "noop" and limit == 30 and probes == 5
-    _, probe_rows = store.query(
+    _, probe_rows = store.select(
         "SELECT probe, phase, target_qps, verdict, latency_p99_hi_ms FROM serving ORDER BY probe"
     )
     assert [r[0] for r in probe_rows] == [0, 1, 2, 3, 4]
@@ -132,7 +132,7 @@ def test_a_search_that_verified_no_rate_has_no_lower_bound_anywhere(tmp_path: Pa
     db = tmp_path / "r.duckdb"
     store = Store(db)
     save_run(store, "u1", [outcome], "localhost")
-    _, ((low, stored_high),) = store.query("SELECT peak_low, peak_high FROM serving_peaks")
+    _, ((low, stored_high),) = store.select("SELECT peak_low, peak_high FROM serving_peaks")
     assert low is None and stored_high == high
 
     def report(fmt: str) -> str:

@@ -295,7 +295,7 @@ def test_ngb_status_counts_a_served_trial_done_for_its_slot(tmp_path) -> None:
     store = _slot_store_with_a_served_trial(tmp_path)
     for slot in ("gpu.1", "gpu.2"):
         store.upsert_run_device("r1", slot, state="finished", n_trials=1)
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT device, ok, failed FROM run_progress WHERE run_id = 'r1' ORDER BY device"
     )
     assert [tuple(r) for r in rows] == [("gpu.1", 0, 0), ("gpu.2", 1, 0)]

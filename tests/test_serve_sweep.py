@@ -90,13 +90,13 @@ async def test_a_served_sweep_stores_serving_rows_under_its_run_and_device(env):
     assert (dev["state"], dev["done"], dev["failed"]) == ("finished", 2, 1)
 
     # the served trial is no trials row (its throughput is empty); the failed one is one
-    _, trials = store.query(
+    _, trials = store.select(
         "SELECT key, status, error, spec FROM trials WHERE run_id = ?", [run_id]
     )
     assert [(k, s) for k, s, _, _ in trials] == [(failing.key, "failed")]
     assert "asked to fail" in trials[0][2] and json.loads(trials[0][3])["serve"]["qps"] == 150
 
-    cols, rows = store.query(
+    cols, rows = store.select(
         "SELECT device, model, width, compiler, scenario, target_qps, completed_qps, requests, "
         "latency_p99_ms, latency_p99_lo_ms, latency_p99_hi_ms, latency_p50_lo_ms, "
         "latency_p50_hi_ms, limit_ms, verdict, verdict_reason, probe FROM serving "
@@ -147,7 +147,7 @@ async def test_a_served_sweep_stores_serving_rows_under_its_run_and_device(env):
     again = TrialResult.from_dict(done[0])
     assert outcome_from_dict(again.extra["serving"]).settings == served.serve
     assert store.ingest_results(run_id, "localhost", [again]) == 0
-    assert store.query("SELECT count(*) FROM serving WHERE run_id = ?", [run_id])[1] == [(1,)]
+    assert store.select("SELECT count(*) FROM serving WHERE run_id = ?", [run_id])[1] == [(1,)]
 
 
 def test_a_serving_trial_keeps_timed_trials_keys_and_gets_its_serving_time() -> None:

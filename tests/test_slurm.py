@@ -251,7 +251,7 @@ def jobs_named(cluster: SlurmCluster, run_id: str) -> list[dict[str, str]]:
 
 
 def trial_rows(store: Store, run_id: str) -> list[tuple[str, str, str, str]]:
-    _, rows = store.query(
+    _, rows = store.select(
         "SELECT device, key, status, coalesce(error, '') FROM trials WHERE run_id = ? "
         "ORDER BY device, key",
         [run_id],
@@ -321,7 +321,7 @@ async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path
     node = f"{cluster.node}@{PARTITION}"
     names = {r[0] for r in rows}
     assert names in ({node, f"{node}#part.1"}, {node, f"{node}#part.2"}), names
-    _, flags = store.query(
+    _, flags = store.select(
         "SELECT device, disturbed, verdict_reason, extra FROM trials WHERE run_id = ?", [run_id]
     )
     for device, disturbed, reason, extra in flags:  # a shared node flags each trial measured there
@@ -330,7 +330,7 @@ async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path
         assert slurm_nodes.SHARED_NOTE in reason
         assert facts["slurm"]["node"] == cluster.node and facts["slurm"]["partition"] == PARTITION
         assert device == node or device == f"{node}#{facts['run_device']}"
-    _, samples = store.query("SELECT DISTINCT device FROM cpu_samples WHERE run_id = ?", [run_id])
+    _, samples = store.select("SELECT DISTINCT device FROM cpu_samples WHERE run_id = ?", [run_id])
     assert samples and {d for (d,) in samples} <= names  # live samples beside their results
     assert any("shared node" in m for m in messages), messages
     print(f"\nslurm: first result {first[0]:.1f} s after start, run {time.monotonic() - t0:.1f} s")
@@ -386,7 +386,7 @@ async def test_an_external_scancel_fails_the_trial_in_flight_and_the_resume_fini
     # both allocations' results (and the trial failed by the first's end) under the node's name,
     # not exclusive-flagged: the job had the node to itself
     assert {r[0] for r in rows} == {f"{cluster.node}@{PARTITION}"}
-    _, jobs = store.query("SELECT extra FROM trials WHERE run_id = ?", [run_id])
+    _, jobs = store.select("SELECT extra FROM trials WHERE run_id = ?", [run_id])
     facts = [json.loads(e)["slurm"] for (e,) in jobs]
     assert {f["job"] for f in facts} == {int(j["id"]) for j in jobs_named(cluster, run_id)}
     assert not any(f["shared"] for f in facts)

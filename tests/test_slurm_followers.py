@@ -179,7 +179,7 @@ def jobs_named(cluster: SlurmCluster, run_id: str) -> list[dict[str, str]]:
 
 
 def trial_rows(db: Path, run_id: str) -> list[tuple[str, str, str, str, dict]]:
-    _, rows = Store(db).query(
+    _, rows = Store(db).select(
         "SELECT device, key, status, coalesce(error, ''), extra FROM trials WHERE run_id = ? "
         "ORDER BY key",
         [run_id],

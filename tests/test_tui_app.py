@@ -192,7 +192,7 @@ async def test_run_to_finish_then_results_and_sql(tmp_path: Path) -> None:
                 or "read only" in label_text(app, "#sql-status").lower()
             ),
         )
-        assert app.backend.store().query("SELECT count(*) FROM trials")[1] == [(4,)]
+        assert app.backend.store().select("SELECT count(*) FROM trials")[1] == [(4,)]
         # Export the last good query as CSV and the trials table as Parquet.
         editor.text = "SELECT model, compiler, batch FROM trials ORDER BY batch"
         await pilot.press("ctrl+j")
