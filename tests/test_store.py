@@ -32,6 +32,7 @@ from ngb.sweeps.store.result_store import IngestBatch
 from ngb.sweeps.store.snapshot import export
 
 from tests.cli_helpers import NGB, ngb, scaled
+from tests.duckdb_opens import record_connects
 
 
 def make_result(i: int, *, reps: int = 3, status: str = "ok", batch: int = 1) -> TrialResult:
@@ -961,14 +962,7 @@ def test_select_reads_what_query_reads_without_an_instance_of_its_own(
             [("r1", "demo")],
         )
     )
-    opened: list[str] = []
-    real = duckdb.connect
-
-    def connect(database: str = ":memory:", *args: object, **kwargs: object) -> object:
-        opened.append(str(database))
-        return real(database, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(duckdb, "connect", connect)
+    opened = record_connects(monkeypatch)
     assert store.select(sql, ["r1"])[1] == [("r1", "demo")]
     assert str(store.path) not in opened, opened
     store.query(sql, ["r1"])

@@ -17,6 +17,7 @@ from ngb.sweeps.store.connect import connection
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.host import attached
 
+from tests.duckdb_opens import record_connects
 from tests.other_process import run_snippet
 
 # another process opens the file once, read-only or read-write (no retries): what it says
@@ -192,14 +193,7 @@ def test_an_idle_host_serves_the_next_file_and_leaves_the_last_one_free(
     stores = [Store(tmp_path / f"s{i}.duckdb") for i in range(host.MAX_HOSTS + 3)]
     for i, s in enumerate(stores[: host.MAX_HOSTS]):
         s.create_run(f"r{i}", "demo", "", ["localhost"], 1)
-    made: list[str] = []
-    real = duckdb.connect
-
-    def connect(database: str = ":memory:", *args: object, **kwargs: object) -> object:
-        made.append(str(database))
-        return real(database, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(duckdb, "connect", connect)
+    made = record_connects(monkeypatch)
     for i, s in enumerate(stores[host.MAX_HOSTS :], start=host.MAX_HOSTS):
         s.create_run(f"r{i}", "demo", "", ["localhost"], 1)
     assert made == []  # the three new files were served by idle hosts
