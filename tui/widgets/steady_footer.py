@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets._footer import FooterKey  # not exported by textual.widgets (8.2.8, pinned)
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
