@@ -487,13 +487,19 @@ def test_query_and_export_work_from_other_processes_while_a_writer_writes(
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
         seen = []
+        # The writer holds the file for each ingest and lets go for 20 ms between them; a reader
+        # gets in between two. Under a loaded make test a reader's 5 s default (--wait) ran out
+        # once (a fresh clone's second run, 2026-11-30): its wait stretches with the load here.
+        wait = str(scaled(20))
         for i in range(3):
-            q = ngb("query", "--format", "json", "SELECT count(*) AS n FROM trials", env=env)
+            q = ngb("query", "--wait", wait, "--format", "json", "SELECT count(*) AS n FROM trials",
+                    env=env)  # fmt: skip
             assert q.returncode == 0, q.stderr
             seen.append(json.loads(q.stdout)[0]["n"])
             fmt = ("parquet", "csv")[i % 2]
             out = tmp_path / f"export{i}.{fmt}"
-            e = ngb("export", "--format", fmt, "--table", "measurements", "-o", str(out), env=env)
+            e = ngb("export", "--wait", wait, "--format", fmt, "--table", "measurements",
+                    "-o", str(out), env=env)  # fmt: skip
             assert e.returncode == 0, e.stderr
             assert out.exists() and "wrote" in e.stdout
         assert seen == sorted(seen) and seen[-1] > 0
