@@ -570,11 +570,7 @@ class Store:
             ctx = self._reader(external_access=grant)
         with ctx as conn:
             try:
-                cur = conn.execute(sql, list(params) if params else None)
-                if cur.description is None:
-                    return [], []
-                columns = [d[0] for d in cur.description]
-                return columns, cur.fetchall()
+                return _answer(conn, sql, params)
             except duckdb.Error as exc:
                 raise sql_error(exc, allow_write, allow_files) from None
 
@@ -594,10 +590,7 @@ class Store:
 
         with self._reader() as conn:
             try:
-                cur = conn.execute(sql, list(params) if params else None)
-                if cur.description is None:
-                    return [], []
-                return [d[0] for d in cur.description], cur.fetchall()
+                return _answer(conn, sql, params)
             except duckdb.Error as exc:
                 raise sql_error(exc, False) from None
 
@@ -622,6 +615,17 @@ class Store:
         """Raise a one-line NgbError when the results file does not exist."""
         if not self.path.exists():
             raise NgbError(f"no results database at {self.path} (nothing has been stored yet)")
+
+
+def _answer(
+    conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """(column names, rows) of one statement (``query``'s and ``select``'s); none for one that
+    answers nothing. DuckDB's errors come out as they are."""
+    cur = conn.execute(sql, list(params) if params else None)
+    if cur.description is None:
+        return [], []
+    return [d[0] for d in cur.description], cur.fetchall()
 
 
 def _filters(**columns: object) -> tuple[str, list[object]]:
