@@ -93,6 +93,8 @@ py=$2
 agent=$3
 shift 3
 if [ -s events.jsonl ] && [ -n "$(tail -c 1 events.jsonl)" ]; then echo >> events.jsonl; fi
+ngb_events=0
+if [ -n "${ngb_ready:-}" ] && [ -f events.jsonl ]; then ngb_events=$(wc -c < events.jsonl); fi
 nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
 echo $!
 """
@@ -180,11 +182,19 @@ _LAUNCH_SCRIPT = "mode=$1\nshift\n" + _INSTALL_SCRIPT + _REBASE_THEN_START + _ST
 # The first start that is its own check (``launch_argv(ready_by_start=True)``): the installer
 # leaves the check to it (``ngb_first``), and after the start above (whose ``$!`` is the agent:
 # nohup and setsid exec in place) it waits until the agent's pid file names it -- the agent got
-# past its imports and its arguments -- or the agent died, whose last stderr line is then the
-# answer (exit 5, the run dir removed: nothing was started); then the marker. A start that found
-# its agent alive has exited already. The wait uses shell builtins and backs off (0.05 s to
-# 0.5 s, at most ~60 s): 128 devices polling every 50 ms with cat and grep forked thousands of
-# processes a second while their agents imported on the same two cores.
+# past its imports and its arguments -- or the agent is gone. A start that found its agent alive
+# has exited already. The wait uses shell builtins and backs off (0.05 s to 0.5 s, at most ~60 s):
+# 128 devices polling every 50 ms with cat and grep forked thousands of processes a second while
+# their agents imported on the same two cores.
+# An agent gone before the pid file named it has still run the run when this run lives on: the
+# pid file names another live agent of it (one an earlier start launched, whose answer was lost
+# with the link, won the checkpoint's lock: this one exited "another agent is running"), or the
+# events grew by one (it found every trial done, or its whole life fell between two looks). Then the
+# start succeeded, and the live agent's pid is the last line. Otherwise the interpreter never
+# ran the agent: its last stderr line is the answer (exit 5), and the run dir goes only if this
+# start made it (no events, no checkpoint before it). Under a 128-device start on two cores, a
+# second start after a lost answer removed the run dir of an agent that ran or had finished, and
+# its follower then failed the device: "the run directory ... vanished from the device".
 _READY_BY_START = r"""
 if [ -n "${ngb_ready:-}" ]; then
   pid=$!
@@ -192,11 +202,20 @@ if [ -n "${ngb_ready:-}" ]; then
   wait_s=0.05
   until [ -s agent.pid ] && read -r p < agent.pid && [ "$p" = "$pid" ]; do
     if ! ngb_is_agent "$pid" ""; then  # exited, or a zombie: IS_AGENT (in _START_SCRIPT)
+      if [ -s agent.pid ] && read -r p < agent.pid && ngb_is_agent "$p" "${PWD##*/}"; then
+        echo "$p"
+        break
+      fi
+      if [ -f events.jsonl ] && tail -c "+$((ngb_events + 1))" events.jsonl | grep -q '^{"'; then
+        break  # it wrote an event since the start: it ran
+      fi
       why=$(grep -v '^[[:space:]]*$' agent.err | tail -n 1)
       printf "python '%s' cannot run on the device (%s)\n" "$py" "${why:-it exited at once}" >&2
-      rd=$(pwd)
-      cd /
-      rm -rf -- "$rd"
+      if [ "$ngb_events" -eq 0 ] && [ ! -s checkpoint.jsonl ]; then
+        rd=$(pwd)
+        cd /
+        rm -rf -- "$rd"
+      fi
       exit 5
     fi
     n=$((n + 1))
