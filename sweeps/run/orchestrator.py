@@ -509,8 +509,9 @@ class Orchestrator:
         Only the owner calls a run dir without a final row "vanished": a follower that does
         not own the device leaves the word to the owner (``OwnerWatch.wait``), whose final row
         may not be readable yet (under a 128-device ``--detach`` start and an ``attach``, load
-        ~25, followers failed 3 and 30 finished devices "vanished"; an owner still fails 1-2
-        that way there, cause not found: see the 2026-11-30 note). And a store busy in another
+        ~25, followers failed 3 and 30 finished devices "vanished"; the owner's last 1-3 were
+        a second first start after a lost answer, whose interpreter check removed the run dir:
+        ``protocol._READY_BY_START`` keeps it now). And a store busy in another
         process is asked again, not taken for an answer: ``DatabaseBusy`` is an ``NgbError``,
         which failed the device."""
         assert dev.paths is not None
