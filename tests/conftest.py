@@ -117,6 +117,12 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"subprocesses would run it; reinstall it here: make setup "
                 "(or pip install --no-deps -e .)"
             )
+    if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
+        # the xdist controller, before its workers start: each would rewrite every test
+        # module's asserts itself where the cache is cold (a fresh clone), tests/rewrite_once.py
+        from tests.rewrite_once import write_rewritten
+
+        write_rewritten(sorted((ROOT / "tests").glob("test_*.py")), config)
 
 
 # The test files that take longest, longest first (seconds of test time each in a `make test`
