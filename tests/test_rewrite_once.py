@@ -75,8 +75,9 @@ _rewrite_test = rewrite._rewrite_test
 
 
 def logged(fn, config):
+    who = getattr(config, "workerinput", {}).get("workerid", "controller")
     with open(os.environ["REWRITE_LOG"], "a") as log:
-        print(os.environ.get("PYTEST_XDIST_WORKER", "controller"), Path(fn).name, file=log)
+        print(who, Path(fn).name, file=log)
     return _rewrite_test(fn, config)
 
 
@@ -101,7 +102,9 @@ def test_xdist_workers_read_what_the_controller_wrote(tmp_path: Path, cache: str
     conftest = _CONFTEST if cache == "cold" else _CONFTEST.split("\n\ndef pytest_configure")[0]
     (project / "conftest.py").write_text(textwrap.dedent(conftest))
     log = tmp_path / "rewrites.log"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # not this run's bytecode setting, nor its xdist worker's variables (make test's own workers)
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("PYTEST_")}  # fmt: skip
     env.update(REWRITE_LOG=str(log), PYTHONPATH=str(ROOT))
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
