@@ -188,13 +188,14 @@ _LAUNCH_SCRIPT = "mode=$1\nshift\n" + _INSTALL_SCRIPT + _REBASE_THEN_START + _ST
 # their agents imported on the same two cores.
 # An agent gone before the pid file named it has still run the run when this run lives on: the
 # pid file names another live agent of it (one an earlier start launched, whose answer was lost
-# with the link, won the checkpoint's lock: this one exited "another agent is running"), or the
-# events grew by one (it found every trial done, or its whole life fell between two looks). Then the
-# start succeeded, and the live agent's pid is the last line. Otherwise the interpreter never
-# ran the agent: its last stderr line is the answer (exit 5), and the run dir goes only if this
-# start made it (no events, no checkpoint before it). Under a 128-device start on two cores, a
-# second start after a lost answer removed the run dir of an agent that ran or had finished, and
-# its follower then failed the device: "the run directory ... vanished from the device".
+# with the link, won the checkpoint's lock: this one exited "another agent is running"), or an
+# event line was added since the start (it found every trial done, or its whole life fell between
+# two looks). Then the start succeeded, and a live agent's pid is the last line. Otherwise the
+# interpreter never ran the agent: its last stderr line is the answer (exit 5), and the run dir
+# goes only if this start made it (no events, no checkpoint before it). Under a 128-device start
+# on two cores, a second start after a lost answer removed the run dir of an agent that ran or
+# had finished, and its follower then failed the device: "the run directory ... vanished from
+# the device".
 _READY_BY_START = r"""
 if [ -n "${ngb_ready:-}" ]; then
   pid=$!
