@@ -49,6 +49,14 @@ def first_start(workdir: Path, agent: Path, digest: str, python: str) -> list[st
                               isolate="inprocess", ready_by_start=True)  # fmt: skip
 
 
+def shim(tmp_path: Path, body: str) -> str:
+    """A "python" that does what ``body`` says instead of running the agent."""
+    path = tmp_path / "python-shim"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
 def test_the_started_agent_is_the_interpreter_check(tmp_path: Path) -> None:
     workdir, archive, digest = installed(tmp_path)
     res = sh(first_start(workdir, archive, digest, sys.executable), trial_line())
@@ -69,24 +77,14 @@ def test_the_started_agent_is_the_interpreter_check(tmp_path: Path) -> None:
 
 def test_a_python_that_cannot_run_the_agent_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     workdir, archive, digest = installed(tmp_path)
-    old = tmp_path / "python2"  # starts, but cannot read the agent
-    old.write_text("#!/bin/sh\necho 'SyntaxError: invalid syntax' >&2\nexit 1\n")
-    old.chmod(0o755)
-    for python, why in [(str(tmp_path / "no" / "python3"), "No such file"), (str(old), "Syntax")]:
+    old = shim(tmp_path, "echo 'SyntaxError: invalid syntax' >&2\nexit 1\n")  # cannot read it
+    for python, why in [(str(tmp_path / "no" / "python3"), "No such file"), (old, "Syntax")]:
         res = sh(first_start(workdir, archive, digest, python), trial_line())
         assert res.returncode == remote.EXIT_BAD_PYTHON, res
         assert res.stderr.count("\n") == 1 and why in res.stderr, res.stderr
         assert res.stderr.startswith(f"python '{python}' cannot run on the device (")
         assert not (workdir / "runs" / "r1").exists()  # nothing of the run is left
         assert not list(workdir.glob(f"{archive.name}.ready-*"))
-
-
-def shim(tmp_path: Path, body: str) -> str:
-    """A "python" that does what ``body`` says instead of running the agent."""
-    path = tmp_path / "python-shim"
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return str(path)
 
 
 def finished_run(workdir: Path, archive: Path, digest: str) -> Path:
