@@ -56,6 +56,30 @@ def test_agent_imports_only_stdlib_numpy_psutil_and_core() -> None:
     assert all(m.startswith("ngb.core") or m in ("ngb.devices", "ngb.devices.agent") for m in ngb)
 
 
+def test_the_trial_module_leaves_the_optional_passes_and_the_compilers_for_later() -> None:
+    """Every agent and every fresh worker imports ``ngb.core.trial.measure``: the accuracy and
+    profiling passes (labelled data, model building, profilers) and every compiler's module
+    (read for the "unsupported" error names) wait for a trial that asks for them, or fails."""
+    mods = modules_after("import ngb.core.trial.measure")
+    later = {
+        "ngb.core.trial.accuracy_pass",
+        "ngb.core.trial.profile_pass",
+        "ngb.core.models.labelled_data",
+        "ngb.core.compilers.onnx_export",
+        "ngb.core.compilers.tvm_tuning",
+    }
+    assert not mods & later, sorted(mods & later)
+    code = (
+        "from ngb.core.trial.measure import classify_error\n"
+        "class OpConversionFailure(Exception): pass\n"  # what OpenVINO declares (openvino.py)
+        "print('KIND', classify_error(OpConversionFailure('x')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120)
+    )
+    assert "KIND unsupported" in proc.stdout, proc.stderr
+
+
 @pytest.mark.parametrize(
     "code",
     [

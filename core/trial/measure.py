@@ -18,6 +18,7 @@ exits (KeyboardInterrupt, SystemExit, the agent's cancel signal) propagate.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import socket
@@ -50,7 +51,7 @@ from ngb.core.models.model_basics import to_numpy
 from ngb.core.records import algorithm_names, events, trial_extra
 from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.core.statistics import accuracy_stats, reruns, stopping
-from ngb.core.trial import accuracy_pass, allocator, budget, profile_pass
+from ngb.core.trial import allocator, budget
 from ngb.core.trial.memory import PhaseMemory, ru_maxrss_mb
 from ngb.core.trial.timing import Part, merge, time_share
 from ngb.core.trial.versions import library_versions
@@ -58,12 +59,22 @@ from ngb.core.trial.workers import Emit, Outcome, ShareJob, WorkerFailed, preloa
 
 if TYPE_CHECKING:
     from ngb.core.models.model_types import Array, Example, Model
+    from ngb.core.trial.accuracy_pass import Prepared
 
-# Exception type names that mean "this model/op cannot go through this compiler" rather than a bug:
-# NotImplementedError anywhere, plus what each compiler declares (Compiler.unsupported_errors).
-_UNSUPPORTED_TYPES = {"NotImplementedError"} | unsupported_error_names()
+# Imported where a trial asks for them, not here: the accuracy pass (labelled data, model
+# building) and the profiling pass. Every agent and every fresh worker imports this module; a
+# plain timed trial uses neither.
 _UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no conversion rule")
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
+
+
+@functools.cache
+def _unsupported_types() -> frozenset[str]:
+    """Exception type names that mean "this model/op cannot go through this compiler" rather than
+    a bug: NotImplementedError anywhere, plus what each compiler declares
+    (``Compiler.unsupported_errors``). Read at the first failure, not at import: it imports every
+    compiler's module, ~25 ms of an agent's start on the 2-core VM, for trials that mostly pass."""
+    return frozenset({"NotImplementedError"} | unsupported_error_names())
 
 
 def classify_error(exc: BaseException) -> str:
@@ -78,7 +89,7 @@ def classify_error(exc: BaseException) -> str:
         return "oom"
     if any(word in message for word in _OOM_WORDS):
         return "oom"
-    if names & _UNSUPPORTED_TYPES or any(word in message for word in _UNSUPPORTED_WORDS):
+    if names & _unsupported_types() or any(word in message for word in _UNSUPPORTED_WORDS):
         return "unsupported"
     return "error"
 
@@ -129,7 +140,10 @@ def run_trial(
             if now is not None and not result.disturbed:
                 reruns.append(cache, result.host, spec.key, now)
             # after the timing, never beside it: one more process under the runtime's profiler
-            profile_pass.run_pass(spec, result, Path(workdir), cache, deadline, sink)
+            if spec.measure.profile:
+                from ngb.core.trial import profile_pass
+
+                profile_pass.run_pass(spec, result, Path(workdir), cache, deadline, sink)
         except WorkerFailed as exc:
             result.status = "failed"
             result.error = one_line(exc)
@@ -452,7 +466,7 @@ def _prepare_accuracy(
     model: Model | None,
     example: Example | None,
     cache_dir: Path | None = None,
-) -> accuracy_pass.Prepared | None:
+) -> Prepared | None:
     """The labelled set and eager's scores on it, where the trial asks for accuracy; a pass
     that cannot run leaves one line in ``extra["accuracy_error"]`` and the trial goes on."""
     wanted = spec.measure.accuracy
@@ -461,6 +475,8 @@ def _prepare_accuracy(
     try:
         if model is None or example is None:
             raise UnsupportedTrial(f"{spec.compiler} runs no model, so it has no accuracy")
+        from ngb.core.trial import accuracy_pass
+
         return accuracy_pass.prepare(wanted, model, example, spec.model, cache_dir)
     except Exception as exc:  # the timed trial stands without its accuracy
         result.extra["accuracy_error"] = one_line(exc)
@@ -468,8 +484,10 @@ def _prepare_accuracy(
 
 
 def _run_accuracy(
-    prepared: accuracy_pass.Prepared, compiled: Compiled, result: TrialResult, confidence: float
+    prepared: Prepared, compiled: Compiled, result: TrialResult, confidence: float
 ) -> None:
+    from ngb.core.trial import accuracy_pass
+
     try:
         result.extra["accuracy"] = accuracy_pass.run_compiled(prepared, compiled, confidence)
     except Exception as exc:  # the timed trial stands without its accuracy
