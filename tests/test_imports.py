@@ -57,9 +57,10 @@ def test_agent_imports_only_stdlib_numpy_psutil_and_core() -> None:
 
 
 def test_the_trial_module_leaves_the_optional_passes_and_the_compilers_for_later() -> None:
-    """Every agent and every fresh worker imports ``ngb.core.trial.measure``: the accuracy and
-    profiling passes (labelled data, model building, profilers) and every compiler's module
-    (read for the "unsupported" error names) wait for a trial that asks for them, or fails."""
+    """Every agent and every fresh worker imports ``ngb.core.trial.measure``. Its import leaves
+    out the accuracy and profiling passes (labelled data, profilers: loaded by a trial that asks
+    for them) and every compiler's module (read for the "unsupported" error names at the first
+    failure), and a failure is still classified by what a compiler declares."""
     mods = modules_after("import ngb.core.trial.measure")
     later = {
         "ngb.core.trial.accuracy_pass",

@@ -72,8 +72,9 @@ _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "fail
 def _unsupported_types() -> frozenset[str]:
     """Exception type names that mean "this model/op cannot go through this compiler" rather than
     a bug: NotImplementedError anywhere, plus what each compiler declares
-    (``Compiler.unsupported_errors``). Read at the first failure, not at import: it imports every
-    compiler's module, ~25 ms of an agent's start on the 2-core VM, for trials that mostly pass."""
+    (``Compiler.unsupported_errors``). Read at the first failure, not when this module is
+    imported. It imports every compiler's module (~25 ms on the 2-core VM); a trial that records
+    its library versions (``library_versions``) loads them too, so this defers that cost."""
     return frozenset({"NotImplementedError"} | unsupported_error_names())
 
 
