@@ -57,13 +57,13 @@ from ngb.core.trial.timing import Part, merge, time_share
 from ngb.core.trial.versions import library_versions
 from ngb.core.trial.workers import Emit, Outcome, ShareJob, WorkerFailed, preload, run_worker
 
+# accuracy_pass and profile_pass are imported where a trial asks for them (labelled data, model
+# building, profilers): every agent and every fresh worker imports this module, and a plain timed
+# trial uses neither
 if TYPE_CHECKING:
     from ngb.core.models.model_types import Array, Example, Model
     from ngb.core.trial.accuracy_pass import Prepared
 
-# Imported where a trial asks for them, not here: the accuracy pass (labelled data, model
-# building) and the profiling pass. Every agent and every fresh worker imports this module; a
-# plain timed trial uses neither.
 _UNSUPPORTED_WORDS = ("not supported", "unsupported", "not implemented", "no conversion rule")
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "std::bad_alloc", "failed to allocate")
 
