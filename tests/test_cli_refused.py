@@ -27,6 +27,19 @@ def start_busy_run(env, sweep_file) -> str:
     return first.stdout.split("run ")[1].split()[0]
 
 
+def assert_only_run_stored(store: Store, run_id: str) -> None:
+    """No row of any table that has a ``run_id`` names another run (the refused one's device
+    rows and its error are gone with it)."""
+    _, tables = store.select(
+        "SELECT DISTINCT table_name FROM information_schema.columns "
+        "WHERE column_name = 'run_id' AND table_catalog = current_database()"
+    )
+    assert len(tables) > 5  # runs, run_devices, trials, errors, cpu_samples, ...
+    for (table,) in tables:
+        _, rows = store.select(f'SELECT DISTINCT run_id FROM "{table}"')  # noqa: S608 - catalogue
+        assert {r[0] for r in rows} <= {run_id}, (table, rows)
+
+
 def test_a_refused_run_exits_non_zero_and_is_not_stored(cli_env):
     env, sweep_file, home = cli_env
     run_id = start_busy_run(env, sweep_file)
@@ -40,6 +53,7 @@ def test_a_refused_run_exits_non_zero_and_is_not_stored(cli_env):
             assert run_id in lines[0]
             store = Store(home / "data" / "results.duckdb")
             assert [r["run_id"] for r in store.runs()] == [run_id]  # no failed run left behind
+            assert_only_run_stored(store, run_id)
     finally:
         ngb("cancel", run_id, env=env)
 

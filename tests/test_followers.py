@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,33 @@ def _shared_start_cases(tmp_path: Path, work: Path, pid: int) -> None:
     free = subprocess.run(device_claim.gated(start, str(tmp_path / "free"), "r3", share=True),
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert free.stdout.splitlines() == ["started mine"] and device_claim.parse_behind("") is None
+
+
+def test_a_run_whose_agent_finished_holds_its_device_no_longer(tmp_path):
+    """A detached run's agent ended (its last event is ``run_done``, its pid file gone) and no
+    follower has collected it yet: the next run may start at once. Before, the device read
+    "busy with run X (its agent is starting)" until the claim's two-minute grace ran out."""
+    work = tmp_path / "w"
+    run_dir = work / "runs" / "other"
+    run_dir.mkdir(parents=True)
+    (work / device_claim.CLAIM_FILE).write_text(f"other {int(time.time())}\n")
+    events = run_dir / "events.jsonl"
+
+    def who() -> device_claim.Holder | None:
+        answer = subprocess.run(device_claim.who_argv(str(work)), capture_output=True,
+                                text=True, timeout=30)  # fmt: skip
+        return device_claim.parse_answer("d", answer.stdout)
+
+    assert who() == device_claim.Holder("other", None)  # no event yet: its agent is starting
+    events.write_text('{"v":1,"type":"trial_done"}\n')
+    assert who() == device_claim.Holder("other", None)  # it ran, and did not finish: held
+    events.write_text('{"v":1,"type":"trial_done"}\n{"v":1,"ts":1.0,"type":"run_done","ok":2}\n')
+    assert who() is None
+    start = ["sh", "-c", 'echo "started $1"', "ngb-start", "mine"]
+    took = subprocess.run(device_claim.gated(start, str(work), "r2"), capture_output=True,
+                          text=True, timeout=30)  # fmt: skip
+    assert took.returncode == 0 and took.stdout.splitlines() == ["started mine"], took
+    assert (work / device_claim.CLAIM_FILE).read_text().split()[0] == "r2"
 
 
 async def test_a_vanished_run_dir_is_the_owners_word_and_a_busy_store_is_asked_again(tmp_path):

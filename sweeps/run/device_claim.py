@@ -3,7 +3,8 @@
 ``<workdir>/ngb-device.claim`` holds ``<run_id> <unix time>``. It lives on the device, so it
 covers every workstation and every front end (CLI, console) that reaches the device. A claim
 holds while the named run's agent lives (its ``runs/<run_id>/agent.pid`` names a live process),
-or for ``grace`` seconds after it was taken while that agent is being started. So a crashed
+or for ``grace`` seconds after it was taken while that agent is being started, unless the run's
+last event is its agent's ``run_done`` (it ended; nobody has collected it yet). So a crashed
 workstation or a dead agent never leaves the device blocked for good: a claim whose agent is
 gone, or that never got one within the grace, is free for the next run. A finished or cancelled
 run releases its claim at once.
@@ -53,6 +54,12 @@ ngbc_holder() {
     ngbc_pid=$(cat "$ngbc_pidf")
     ngb_is_agent "$ngbc_pid" "$ngbc_other" || return 0
     echo "held $ngbc_other $ngbc_pid"
+    return 0
+  fi
+  # no agent now, and the last one finished the run: free, collected or not (a detached run's
+  # device read "busy, its agent is starting" for the rest of the grace after it ended)
+  ngbc_ev="runs/$ngbc_other/events.jsonl"
+  if [ -s "$ngbc_ev" ] && tail -n 1 "$ngbc_ev" | grep -q '"type":"run_done"'; then
     return 0
   fi
   case $ngbc_since in ''|*[!0-9]*) ngbc_since=0;; esac

@@ -63,14 +63,18 @@ async def until_started(
 
 
 def forget_run(store: Store, run_id: str) -> None:
-    """Remove every row of a run that never started (each table that has a ``run_id``)."""
-    _, rows = store.query(
-        "SELECT DISTINCT table_name FROM information_schema.columns c "
-        "JOIN information_schema.tables t USING (table_schema, table_name) "
-        "WHERE column_name = 'run_id' AND table_type = 'BASE TABLE' AND table_schema = 'main'"
-    )
-    for (table,) in rows:
-        store.query(f'DELETE FROM "{table}" WHERE run_id = ?', [run_id], allow_write=True)  # noqa: S608 - names from the catalogue
+    """Remove every row of a run that never started (each table that has a ``run_id``), in one
+    transaction: a statement each through ``Store.query`` opened its own DuckDB instance and
+    checkpointed twelve times (~0.7 s of CPU on the 2-core VM for every refused run)."""
+    with store.transaction() as conn:
+        tables = conn.execute(
+            "SELECT DISTINCT table_name FROM information_schema.columns c "
+            "JOIN information_schema.tables t USING (table_catalog, table_schema, table_name) "
+            "WHERE column_name = 'run_id' AND table_type = 'BASE TABLE' "
+            "AND table_catalog = current_database() AND table_schema = 'main'"
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(f'DELETE FROM "{table}" WHERE run_id = ?', [run_id])  # noqa: S608 - names from the catalogue
 
 
 async def start_or_refuse(

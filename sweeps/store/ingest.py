@@ -563,7 +563,7 @@ def ingest_tuning(
 def _append_new(
     conn: duckdb.DuckDBPyConnection,
     table: str,
-    rows: pa.Table,
+    rows: pa.Table | tuple[str, list[object]],
     run_id: str | None,
     device: str | None,
     same: Sequence[str],
@@ -571,23 +571,47 @@ def _append_new(
     """Append the rows of ``rows`` that ``table`` does not hold yet (for this run and device,
     when given), a row being the same as another when the columns ``same`` are (NULLs equal):
     inside the writer's transaction, and DuckDB lets one process write the file at a time, so
-    however many followers pass an event on, it is stored once. Returns the rows appended."""
-    view = f"_ngb_new_{table}"
+    however many followers pass an event on, it is stored once. Returns the rows appended.
+    ``rows``: an Arrow table, or a relation named ``n`` and its parameters (``_values``)."""
     where = [f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in same]
     params: list[object] = []
     if run_id is not None and device is not None:
         where[:0] = ["o.run_id = ?", "o.device = ?"]
         params = [run_id, device]
-    conn.register(view, rows)
+    view = f"_ngb_new_{table}"
+    if isinstance(rows, tuple):
+        source, params = rows[0], [*rows[1], *params]
+    else:
+        source = f"{view} n"
+        conn.register(view, rows)
     try:
         appended = conn.execute(
-            f"INSERT INTO {table} SELECT DISTINCT * FROM {view} n "  # noqa: S608 - fixed names
+            f"INSERT INTO {table} SELECT DISTINCT * FROM {source} "  # noqa: S608 - fixed names
             f"WHERE NOT EXISTS (SELECT 1 FROM {table} o WHERE {' AND '.join(where)})",
             params,
         ).fetchone()
     finally:
-        conn.unregister(view)
+        if not isinstance(rows, tuple):
+            conn.unregister(view)
     return int(appended[0]) if appended else 0
+
+
+def _values(
+    columns: Sequence[tuple[str, str]], data: Mapping[str, list[object]]
+) -> tuple[str, list[object]]:
+    """A few rows as a ``VALUES`` relation ``n`` in the column order and types of a schema
+    table (``_arrow_table``'s), and its parameters. For the rare small batches (errors): any
+    Arrow array built from Python objects makes pyarrow import pandas, ~0.3 s of CPU in a
+    process that stores nothing else (a refused ``ngb run``)."""
+    one = ", ".join(
+        "make_timestamp(CAST(? AS BIGINT))" if sql_type.split()[0] == "TIMESTAMP"
+        else f"CAST(? AS {sql_type.split()[0]})"
+        for _, sql_type in columns
+    )  # fmt: skip
+    count = len(data[columns[0][0]])
+    names = ", ".join(name for name, _ in columns)
+    text = f"(VALUES {', '.join(f'({one})' for _ in range(count))}) n({names})"
+    return text, [data[name][i] for i in range(count) for name, _ in columns]
 
 
 #: ``errors``' columns, in table order
@@ -608,8 +632,8 @@ def insert_errors(conn: duckdb.DuckDBPyConnection, rows: Sequence[ErrorRow]) -> 
         for name, value in zip(cols, (run, dev, key, _ts(ts), kind, msg), strict=True):
             cols[name].append(value)
     if cols["run_id"]:
-        table = _arrow_table(ERROR_COLUMNS, cols)
-        _append_new(conn, "errors", table, None, None, [name for name, _ in ERROR_COLUMNS])
+        values = _values(ERROR_COLUMNS, cols)
+        _append_new(conn, "errors", values, None, None, [name for name, _ in ERROR_COLUMNS])
 
 
 def write_batch(conn: duckdb.DuckDBPyConnection, batch: IngestBatch) -> int:
