@@ -297,13 +297,32 @@ def test_a_block_on_a_plain_compiler_preloads_no_dynamo(monkeypatch: pytest.Monk
     from ngb.core.records.types import TrialSpec
     from ngb.core.trial import workers
 
-    monkeypatch.setattr(workers, "_fresh_torch", True)
+    monkeypatch.setattr(workers, "_need_torch", True)
     block = workers._fresh_preload(TrialSpec(model="mha", width=8, compiler="identity"))
     assert "torch" in block and "torch._dynamo" not in block and "timm" not in block
     inductor = workers._fresh_preload(TrialSpec(model="mha", width=8, compiler="inductor"))
     assert "torch._dynamo" in inductor
     timm = workers._fresh_preload(TrialSpec(model="resnet18", compiler="identity"))
     assert "timm" in timm
+
+
+def test_a_fork_server_preloads_torch_and_what_its_first_trial_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fork server imports torch and torch._dynamo (most workers build a model; worker 0's
+    MAC count imports torch._dynamo) and timm only for a trial of a timm model."""
+    from ngb.core.records.types import TrialSpec
+    from ngb.core.trial import workers
+
+    monkeypatch.setattr(workers, "_need_torch", False)  # the noop compiler builds no model
+    machinery = workers._server_preload(TrialSpec(model="resnet18", compiler="noop"))
+    base = ["ngb.core.trial.measure", "torch", "torch._dynamo"]
+    assert machinery == base
+    monkeypatch.setattr(workers, "_need_torch", True)
+    block = workers._server_preload(TrialSpec(model="conv", width=8, compiler="identity"))
+    assert block == base
+    timm = workers._server_preload(TrialSpec(model="resnet18", compiler="identity"))
+    assert timm[:3] == base and "timm" in timm
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])

@@ -33,7 +33,8 @@ Methods (``NGB_WORKER_START``):
   parent in the state it was in, but only the forking thread: if another Python thread held one
   (an import lock, a stream's buffer lock), the forked worker waits on it forever.
 - ``forkserver``: one fresh single-threaded interpreter per trial process that imports the heavy
-  libraries once and forks each worker from there (safe beside other threads; one level).
+  libraries its first trial's workers need once and forks each worker from there (safe beside
+  other threads; one level).
 """
 
 from __future__ import annotations
@@ -57,9 +58,6 @@ from ngb.core.base.errors import ConfigError, NgbError
 if TYPE_CHECKING:
     from ngb.core.records.trial_extra import WorkerStart
 
-# What the fork server imports before its first fork: the worker's code path and the expensive
-# libraries a worker needs (each is skipped if it is not installed).
-FORKSERVER_PRELOAD = ["ngb.core.trial.measure", "torch", "timm"]
 START_ENV = "NGB_WORKER_START"
 FRESH = "fresh"
 _METHODS = (FRESH, "auto", "fork", "forkserver")
@@ -92,13 +90,15 @@ def _python_threads() -> int:
     return max(threading.active_count(), len(sys._current_frames()))
 
 
-def worker_context() -> ForkContext | ForkServerContext:
-    """The multiprocessing context for a forked worker (``fork`` or ``forkserver``)."""
+def worker_context(preload: Sequence[str]) -> ForkContext | ForkServerContext:
+    """The multiprocessing context for a forked worker (``fork`` or ``forkserver``).
+    ``preload``: what a fork server imports before its first fork (each module skipped if it is
+    not installed), read when the server starts -- the first forkserver worker of this
+    process -- and kept for the process's life."""
     if start_method() == "fork":
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
-    # read when the server starts (the first forkserver worker of this process), then kept
-    context.set_forkserver_preload(FORKSERVER_PRELOAD)
+    context.set_forkserver_preload(list(preload))
     return context
 
 

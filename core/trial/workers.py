@@ -141,20 +141,20 @@ class Outcome:
 def preload(spec: TrialSpec, needs_torch: bool) -> None:
     """Import what every worker of ``spec`` needs, once, before the first fork (a fresh
     interpreter imports for itself: ``_fresh_preload``)."""
-    global _fresh_torch
+    global _need_torch
+    _need_torch = needs_torch  # a fresh interpreter or a fork server imports accordingly
     if spec.measure.threads:
         # OpenMP reads this once, when the first library that uses it loads.
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.measure.threads))
     method = start_method()
     if method == FRESH:
-        _fresh_torch = needs_torch  # each interpreter imports for itself (``_fresh_preload``)
-        return  # nothing forks from here: torch in this process would only cost its import
+        return  # nothing forks from here (``_fresh_preload``): torch would only cost its import
     # the interval's t quantile (cached): once, here, not in every worker between its repetitions
     t_quantile(0.975, 2)
     library_versions()  # read once (cached): every forked worker records them
     if not needs_torch or method == "forkserver":
         # a fork server's workers fork from it, and it imported for them when it started
-        # (``FORKSERVER_PRELOAD``): torch here would be ~2 s of CPU that no worker inherits
+        # (``_server_preload``): torch here would be ~2 s of CPU that no worker inherits
         return
     # torch._dynamo always: worker 0's MAC count (torch's FlopCounterMode) imports it, once here
     # rather than in every trial's worker 0 of a process that runs many (an in-process agent)
@@ -191,13 +191,25 @@ def _fresh_preload(spec: TrialSpec) -> list[str]:
     ``ngb.core.statistics.student_t``). Worker 0's MAC count imports torch._dynamo in its build,
     beside the other interpreters' imports (issue 44)."""
     names = ["ngb.core.trial.workers", "ngb.core.trial.measure"]
-    if _fresh_torch:
+    if _need_torch:
         names += ["ngb.core.models.models", *_torch_imports(spec)]
     return names
 
 
+def _server_preload(spec: TrialSpec) -> list[str]:
+    """What this process's fork server imports when the first trial that forks from it starts
+    it (it lives as long as the process): the worker's code path, torch and torch._dynamo (a
+    worker that builds a model needs torch, ~2 s of CPU each otherwise, and worker 0's MAC count
+    imports torch._dynamo, ~1.1 s), and timm where this trial's workers build a timm model
+    (``_torch_imports``). A later trial's worker imports the rest itself. timm was always
+    preloaded before: ~0.3 s of CPU more in each of the test suite's nine fork servers, whose
+    workers never built a timm model (2026-11-30)."""
+    extra = _torch_imports(spec) if _need_torch else []
+    return list(dict.fromkeys(["ngb.core.trial.measure", "torch", "torch._dynamo", *extra]))
+
+
 # whether the trial's workers need torch (``preload`` is told, before the first worker)
-_fresh_torch = True
+_need_torch = True
 
 
 # The fresh interpreters of the trial now running: (trial, its pool). A trial is told apart by
@@ -301,7 +313,8 @@ def run_worker(
             raise WorkerFailed(one_line(exc), "crash") from exc
         receiver = sender = proc.conn
     else:
-        context = worker_context()  # fork, or a fork server when other threads are alive
+        # fork, or a fork server when other threads are alive
+        context = worker_context(_server_preload(spec))
         receiver, sender = context.Pipe(duplex=False)
         proc = context.Process(
             target=_worker_main, args=(job, sender, *args), name=f"ngb-worker-{share.worker}"
