@@ -332,6 +332,30 @@ def test_ingest_batch_writes_everything_in_one_transaction(store: Store) -> None
     assert store.write_batch(IngestBatch(results=batch.results)) == 0  # stored once
 
 
+def test_an_error_text_utf8_cannot_hold_is_stored_escaped_with_its_batch(store: Store) -> None:
+    """A lone surrogate (a ``\\udcff`` escape in an agent's JSON) failed the whole batch it came
+    in (a trial's error text: a raw UnicodeEncodeError out of the live writer); a NUL, a tab and
+    a long text are stored as they are. Each error is stored once."""
+    texts = ["surrogate \udcff here", "nul\x00inside\ttab", "x" * 100_000]
+    batch = IngestBatch()
+    batch.add_result("r1", "a", make_result(0))
+    failed = make_result(1)  # a compiler's stderr decoded with surrogateescape, in its error
+    failed.status, failed.error = "failed", "cannot compile: \udcff"
+    batch.add_result("r1", "a", failed)
+    for text in texts:
+        batch.add_error("r1", "a", "k'1", "trial \udce9", text)
+    assert store.write_batch(batch) == 2
+    store.write_batch(IngestBatch(errors=batch.errors))  # passed on again by a second follower
+    _, rows = store.query("SELECT kind, message FROM errors ORDER BY length(message)")
+    assert rows == [
+        ("trial \\udce9", "nul\x00inside\ttab"),
+        ("trial \\udce9", "surrogate \\udcff here"),
+        ("trial \\udce9", "x" * 100_000),
+    ]  # each once, escapes and all
+    _, trials = store.query("SELECT status, error FROM trials ORDER BY status")
+    assert trials == [("failed", "cannot compile: \\udcff"), ("ok", None)]
+
+
 def test_threads_in_one_process_can_read_while_writing(store: Store) -> None:
     """DuckDB refuses mixed read-only/read-write connections in one process; the store's
     process lock must serialise them (the TUI ingests and runs the SQL console at once)."""

@@ -274,7 +274,7 @@ def write_errors(path: Path) -> Iterator[None]:
 
     try:
         yield
-    except (duckdb.DataError, duckdb.IntegrityError, OverflowError) as exc:
+    except (duckdb.DataError, duckdb.IntegrityError, OverflowError, UnicodeError) as exc:
         raise RowRejected(f"cannot store this data: {first_line(exc)}") from None
     except duckdb.Error as exc:
         if is_lock_error(exc):

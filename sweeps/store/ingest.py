@@ -70,6 +70,17 @@ def _ts(seconds: object) -> int | None:
     return int(_float(seconds) * 1_000_000)
 
 
+def storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (a ``\\udcff`` escape in an agent's JSON,
+    bytes decoded with ``surrogateescape``) becomes its backslash escape. DuckDB refuses such a
+    string, and with it the whole batch it came in."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def to_json(value: object) -> str | None:
     if value is None:
         return None
@@ -124,7 +135,10 @@ def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[obj
             "BOOLEAN": pa.bool_(),
             "TIMESTAMP": pa.int64(),
         }[base]
-        arr = pa.array(data[name], type=typ)
+        values = data[name]
+        if base == "VARCHAR":  # a trial's error text may hold a lone surrogate (``storable``)
+            values = [storable(v) if isinstance(v, str) else v for v in values]
+        arr = pa.array(values, type=typ)
         if base == "TIMESTAMP":
             arr = arr.cast(pa.timestamp("us"))
         arrays.append(arr)
@@ -629,7 +643,8 @@ def insert_errors(conn: duckdb.DuckDBPyConnection, rows: Sequence[ErrorRow]) -> 
     """Errors, each stored once (the same error passed on by several followers)."""
     cols: dict[str, list[object]] = {name: [] for name, _ in ERROR_COLUMNS}
     for run, dev, key, ts, kind, msg in rows:
-        for name, value in zip(cols, (run, dev, key, _ts(ts), kind, msg), strict=True):
+        row = (run, dev, key, _ts(ts), storable(kind), storable(msg))
+        for name, value in zip(cols, row, strict=True):
             cols[name].append(value)
     if cols["run_id"]:
         values = _values(ERROR_COLUMNS, cols)
