@@ -40,6 +40,13 @@ def test_the_plain_loop_runs_beside_ngb_on_the_same_devices() -> None:
     else:
         assert "--acct: process accounting unavailable" in ran.stdout
     assert "trials stored: 4 (4 distinct; expected 4)" in ran.stdout
+    # two devices, two trials each: one first and one later trial start apiece, timed
+    starts = re.search(
+        r"^trial start -> compile on the device: first trial median ([0-9.]+) s, "
+        r"the others median ([0-9.]+) s$", ran.stdout, re.M,
+    )  # fmt: skip
+    assert starts is not None, ran.stdout
+    assert all(0 <= float(g) < 60 for g in starts.groups())
     ngb_eff = re.search(r"^parallel efficiency: ([0-9.]+)", ran.stdout, re.M)
     plain = re.search(
         r"^plain loop beside it .*: wall ([0-9.]+) s, efficiency ([0-9.]+); ngb / plain: ([0-9.]+)",
