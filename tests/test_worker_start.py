@@ -316,22 +316,23 @@ def test_a_fork_server_preloads_torch_and_what_its_first_trial_needs(
 
     monkeypatch.setattr(workers, "_need_torch", False)  # the noop compiler builds no model
     machinery = workers._server_preload(TrialSpec(model="resnet18", compiler="noop"))
-    base = ["ngb.core.trial.measure", "torch", "torch._dynamo"]
+    base = ["ngb.core.trial.measure", "psutil", "torch", "torch._dynamo"]
     assert machinery == base
     monkeypatch.setattr(workers, "_need_torch", True)
     block = workers._server_preload(TrialSpec(model="conv", width=8, compiler="identity"))
     assert block == base
     timm = workers._server_preload(TrialSpec(model="resnet18", compiler="identity"))
-    assert timm[:3] == base and "timm" in timm
+    assert timm[:4] == base and "timm" in timm
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_a_forked_trial_preloads_only_what_its_workers_fork_with(
     monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
-    """Forked from here: torch and torch._dynamo (worker 0's MAC count imports it), and timm
-    only for a timm model (~0.8 s more of CPU: torchvision). From a fork server: nothing here,
-    the server imported when it started."""
+    """Forked from here: psutil (every worker's CPU facts), torch and torch._dynamo (worker 0's
+    MAC count imports it), and timm only for a timm model (~0.8 s more of CPU: torchvision).
+    From a fork server: psutil only (the parent's meter), the server imported when it
+    started."""
     from ngb.core.records.types import TrialSpec
     from ngb.core.trial import workers
 
@@ -344,10 +345,10 @@ def test_a_forked_trial_preloads_only_what_its_workers_fork_with(
     imported.clear()
     workers.preload(TrialSpec(model="resnet18", compiler="identity"), needs_torch=True)
     if method == "fork":
-        assert block == ["torch", "torch._dynamo"]
-        assert imported == ["torch", "timm", "torch._dynamo"]
-    else:
-        assert block == [] and imported == []
+        assert block == ["psutil", "torch", "torch._dynamo"]
+        assert imported == ["psutil", "torch", "timm", "torch._dynamo"]
+    else:  # psutil either way: the parent's own meter reads it too
+        assert block == ["psutil"] and imported == ["psutil"]
 
 
 def test_only_worker_0_counts_macs() -> None:

@@ -152,6 +152,10 @@ def preload(spec: TrialSpec, needs_torch: bool) -> None:
     # the interval's t quantile (cached): once, here, not in every worker between its repetitions
     t_quantile(0.975, 2)
     library_versions()  # read once (cached): every forked worker records them
+    # psutil: each worker's CPU facts read it (``interference``); imported after the fork it
+    # cost every forked worker ~10 ms of CPU (the parent's meter imported it only then)
+    with contextlib.suppress(ImportError):
+        importlib.import_module("psutil")
     if not needs_torch or method == "forkserver":
         # a fork server's workers fork from it, and it imported for them when it started
         # (``_server_preload``): torch here would be ~2 s of CPU that no worker inherits
@@ -198,14 +202,15 @@ def _fresh_preload(spec: TrialSpec) -> list[str]:
 
 def _server_preload(spec: TrialSpec) -> list[str]:
     """What this process's fork server imports when the first trial that forks from it starts
-    it (it lives as long as the process): the worker's code path, torch and torch._dynamo (a
-    worker that builds a model needs torch, ~2 s of CPU each otherwise, and worker 0's MAC count
-    imports torch._dynamo, ~1.1 s), and timm where this trial's workers build a timm model
-    (``_torch_imports``). A later trial's worker imports the rest itself. timm was always
-    preloaded before: ~0.3 s of CPU more in each of the test suite's nine fork servers, whose
-    workers never built a timm model (2026-11-30)."""
+    it (it lives as long as the process): the worker's code path and psutil (``preload``),
+    torch and torch._dynamo (a worker that builds a model needs torch, ~2 s of CPU each
+    otherwise, and worker 0's MAC count imports torch._dynamo, ~1.1 s), and timm where this
+    trial's workers build a timm model (``_torch_imports``). A later trial's worker imports the
+    rest itself. timm was always preloaded before: ~0.3 s of CPU more in each of the test
+    suite's nine fork servers, whose workers never built a timm model (2026-11-30)."""
     extra = _torch_imports(spec) if _need_torch else []
-    return list(dict.fromkeys(["ngb.core.trial.measure", "torch", "torch._dynamo", *extra]))
+    base = ["ngb.core.trial.measure", "psutil", "torch", "torch._dynamo"]
+    return list(dict.fromkeys([*base, *extra]))
 
 
 # whether the trial's workers need torch (``preload`` is told, before the first worker)
