@@ -442,6 +442,16 @@ class _FakeQueue:
             self._finish()
 
 
+def _left_full(fake: _FakeQueue, compiled: Any) -> bool:
+    """Every request runs again after a window, except one that finished after the window
+    closed: it stays idle for the next window to count (under load a request can finish between
+    the window's last look and its end; CI once saw 2 of 3 running, 2026-11-30)."""
+    run_ns = int(fake.run_s * 1e9)
+    late = [h for h in fake.idle if compiled._started[h] is not None
+            and compiled._started[h] + run_ns > compiled._closed]  # fmt: skip
+    return len(fake.running) + len(late) == len(fake.requests) and len(late) == len(fake.idle)
+
+
 def test_openvino_steady_state_driver_counts_completions_per_window() -> None:
     """The queue is filled once, never drained between windows, and completions that happen
     between two windows count in neither (no real OpenVINO needed: a fake queue)."""
@@ -462,7 +472,7 @@ def test_openvino_steady_state_driver_counts_completions_per_window() -> None:
     # n requests started from idle, the first completion opens the window, 6 or more are counted
     # (requests that finish together are all counted), each restarted at once
     assert first.iters >= 6 and fake.starts == n + 1 + first.iters
-    assert fake.wait_all_calls == 0 and len(fake.running) == n  # left full for the next window
+    assert fake.wait_all_calls == 0 and _left_full(fake, compiled)  # for the next window
     assert 0 < compiled.extra["mean_in_flight"] <= n
 
     time.sleep(5 * run_s)  # the gap between two repetitions: every request finishes in it
@@ -477,7 +487,7 @@ def test_openvino_steady_state_driver_counts_completions_per_window() -> None:
     compiled.drain()  # waits; the next window starts from an idle queue, as after a fresh fill
     assert fake.wait_all_calls == 1 and not fake.running
     third = compiled.timed_loop(min_iters=2, min_duration_s=0.0)
-    assert third.iters >= 2 and len(fake.running) == n
+    assert third.iters >= 2 and _left_full(fake, compiled)
     compiled.close()
     assert fake.wait_all_calls == 2 and not fake.running
 
