@@ -30,6 +30,7 @@ from ngb.sweeps.store import provenance as provenance_rows
 from ngb.sweeps.store.result_store import ErrorRow, IngestBatch
 from ngb.sweeps.store.timestamps import now as now  # re-exported
 from ngb.sweeps.store.timestamps import to_datetime as to_datetime  # re-exported
+from ngb.sweeps.store.values import values_relation
 
 if TYPE_CHECKING:
     import duckdb
@@ -586,7 +587,7 @@ def _append_new(
     when given), a row being the same as another when the columns ``same`` are (NULLs equal):
     inside the writer's transaction, and DuckDB lets one process write the file at a time, so
     however many followers pass an event on, it is stored once. Returns the rows appended.
-    ``rows``: an Arrow table, or a relation named ``n`` and its parameters (``_values``)."""
+    ``rows``: an Arrow table, or a relation named ``n`` and its parameters (``values_relation``)."""
     where = [f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in same]
     params: list[object] = []
     if run_id is not None and device is not None:
@@ -610,24 +611,6 @@ def _append_new(
     return int(appended[0]) if appended else 0
 
 
-def _values(
-    columns: Sequence[tuple[str, str]], data: Mapping[str, list[object]]
-) -> tuple[str, list[object]]:
-    """A few rows as a ``VALUES`` relation ``n`` in the column order and types of a schema
-    table (``_arrow_table``'s), and its parameters. For the rare small batches (errors): any
-    Arrow array built from Python objects makes pyarrow import pandas, ~0.3 s of CPU in a
-    process that stores nothing else (a refused ``ngb run``)."""
-    one = ", ".join(
-        "make_timestamp(CAST(? AS BIGINT))" if sql_type.split()[0] == "TIMESTAMP"
-        else f"CAST(? AS {sql_type.split()[0]})"
-        for _, sql_type in columns
-    )  # fmt: skip
-    count = len(data[columns[0][0]])
-    names = ", ".join(name for name, _ in columns)
-    text = f"(VALUES {', '.join(f'({one})' for _ in range(count))}) n({names})"
-    return text, [data[name][i] for i in range(count) for name, _ in columns]
-
-
 #: ``errors``' columns, in table order
 ERROR_COLUMNS = (
     ("run_id", "VARCHAR"),
@@ -641,13 +624,13 @@ ERROR_COLUMNS = (
 
 def insert_errors(conn: duckdb.DuckDBPyConnection, rows: Sequence[ErrorRow]) -> None:
     """Errors, each stored once (the same error passed on by several followers)."""
-    cols: dict[str, list[object]] = {name: [] for name, _ in ERROR_COLUMNS}
-    for run, dev, key, ts, kind, msg in rows:
-        row = (run, dev, key, _ts(ts), storable(kind), storable(msg))
-        for name, value in zip(cols, row, strict=True):
-            cols[name].append(value)
-    if cols["run_id"]:
-        values = _values(ERROR_COLUMNS, cols)
+    if rows:
+        values = values_relation(
+            [(run, dev, key, _ts(ts), storable(kind), storable(msg))
+             for run, dev, key, ts, kind, msg in rows],
+            [name for name, _ in ERROR_COLUMNS],
+            types=[sql_type for _, sql_type in ERROR_COLUMNS],
+        )  # fmt: skip
         _append_new(conn, "errors", values, None, None, [name for name, _ in ERROR_COLUMNS])
 
 

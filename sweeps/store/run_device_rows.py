@@ -7,9 +7,8 @@ missing rows and one ``UPDATE ... FROM`` per set of fields given (a flush's rows
 sets): ~60 ms for 128. The meaning is ``upsert_run_device``'s: only the given fields change,
 fields without a column are merged into the row's ``extra`` JSON, ``updated_at`` is now.
 
-The rows travel as one ``VALUES`` list of parameters, not an Arrow table: building any Arrow
-array from Python objects makes pyarrow import pandas (~0.2 s of CPU on the 2-core VM), which a
-``ngb run --detach`` starter, writing only these rows, paid for nothing.
+The rows travel as one ``VALUES`` list of parameters (``values``), not an Arrow table: a
+``ngb run --detach`` starter, writing only these rows, imported pandas for it.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ngb.sweeps.store.ingest import now, to_datetime, to_json
+from ngb.sweeps.store.values import values_relation
 
 if TYPE_CHECKING:
     import duckdb
@@ -38,7 +38,7 @@ def upsert_rows(
         latest.setdefault((run_id, device), {}).update(fields)
     if not latest:
         return
-    keys, key_params = _values([[run_id, device] for run_id, device in latest], KEY_NAMES)
+    keys, key_params = values_relation(list(latest), KEY_NAMES, alias="k")
     extras = {
         (run_id, device): extra
         for run_id, device, extra in conn.execute(
@@ -79,7 +79,7 @@ def _update(
     stamp: object,
 ) -> None:
     """One ``UPDATE ... FROM`` for rows that set the same fields ``names``."""
-    table, params = _values(
+    table, params = values_relation(
         [[run_id, device, *(known[name] for name in names)] for run_id, device, known in members],
         (*KEY_NAMES, *names),
         alias="n",
@@ -90,12 +90,3 @@ def _update(
         "WHERE run_devices.run_id = n.run_id AND run_devices.device = n.device",
         [stamp, *params],
     )
-
-
-def _values(
-    rows: Sequence[Sequence[object]], names: Sequence[str], alias: str = "k"
-) -> tuple[str, list[object]]:
-    """``(VALUES (?, ...), ...) alias(names)`` for ``rows``, and the parameters in order."""
-    one = "(" + ", ".join("?" for _ in names) + ")"
-    text = f"(VALUES {', '.join(one for _ in rows)}) {alias}({', '.join(names)})"
-    return text, [value for row in rows for value in row]
