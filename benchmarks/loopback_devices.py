@@ -374,7 +374,12 @@ def main() -> int:
     parser.add_argument("--sleep", type=float, default=10.0, help="seconds each trial sleeps")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per trial")
     parser.add_argument("--handshakes", type=int, default=64, help="concurrent SSH handshakes")
-    parser.add_argument("--isolate", choices=("inprocess", "subprocess"), default="inprocess")
+    parser.add_argument(
+        "--isolate", choices=("inprocess", "subprocess"), default="subprocess",
+        help="how each agent runs its trials: subprocess (a run's default: each in a process "
+        "forked from the agent) or inprocess (this benchmark's default before 2026-11-30, when "
+        "each trial was a new interpreter and ~0.17 CPU-s dearer)",
+    )  # fmt: skip
     parser.add_argument(
         "--plain", action="store_true",
         help="also time a plain hand-written loop on the same devices (the machine's ceiling)",

@@ -6,8 +6,10 @@ before the next trial starts, so ``kill -9`` at any moment loses at most the tri
 (``ngb.core.records.events``) go to stdout as JSON lines, flushed per line, for the workstation to
 tail.
 
-By default every trial runs in a child process (``agent trial``, spec on stdin) in its own process
-group: a compiler that segfaults, aborts, is OOM-killed or hangs past ``timeout_s`` becomes a failed
+By default every trial runs in a child process in its own session, forked from the agent after it
+imported the trial harness once (``ngb.core.trial.forked_trial``; ``--trial-start exec``, or another
+live thread, starts ``agent trial`` with the spec on stdin in a new interpreter instead): a compiler
+that segfaults, aborts, is OOM-killed or hangs past ``timeout_s`` becomes a failed
 trial (``crash``/``timeout``) and the run goes on. SIGTERM (or SIGINT) cancels: the in-flight
 child's process group is killed, the cancelled trial is *not* recorded (a resume runs it again),
 and the last event is ``run_done`` with ``cancelled: true``.
@@ -54,6 +56,7 @@ from ngb.core.records.types import TrialResult, TrialSpec
 from ngb.core.statistics.eta_evidence import save_evidence
 from ngb.core.trial.event_stream import EventWriter as EventWriter
 from ngb.core.trial.event_stream import claim_stdout as claim_stdout
+from ngb.core.trial.forked_trial import ForkedTrial, can_fork
 from ngb.core.trial.live_state import book_result, eta_book, eta_item
 from ngb.core.trial.versions import library_versions
 
@@ -108,25 +111,16 @@ def run_subprocess(
     workdir: Path | None,
     cache_dir: Path | None,
     cancel: threading.Event,
+    start: str = "exec",
 ) -> TrialResult | None:
-    """Run one trial in a child process; ``None`` when cancelled (the trial is not recorded)."""
-    cmd = [*_self_command(), "trial", "--parent-pid", str(os.getpid())]
-    if workdir:
-        cmd += ["--workdir", str(workdir)]
-    if cache_dir:
-        cmd += ["--cache-dir", str(cache_dir)]
+    """Run one trial in a child process; ``None`` when cancelled (the trial is not recorded).
+
+    ``start``: ``fork`` forks the child from this agent (``ngb.core.trial.forked_trial``) when
+    that is safe here and now, else (and for ``exec``) starts ``agent trial`` in a new
+    interpreter."""
     started = time.time()
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: a kill takes the compiler's helpers too
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
-    with contextlib.suppress(BrokenPipeError):  # a child that died at once is reported below
-        proc.stdin.write(json.dumps(spec.to_dict()).encode())
-        proc.stdin.close()
+    proc = _start_trial(spec, workdir, cache_dir, start)
+    assert proc.stdout and proc.stderr
 
     lines: queue.Queue[bytes | None] = queue.Queue()
     stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
@@ -184,12 +178,12 @@ def run_subprocess(
                 f"serving trial exceeded {limit_s:g} s (timeout_s={spec.measure.timeout_s:g} s + "
                 f"the serving's {limit_s - spec.measure.timeout_s:g} s) and was killed"
             )
-    elif proc.returncode < 0:
-        error, kind = f"trial process killed by signal {_signal_name(-proc.returncode)}", "crash"
-        if -proc.returncode == signal.SIGKILL:
+    elif (status := proc.wait()) < 0:
+        error, kind = f"trial process killed by signal {_signal_name(-status)}", "crash"
+        if -status == signal.SIGKILL:
             error += " (the kernel's OOM killer sends SIGKILL: out of memory?)"
-    elif proc.returncode:
-        error, kind = f"trial process exited with status {proc.returncode}", "crash"
+    elif status:
+        error, kind = f"trial process exited with status {status}", "crash"
     else:
         error, kind = "trial process exited without a result", "crash"
     if tail and not timed_out:
@@ -203,6 +197,45 @@ def run_subprocess(
         finished_at=time.time(),
         versions=library_versions(),
     )
+
+
+#: how ``agent run`` starts each trial's process (``--trial-start``)
+TRIAL_STARTS = ("fork", "exec")
+
+
+def _start_trial(
+    spec: TrialSpec, workdir: Path | None, cache_dir: Path | None, start: str
+) -> _TrialProcess:
+    parent = os.getpid()
+    if start == "fork":
+        _preload_harness()
+        if can_fork():
+            return ForkedTrial(lambda: _trial_child(spec, workdir, cache_dir, parent))
+    cmd = [*_self_command(), "trial", "--parent-pid", str(parent)]
+    if workdir:
+        cmd += ["--workdir", str(workdir)]
+    if cache_dir:
+        cmd += ["--cache-dir", str(cache_dir)]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: a kill takes the compiler's helpers too
+    )
+    assert proc.stdin
+    with contextlib.suppress(BrokenPipeError):  # a child that died at once is reported below
+        proc.stdin.write(json.dumps(spec.to_dict()).encode())
+        proc.stdin.close()
+    return proc
+
+
+def _preload_harness() -> None:
+    """What every forked trial would import first (numpy, psutil, the measurement harness),
+    imported once here. No compiler library: those load in the child that runs one."""
+    from ngb.core.trial.measure import preload_trial_harness
+
+    preload_trial_harness()
 
 
 def _failed_here(spec: TrialSpec, error: str, kind: str = "error") -> TrialResult:
@@ -233,12 +266,16 @@ def _pump_stderr(stream: IO[bytes], tail: collections.deque[str]) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+#: a trial's process, started either way (``_start_trial``)
+_TrialProcess = subprocess.Popen[bytes] | ForkedTrial
+
+
+def _kill_group(proc: _TrialProcess) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _finish(proc: subprocess.Popen, readers: list[threading.Thread]) -> None:
+def _finish(proc: _TrialProcess, readers: list[threading.Thread]) -> None:
     proc.wait()
     for t in readers:
         t.join(timeout=5)
@@ -309,6 +346,7 @@ def run_trials(
     out: EventWriter,
     *,
     isolate: str = "subprocess",
+    trial_start: str = "exec",
     run_id: str | None = None,
     workdir: Path | None = None,
     cache_dir: Path | None = None,
@@ -366,7 +404,7 @@ def run_trials(
                     finally:
                         guard.in_trial = False
                 else:
-                    result = run_subprocess(spec, out, trial_dir, cache_dir, cancel)
+                    result = run_subprocess(spec, out, trial_dir, cache_dir, cancel, trial_start)
                 if result is None:
                     cancelled = True
                     break
@@ -419,6 +457,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trials", required=True, type=Path, help="trial specs, one JSON per line")
     run.add_argument("--checkpoint", required=True, type=Path, help="finished trials (appended)")
     run.add_argument("--isolate", choices=("subprocess", "inprocess"), default="subprocess")
+    run.add_argument(
+        "--trial-start", choices=TRIAL_STARTS, default="fork",
+        help="each trial's process: forked from the agent (default), or a new interpreter",
+    )  # fmt: skip
     run.add_argument("--run-id")
     run.add_argument("--workdir", type=Path, help="per-trial scratch dirs go under here")
     run.add_argument("--cache-dir", type=Path, help="long-lived cache (TVM tuning databases)")
@@ -462,6 +504,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.checkpoint,
             out,
             isolate=args.isolate,
+            trial_start=args.trial_start,
             run_id=args.run_id,
             workdir=args.workdir,
             cache_dir=args.cache_dir,
@@ -493,16 +536,25 @@ def die_with_parent(parent_pid: int | None) -> None:
 
 def _cmd_trial(args: argparse.Namespace) -> int:
     die_with_parent(args.parent_pid)
-    out = EventWriter(claim_stdout())
     spec = TrialSpec.from_dict(json.loads(sys.stdin.read()))
-    # SIGTERM to the child means "stop now"; the parent records nothing for a cancelled trial.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    result = run_inprocess(spec, out, args.workdir, args.cache_dir)
-    out(TRIAL_RESULT, key=spec.key, result=result.to_dict())
+    status = _trial_child(spec, args.workdir, args.cache_dir, None)
     # Skip interpreter teardown: native runtimes' atexit hooks and thread joins can hang or crash
     # after the work is done, and nothing is left to clean up that the OS does not.
+    os._exit(status)
+
+
+def _trial_child(
+    spec: TrialSpec, workdir: Path | None, cache_dir: Path | None, parent_pid: int | None
+) -> int:
+    """A trial process's work, started either way: events on fd 1, the result as the last."""
+    die_with_parent(parent_pid)
+    out = EventWriter(claim_stdout())
+    # SIGTERM to the child means "stop now"; the parent records nothing for a cancelled trial.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    result = run_inprocess(spec, out, workdir, cache_dir)
+    out(TRIAL_RESULT, key=spec.key, result=result.to_dict())
     sys.stderr.flush()
-    os._exit(EXIT_OK)
+    return EXIT_OK
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -31,6 +32,10 @@ FAST = {
     "workers": 1,  # worker processes are covered by tests/test_workers.py
     "quiet_check_s": 0.0,
 }
+
+
+#: both ways ``agent run`` starts a trial's process: isolation is the claim of either
+TRIAL_STARTS = pytest.mark.parametrize("start", ["fork", "exec"])
 
 
 def trial(name: str, options: dict | None = None, **measure: object) -> dict:
@@ -161,12 +166,13 @@ def test_append_checkpoint_after_torn_line(tmp_path: Path) -> None:
     assert list(read_checkpoint(ck)) == ["y"]
 
 
-def test_sigkill_mid_run_then_rerun_runs_every_trial_once(tmp_path: Path) -> None:
+@TRIAL_STARTS
+def test_sigkill_mid_run_then_rerun_runs_every_trial_once(tmp_path: Path, start: str) -> None:
     # 0.3 s timed loops of 2 ms sleeping calls: long enough to kill one mid-measurement, and
     # ~1 CPU-s each less than a busy no-op loop (9.1-9.6 -> 2.2-2.7 busy CPU-s for this test)
     rows = [trial(f"m{i}", {"sleep_s": 0.002}, min_duration_s=0.3) for i in range(6)]
     keys = write_trials(tmp_path / "trials.jsonl", rows)
-    proc = start_agent(tmp_path)
+    proc = start_agent(tmp_path, "--trial-start", start)
     try:
         # Kill while the third trial is in flight (after its measuring started).
         read_events_until(
@@ -188,17 +194,18 @@ def test_sigkill_mid_run_then_rerun_runs_every_trial_once(tmp_path: Path) -> Non
     # slow reader may see the third finish before the kill lands).
     assert 2 <= len(after_kill) < len(keys) and after_kill == keys[: len(after_kill)]
 
-    rc, evs, _ = run_agent(tmp_path)
+    rc, evs, _ = run_agent(tmp_path, "--trial-start", start)
     assert rc == 0 and evs[0]["skipped"] == 2
     final = checkpoint_keys(tmp_path / "ck.jsonl")
     assert sorted(final) == sorted(keys) and len(final) == len(set(final))
 
 
-def test_crashing_trial_is_recorded_and_run_goes_on(tmp_path: Path) -> None:
+@TRIAL_STARTS
+def test_crashing_trial_is_recorded_and_run_goes_on(tmp_path: Path, start: str) -> None:
     keys = write_trials(
         tmp_path / "trials.jsonl", [trial("a"), trial("boom", {"crash": True}), trial("c")]
     )
-    rc, evs, stderr = run_agent(tmp_path)
+    rc, evs, stderr = run_agent(tmp_path, "--trial-start", start)
     assert rc == 0
     failed = [e for e in evs if e["type"] == events.TRIAL_FAILED]
     assert len(failed) == 1 and failed[0]["key"] == keys[1]
@@ -209,16 +216,65 @@ def test_crashing_trial_is_recorded_and_run_goes_on(tmp_path: Path) -> None:
     assert records[keys[2]]["status"] == "ok"
 
 
-def test_timeout_kills_the_trial(tmp_path: Path) -> None:
+@TRIAL_STARTS
+def test_timeout_kills_the_trial(tmp_path: Path, start: str) -> None:
     keys = write_trials(
         tmp_path / "trials.jsonl", [trial("slow", {"compile_s": 60}, timeout_s=1.0), trial("next")]
     )
-    rc, evs, _ = run_agent(tmp_path)
+    rc, evs, _ = run_agent(tmp_path, "--trial-start", start)
     assert rc == 0
     records = read_checkpoint(tmp_path / "ck.jsonl")
     assert records[keys[0]]["error_kind"] == "timeout"
     assert "timeout_s=1s" in records[keys[0]]["error"]
     assert records[keys[1]]["status"] == "ok"
+
+
+@TRIAL_STARTS
+def test_a_trial_process_leads_its_session_and_holds_none_of_the_agents_files(
+    tmp_path: Path, start: str
+) -> None:
+    # Forked or started anew, the trial's process is a session of its own (a kill of its group
+    # takes the compiler's helpers) and does not hold the checkpoint's lock: a trial that lived
+    # on would otherwise refuse the next agent of the run ("another agent is running").
+    keys = write_trials(tmp_path / "trials.jsonl", [trial("hang", {"compile_s": 60})])
+    proc = start_agent(tmp_path, "--trial-start", start)
+    try:
+        read_events_until(proc, lambda e, seen: e["type"] == events.PHASE and e["key"] == keys[0])
+        (child,) = psutil.Process(proc.pid).children()
+        held = [f.path for f in child.open_files()]
+        agent_held = [f.path for f in psutil.Process(proc.pid).open_files()]
+        cmdline = child.cmdline()
+        assert os.getsid(child.pid) == child.pid != os.getsid(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    lock = str(tmp_path / "ck.jsonl.lock")
+    assert lock in agent_held and lock not in held
+    # forked: the agent's own command line; started anew: ``agent trial``
+    assert ("trial" in cmdline) == (start == "exec")
+
+
+def test_a_forked_trial_imports_nothing_the_agent_did_not_load_first() -> None:
+    # What the agent preloads (``preload_trial_harness``) is what a trial loads on first use,
+    # so a forked trial starts with it: none of ngb's modules, numpy's or psutil's left to
+    # import for a no-op trial. A module that a trial starts to import lazily shows up here.
+    code = """
+import json, os, sys
+from pathlib import Path
+from ngb.devices.agent import EventWriter, TrialSpec, _preload_harness, run_inprocess
+_preload_harness()
+before = set(sys.modules)
+spec = TrialSpec.from_dict(json.loads(sys.argv[1]))
+with open(os.devnull, "w") as sink:
+    run_inprocess(spec, EventWriter(sink), Path(sys.argv[2]), None)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    with tempfile.TemporaryDirectory() as work:
+        out = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(trial("m")), work],
+            capture_output=True, text=True, timeout=scaled(60), check=True,
+        ).stdout  # fmt: skip
+    assert json.loads(out.splitlines()[-1]) == []
 
 
 def test_in_process_failure_is_recorded(tmp_path: Path) -> None:
@@ -230,10 +286,11 @@ def test_in_process_failure_is_recorded(tmp_path: Path) -> None:
     assert failed[0]["result"]["status"] == "failed"
 
 
-def test_sigterm_cancels_kills_child_and_records_nothing(tmp_path: Path) -> None:
+@TRIAL_STARTS
+def test_sigterm_cancels_kills_child_and_records_nothing(tmp_path: Path, start: str) -> None:
     keys = write_trials(tmp_path / "trials.jsonl", [trial("a"), trial("hang", {"compile_s": 60})])
     pidfile = tmp_path / "agent.pid"
-    proc = start_agent(tmp_path, "--pidfile", str(pidfile))
+    proc = start_agent(tmp_path, "--pidfile", str(pidfile), "--trial-start", start)
     try:
         # The child reports its compile phase only once it is running the hanging trial.
         read_events_until(
@@ -359,11 +416,12 @@ def test_sigterm_cancels_an_in_process_trial(tmp_path: Path) -> None:
     assert not (tmp_path / "ck.jsonl").exists() or checkpoint_keys(tmp_path / "ck.jsonl") == []
 
 
-def test_trial_killed_from_outside_is_a_crash(tmp_path: Path) -> None:
+@TRIAL_STARTS
+def test_trial_killed_from_outside_is_a_crash(tmp_path: Path, start: str) -> None:
     # What the kernel's OOM killer does: SIGKILL the trial process. The agent records it and
     # goes on with the next trial.
     keys = write_trials(tmp_path / "trials.jsonl", [trial("victim", {"compile_s": 60}), trial("b")])
-    proc = start_agent(tmp_path)
+    proc = start_agent(tmp_path, "--trial-start", start)
     try:
         read_events_until(proc, lambda e, seen: e["type"] == events.PHASE and e["key"] == keys[0])
         (child,) = psutil.Process(proc.pid).children()

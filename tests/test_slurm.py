@@ -33,6 +33,7 @@ from ngb.devices import protocol, slurm_nodes
 from ngb.devices.inventory import Device, Inventory, inventory_from_dict
 from ngb.devices.slurm import JobState, SlurmSettings, parse_squeue
 from ngb.devices.slurm_transport import _AGENT_START, NODE_PIDFILE, SlurmTransport
+from ngb.sweeps.run import device_queue
 from ngb.sweeps.run.device_queue import _news, job_states
 from ngb.sweeps.run.orchestrator import Orchestrator
 from ngb.sweeps.run.state import resumed_run
@@ -289,8 +290,11 @@ async def test_a_queued_job_shows_its_reason_and_is_cancelled(cluster, tmp_path)
 
 
 @pytest.mark.slow
-async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path):
+async def test_two_slots_run_a_sweep_and_the_first_result_time(cluster, tmp_path, monkeypatch):
     # Two job slots: the node's two CPUs, one per slot (not exclusive, so flagged as shared).
+    # The queue is asked every 0.3 s, not every 3 s: a job of three 0.2 s trials ran between two
+    # polls of squeue in 1 of 6 runs, and its RUNNING line (below) was never said.
+    monkeypatch.setattr(device_queue, "POLL_S", 0.3)
     dev = slurm_device("part", tmp_path / "w", nodes=2, cpus_per_task=1, exclusive=False)
     inventory, store = Inventory([dev]), Store(tmp_path / "r.duckdb")
     orch = Orchestrator(store, inventory)

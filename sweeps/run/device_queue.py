@@ -50,7 +50,9 @@ async def foreign_cancel(dev: DeviceRun, event: dict[str, object]) -> bool:
     return False
 
 
-async def poll(dev: DeviceRun, say: Callable[[str], None] | None, every: float = POLL_S) -> None:
+async def poll(
+    dev: DeviceRun, say: Callable[[str], None] | None, every: float | None = None
+) -> None:
     """Say the job's queue state (``slurm: PENDING (Resources)``) when it changes, as the
     device's connection message (the console keeps it on a line of its own) and, while no trial
     is in flight, as its current line (the ``run_devices`` row); runs until cancelled.
@@ -61,6 +63,7 @@ async def poll(dev: DeviceRun, say: Callable[[str], None] | None, every: float =
     queue = queue_of(dev)
     if queue is None or say is None:
         return
+    every = POLL_S if every is None else every  # read here: a test shortens it
     loop = asyncio.get_running_loop()
     last, said_at = "", 0.0
     while True:
