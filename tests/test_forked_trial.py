@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
-from ngb.core.trial.forked_trial import EXIT_CHILD_ERROR, ForkedTrial, can_fork
+from ngb.core.trial.forked_trial import EXIT_CHILD_ERROR, ForkedTrial
 
 
 def _read_all(trial: ForkedTrial) -> tuple[str, str]:
@@ -108,13 +108,20 @@ def test_the_child_keeps_none_of_the_callers_files_and_none_of_its_handlers() ->
 
 
 def test_no_fork_while_another_thread_runs() -> None:
-    assert can_fork()  # this test's process: pytest's main thread only
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert not can_fork()
-    finally:
-        stop.set()
-        other.join()
-    assert can_fork()
+    # In a process of its own: a test process may have threads that earlier tests left.
+    code = """
+import threading
+from ngb.core.trial.forked_trial import can_fork
+alone = can_fork()
+stop = threading.Event()
+other = threading.Thread(target=stop.wait)
+other.start()
+beside = can_fork()
+stop.set()
+other.join()
+print(alone, beside, can_fork())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert out.split() == ["True", "False", "True"]
