@@ -258,11 +258,13 @@ def test_a_forked_trial_imports_nothing_the_agent_did_not_load_first() -> None:
     # What the agent preloads (``preload_trial_harness``) is what a trial loads on first use,
     # so a forked trial starts with it: none of ngb's modules, numpy's or psutil's left to
     # import for a no-op trial. A module that a trial starts to import lazily shows up here.
+    # And no torch in the agent: a trial forked from it would inherit torch's OpenMP pool.
     code = """
 import json, os, sys
 from pathlib import Path
 from ngb.devices.agent import EventWriter, TrialSpec, _preload_harness, run_inprocess
 _preload_harness()
+assert "torch" not in sys.modules, "a forked trial would inherit torch's OpenMP pool"
 before = set(sys.modules)
 spec = TrialSpec.from_dict(json.loads(sys.argv[1]))
 with open(os.devnull, "w") as sink:
