@@ -207,10 +207,8 @@ def _start_trial(
     spec: TrialSpec, workdir: Path | None, cache_dir: Path | None, start: str
 ) -> _TrialProcess:
     parent = os.getpid()
-    if start == "fork":
-        _preload_harness()
-        if can_fork():
-            return ForkedTrial(lambda: _trial_child(spec, workdir, cache_dir, parent))
+    if start == "fork" and _preloaded() and can_fork():
+        return ForkedTrial(lambda: _trial_child(spec, workdir, cache_dir, parent))
     cmd = [*_self_command(), "trial", "--parent-pid", str(parent)]
     if workdir:
         cmd += ["--workdir", str(workdir)]
@@ -236,6 +234,17 @@ def _preload_harness() -> None:
     from ngb.core.trial.measure import preload_trial_harness
 
     preload_trial_harness()
+
+
+def _preloaded() -> bool:
+    """``_preload_harness`` done; False where it raised (a compiler module that does not
+    import, say): the trial then starts in a new interpreter, which meets the same error as
+    the trial's own and records it, instead of the error ending the agent's run."""
+    try:
+        _preload_harness()
+    except Exception:  # noqa: BLE001 -- any of it is the trial's to report, not the agent's
+        return False
+    return True
 
 
 def _failed_here(spec: TrialSpec, error: str, kind: str = "error") -> TrialResult:

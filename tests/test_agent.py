@@ -279,6 +279,28 @@ print(json.dumps(sorted(set(sys.modules) - before)))
     assert json.loads(out.splitlines()[-1]) == []
 
 
+def test_a_preload_that_raises_starts_the_trial_anew_and_the_agent_goes_on(monkeypatch) -> None:
+    # A compiler module that fails to import breaks the agent's preload: the trial then starts
+    # in a new interpreter (which meets the error as the trial's own), never ends the run here.
+    import subprocess as sp
+
+    from ngb.core.trial import measure
+    from ngb.devices import agent
+
+    def broken() -> None:
+        raise SyntaxError("a compiler module that does not parse")
+
+    monkeypatch.setattr(measure, "preload_trial_harness", broken)
+    proc = agent._start_trial(TrialSpec.from_dict(trial("m")), None, None, "fork")
+    assert isinstance(proc, sp.Popen)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.read()
+    proc.stderr.read()
+    assert proc.wait(timeout=scaled(60)) == 0
+    last = events.decode(out.splitlines()[-1])
+    assert last is not None and last["type"] == agent.TRIAL_RESULT
+
+
 def test_in_process_failure_is_recorded(tmp_path: Path) -> None:
     keys = write_trials(tmp_path / "trials.jsonl", [trial("f", {"fail": True})])
     rc, evs, _ = run_agent(tmp_path, "--isolate", "inprocess")

@@ -2,10 +2,11 @@
 
 Why: the agent runs every trial in a child process of its own (a crash, an OOM kill or a hang is a
 failed trial, not a dead run). Started as ``python agent.pyz trial``, each child paid for a new
-interpreter and the trial harness's imports (numpy, psutil, ``ngb.core.trial.measure``): ~0.17
-CPU-s a trial on the 2-core VM, 0.7 of the 0.96 CPU-s that one agent's 4 no-op trials cost, and
-on a fleet of loopback devices all of them pay it at once. Forked from an agent that imported the
-harness once, a child starts with it loaded.
+interpreter and the trial harness's imports (numpy, psutil, ``ngb.core.trial.measure``): ~0.15
+CPU-s a trial on the 2-core VM (one agent's 4 no-op trials: 0.93 CPU-s that way, 0.35 forked;
+1.50 against 1.00 where each worker is a fresh interpreter, a device's default), and on a fleet of
+loopback devices all of them pay it at once. Forked from an agent that imported the harness once,
+a child starts with it loaded.
 
 What the child keeps of the agent: the modules it imported and their caches (library versions
 and the installed-packages list, read from the same interpreter), and nothing else that matters:
