@@ -19,7 +19,7 @@ from ngb.sweeps.cli import cli
 from ngb.sweeps.report import compare as compare_runs
 from ngb.sweeps.report import derived, history
 from ngb.sweeps.report import gate as gate_rules
-from ngb.sweeps.report.changepoints import detect
+from ngb.sweeps.report.changepoints import detect, split_evidence
 from ngb.sweeps.report.points import differences, point_of, swept_settings
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.merge import import_store
@@ -127,6 +127,23 @@ def test_a_5_percent_step_is_found_in_4_plus_4_runs(mix):
     print(f"\n{mix}: 4+4 found {four:.3f}, 6+6 found {six:.3f}, 12 stable alarms {alarms:.3f}")
     assert four >= 0.80 and six >= 0.95
     assert alarms <= 0.02
+
+
+def test_split_evidence_is_the_statistic_detect_judges():
+    # What the real 4+4 history below falls back on: a step the runs' spread hides there
+    # (|t| under the threshold) is no change point; one it shows is found at that run.
+    rng = random.Random(7)
+    for spread, found in ((0.005, True), (0.04, False)):
+        values = [100 * (1 + rng.gauss(0, spread)) for _ in range(4)]
+        values += [95.2 * (1 + rng.gauss(0, spread)) for _ in range(4)]
+        t, limit = split_evidence(values, [0.01] * 8, 4)
+        changes = detect(values, [0.01] * 8)
+        assert (t > limit) is found
+        if found:
+            [change] = changes
+            assert change.index == 4 and math.isclose(abs(change.z), t)
+        else:
+            assert changes == []
 
 
 def test_the_threshold_table_is_what_its_simulation_gives():
@@ -349,11 +366,23 @@ def test_a_real_4_plus_4_history_names_its_step_and_the_gate_judges_it(tmp_path)
         _measure_noop(db, f"r{i}", SLEEP_S * (1.05 if i >= 4 else 1.0) * (1 + moved))
     [series] = history.series_of(history.load(Store(db), {}))
     assert [e.run_id for e in series.entries] == [f"r{i}" for i in range(8)]
-    [change] = series.changes
-    assert change.run_id == "r4" and -7 < change.percent < -3, change.text()
-    assert "compiler_options.sleep_s" in change.text()
+    values = [e.throughput.value for e in series.entries]
+    t, limit = split_evidence(values, [history._rel_se(e.row) for e in series.entries], 4)
+    print(
+        f"\nthroughputs {[round(v, 2) for v in values]}: |t| at r4 {t:.2f}, threshold {limit:.2f}"
+    )
     r = CliRunner().invoke(cli, ["history", "--db", str(db), "--format", "markdown"])
-    assert r.exit_code == 0 and "change point from run r4: -" in r.output
+    if t > limit:  # the data shows the step: the detector names it, at r4, with its cause
+        [change] = series.changes
+        assert change.run_id == "r4" and -7 < change.percent < -3, change.text()
+        assert "compiler_options.sleep_s" in change.text()
+        assert r.exit_code == 0 and "change point from run r4: -" in r.output
+    else:  # a loaded machine spread these runs too much to see 5 % in 4 + 4 (it did in CI,
+        # 2026-11-30; quiet, the detector finds this step in ~94 % of such histories): the
+        # answer is "no change", never a wrong one
+        assert series.changes == [], [c.text() for c in series.changes]
+        assert r.exit_code == 0 and "no change point" in r.output
+        assert "change point from run" not in r.output
 
     code, line = _gate(db, "r3", "r4")
     if _decidable(db, "r3", "r4"):

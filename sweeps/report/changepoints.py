@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from ngb.sweeps.report.changepoint_thresholds import ALPHA, MIN_SEGMENT, threshold
 
-__all__ = ["ALPHA", "MIN_SEGMENT", "ChangePoint", "detect", "split_statistic"]
+__all__ = ["ALPHA", "MIN_SEGMENT", "ChangePoint", "detect", "split_evidence", "split_statistic"]
 
 _FLOOR = 1e-12  # a variance floor (a relative se of 1e-6) for series stated as exact
 
@@ -208,6 +208,17 @@ def detect(
         pending += [(lo, k), (k, hi)]
     found.sort(key=lambda c: c.index)
     return _segment_levels(found, y, own)
+
+
+def split_evidence(
+    values: Sequence[float], rel_se: Sequence[float | None] | None, k: int
+) -> tuple[float, float]:
+    """``detect``'s statistic for one change before ``values[k]`` over the whole series, and
+    the threshold it must pass: (|t|, threshold). Where |t| stays below, the runs' spread hides
+    a step there, and "no change point" is the data's answer, not a miss."""
+    own = _moderated(_own_variances(len(values), rel_se))
+    t, _, _ = split_statistic([math.log(v) for v in values], own, k)
+    return abs(t), threshold(len(values))
 
 
 def _segment_levels(
