@@ -228,20 +228,15 @@ def _start_trial(
     return proc
 
 
-def _preload_harness() -> None:
-    """What every forked trial would import first (numpy, psutil, the measurement harness),
-    imported once here. No compiler library: those load in the child that runs one."""
-    from ngb.core.trial.measure import preload_trial_harness
-
-    preload_trial_harness()
-
-
 def _preloaded() -> bool:
-    """``_preload_harness`` done; False where it raised (a compiler module that does not
-    import, say): the trial then starts in a new interpreter, which meets the same error as
-    the trial's own and records it, instead of the error ending the agent's run."""
+    """Import, once, what every forked trial would import first (numpy, psutil, the harness:
+    ``preload_trial_harness``; no compiler library). False where that raised (a compiler module
+    that does not import, say): the trial then starts in a new interpreter, which meets the same
+    error as the trial's own and records it, instead of the error ending the agent's run."""
     try:
-        _preload_harness()
+        from ngb.core.trial.measure import preload_trial_harness
+
+        preload_trial_harness()
     except Exception:  # noqa: BLE001 -- any of it is the trial's to report, not the agent's
         return False
     return True

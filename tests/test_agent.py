@@ -262,8 +262,8 @@ def test_a_forked_trial_imports_nothing_the_agent_did_not_load_first() -> None:
     code = """
 import json, os, sys
 from pathlib import Path
-from ngb.devices.agent import EventWriter, TrialSpec, _preload_harness, run_inprocess
-_preload_harness()
+from ngb.devices.agent import EventWriter, TrialSpec, _preloaded, run_inprocess
+assert _preloaded()
 assert "torch" not in sys.modules, "a forked trial would inherit torch's OpenMP pool"
 before = set(sys.modules)
 spec = TrialSpec.from_dict(json.loads(sys.argv[1]))

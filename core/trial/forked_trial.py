@@ -47,8 +47,6 @@ class ForkedTrial:
     ``body`` runs in the child with fd 1 and fd 2 on the pipes ``stdout`` and ``stderr`` read
     here, and fd 0 on /dev/null; the child exits with its return value (an int)."""
 
-    stdin: IO[bytes] | None = None
-
     def __init__(self, body: Callable[[], int]) -> None:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

@@ -50,9 +50,7 @@ async def foreign_cancel(dev: DeviceRun, event: dict[str, object]) -> bool:
     return False
 
 
-async def poll(
-    dev: DeviceRun, say: Callable[[str], None] | None, every: float | None = None
-) -> None:
+async def poll(dev: DeviceRun, say: Callable[[str], None] | None) -> None:
     """Say the job's queue state (``slurm: PENDING (Resources)``) when it changes, as the
     device's connection message (the console keeps it on a line of its own) and, while no trial
     is in flight, as its current line (the ``run_devices`` row); runs until cancelled.
@@ -63,7 +61,6 @@ async def poll(
     queue = queue_of(dev)
     if queue is None or say is None:
         return
-    every = POLL_S if every is None else every  # read here: a test shortens it
     loop = asyncio.get_running_loop()
     last, said_at = "", 0.0
     while True:
@@ -75,7 +72,7 @@ async def poll(
                     dev.current = line
                 last, said_at = line, loop.time()
                 say(line)
-        await asyncio.sleep(every)
+        await asyncio.sleep(POLL_S)  # read at each poll: a test shortens it
 
 
 def _news(line: str, last: str, since: float) -> bool:
