@@ -22,14 +22,19 @@ share (version 4's did: two builds gave two archive names).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
 import marshal
 import os
+import stat
 import tempfile
+import time
 import zipfile
 from pathlib import Path
+
+from ngb.core.base.safe_files import is_own_folder
 
 #: modules of ngb.devices that go to the device (the rest needs the workstation's libraries)
 DEVICE_MODULES = ("__init__.py", "agent.py", "probe.py")
@@ -116,18 +121,85 @@ def build_agent_zipapp(dest: Path | str) -> Path:
     target = dest / f"agent-{digest}.pyz"
     if target.is_file():
         return target
+    _write_into(dest, target.name, _archive_bytes(digest, files))
+    return target
+
+
+def _archive_bytes(digest: str, files: dict[str, bytes]) -> bytes:
+    """The archive named ``digest``: built by this process before, or by another of this user's
+    (``_shared_folder``), or built now and left there for the next."""
     if digest not in _BUILT:
-        _BUILT[digest] = _archive(files)
-    fd, tmp_name = tempfile.mkstemp(prefix=".agent-", suffix=".tmp", dir=dest)
+        shared = _shared_folder()
+        name = f"agent-{digest}.pyz"
+        raw = _read_regular(shared / name) if shared is not None else None
+        if raw is None:
+            raw = _archive(files)
+            if shared is not None:
+                with contextlib.suppress(OSError):
+                    _write_into(shared, name, raw)
+                    _prune(shared)
+        _BUILT[digest] = raw
+    return _BUILT[digest]
+
+
+def _write_into(folder: Path, name: str, raw: bytes) -> None:
+    """``folder/name`` holds ``raw``, executable: written beside it and renamed into place, so a
+    concurrent reader never sees half an archive."""
+    fd, tmp_name = tempfile.mkstemp(prefix=".agent-", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as raw:
-            raw.write(_BUILT[digest])
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
         os.chmod(tmp_name, 0o755)
-        os.replace(tmp_name, target)
+        os.replace(tmp_name, folder / name)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return target
+
+
+def _shared_folder() -> Path | None:
+    """This user's archives in the temp dir, for every process and every ``NGB_HOME`` here: a
+    new home (the console's, each test's, a second checkout's) compiled ~100 modules again,
+    ~0.23 CPU-s, the test suite about 19 times a run. None where the folder is not this user's
+    alone (``is_own_folder``): an archive planted there would run on every device."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"ngb-agent-{uid}"
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return folder if is_own_folder(folder) else None
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """A regular file's bytes, not through a link; None for anything else or nothing there."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh, contextlib.suppress(OSError):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fh.read()
+    return None
+
+
+#: archives kept in the shared folder, the newest (each source edit makes another, ~1 MB)
+SHARED_KEPT = 8
+
+
+def _prune(folder: Path, keep: int = SHARED_KEPT) -> None:
+    """Only the ``keep`` newest archives stay; unfinished writes older than an hour go."""
+    archives: list[tuple[float, str]] = []
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if entry.name.startswith("agent-") and entry.name.endswith(".pyz"):
+                    archives.append((info.st_mtime, entry.path))
+                elif entry.name.startswith(".agent-") and now - info.st_mtime > 3600:
+                    os.unlink(entry.path)
+    for _, path in sorted(archives, reverse=True)[keep:]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _archive(files: dict[str, bytes]) -> bytes:

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ngb.core.base.safe_files import is_own_folder
+
 
 def packages() -> tuple[str, ...]:
     """Every installed distribution as ``name==version``, sorted and de-duplicated.
@@ -42,8 +44,10 @@ def _packages_at(cache: Path) -> tuple[str, ...]:
     """``packages()`` under one key: the cache file's lines, or a scan written there."""
     with contextlib.suppress(OSError):
         cache.parent.mkdir(mode=0o700, exist_ok=True)
-    if not _own_folder(cache.parent):
-        return _scan()  # neither read nor written: see _own_folder
+    if not is_own_folder(cache.parent):
+        # neither read nor written: a list planted there would put false versions and
+        # packages into every result this user records
+        return _scan()
     text = _read(cache)
     if text is not None:
         return tuple(line for line in text.splitlines() if line)
@@ -54,19 +58,6 @@ def _packages_at(cache: Path) -> tuple[str, ...]:
         os.replace(partial, cache)  # atomic: a concurrent trial reads all or nothing
     _prune(cache.parent)
     return found
-
-
-def _own_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a real folder of this user's that no one else may write. The cache
-    lives in the shared temp dir, where another user could have made the folder first or put a
-    link to elsewhere in its place: a list planted there would put false versions and packages
-    into every result this user records."""
-    try:
-        st = os.lstat(folder)
-    except OSError:
-        return False
-    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
 
 
 #: cache files kept (the newest): a key changes with the mtime of any folder on ``sys.path``,
@@ -86,7 +77,7 @@ _PARTIAL_NAME = re.compile(rf"[0-9a-f]{{{_KEY_CHARS}}}\.[0-9]+\.tmp")
 def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
     """Only the ``keep`` newest cache files stay, and no unfinished write older than
     ``STALE_TMP_S``. A trial reading a file removed here misses the cache and scans again.
-    Only files named as this cache names them, in a folder ``_own_folder`` trusts (its one
+    Only files named as this cache names them, in a folder ``is_own_folder`` trusts (its one
     caller checked that before reading or writing there)."""
     now = time.time()
     done: list[tuple[float, str]] = []

@@ -217,6 +217,19 @@ def _fsync_dir(folder: Path) -> None:
         os.close(dfd)
 
 
+def is_own_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder of this user's that no one else may write: what a
+    cache in the shared temp dir must be before it is read or written there, since another user
+    could have made the folder first or put a link to elsewhere in its place (a planted entry
+    would then pass for this user's own)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
+
+
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file (by inode when both exist, else by resolved path)."""
     try:
