@@ -32,6 +32,7 @@ import stat
 import tempfile
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 from ngb.core.base.safe_files import is_own_folder
@@ -132,7 +133,7 @@ def _archive_bytes(digest: str, files: dict[str, bytes]) -> bytes:
         shared = _shared_folder()
         name = f"agent-{digest}.pyz"
         raw = _read_regular(shared / name) if shared is not None else None
-        if raw is None:
+        if raw is None or not _whole_archive(raw):
             raw = _archive(files)
             if shared is not None:
                 with contextlib.suppress(OSError):
@@ -175,10 +176,26 @@ def _read_regular(path: Path) -> bytes | None:
         fd = os.open(path, flags)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh, contextlib.suppress(OSError):
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder there: fdopen would raise
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
             return fh.read()
-    return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _whole_archive(raw: bytes) -> bool:
+    """Whether ``raw`` is an agent archive whose every member reads back intact (CRC-checked,
+    ~10 ms): a copy cut short or damaged on disk is built again rather than shipped to every
+    device, where it would fail only when the agent starts."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            return "__main__.py" in zf.namelist() and zf.testzip() is None
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError):
+        return False
 
 
 #: archives kept in the shared folder, the newest (each source edit makes another, ~1 MB)

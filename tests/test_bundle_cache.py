@@ -34,6 +34,18 @@ def _shared(root: Path) -> Path:
     return root / f"ngb-agent-{os.getuid()}"
 
 
+def _built_elsewhere(home: Path) -> Path:
+    """The archive another process builds into ``home`` (and into the shared folder)."""
+    code = (
+        "import sys\nfrom ngb.devices import bundle\nprint(bundle.build_agent_zipapp(sys.argv[1]))"
+    )
+    built = subprocess.run(
+        [sys.executable, "-c", code, str(home)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return Path(built.stdout.strip())
+
+
 def _count_builds(monkeypatch: pytest.MonkeyPatch, raw: bytes = b"#!fake archive\n") -> list[int]:
     calls: list[int] = []
 
@@ -48,14 +60,7 @@ def _count_builds(monkeypatch: pytest.MonkeyPatch, raw: bytes = b"#!fake archive
 def test_a_new_home_copies_the_archive_another_process_built(
     temp_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code = (
-        "import sys; from ngb.devices import bundle; print(bundle.build_agent_zipapp(sys.argv[1]))"
-    )
-    built = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "home-a")],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    theirs = Path(built.stdout.strip())
+    theirs = _built_elsewhere(tmp_path / "home-a")
     shared = _shared(temp_root) / theirs.name
     assert shared.read_bytes() == theirs.read_bytes()
     assert oct(_shared(temp_root).stat().st_mode & 0o777) == oct(0o700)
@@ -84,6 +89,22 @@ def test_a_folder_others_may_write_is_neither_read_nor_written(
     assert (shared / f"agent-{digest}.pyz").read_bytes() == b"#!planted\n"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_something_else_in_place_of_the_archive_is_passed_over(
+    temp_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    shared = _shared(temp_root)
+    shared.mkdir(mode=0o700)
+    there = shared / f"agent-{bundle.content_hash(bundle.bundle_files(bytecode_too=False))}.pyz"
+    if kind == "fifo":
+        os.mkfifo(there)
+    else:
+        there.mkdir()
+    calls = _count_builds(monkeypatch)
+    ours = bundle.build_agent_zipapp(tmp_path / "home")  # neither hangs nor raises
+    assert len(calls) == 1 and ours.read_bytes() == b"#!fake archive\n"
+
+
 def test_a_link_in_place_of_the_archive_is_not_followed(
     temp_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,6 +120,23 @@ def test_a_link_in_place_of_the_archive_is_not_followed(
     # the link was replaced by the archive itself; what it pointed to is untouched
     assert not (shared / f"agent-{digest}.pyz").is_symlink()
     assert elsewhere.read_bytes() == b"#!someone else's\n"
+
+
+def test_a_damaged_archive_there_is_built_again(
+    temp_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = _built_elsewhere(tmp_path / "home-a")
+    good = theirs.read_bytes()
+    shared = _shared(temp_root) / theirs.name
+    middle = len(good) // 2
+    flipped = good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :]
+    for damaged in (good[:middle], flipped):
+        shared.write_bytes(damaged)
+        monkeypatch.setattr(bundle, "_BUILT", {})
+        calls = _count_builds(monkeypatch, raw=good)
+        ours = bundle.build_agent_zipapp(tmp_path / f"home-{len(damaged)}")
+        assert len(calls) == 1, "a damaged archive was copied instead of built"
+        assert ours.read_bytes() == good and shared.read_bytes() == good
 
 
 def test_the_shared_folder_keeps_the_newest_archives(temp_root: Path) -> None:
