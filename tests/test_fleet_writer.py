@@ -1,8 +1,9 @@
 """The live writer at fleet scale (``ngb.sweeps.run.writer``): a duty cycle, not a fixed period.
 
 A flush costs per device, so with a hundred devices a flush a second is more than a workstation
-has; the writer paces itself to ``duty`` of the time (a ``flush_now`` goes at once), and does not
-write again the results it stored when a device's checkpoint is read at its end.
+has; the writer paces itself to ``duty`` of the time (a ``flush_now`` to ``URGENT_DUTY``: at most
+one flush's time later, so devices that end one after another share flushes), and does not write
+again the results it stored when a device's checkpoint is read at its end.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from ngb.core.records.types import TrialResult
 from ngb.devices.inventory import Device
 from ngb.sweeps.run.state import DeviceRun
-from ngb.sweeps.run.writer import RunWriter
+from ngb.sweeps.run.writer import URGENT_WAIT_MAX_S, RunWriter
 from ngb.sweeps.store.result_store import IngestBatch
 
 
@@ -62,9 +63,40 @@ async def test_flushes_keep_to_the_duty_cycle_and_flush_now_does_not_wait() -> N
     assert len(times) <= 3 and all(gap >= 0.45 for gap in gaps), gaps  # 0.1 s write + 0.4 s
     writer.pending_for(dev).cpu.append({"type": "cpu", "ts": 99.0})
     began = time.monotonic()
-    await writer.flush_now(dev)  # a teardown: at once, whatever the cycle says
-    assert time.monotonic() - began < 0.3
+    await writer.flush_now(dev)  # a teardown: one flush's time at most, whatever the cycle says
+    assert time.monotonic() - began < 0.3 + 0.1
     await writer.close()
+
+
+async def test_devices_that_end_one_after_another_share_flushes() -> None:
+    """A fleet's end: each device asks for a flush of its own as it ends (128 devices asked for
+    ~256 in their last 20 s and got 106, the writer a whole core). Paced, those that end while a
+    flush runs or just after it share the next one, and none waits past the cap."""
+    devs = {
+        f"d{i}": DeviceRun("r1", Device(name=f"d{i}", host="h.lab", transport="ssh"), {"a"})
+        for i in range(12)
+    }
+    for dev in devs.values():
+        dev.state = "running"
+    store = SlowStore(write_s=0.05)
+    writer = RunWriter(store, device_of=lambda run, name: devs.get(name), publish=lambda e: None,  # type: ignore[arg-type]
+                       on_unwritable=lambda m: None, flush_interval=0.02, duty=0.05)  # fmt: skip
+    writer.ensure_running()
+
+    async def end(dev: DeviceRun, after: float) -> float:
+        await asyncio.sleep(after)
+        writer.pending_for(dev).results["a"] = TrialResult(key="a", spec={"model": "m"})
+        began = time.monotonic()
+        await writer.flush_now(dev)
+        return time.monotonic() - began
+
+    # one device ends every 60 ms; a flush takes 50 ms: one flush each, unpaced
+    waits = await asyncio.gather(*(end(d, 0.06 * i) for i, d in enumerate(devs.values())))
+    await writer.close()
+    stored = sorted(name for _, batch in store.writes for _, name, _ in batch.results)
+    assert stored == sorted(devs)  # every device's result, once
+    assert len(store.writes) <= 8, f"{len(store.writes)} flushes for 12 devices"
+    assert max(waits) < 0.05 + URGENT_WAIT_MAX_S + 0.05 + 0.3, waits
 
 
 async def test_results_already_stored_are_not_written_again() -> None:

@@ -13,15 +13,17 @@ offset alone the row is rewritten at most every ``offset_every`` seconds (re-rea
 after a crash costs nothing: the store ignores results it has).
 
 The writer keeps to a duty cycle (``duty``, 5 %): after a flush that took ``w`` seconds the next
-one waits at least ``w * (1 / duty - 1)`` (at most ``local_flush_interval``, 10 s, however slow
-a loaded machine made the flush), a wake included; only ``flush_now`` (a teardown, which must see
-its results stored) goes at once. Why: a flush costs per device (each device's trials,
-samples and row are statements of their own), so with 128 loopback devices one flush took
-~1-2 s of CPU, a flush a second was more than the whole workstation could give, and the runs
-fell behind (64 devices did not finish in 595 s). Paced, a small run still flushes every second
-and a fleet's flushes carry more each, at the same share of a core; the live view does not wait
-for the store (front ends read the orchestrator's events). Results this writer has stored are
-not written again when the checkpoint is read at a device's end (``PendingWrites.add_to``).
+one waits at least ``w * (1 / duty - 1)`` (at most ``local_flush_interval``, 10 s, however slow a
+loaded machine made the flush), a wake included; a ``flush_now`` (a teardown, which must see its
+results stored) waits at most as long as the last flush took, and never over 0.5 s
+(``URGENT_DUTY``), so devices that end one after another share flushes. Why: a flush costs per
+device (each device's trials, samples and row are statements of their own), so with 128 loopback
+devices one flush took ~1-2 s of CPU, a flush a second was more than the whole workstation could
+give, and the runs fell behind (64 devices did not finish in 595 s). Paced, a small run still
+flushes every second and a fleet's flushes carry more each, at the same share of a core; the live
+view does not wait for the store (front ends read the orchestrator's events). Results this writer
+has stored are not written again when the checkpoint is read at a device's end
+(``PendingWrites.add_to``).
 
 A timed flush also waits, up to ``max_defer_s``, while a local device's worker is warming up or
 in its timed loops (its ``warmup``/``measure`` phase events): a DuckDB write beside worker 0's
@@ -78,6 +80,14 @@ from ngb.sweeps.store.wal_marker import deferred_checkpoints
 
 log = logging.getLogger(__name__)
 
+#: the duty cycle a ``flush_now`` keeps to: after a flush that took ``w`` it waits up to ``w``
+#: more. A fleet's devices end one after another and each asked for a flush of its own, twice
+#: (its results, then its final row): 106 flushes in the last 20 s of a 128-device run, ~7.8
+#: CPU-s, the writer a whole core (2026-11-30). Paced, those that end meanwhile share a flush.
+URGENT_DUTY = 0.5
+#: ... and never waits longer than this: a flush slowed by a loaded machine (9 s once, at 128
+#: devices) must not hold every teardown after it as long
+URGENT_WAIT_MAX_S = 0.5
 #: ``local_flush_interval``'s default, 10 s; ``NGB_LOCAL_FLUSH_S`` sets it (tests that wait for a
 #: ``localhost`` run's first stored trials, issue 47)
 LOCAL_FLUSH_S = float(os.environ.get("NGB_LOCAL_FLUSH_S", "10"))
@@ -188,6 +198,7 @@ class RunWriter:
         self._done = 0
         self._urgent = 0  # flush_now calls waiting: they skip the duty cycle's pause
         self._next_at = 0.0  # loop time before which a timed or woken flush waits (duty cycle)
+        self._urgent_at = 0.0  # ... and a flush_now (URGENT_DUTY)
         # (run, device) -> keys of the results this writer stored (not written twice)
         self._stored: dict[tuple[str, str], set[str]] = {}
         # a store with a file: checkpoints deferred while this writer runs (``ensure_running``)
@@ -267,12 +278,13 @@ class RunWriter:
             await self.flush_quietly()
 
     async def _pace(self) -> None:
-        """Keep to the duty cycle: wait until ``_next_at`` unless a ``flush_now`` waits."""
+        """Keep to the duty cycle: wait until ``_next_at``, or ``_urgent_at`` while a
+        ``flush_now`` waits."""
         loop = asyncio.get_running_loop()
-        while not self._urgent and loop.time() < self._next_at:
+        while (left := (self._urgent_at if self._urgent else self._next_at) - loop.time()) > 0:
             self._wakeup.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self._next_at - loop.time())
+                await asyncio.wait_for(self._wakeup.wait(), left)
 
     async def _wait_for_gap(self) -> None:
         """Hold a timed flush while a local worker times (see the module docstring)."""
@@ -348,6 +360,8 @@ class RunWriter:
                     took = loop.time() - began
                     pause = min(self.local_flush_interval, took * (1 / self.duty - 1))
                     self._next_at = loop.time() + pause
+                    urgent = min(pause, took * (1 / URGENT_DUTY - 1), URGENT_WAIT_MAX_S)
+                    self._urgent_at = loop.time() + urgent
                     self._after_write(batch, rejected)
             except BaseException:
                 for dev, pending, row in batch:  # put it back in front of anything newer
