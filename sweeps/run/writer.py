@@ -196,7 +196,7 @@ class RunWriter:
         self._cond = asyncio.Condition()
         self._started = 0
         self._done = 0
-        self._urgent = 0  # flush_now calls waiting: they skip the duty cycle's pause
+        self._urgent = 0  # flush_now calls waiting: they keep to URGENT_DUTY, not to duty
         self._next_at = 0.0  # loop time before which a timed or woken flush waits (duty cycle)
         self._urgent_at = 0.0  # ... and a flush_now (URGENT_DUTY)
         # (run, device) -> keys of the results this writer stored (not written twice)
