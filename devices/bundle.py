@@ -28,14 +28,12 @@ import importlib.util
 import io
 import marshal
 import os
-import stat
 import tempfile
-import time
 import zipfile
 import zlib
 from pathlib import Path
 
-from ngb.core.base.safe_files import is_own_folder
+from ngb.core.base.safe_files import is_own_folder, prune_newest, read_regular_bytes
 
 #: modules of ngb.devices that go to the device (the rest needs the workstation's libraries)
 DEVICE_MODULES = ("__init__.py", "agent.py", "probe.py")
@@ -132,7 +130,7 @@ def _archive_bytes(digest: str, files: dict[str, bytes]) -> bytes:
     if digest not in _BUILT:
         shared = _shared_folder()
         name = f"agent-{digest}.pyz"
-        raw = _read_regular(shared / name) if shared is not None else None
+        raw = read_regular_bytes(shared / name) if shared is not None else None
         if raw is None or not _whole_archive(raw):
             raw = _archive(files)
             if shared is not None:
@@ -169,24 +167,6 @@ def _shared_folder() -> Path | None:
     return folder if is_own_folder(folder) else None
 
 
-def _read_regular(path: Path) -> bytes | None:
-    """A regular file's bytes, not through a link; None for anything else or nothing there."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder there: fdopen would raise
-            return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _whole_archive(raw: bytes) -> bool:
     """Whether ``raw`` is an agent archive whose every member reads back intact (CRC-checked,
     ~10 ms): a copy cut short or damaged on disk is built again rather than shipped to every
@@ -204,19 +184,10 @@ SHARED_KEPT = 8
 
 def _prune(folder: Path, keep: int = SHARED_KEPT) -> None:
     """Only the ``keep`` newest archives stay; unfinished writes older than an hour go."""
-    archives: list[tuple[float, str]] = []
-    now = time.time()
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                info = entry.stat(follow_symlinks=False)
-                if entry.name.startswith("agent-") and entry.name.endswith(".pyz"):
-                    archives.append((info.st_mtime, entry.path))
-                elif entry.name.startswith(".agent-") and now - info.st_mtime > 3600:
-                    os.unlink(entry.path)
-    for _, path in sorted(archives, reverse=True)[keep:]:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    prune_newest(
+        folder, keep, lambda name: name.startswith("agent-") and name.endswith(".pyz"),
+        lambda name: name.startswith(".agent-"), stale_s=3600.0,
+    )  # fmt: skip
 
 
 def _archive(files: dict[str, bytes]) -> bytes:

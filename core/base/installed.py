@@ -18,13 +18,11 @@ import functools
 import hashlib
 import os
 import re
-import stat
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from ngb.core.base.safe_files import is_own_folder
+from ngb.core.base.safe_files import is_own_folder, prune_newest, read_regular_bytes
 
 
 def packages() -> tuple[str, ...]:
@@ -79,19 +77,7 @@ def _prune(folder: Path, keep: int = CACHE_KEPT) -> None:
     ``STALE_TMP_S``. A trial reading a file removed here misses the cache and scans again.
     Only files named as this cache names them, in a folder ``is_own_folder`` trusts (its one
     caller checked that before reading or writing there)."""
-    now = time.time()
-    done: list[tuple[float, str]] = []
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                mtime = entry.stat(follow_symlinks=False).st_mtime
-                if _CACHE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-                    done.append((mtime, entry.path))
-                elif _PARTIAL_NAME.fullmatch(entry.name) and now - mtime > STALE_TMP_S:
-                    os.unlink(entry.path)
-    for _, path in sorted(done, reverse=True)[keep:]:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    prune_newest(folder, keep, _CACHE_NAME.fullmatch, _PARTIAL_NAME.fullmatch, STALE_TMP_S)
 
 
 def _cache_file() -> Path:
@@ -117,16 +103,10 @@ def _scan() -> tuple[str, ...]:
 
 
 def _read(path: Path) -> str | None:
-    """A regular file's text; None for anything else (a FIFO put there would block a reader,
-    a link may point anywhere)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh, contextlib.suppress(OSError, UnicodeDecodeError):
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fh.read().decode()
+    """A regular file's text, not through a link; None for anything else there."""
+    raw = read_regular_bytes(path)
+    with contextlib.suppress(UnicodeDecodeError):
+        return raw.decode() if raw is not None else None
     return None
 
 

@@ -18,10 +18,12 @@ Stdlib only (the device agent bundle carries ``ngb.core``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -228,6 +230,51 @@ def is_own_folder(folder: Path) -> bool:
         return False
     uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
     return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
+
+
+def read_regular_bytes(path: Path) -> bytes | None:
+    """A regular file's bytes, not through a link; None for anything else there or nothing (a
+    FIFO would block a reader, a link may point anywhere, a folder cannot be read): what a cache
+    in the shared temp dir reads."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked first: fdopen raises on a folder
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def prune_newest(
+    folder: Path,
+    keep: int,
+    kept: Callable[[str], object],
+    partial: Callable[[str], object],
+    stale_s: float,
+) -> None:
+    """In a cache folder: only the ``keep`` newest regular files whose names ``kept`` accepts
+    stay, and no unfinished write (a name ``partial`` accepts) older than ``stale_s``. Nothing
+    else there is touched; a file gone meanwhile is no error."""
+    now = time.time()
+    done: list[tuple[float, str]] = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                mtime = entry.stat(follow_symlinks=False).st_mtime
+                if kept(entry.name) and entry.is_file(follow_symlinks=False):
+                    done.append((mtime, entry.path))
+                elif partial(entry.name) and now - mtime > stale_s:
+                    os.unlink(entry.path)
+    for _, path in sorted(done, reverse=True)[keep:]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
