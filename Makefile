@@ -11,18 +11,20 @@ setup:
 run: setup  ## the TUI on the embedded default (localhost device, demo sweep)
 	$(BIN)/ngb-tui
 
-# Four processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
+# Five processes (pytest-xdist), a test file's tests on one of them (--dist loadfile: its module
 # fixtures -- built models, exported files -- are made once), the longest files first
 # (tests/conftest.py's LONGEST_FILES_FIRST; --no-loadscope-reorder keeps that order instead of
-# xdist's by-test-count one). Four, on a 2-core machine, because many tests wait on subprocesses,
-# sshd and timers: make test took 3:33-3:49 with -n 4 and 3:39 with -n 3 (2026-11-26, quiet 2-core
-# VM, no __pycache__ at the start); earlier, before the bytecode cache below: -n 2 6:00, -n 6 4:25.
-# vmstat during -n 4: both cores 95-100 % busy. A trial started beside xdist's I/O thread takes its
-# workers from a fork server (ngb.core.trial.worker_start), so no forked worker inherits a lock that
-# thread holds. PYTEST_ARGS="-n 0" runs everything in one process; PYTEST_MORE adds options to
-# these (PYTEST_MORE=--durations=40), where PYTEST_ARGS=--durations=40 would drop -n 4 (the suite
-# then ran in one process, 18 min, 2026-11-29).
-PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder
+# xdist's by-test-count one). Five on a 2-core machine because many tests wait on subprocesses,
+# sshd and timers, and a fifth process fills those waits: warm runs in turn on the quiet 2-core VM
+# (2026-11-30, 2,406 tests) took 285-295 s (median 288) with -n 5 against 294-297 s (median 296)
+# with -n 4, at 3 % more CPU; -n 6 took 290 s. Earlier: -n 4 3:33-3:49 and -n 3 3:39 (2026-11-26,
+# a smaller suite), -n 2 6:00 before the bytecode cache below. A trial started beside xdist's I/O
+# thread takes its workers from a fork server (ngb.core.trial.worker_start), so no forked worker
+# inherits a lock that thread holds. PYTEST_ARGS="-n 0" runs everything in one process;
+# PYTEST_MORE adds options to these (PYTEST_MORE=--durations=40), where
+# PYTEST_ARGS=--durations=40 would drop -n 5 (the suite then ran in one process, 18 min,
+# 2026-11-29).
+PYTEST_ARGS ?= -n 5 --dist loadfile --no-loadscope-reorder
 PYTEST_MORE ?=
 # Python's bytecode cache stays on for the tests even where the shell turns it off
 # (PYTHONDONTWRITEBYTECODE=1): the tests start some hundred Python processes (agents, trials, CLIs)

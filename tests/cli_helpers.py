@@ -6,10 +6,10 @@ terminal). ``invoke(*args)`` runs the same command in this process (click's runn
 that monkeypatch or want no start-up cost.
 
 ``scaled(seconds)`` is a subprocess timeout that grows with the machine's load: a limit that
-covers a quiet machine is too short on the 2-core VM under ``make test -n 4`` (both cores busy,
-a Python start-up several times slower), where a test then failed on the limit and not on what
-it checks. The limit is stretched by the load per core when that is above 1 and never shortened,
-up to ``MAX_STRETCH`` so that a hung command still ends the test.
+covers a quiet machine is too short on the 2-core VM under ``make test`` (five xdist processes,
+both cores busy, a Python start-up several times slower), where a test then failed on the limit
+and not on what it checks. The limit is stretched by the load per core when that is above 1 and
+never shortened, up to ``MAX_STRETCH`` so that a hung command still ends the test.
 """
 
 from __future__ import annotations

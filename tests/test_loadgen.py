@@ -35,12 +35,14 @@ class Stalling:
             time.sleep(self.call_s)
 
 
-def _coordinated_omission(duration_s: float, stall_at_s: float, p50_ms: float = 100.0) -> None:
+def _coordinated_omission(
+    duration_s: float, stall_at_s: float, p50_ms: float = 100.0, qps: float = 100.0
+) -> None:
     runner = Stalling(0.005, stall_at_s, 2.0)
-    plan = arrivals.schedule(100, duration_s, seed=0)
+    plan = arrivals.schedule(qps, duration_s, seed=0)
     s = serve_stats.summarize(loadgen.run([runner], "server", plan=plan))
     assert runner.stalled
-    # every request due during the stall waited for it: ~200 of them, far more than 1 %
+    # every request due during the stall waited for it: 2 s x qps of them, far more than 1 %
     assert s.latency["p99"].value >= 1500.0, s.latency["p99"]
     assert s.latency["p50"].value < min(p50_ms, 0.5 * s.latency["p99"].value)
     # a closed loop over the same calls sees the stall once and ~5 ms everywhere else
@@ -51,11 +53,15 @@ def _coordinated_omission(duration_s: float, stall_at_s: float, p50_ms: float = 
 
 
 def test_a_stall_shows_in_the_p99_scaled() -> None:
-    """5 ms calls and one 2 s stall at t = 5 s, served at 100 QPS for 10 s (the fast tier's
+    """5 ms calls and one 2 s stall at t = 5 s, served at 50 QPS for 10 s (the fast tier's
     version of the 60 s run below). Under `make test`'s load a 5 ms sleep takes longer and the
     backlog after the stall drains slowly over a 10 s run, so the median is only asked to stay
-    well below the p99 (the 60 s run asks it under 100 ms)."""
-    _coordinated_omission(10.0, 5.0, p50_ms=float("inf"))
+    well below the p99 (the 60 s run asks it under 100 ms). 50 QPS, not the issue's 100: at 100
+    the one runner is half busy on a quiet machine, and under five xdist processes on 2 cores
+    its calls took long enough that the backlog never drained (p50 1.9 s, p99 2.5 s, 2026-11-30);
+    at 50 a call may take four times its 5 ms before that happens. The stall still holds up
+    ~100 of the 500 requests, far more than 1 %."""
+    _coordinated_omission(10.0, 5.0, p50_ms=float("inf"), qps=50.0)
 
 
 @pytest.mark.slow
