@@ -45,11 +45,14 @@ def _coordinated_omission(
     # every request due during the stall waited for it: 2 s x qps of them, far more than 1 %
     assert s.latency["p99"].value >= 1500.0, s.latency["p99"]
     assert s.latency["p50"].value < min(p50_ms, 0.5 * s.latency["p99"].value)
-    # a closed loop over the same calls sees the stall once and ~5 ms everywhere else
+    # a closed loop over the same calls sees the stall once and ~5 ms everywhere else: one 2 s
+    # call among hundreds stays out of its p99. Asked below a quarter of the stall, not near the
+    # 5 ms: under five xdist processes on 2 cores a 5 ms sleep's p99 reached 54 ms (2026-12-01)
     closed = Stalling(0.005, stall_at_s / 2, 2.0)
     loop = serve_stats.summarize(loadgen.run([closed], "singlestream", duration_s=duration_s / 2))
     assert closed.stalled
-    assert loop.latency["p99"].value < 50.0
+    assert loop.requests > 100, loop.requests  # so one call can stand above the p99
+    assert loop.latency["p99"].value < 500.0, loop.latency["p99"]
 
 
 def test_a_stall_shows_in_the_p99_scaled() -> None:
