@@ -47,7 +47,7 @@ def _writer(store: SlowStore, dev: DeviceRun, duty: float) -> RunWriter:
                      on_unwritable=lambda m: None, flush_interval=0.02, duty=duty)  # fmt: skip
 
 
-async def test_flushes_keep_to_the_duty_cycle_and_flush_now_does_not_wait() -> None:
+async def test_flushes_keep_to_the_duty_cycle_and_flush_now_waits_one_flush_at_most() -> None:
     dev = DeviceRun("r1", Device(name="d", host="d.lab", transport="ssh"), {"a"})
     dev.state = "running"
     store = SlowStore(write_s=0.1)

@@ -244,7 +244,7 @@ def read_regular_bytes(path: Path) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked first: fdopen raises on a folder
             return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read()
     except OSError:
         return None
