@@ -253,6 +253,22 @@ def test_failed_results_and_nan_statistics_become_nulls(store: Store) -> None:
     assert rows == [("crash",)]
 
 
+def test_stored_numbers_take_what_float_and_int_take_and_refuse_the_rest() -> None:
+    import numpy as np
+    from ngb.sweeps.store.ingest import as_int, num
+
+    assert [num(v) for v in (1.5, 2, True, "3.5", np.float32(0.5), np.int64(7))] == [
+        1.5, 2.0, 1.0, 3.5, 0.5, 7.0
+    ]  # fmt: skip
+    assert num(None) is None and num(math.nan) is None and num(-math.inf) is None
+    assert [as_int(v) for v in (3, 2.9, "4", np.int32(5), None)] == [3, 2, 4, 5, None]
+    for bad in (object(), [1.0], {"a": 1}, b"1"):
+        with pytest.raises(TypeError, match="not a"):
+            num(bad)
+        with pytest.raises(TypeError, match="not an integer"):
+            as_int(bad)
+
+
 def test_runs_devices_probes_tuning_errors(store: Store) -> None:
     assert store.create_run("r1", "demo", "name = 'demo'", ["a", "b"], 4, {"keep": True})
     assert not store.create_run("r1", "demo", "", ["a"], 1)  # exists: unchanged

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 from ngb.sweeps.store import snapshot as store_snapshot
+from ngb.sweeps.store import wal_marker
 from ngb.sweeps.store.database import Store
 from ngb.sweeps.store.snapshot import QueryJob, take_snapshot
 from ngb.sweeps.store.wal_marker import (
+    CHECKPOINT_BYTES,
+    MIN_CHECKPOINT_BYTES,
     Lock,
+    checkpoint_bytes,
     deferred_checkpoints,
     file_id,
     lock_path,
@@ -87,6 +91,47 @@ def test_a_live_runs_commits_stay_in_the_log_and_a_copy_holds_exactly_them(
     assert run_ids(store.path) == ["r0", "r1", "r2", "r3"]
     marker = read_marker(store.path)
     assert marker is not None and not marker.live  # kept up to date, no longer live
+
+
+def test_the_log_a_live_run_keeps_grows_with_the_main_file_between_floor_and_cap(
+    tmp_path: Path,
+) -> None:
+    def allowed(size: int) -> int:
+        main = tmp_path / f"{size}.duckdb"
+        with open(main, "wb") as f:
+            f.truncate(size)  # sparse: only the size counts
+        return checkpoint_bytes(main)
+
+    assert checkpoint_bytes(tmp_path / "none.duckdb") == MIN_CHECKPOINT_BYTES
+    assert allowed(2**20) == allowed(4 * 2**20) == MIN_CHECKPOINT_BYTES  # a few runs' store
+    sizes = [2**k * 2**20 for k in range(6, 14)]  # 64 MiB .. 8 GiB
+    lengths = [allowed(size) for size in sizes]
+    assert lengths == sorted(lengths)
+    assert 1.5 * 2**20 < allowed(290 * 2**20) < 2 * 2**20  # sqrt: 2x the log at 4x the file
+    assert allowed(2**30) < CHECKPOINT_BYTES == allowed(2 * 2**30) == allowed(8 * 2**30)
+    assert checkpoint_bytes(tmp_path) == MIN_CHECKPOINT_BYTES  # not a regular file: no size
+
+
+def test_a_live_run_checkpoints_once_its_log_passes_the_length_allowed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowed = 16 * 2**10
+    monkeypatch.setattr(wal_marker, "checkpoint_bytes", lambda db: allowed)
+    main = file_id(store.path)
+    seen = []
+    with deferred_checkpoints(store.path):
+        for i in range(1, 200):
+            before = wal_size(store)
+            new_run(store, f"r{i}")
+            if file_id(store.path) != main:
+                break
+            seen.append(wal_size(store))
+    assert file_id(store.path) != main, "never checkpointed"
+    assert wal_size(store) == 0 and len(seen) > 2
+    assert max(seen) == before < allowed  # no checkpoint while the log was shorter...
+    step = max(b - a for a, b in zip(seen, seen[1:], strict=False))
+    assert before + step >= allowed  # ...and one at the first write that could pass it
+    assert len(run_ids(store.path)) == i + 1
 
 
 def test_a_writer_never_checkpoints_while_a_reader_copies(store: Store) -> None:

@@ -17,10 +17,11 @@ own lock would make the writer wait for the reader).
   file and exactly that prefix of the log, and keeps the copy only when the main file kept the
   identity the marker names from before the copy to after it.
 - A live run (``RunWriter``, inside ``deferred_checkpoints``) checkpoints only once the log
-  passes ``CHECKPOINT_BYTES``, and when it ends: the main file then stays put between its
-  flushes, so a console's copy of it can be reused and only the log copied again
-  (``snapshot``). Any other writer checkpoints at every close, as DuckDB does by default, so a
-  store at rest has no log (a copy of the ``.duckdb`` file alone is the whole store).
+  passes ``checkpoint_bytes`` (256 KiB to 4 MiB, more for a larger main file), and when it
+  ends: the main file then stays put between its flushes, so a console's copy of it can be
+  reused and only the log copied again (``snapshot``). Any other writer checkpoints at every
+  close, as DuckDB does by default, so a store at rest has no log (a copy of the ``.duckdb``
+  file alone is the whole store).
 
 A marker that is missing, garbage, stale (a writer killed between its commit and its marker) or
 not a regular file, or a readers lock that cannot be taken, sends the reader back to the copy
@@ -37,6 +38,7 @@ import contextlib
 import enum
 import fcntl
 import json
+import math
 import os
 import stat
 import tempfile
@@ -55,9 +57,16 @@ if TYPE_CHECKING:
 MARKER_SUFFIX = ".ngb-wal"
 #: the readers lock beside the store (shared while a reader copies; exclusive to checkpoint)
 LOCK_SUFFIX = ".ngb-readers"
-#: a live run's writer checkpoints once its log is this long (and no reader is copying): a
-#: longer log is replayed by every open, the writer's own included (DuckDB 2.0: 16 MiB 0.33 s)
+#: a live run's writer checkpoints once its log passes ``checkpoint_bytes`` (and no reader is
+#: copying): at most this (DuckDB 2.0 replays 16 MiB of log in 0.33 s, at every open)...
 CHECKPOINT_BYTES = 4 * 2**20
+#: ...and at least this: below it a checkpoint costs more than the replays it saves
+MIN_CHECKPOINT_BYTES = 256 * 2**10
+#: replaying a byte of log at an open costs ~12 times the CPU of copying a byte of main file
+#: (28 ms/MB against 2.3 ms/MB on the 2-core VM): see ``checkpoint_bytes``
+REPLAY_OVER_COPY = 12
+#: bytes a live run's flush adds to the log, typically (128 devices x 4 trials: 3.8 MB in 55)
+FLUSH_LOG_BYTES = 64 * 2**10
 #: past this a reader still holding the lock is taken for stuck: the writer checkpoints anyway
 MAX_WAL_BYTES = 64 * 2**20
 #: DuckDB's own automatic checkpoint at a commit: never before ours (``MAX_WAL_BYTES``)
@@ -238,7 +247,7 @@ def _key(db: Path) -> str:
 
 @contextmanager
 def deferred_checkpoints(db: Path) -> Iterator[None]:
-    """While inside, this process's writes to ``db`` checkpoint only past ``CHECKPOINT_BYTES``
+    """While inside, this process's writes to ``db`` checkpoint only past ``checkpoint_bytes``
     and keep the marker (a live run: see the module docstring). The marker and the readers
     lock appear beside a store once a live run has written it (``_mark``); other writers only
     keep a marker that is there up to date."""
@@ -280,7 +289,7 @@ def finish_write(
 
     wal = file_id(wal_path(db))
     size = wal[1] if wal else 0
-    if last and size > 0 and (size >= CHECKPOINT_BYTES or not deferring(db)):
+    if last and size > 0 and (size >= checkpoint_bytes(db) or not deferring(db)):
         with readers_lock(db, exclusive=True) as lock:
             if lock is not Lock.BUSY or size >= MAX_WAL_BYTES:
                 # a failed checkpoint (an aborted transaction) leaves the log: replayed later
@@ -291,6 +300,24 @@ def finish_write(
         return
     _mark(db, create=committed)
     conn.close()
+
+
+def checkpoint_bytes(db: Path) -> int:
+    """How long a live run lets the log grow before it checkpoints, for a main file this size.
+
+    Two costs pull apart. Every open (each flush of the writer, each ``ngb`` command) replays
+    the log; a checkpoint changes the main file, which a console's copy then copies whole again
+    (``snapshot``). With a log let grow to L, a run replays ~L/2 at each of its L/f flushes per
+    checkpoint (f: ``FLUSH_LOG_BYTES``), and a reader copies the main file M once per
+    checkpoint. Per byte logged that is L r / 2f + M c / L (r, c: replaying and copying a
+    byte), least at L = sqrt(2 f M c / r): the 256 KiB floor up to a 6 MiB store, ~0.8 MiB
+    at 64 MiB, ~1.7 MiB at 290 MiB, the 4 MiB cap from 1.5 GiB on. With 4 MiB for every store, the
+    writer of a 128-device run into a new store replayed up to 3.6 MiB at its late flushes:
+    4.1 CPU-s of writes, 2.9 at 256 KiB (2026-12-01, that run's writes replayed:
+    ``benchmarks/writer_replay.py``)."""
+    main = file_id(db)
+    optimum = math.sqrt(2 * FLUSH_LOG_BYTES * (main[1] if main else 0) / REPLAY_OVER_COPY)
+    return int(min(CHECKPOINT_BYTES, max(MIN_CHECKPOINT_BYTES, optimum)))
 
 
 def _mark(db: Path, *, create: bool = True) -> None:
