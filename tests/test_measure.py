@@ -209,6 +209,16 @@ def test_compile_failure_is_recorded_not_raised() -> None:
     assert result.compile_s is not None  # time spent before the failure is still recorded
 
 
+def test_a_trial_past_its_own_deadline_is_a_timeout_as_the_agents_kill_would_say() -> None:
+    """On a loaded machine the trial's own clock can beat the agent's kill (CI, 2026-12-01:
+    ``test_timeout_kills_the_trial[fork]`` got this result first, then as kind "error")."""
+    started = time.monotonic()
+    result = run_trial(noop_spec({"compile_s": 30}, timeout_s=0.5))
+    assert time.monotonic() - started < 20  # the worker was stopped, not waited for
+    assert result.status == "failed" and result.error_kind == "timeout"
+    assert "timeout_s=0.5s" in result.error and "timed out" in result.error
+
+
 def test_unknown_compiler_and_bad_option_are_failed_trials() -> None:
     unknown = run_trial(TrialSpec(model="x", compiler="noopp", measure=MeasureSettings(**FAST)))
     assert unknown.status == "failed" and "did you mean: noop" in unknown.error

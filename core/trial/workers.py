@@ -343,8 +343,13 @@ def run_worker(
         if live is not None:
             live.start()
         while message is None:
-            if time.monotonic() > deadline:
-                raise WorkerFailed("timed out")
+            if time.monotonic() > deadline:  # the trial's own clock: on a loaded machine its
+                # verdict can reach the agent before the agent's kill does, so it says the same
+                raise WorkerFailed(
+                    f"timed out: the trial exceeded timeout_s={spec.measure.timeout_s:g}s with "
+                    f"worker {share.worker} still running",
+                    "timeout",
+                )
             importing = gated and _pump_interpreters()  # the next start as soon as a slot frees
             if not receiver.poll(_IMPORT_POLL_S if importing else _POLL_S):
                 continue
