@@ -228,6 +228,12 @@ def _start_trial(
     return proc
 
 
+def preload() -> None:
+    """What an agent imports before its first trial, for a process that forks agents
+    (``ngb.devices.agent_server``): the trial harness, as the first trial would load it."""
+    _preloaded()
+
+
 def _preloaded() -> bool:
     """Import, once, what every forked trial would import first (numpy, psutil, the harness:
     ``preload_trial_harness``; no compiler library). False where that raised (a compiler module

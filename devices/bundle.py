@@ -36,11 +36,19 @@ from pathlib import Path
 from ngb.core.base.safe_files import is_own_folder, prune_newest, read_regular_bytes
 
 #: modules of ngb.devices that go to the device (the rest needs the workstation's libraries)
-DEVICE_MODULES = ("__init__.py", "agent.py", "probe.py")
+DEVICE_MODULES = ("__init__.py", "agent.py", "agent_server.py", "probe.py")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+# The host's agent server's two commands (ngb.devices.agent_server) go there first: ``spawn``
+# runs before every agent start and must not import the agent (~0.2 s).
 _MAIN = (
     '"""Entry point of the ngb agent bundle."""\n'
     "import sys\n\n"
+    'if sys.argv[1:2] == ["spawn"]:\n'
+    "    from ngb.devices.agent_server import spawn_main\n\n"
+    "    sys.exit(spawn_main(sys.argv[2:]))\n"
+    'if sys.argv[1:2] == ["--agent-server"]:\n'
+    "    from ngb.devices.agent_server import serve_main\n\n"
+    "    sys.exit(serve_main(sys.argv[2:]))\n"
     "from ngb.devices.agent import main\n\n"
     "sys.exit(main())\n"
 )

@@ -32,6 +32,7 @@ what the workstation has consumed; a re-attach continues from there without dupl
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -44,16 +45,20 @@ RUN_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 # Whether a pid is a run's agent: alive, not a zombie (dead, not yet reaped: e.g. a container whose
 # PID 1 does not reap answers kill -0), and -- where /proc tells -- a process whose arguments hold
-# the run id (the agent's ``--run-id``; srun's, for a Slurm job). Why the last: a pid file outlives
-# its process, and pids come round again (pid_max is 32768 on many kernels; the test suite forks
-# ~100 processes a second): a reused pid must neither keep a dead run's device busy nor receive
-# its cancel. The stat line is read with a shell builtin; the argument check costs one grep. A
-# grep without -z (exit 2) leaves kill -0 as the answer, as on systems without /proc (told by the
-# shell's own /proc/$$). Where /proc is there, a pid that answered kill -0 but has no /proc entry
-# a moment later has ended and been reaped in between: dead. (The old check took a missing entry
-# for "no /proc here", hence alive: a zombie reaped in that instant -- this VM's PID 1 reaps late
-# -- kept a killed run's device busy once in a suite run.) A pid of 0 (or 0-led) is refused:
-# ``kill 0`` would signal the shell's own process group.
+# the run id (the agent's ``--run-id``; srun's, for a Slurm job) or, for an agent forked by the
+# host's agent server (devices/agent_server.py), whose command line is the server's and whose
+# working directory is the run dir. The second argument is the run dir (or, where the caller only
+# knows the run id, the id alone: then a forked agent is not recognised). Why any of it: a pid
+# file outlives its process, and pids come round again (pid_max is 32768 on many kernels; the
+# test suite forks ~100 processes a second): a reused pid must neither keep a dead run's device
+# busy nor receive its cancel. The stat line is read with a shell builtin, the directory compared
+# with test -ef (dash has it); the argument check costs one grep. A grep without -z (exit 2)
+# leaves kill -0 as the answer, as on systems without /proc (told by the shell's own /proc/$$).
+# Where /proc is there, a pid that answered kill -0 but has no /proc entry a moment later has
+# ended and been reaped in between: dead. (The old check took a missing entry for "no /proc
+# here", hence alive: a zombie reaped in that instant -- this VM's PID 1 reaps late -- kept a
+# killed run's device busy once in a suite run.) A pid of 0 (or 0-led) is refused: ``kill 0``
+# would signal the shell's own process group.
 IS_AGENT = r"""
 ngb_is_agent() {
   case "$1" in ''|*[!0-9]*|0*) return 1;; esac
@@ -63,13 +68,21 @@ ngb_is_agent() {
   read -r ngb_st 2>/dev/null < "/proc/$1/stat" || return 1
   case "$ngb_st" in *") Z "*) return 1;; esac
   [ -n "$2" ] || return 0
+  ngb_id=${2##*/} ngb_or=${2##*/}
+  if [ "$ngb_id" != "$2" ] && [ "/proc/$1/cwd" -ef "$2" ]; then ngb_or=--agent-server; fi
   ngb_ok=0
-  grep -qzxF -e "$2" "/proc/$1/cmdline" 2>/dev/null || ngb_ok=$?
+  grep -qzxF -e "$ngb_id" -e "$ngb_or" "/proc/$1/cmdline" 2>/dev/null || ngb_ok=$?
   case $ngb_ok in 0) return 0;; 1) return 1;; esac
   [ -r "/proc/$1/cmdline" ]
 }
 """
 
+# The agent's start, the last lines of _START_SCRIPT (a Slurm slot replaces them with its srun).
+# First through the host's agent server (devices/agent_server.py: a fork of a preloaded process
+# instead of a new interpreter, ~0.25 CPU-s less per agent). Its client hands the server the
+# agent's streams (fds 4 and 5 here: its own stdout and stderr go nowhere, so a program that is
+# not an agent writes nothing into the run's files), prints the pid on fd 3, and fails silently
+# where there is no server to be had; then the agent starts detached as below.
 # Started detached: `setsid` gives the agent its own session (no SIGHUP when the SSH session or the
 # workstation's terminal goes away), `nohup` guards the exec window before setsid. Appending (>>)
 # keeps earlier events of a restarted agent, so consumed offsets stay valid. A torn last line (the
@@ -79,6 +92,23 @@ ngb_is_agent() {
 # Starting is idempotent: if this run's agent is alive (its pid file names it: IS_AGENT), the
 # script only prints that pid, so a start whose answer was lost with the link never doubles it.
 # In "upload" mode the trials arrive on stdin, so the first start is one round trip.
+AGENT_START_DIRECT = r"""
+nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
+ngb_pid=$!
+"""
+AGENT_START = (
+    r"""
+ngb_pid=
+if [ "${ngb_direct:-}" != 1 ] && [ -r "/proc/$$/stat" ]; then
+  ngb_pid=$("$py" -S "$agent" spawn "$py" "$@" 3>&1 4>> events.jsonl 5>> agent.err \
+    > /dev/null 2>&1 < /dev/null) || ngb_pid=
+fi
+if [ -z "$ngb_pid" ]; then"""
+    + AGENT_START_DIRECT.replace("\n", "\n  ").rstrip(" ")
+    + """fi
+echo "$ngb_pid"
+"""
+)
 _START_SCRIPT = (
     IS_AGENT
     + r"""
@@ -87,7 +117,7 @@ mode=$1
 shift
 mkdir -p "$1"
 cd "$1"
-if [ -s agent.pid ] && ngb_is_agent "$(cat agent.pid)" "${1##*/}"; then cat agent.pid; exit 0; fi
+if [ -s agent.pid ] && ngb_is_agent "$(cat agent.pid)" "$PWD"; then cat agent.pid; exit 0; fi
 if [ "$mode" = upload ]; then cat > trials.jsonl.part; mv trials.jsonl.part trials.jsonl; fi
 py=$2
 agent=$3
@@ -95,9 +125,8 @@ shift 3
 if [ -s events.jsonl ] && [ -n "$(tail -c 1 events.jsonl)" ]; then echo >> events.jsonl; fi
 ngb_events=0
 if [ -n "${ngb_ready:-}" ] && [ -f events.jsonl ]; then ngb_events=$(wc -c < events.jsonl); fi
-nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &
-echo $!
 """
+    + AGENT_START
 )
 
 # The agent installer, shared by deploy/probe and by a run's first start. Arguments: WORK NAME SHA
@@ -198,12 +227,12 @@ _LAUNCH_SCRIPT = "mode=$1\nshift\n" + _INSTALL_SCRIPT + _REBASE_THEN_START + _ST
 # the device".
 _READY_BY_START = r"""
 if [ -n "${ngb_ready:-}" ]; then
-  pid=$!
+  pid=$ngb_pid
   n=0
   wait_s=0.05
   until [ -s agent.pid ] && read -r p < agent.pid && [ "$p" = "$pid" ]; do
     if ! ngb_is_agent "$pid" ""; then  # exited, or a zombie: IS_AGENT (in _START_SCRIPT)
-      if [ -s agent.pid ] && read -r p < agent.pid && ngb_is_agent "$p" "${PWD##*/}"; then
+      if [ -s agent.pid ] && read -r p < agent.pid && ngb_is_agent "$p" "$PWD"; then
         echo "$p"
         break
       fi
@@ -238,20 +267,29 @@ _KILL_SCRIPT = (
 sig=$1
 pidfile=$2
 pid=$3
-run=$4
 if [ -s "$pidfile" ]; then pid=$(cat "$pidfile"); fi
-ngb_is_agent "$pid" "$run" || exit 3
+ngb_is_agent "$pid" "${pidfile%/*}" || exit 3
 kill "-$sig" "$pid"
 """
 )
 
-# Arguments: PID RUN_ID (empty: any live process).
+# Arguments: PID RUN_DIR (or the run id; empty: any live process).
 _ALIVE_SCRIPT = (
     IS_AGENT
     + r"""
 if ngb_is_agent "$1" "$2"; then echo alive; else echo dead; fi
 """
 )
+
+
+AGENT_START_ENV = "NGB_AGENT_START"  # "direct": no agent server (AGENT_START)
+
+
+def _how_agents_start() -> str:
+    """``NGB_AGENT_START=direct`` in the workstation's environment starts every agent in an
+    interpreter of its own, as before the agent server: to compare the two, or on a host where
+    forking agents misbehaves. The choice rides in the script, never in the device's environment."""
+    return "ngb_direct=1\n" if os.environ.get(AGENT_START_ENV) == "direct" else ""
 
 
 def check_run_id(run_id: str) -> str:
@@ -334,8 +372,8 @@ def start_agent_argv(
     if isolate:
         agent_args += ["--isolate", isolate]
     mode = "upload" if upload else "start"
-    return ["sh", "-c", _START_SCRIPT, "ngb-start", mode, paths.run_dir, python, agent_path,
-            *agent_args]  # fmt: skip
+    return ["sh", "-c", _how_agents_start() + _START_SCRIPT, "ngb-start", mode, paths.run_dir,
+            python, agent_path, *agent_args]  # fmt: skip
 
 
 def _check_agent_name(agent_name: str) -> None:
@@ -385,7 +423,7 @@ def launch_argv(
                                 isolate=isolate, upload=True)  # fmt: skip
     agent_args = template[8:]  # after: sh -c SCRIPT $0 mode run_dir python agent
     _check_agent_name(agent_name)
-    script = _LAUNCH_READY_SCRIPT if ready_by_start else _LAUNCH_SCRIPT
+    script = _how_agents_start() + (_LAUNCH_READY_SCRIPT if ready_by_start else _LAUNCH_SCRIPT)
     return ["sh", "-c", script, "ngb-launch", "upload", workdir,
             agent_name, agent_sha256, part, python, template[5], *agent_args]  # fmt: skip
 
@@ -435,16 +473,17 @@ def follow_argv(paths: RunPaths, offset: int, pid: int) -> list[str]:
             paths.events]  # fmt: skip
 
 
-def alive_argv(pid: int | None, run_id: str = "") -> list[str]:
-    """Prints ``alive`` when ``pid`` lives (and, given ``run_id``, is that run's agent), else
-    ``dead``."""
-    return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or ""), run_id]
+def alive_argv(pid: int | None, run_dir: str = "") -> list[str]:
+    """Prints ``alive`` when ``pid`` lives (and, given ``run_dir``, is that run's agent), else
+    ``dead``. ``run_dir`` may be the bare run id, which misses an agent the agent server forked
+    (``IS_AGENT``)."""
+    return ["sh", "-c", _ALIVE_SCRIPT, "ngb-alive", str(pid or ""), run_dir]
 
 
 # Wait on the device for the agent to exit after its goodbye: one command that checks every
 # 0.1 s (a builtin read, a grep and a sleep each time), where a check from the workstation was an
 # SSH exec each (a channel, a session, a login shell): ~5 of them a device at the end of each run.
-# Arguments: PID RUN_ID STEPS. Prints ``dead``, or ``alive`` after STEPS checks.
+# Arguments: PID RUN_DIR STEPS. Prints ``dead``, or ``alive`` after STEPS checks.
 _WAIT_EXIT_SCRIPT = (
     IS_AGENT
     + r"""
@@ -459,11 +498,11 @@ echo dead
 )
 
 
-def wait_exit_argv(pid: int | None, run_id: str, limit_s: float) -> list[str]:
-    """Wait up to ``limit_s`` on the device for ``pid`` (that run's agent) to exit; prints
-    ``dead`` or, still running after the limit, ``alive``."""
+def wait_exit_argv(pid: int | None, run_dir: str, limit_s: float) -> list[str]:
+    """Wait up to ``limit_s`` on the device for ``pid`` (the agent of the run in ``run_dir``) to
+    exit; prints ``dead`` or, still running after the limit, ``alive``."""
     steps = max(1, round(limit_s / 0.1))
-    return ["sh", "-c", _WAIT_EXIT_SCRIPT, "ngb-wait-exit", str(pid or ""), run_id, str(steps)]
+    return ["sh", "-c", _WAIT_EXIT_SCRIPT, "ngb-wait-exit", str(pid or ""), run_dir, str(steps)]
 
 
 def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:
@@ -471,13 +510,13 @@ def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:
     script = (
         'pid=$2\nif [ -s "$1" ]; then pid=$(cat "$1"); fi\nset -- "$pid" "$3"\n' + _ALIVE_SCRIPT
     )
-    return ["sh", "-c", script, "ngb-alive", paths.pidfile, str(pid or ""), paths.run_id]
+    return ["sh", "-c", script, "ngb-alive", paths.pidfile, str(pid or ""), paths.run_dir]
 
 
 def signal_argv(paths: RunPaths, pid: int | None, sig: str = "TERM") -> list[str]:
     if sig not in ("TERM", "KILL", "INT"):
         raise ValueError(f"unexpected signal {sig}")
-    return ["sh", "-c", _KILL_SCRIPT, "ngb-kill", sig, paths.pidfile, str(pid or ""), paths.run_id]
+    return ["sh", "-c", _KILL_SCRIPT, "ngb-kill", sig, paths.pidfile, str(pid or "")]
 
 
 def pause_argv(paths: RunPaths) -> list[str]:

@@ -29,22 +29,21 @@ import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from ngb.core.base.errors import NgbError
-from ngb.devices import slurm, slurm_nodes
+from ngb.devices import protocol, slurm, slurm_nodes
 from ngb.devices.inventory import LOCALHOST, Device, Inventory, load_inventory
 from ngb.devices.local import LocalTransport
 from ngb.devices.slurm import JobState, SlurmSettings
 from ngb.devices.transport import CommandResult, JobQueue, Transport, TransportError
 
-# The protocol's detached start (devices/protocol.py: _START_SCRIPT); the Slurm start replaces it.
-_AGENT_START = (
-    'nohup setsid "$py" "$agent" "$@" >> events.jsonl 2>> agent.err < /dev/null &\necho $!\n'
-)
+# The protocol's detached start (devices/protocol.py: AGENT_START, through the host's agent
+# server or directly); the Slurm start replaces it: the agent runs on the node the job gets.
+_AGENT_START = protocol.AGENT_START
 # srun's pid is the job's handle on the login host: written to the pid file the protocol reads
 # (the start script's "agent already alive" check, kill, the claim), then printed as the pid.
 # On the node, slurm_nodes.NODE_SCRIPT records the job's node, then becomes the agent (exec).
 _SRUN_START = (
     'nohup setsid srun {options} sh -c {node_script} ngb-node {slot} {claims} "$py" "$agent" "$@" '
-    ">> events.jsonl 2>> agent.err < /dev/null &\necho $! > agent.pid\necho $!\n"
+    ">> events.jsonl 2>> agent.err < /dev/null &\nngb_pid=$!\necho $! > agent.pid\necho $!\n"
 )
 NODE_PIDFILE = "agent.node-pid"
 _ON_NODE = ("probe", "tune")  # agent commands that must describe or change the node

@@ -97,13 +97,17 @@ def test_a_killed_benchmark_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def _is_agent(pid: int) -> bool:
-    """A running agent: ``python <work>/agent-<hash>.pyz run ...``."""
+    """A running agent: ``python <work>/agent-<hash>.pyz run ...``, or one the host's agent
+    server forked (the server's command line, in a run dir)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = fh.read().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
-    return len(argv) > 2 and argv[1].endswith(b".pyz") and argv[2] == b"run"
+    if len(argv) <= 2 or not argv[1].endswith(b".pyz"):
+        return False
+    return argv[2] == b"run" or (argv[2] == b"--agent-server" and "/runs/" in cwd)
 
 
 def _cmdline(pid: int) -> str:

@@ -52,7 +52,7 @@ ngbc_holder() {
   ngbc_pidf="runs/$ngbc_other/agent.pid"
   if [ -s "$ngbc_pidf" ]; then
     ngbc_pid=$(cat "$ngbc_pidf")
-    ngb_is_agent "$ngbc_pid" "$ngbc_other" || return 0
+    ngb_is_agent "$ngbc_pid" "$PWD/runs/$ngbc_other" || return 0
     echo "held $ngbc_other $ngbc_pid"
     return 0
   fi

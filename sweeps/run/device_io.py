@@ -218,7 +218,8 @@ async def stderr_tail(dev: DeviceRun) -> str:
 async def alive(dev: DeviceRun, timeout: float) -> bool:
     """Whether the device's agent process lives (never "dead" from a broken answer)."""
     assert dev.transport is not None
-    res = await dev.transport.run(remote.alive_argv(dev.pid, dev.run_id), timeout=timeout)
+    run = dev.paths.run_dir if dev.paths is not None else dev.run_id
+    res = await dev.transport.run(remote.alive_argv(dev.pid, run), timeout=timeout)
     answer = res.stdout.strip()
     if res.returncode != 0 or answer not in ("alive", "dead"):
         # Never conclude "dead" from a broken answer: that would start a second agent.
@@ -230,7 +231,8 @@ async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> 
     """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down),
     waiting on the device in one command rather than asking it every 0.1 s."""
     assert dev.transport is not None
-    argv = remote.wait_exit_argv(dev.pid, dev.run_id, limit)
+    run = dev.paths.run_dir if dev.paths is not None else dev.run_id
+    argv = remote.wait_exit_argv(dev.pid, run, limit)
     res = await dev.transport.run(argv, timeout=timeout + limit)
     if res.returncode != 0 or res.stdout.strip() not in ("alive", "dead"):
         raise TransportError(f"{dev.name}: no answer while waiting for the agent to exit")
