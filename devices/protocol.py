@@ -134,6 +134,9 @@ if [ -n "${ngb_ready:-}" ] && [ -f events.jsonl ]; then ngb_events=$(wc -c < eve
 # expansion), installs an uploaded agent (PART) after its sha256 checks out, and checks the agent
 # that is there. Output: ``workdir <abs path>`` first, then ``need-agent`` (upload it to a
 # temporary name, call again with PART) and exit 0, or fall through with the agent in place.
+# PART may also be ``copy:<abs path>``: the same agent installed in another device's work dir on
+# this machine, copied and checked (a copy that fails or does not check out is no error: the
+# answer is need-agent, and the workstation uploads). A file just checked is not hashed again.
 # sha256sum (coreutils, like tail) is preferred; the device's python hashes where it is missing.
 # Last, the interpreter must be able to start the agent (``agent ready`` imports it and exits):
 # a wrong ``python`` path or an old Python then fails here, once, with its own words (exit 5),
@@ -146,7 +149,7 @@ _RESOLVE_WORK = r"""
 case $work in "~") work=$HOME;; "~/"*) work=$HOME/${work#"~/"};; esac
 mkdir -p "$work"
 cd "$work"
-work=$(pwd)
+work=$PWD
 printf 'workdir %s\n' "$work"
 """
 _SUM = r"""
@@ -166,12 +169,24 @@ shift 5
     + _RESOLVE_WORK
     + _SUM
     + r"""
-if [ -n "$part" ] && [ -f "$part" ]; then
-  if [ "$(sum "$part")" = "$sha" ]; then mv -f "$part" "$name"
-  else rm -f "$part"; echo "uploaded agent is corrupt (sha256 mismatch)" >&2; exit 4
-  fi
+fresh=
+case $part in
+copy:/*)
+  if cp -f "${part#copy:}" "$name.$$.part" 2>/dev/null && [ "$(sum "$name.$$.part")" = "$sha" ]
+  then mv -f "$name.$$.part" "$name"; fresh=1
+  else rm -f "$name.$$.part"
+  fi;;
+?*)
+  if [ -f "$part" ]; then
+    if [ "$(sum "$part")" = "$sha" ]; then mv -f "$part" "$name"; fresh=1
+    else rm -f "$part"; echo "uploaded agent is corrupt (sha256 mismatch)" >&2; exit 4
+    fi
+  fi;;
+esac
+if [ -z "$fresh" ] && { [ ! -f "$name" ] || [ "$(sum "$name")" != "$sha" ]; }; then
+  echo need-agent
+  exit 0
 fi
-if [ ! -f "$name" ] || [ "$(sum "$name")" != "$sha" ]; then echo need-agent; exit 0; fi
 ok=$name.ready-$(printf '%s' "$py" | cksum | cut -d ' ' -f 1)
 if [ -n "${ngb_first:-}" ] && [ ! -f "$ok" ]; then
   ngb_ready=$work/$ok
@@ -416,8 +431,10 @@ def launch_argv(
 
     One remote command instead of five (prepare, install, mkdir, upload trials, start): each SSH
     exec pays for the device's login shell. ``part``: an uploaded agent to verify and install
-    first. ``ready_by_start``: the agent started is the interpreter's check (``_READY_BY_START``;
-    not where a scheduler starts it elsewhere). Parse the answer with ``parse_launch``.
+    first, or ``copy:<abs path>`` of one another device's work dir on this machine holds
+    (``copy_part``). ``ready_by_start``: the agent started is the interpreter's check
+    (``_READY_BY_START``; not where a scheduler starts it elsewhere). Parse the answer with
+    ``parse_launch``.
     """
     template = start_agent_argv(python, agent_name, RunPaths(WORK_PLACEHOLDER, run_id),
                                 isolate=isolate, upload=True)  # fmt: skip
@@ -426,6 +443,14 @@ def launch_argv(
     script = _how_agents_start() + (_LAUNCH_READY_SCRIPT if ready_by_start else _LAUNCH_SCRIPT)
     return ["sh", "-c", script, "ngb-launch", "upload", workdir,
             agent_name, agent_sha256, part, python, template[5], *agent_args]  # fmt: skip
+
+
+def copy_part(installed_agent: str) -> str:
+    """``launch_argv``'s ``part`` that copies an agent installed on the same machine (absolute
+    path) instead of one uploaded."""
+    if not installed_agent.startswith("/"):
+        raise ConfigError(f"not an absolute path: {installed_agent!r}")
+    return f"copy:{installed_agent}"
 
 
 def parse_launch(out: str) -> tuple[str, int | None]:

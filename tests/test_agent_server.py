@@ -198,12 +198,13 @@ def test_the_server_answers_no_other_user(tmp_path: Path) -> None:
     a, pid_a = host.start("dev-a", "run-a")
     server = parent_of(pid_a)
     try:
-        names = [
-            line.split()[-1].encode()
-            for line in Path("/proc/net/unix").read_text().splitlines()
-            if line.split()[-1].startswith("@ngb-agent-server/")
+        held = {os.readlink(f"/proc/{server}/fd/{fd}") for fd in os.listdir(f"/proc/{server}/fd")}
+        names = [  # this test's server's (others may come and go beside it)
+            fields[-1].encode()
+            for fields in map(str.split, Path("/proc/net/unix").read_text().splitlines()[1:])
+            if fields[-1].startswith("@ngb-agent-server/") and f"socket:[{fields[6]}]" in held
         ]
-        assert names
+        assert len(names) == 1
         probe = (
             "import socket, sys\n"
             "s = socket.socket(socket.AF_UNIX)\n"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ngb.core.base.errors import NgbError
+from ngb.core.base.errors import ConfigError, NgbError
 from ngb.devices import protocol as remote
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.ssh import make_transport
@@ -116,6 +116,32 @@ def test_launch_refuses_a_corrupt_upload_and_a_changed_agent(tmp_path, agent):
     res = sh(remote.launch_argv(sys.executable, str(workdir), src.name, digest, "r1"), "{}\n")
     assert res.returncode == 0 and remote.parse_launch(res.stdout)[1] is None
     assert not (workdir / "runs" / "r1" / "trials.jsonl").exists()
+
+
+def test_launch_copies_the_agent_another_work_dir_of_the_machine_holds(tmp_path, agent):
+    """``copy:`` installs from another device's work dir after the same check as an upload; a
+    copy that is missing or wrong is no error, only the answer that the agent is needed."""
+    src, digest = agent
+    first, second, third = (tmp_path / n for n in ("w1", "w2", "w3"))
+    first.mkdir()
+    (first / src.name).write_bytes(src.read_bytes())
+    part = remote.copy_part(str(first / src.name))
+    res = sh(remote.launch_argv(sys.executable, str(second), src.name, digest, "r1", part=part),
+             "{}\n")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert remote.parse_launch(res.stdout)[1] is not None
+    assert (second / src.name).read_bytes() == src.read_bytes()
+    assert (first / src.name).exists()  # copied, not moved
+    wait_for_line(second / "runs" / "r1" / "events.jsonl")
+    (first / src.name).write_text("changed since\n")
+    for source in (first / src.name, tmp_path / "nowhere" / src.name):
+        argv = remote.launch_argv(sys.executable, str(third), src.name, digest, "r1",
+                                  part=remote.copy_part(str(source)))  # fmt: skip
+        res = sh(argv, "{}\n")
+        assert res.returncode == 0 and "need-agent" in res.stdout.split(), res.stderr
+        assert not (third / src.name).exists() and not list(third.glob("*.part"))
+    with pytest.raises(ConfigError):
+        remote.copy_part("relative/agent.pyz")
 
 
 def test_launch_expands_a_tilde_work_dir_on_the_device(tmp_path, agent):
@@ -224,6 +250,30 @@ async def test_first_start_costs_one_command_once_the_agent_is_deployed(tmp_path
     assert calls[0][:3] == ["ngb-launch", "put", "ngb-launch"]
     assert calls[1][0] == "ngb-launch" and "put" not in calls[1]
     assert calls[1].count("ngb-launch") == 1
+
+
+async def test_the_devices_of_one_machine_get_the_agent_over_ssh_once(tmp_path, monkeypatch):
+    """Four devices of one machine (a work dir each): one uploads, three copy it there."""
+    monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
+    devices = [
+        Device(name=f"d{i}", host="localhost", transport="local", python=sys.executable,
+               workdir=str(tmp_path / f"device{i}"))
+        for i in range(4)
+    ]  # fmt: skip
+    store = Store(tmp_path / "results.duckdb")
+    log: list[str] = []
+    orch = Orchestrator(
+        store, Inventory(devices),
+        transport_factory=lambda d: CountingTransport(make_transport(d), log),
+    )  # fmt: skip
+    run_id = await orch.start(one_trial_sweep(), "d0,d1,d2,d3", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
+    assert log.count("put") == 1, log
+    assert log.count("ngb-launch") == 8  # each: asked, then installed (uploaded or copied)
+    agents = [p for i in range(4) for p in (tmp_path / f"device{i}").glob("agent-*.pyz")]
+    assert len(agents) == 4 and len({a.read_bytes() for a in agents}) == 1
 
 
 def test_store_batch_shares_one_open_and_releases_the_file(tmp_path):

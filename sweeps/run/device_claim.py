@@ -88,7 +88,7 @@ _GATE = (
     + r"""
 ngbc_work=$1 ngbc_run=$2 ngbc_grace=$3 ngbc_share=$4
 shift 4
-ngbc_here=$(pwd)
+ngbc_here=$PWD
 ngbc_cd create || { echo "cannot create the work directory" >&2; exit 4; }
 ngbc_lock
 ngbc_h=$(ngbc_holder)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from ngb.core.base.errors import NgbError
 from ngb.core.records import events as ev
@@ -18,6 +19,7 @@ from ngb.core.records.types import TrialSpec
 from ngb.devices import protocol as remote
 from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts
+from ngb.devices.inventory import Device
 from ngb.devices.protocol import EventLogReader, RunPaths
 from ngb.devices.transport import CommandResult, Transport, TransportError
 from ngb.sweeps.run import device_claim, device_queue, job_end
@@ -43,15 +45,19 @@ def _output(transport: Transport, res: CommandResult, what: str) -> str:
     return res.stdout
 
 
-async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[str], None]) -> int:
+async def deploy_and_launch(
+    dev: DeviceRun, isolate: str | None, say: Callable[[str], None], hosts: HostAgents
+) -> int:
     """Deploy and first start in as few round trips as the safety checks allow; the agent's pid.
 
     Every SSH exec pays for the device's login shell, so the common case (agent already
     there) is one remote command: resolve the work dir, check the agent's sha256, write the
     trials (stdin) and start the agent detached. A missing or stale agent adds one SFTP upload
     to a temporary name and one more such command, which verifies the upload's hash before
-    renaming it into place. The user's model files go first (the agent verifies them before a
-    trial uses them); ``say`` gets a line about them. Sets ``dev.paths`` and ``dev.agent_path``.
+    renaming it into place, or, where another device of the same machine got it in this run
+    (``hosts``), one command that copies it from there. The user's model files go first (the
+    agent verifies them before a trial uses them); ``say`` gets a line about them. Sets
+    ``dev.paths`` and ``dev.agent_path``.
     """
     from ngb.devices.agent_remote import agent_bundle
 
@@ -78,13 +84,8 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
         say(describe_shipment(shipment))
     try:
         pid = await launch()
-        if pid is None:  # no agent (or another version) there: upload, then verify + start
-            assert dev.agent_path is not None
-            part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
-            await transport.put(str(local), part)
-            pid = await launch(part)
-            if pid is None:
-                raise NgbError(f"{dev.name}: the uploaded agent did not install")
+        if pid is None:  # no agent (or another version) there
+            pid = await _install_then_launch(dev, hosts, launch, local)
     except device_claim.DeviceBusy:
         raise
     except NgbError:  # refused (a bad python...): the claim must not outlive this attempt
@@ -92,6 +93,73 @@ async def deploy_and_launch(dev: DeviceRun, isolate: str | None, say: Callable[[
             await release(dev, remove=False)
         raise
     return pid
+
+
+COPY_WAIT_S = 120.0
+
+
+class HostAgents:
+    """Where this workstation installed the agent on each machine, so that the other devices of
+    that machine (a loopback fleet, a server listed once per GPU: one host, user and port, a work
+    dir each) copy it there instead of each receiving the ~1 MB archive over SSH: 128 loopback
+    devices made 128 SFTP sessions, on the same two cores as their agents' start."""
+
+    def __init__(self) -> None:
+        self._installed: dict[tuple[object, ...], asyncio.Future[str | None]] = {}
+
+    @staticmethod
+    def machine(device: Device) -> tuple[object, ...]:
+        if device.is_local:
+            return ("local",)
+        return (device.transport, device.host, device.port, device.user, device.jump_host)
+
+    def installer(self, device: Device) -> asyncio.Future[str | None] | None:
+        """None: this device installs for its machine (then ``installed`` says how it went);
+        else the future of another device's install: its agent's path, or None if it failed."""
+        key = self.machine(device)
+        if key in self._installed:
+            return self._installed[key]
+        self._installed[key] = asyncio.get_running_loop().create_future()
+        return None
+
+    def installed(self, device: Device, agent_path: str | None) -> None:
+        future = self._installed.get(self.machine(device))
+        if future is not None and not future.done():
+            future.set_result(agent_path)
+        if agent_path is None:  # the next device of that machine tries for itself
+            self._installed.pop(self.machine(device), None)
+
+
+async def _install_then_launch(
+    dev: DeviceRun,
+    hosts: HostAgents,
+    launch: Callable[[str], Awaitable[int | None]],
+    local: Path,
+) -> int:
+    """The agent is not in the work dir: copy it from another device of the machine where this
+    run put it there, else upload it (to a temporary name the launch checks and renames)."""
+    assert dev.transport is not None and dev.agent_path is not None
+    other = hosts.installer(dev.device)
+    if other is not None:
+        try:  # the other device's upload and check: seconds; a stalled one is not waited out
+            source = await asyncio.wait_for(asyncio.shield(other), timeout=COPY_WAIT_S)
+        except asyncio.TimeoutError:
+            source = None
+        if source is not None and source != dev.agent_path:
+            pid = await launch(remote.copy_part(source))
+            if pid is not None:
+                return pid
+    pid = None
+    try:
+        part = f"{dev.agent_path}.{uuid.uuid4().hex[:12]}.part"
+        await dev.transport.put(str(local), part)
+        pid = await launch(part)
+        if pid is None:
+            raise NgbError(f"{dev.name}: the uploaded agent did not install")
+        return pid
+    finally:
+        if other is None:
+            hosts.installed(dev.device, dev.agent_path if pid is not None else None)
 
 
 async def started_unrecorded(dev: DeviceRun) -> bool:

@@ -121,6 +121,7 @@ class Orchestrator:
         self.owner_poll = owner_poll  # how often a follower that does not own a device looks
         self._owners = Owners(store)
         self._owner = OwnerWatch(self._owners, self._stored_row, self._say, owner_poll)
+        self._host_agents = device_io.HostAgents()  # one upload of the agent per machine
         self._links = DeviceLinks(
             lambda: self.inventory, transport_factory=transport_factory,
             max_handshakes=max_handshakes, connect_timeout=connect_timeout, keepalive=keepalive,
@@ -433,7 +434,8 @@ class Orchestrator:
         if dev.cancel_requested:
             return
         say = functools.partial(self._say, dev)
-        self._agent_started(dev, await device_io.deploy_and_launch(dev, run.isolate, say))
+        launched = await device_io.deploy_and_launch(dev, run.isolate, say, self._host_agents)
+        self._agent_started(dev, launched)
 
     async def _start_agent(self, run: Run, dev: DeviceRun) -> None:
         """Start the agent again (it resumes from its checkpoint)."""
