@@ -116,6 +116,7 @@ def _start_server(name: bytes, python: str, archive: str) -> bool:
         listener.close()
         return False
     listener.listen(4096)  # a fleet's starts queue here while the server imports
+    program = os.path.abspath(python) if "/" in python else python  # resolved before the cd
     pid = os.fork()
     if pid:
         listener.close()
@@ -132,8 +133,8 @@ def _start_server(name: bytes, python: str, archive: str) -> bool:
         os.closerange(listener.fileno() + 1, 1 << 16)
         os.set_inheritable(listener.fileno(), True)
         listen_fd = str(listener.fileno())
-        argv = [python, archive, SERVER_COMMAND, f"--listen-fd={listen_fd}", f"--python={python}"]
-        os.execvp(python, argv)
+        argv = [program, archive, SERVER_COMMAND, f"--listen-fd={listen_fd}", f"--python={python}"]
+        os.execvp(program, argv)
     finally:
         os._exit(127)
 
@@ -201,7 +202,10 @@ def spawn_main(args: list[str]) -> int:
                 time.sleep(0.05)
     except Exception as exc:  # noqa: BLE001 -- whatever went wrong, the direct start follows
         if os.environ.get("NGB_DEBUG"):
-            os.write(5, f"ngb agent spawn: {exc!r}\n".encode())
+            import contextlib
+
+            with contextlib.suppress(OSError):  # fd 5: the run's agent.err, from the start script
+                os.write(5, f"ngb agent spawn: {exc!r}\n".encode())
     return _EXIT_FALLBACK
 
 

@@ -225,3 +225,30 @@ def test_the_server_answers_no_other_user(tmp_path: Path) -> None:
         assert not gone(server)
     finally:
         host.stop(a, pid_a)
+
+
+def test_the_fingerprint_ignores_what_differs_between_two_logins_only(monkeypatch) -> None:
+    """Two SSH sessions of one user differ in SSH_CONNECTION and the like: one server for both.
+    What a preloaded library read at import (OMP_NUM_THREADS), or a lower limit, is another."""
+    from ngb.devices import agent_server
+
+    monkeypatch.setenv("SSH_CONNECTION", "127.0.0.1 50000 127.0.0.1 22")
+    monkeypatch.setenv("XDG_SESSION_ID", "41")
+    base = agent_server.fingerprint("python3", "/w1/agent-abc.pyz")
+    monkeypatch.setenv("SSH_CONNECTION", "127.0.0.1 50002 127.0.0.1 22")
+    monkeypatch.setenv("XDG_SESSION_ID", "42")
+    assert agent_server.fingerprint("python3", "/w2/agent-abc.pyz") == base  # another work dir
+    assert agent_server.socket_name(base).startswith(b"\0ngb-agent-server/")
+    assert agent_server.fingerprint("python3", "/w1/agent-def.pyz") != base  # another agent
+    assert agent_server.fingerprint("/usr/bin/python3", "/w1/agent-abc.pyz") != base
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert agent_server.fingerprint("python3", "/w1/agent-abc.pyz") != base
+
+
+@pytest.mark.parametrize("idle", ["nan", "inf", "-1", "1e9", "soon"])
+def test_a_hostile_idle_time_keeps_the_default(monkeypatch, idle: str) -> None:
+    from ngb.devices import agent_server
+
+    monkeypatch.setenv("NGB_AGENT_SERVER_IDLE_S", idle)
+    server = agent_server._Server(None, "")  # type: ignore[arg-type]  # only reads its settings
+    assert server.idle_s == agent_server.IDLE_S
