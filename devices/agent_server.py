@@ -29,7 +29,11 @@ its working directory, which is its run directory.
 
 The socket name carries a checksum of the fingerprint, so another set-up (``OMP_NUM_THREADS``,
 which numpy's thread pool reads once at import, a ``PYTHONPATH``, a lower ``ulimit``) gets a
-server of its own; the server still compares the whole fingerprint and refuses a mismatch.
+server of its own; the server still compares the whole fingerprint and refuses a mismatch. The
+agent archive counts by its name, which is its content's hash: the devices of one host keep a
+copy each (a work dir each), and one server serves them all. It runs from the copy of the device
+that started it, and a module the agent imports late (a serving trial's) is read from there: a
+work dir removed by hand while another device of the host runs would fail that import.
 """
 
 from __future__ import annotations
