@@ -219,7 +219,7 @@ def spawn_main(args: list[str]) -> int:
 class _Server:
     def __init__(self, listener: socket.socket, finger: str) -> None:
         self.listener = listener
-        self.finger = finger
+        self.finger_hex = finger.encode().hex()  # as a request carries it
         self.children: set[int] = set()
         try:
             self.idle_s = float(os.environ.get("NGB_AGENT_SERVER_IDLE_S", IDLE_S))
@@ -293,7 +293,7 @@ class _Server:
                 return "error bad request"
             fields = _unpack(_recv_exact(conn, size))
             finger, cwd, umask, environ, *argv = fields
-            if finger != self.finger.encode().hex():
+            if finger != self.finger_hex:
                 return "error another set-up"
             if not argv or argv[0] != "run":
                 return "error not an agent run"

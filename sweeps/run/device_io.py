@@ -283,11 +283,16 @@ async def stderr_tail(dev: DeviceRun) -> str:
     return ""
 
 
+def _run_dir(dev: DeviceRun) -> str:
+    """What the device's agent checks take to tell this run's agent (``protocol.IS_AGENT``):
+    the run dir, or the bare run id before the launch told where it is."""
+    return dev.paths.run_dir if dev.paths is not None else dev.run_id
+
+
 async def alive(dev: DeviceRun, timeout: float) -> bool:
     """Whether the device's agent process lives (never "dead" from a broken answer)."""
     assert dev.transport is not None
-    run = dev.paths.run_dir if dev.paths is not None else dev.run_id
-    res = await dev.transport.run(remote.alive_argv(dev.pid, run), timeout=timeout)
+    res = await dev.transport.run(remote.alive_argv(dev.pid, _run_dir(dev)), timeout=timeout)
     answer = res.stdout.strip()
     if res.returncode != 0 or answer not in ("alive", "dead"):
         # Never conclude "dead" from a broken answer: that would start a second agent.
@@ -299,8 +304,7 @@ async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> 
     """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down),
     waiting on the device in one command rather than asking it every 0.1 s."""
     assert dev.transport is not None
-    run = dev.paths.run_dir if dev.paths is not None else dev.run_id
-    argv = remote.wait_exit_argv(dev.pid, run, limit)
+    argv = remote.wait_exit_argv(dev.pid, _run_dir(dev), limit)
     res = await dev.transport.run(argv, timeout=timeout + limit)
     if res.returncode != 0 or res.stdout.strip() not in ("alive", "dead"):
         raise TransportError(f"{dev.name}: no answer while waiting for the agent to exit")

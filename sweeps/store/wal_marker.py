@@ -291,7 +291,7 @@ def finish_write(
 
     wal = file_id(wal_path(db))
     size = wal[1] if wal else 0
-    if last and size > 0 and (size >= checkpoint_bytes(db) or not deferring(db)):
+    if last and size > 0 and (not deferring(db) or size >= checkpoint_bytes(db)):
         with readers_lock(db, exclusive=True) as lock:
             if lock is not Lock.BUSY or size >= MAX_WAL_BYTES:
                 # a failed checkpoint (an aborted transaction) leaves the log: replayed later
