@@ -85,7 +85,9 @@ class Host:
         Path(paths.run_dir).mkdir(parents=True)
         Path(paths.pause_file).touch()
         argv = remote.start_agent_argv(sys.executable, str(agent), paths, upload=True)
-        out = sh(argv, TRIAL, **env)
+        # a variable of this test's own: its servers are its own (the environment is part of
+        # the fingerprint), never another test's that may kill one beside it (xdist --dist load)
+        out = sh(argv, TRIAL, NGB_TEST_HOST=str(self.tmp), **env)
         assert out.returncode == 0, out.stderr
         pid = int(out.stdout.strip())
         assert wait_until(lambda: Path(paths.pidfile).is_file(), 60), Path(paths.stderr).read_text()
