@@ -33,13 +33,21 @@ from typing import TYPE_CHECKING, TypedDict
 from ngb.devices.device_checks import first_problem
 from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
-from ngb.devices.ssh_connect import ciphers_for, default_ssh_config, map_connect_error
+from ngb.devices.ssh_connect import (
+    ciphers_for,
+    client_keys,
+    default_ssh_config,
+    known_hosts_table,
+    map_connect_error,
+)
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
 
 if TYPE_CHECKING:  # asyncssh is imported lazily (the console paints before it loads)
     import asyncssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
+#: most characters ``stream`` takes from the channel at once
+_STREAM_CHUNK = 1 << 16
 DEFAULT_KEEPALIVE = 15.0
 DEFAULT_HANDSHAKES = int(os.environ.get("NGB_SSH_HANDSHAKES", "64"))
 #: handshakes at once with one server address (host, port): sshd's MaxStartups default begins at 10
@@ -90,7 +98,7 @@ class _ConnectOptions(TypedDict, total=False):
     keepalive_count_max: int
     port: int
     username: str
-    client_keys: list[str]
+    client_keys: list[asyncssh.SSHKeyPair]
     tunnel: asyncssh.SSHClientConnection
     encryption_algs: list[str]
 
@@ -143,14 +151,13 @@ class SshTransport(Transport):
         return [p for p in self.known_hosts if Path(p).is_file()]
 
     def _connect_options(self) -> _ConnectOptions:
-        import asyncssh
 
         dev = self.device
         files = self._known_hosts_files()
         config = self.ssh_config if self.ssh_config is not None else default_ssh_config()
         opts: _ConnectOptions = {
             # an empty table (not None) keeps verification on when no file exists yet
-            "known_hosts": asyncssh.read_known_hosts(files) if files else asyncssh.SSHKnownHosts(),
+            "known_hosts": known_hosts_table(files),
             "config": config,
             "connect_timeout": self.connect_timeout,
             "keepalive_interval": self.keepalive_interval,
@@ -167,7 +174,7 @@ class SshTransport(Transport):
         if problem is not None:
             raise TransportError(f"{dev.name}: {problem}")
         if dev.identity_file:
-            opts["client_keys"] = [str(Path(dev.identity_file).expanduser())]
+            opts["client_keys"] = client_keys(str(Path(dev.identity_file).expanduser()))
         return opts
 
     async def open_jump(self) -> SshTransport | None:
@@ -335,9 +342,17 @@ class SshTransport(Transport):
 
         stderr_task = asyncio.ensure_future(drain_stderr())
         try:
-            # readline() until "" (EOF); asyncssh's own async-for yields a final empty string
-            while line := await process.stdout.readline():
-                yield line.rstrip("\r\n")
+            # Whatever has arrived, split into lines here: asyncssh's readline() is a coroutine
+            # step and a buffer scan per line, and a fleet's event streams are ~70 lines per
+            # device for 4 short trials, often several in one packet. A last line without its
+            # newline comes at EOF, as readline() gave it.
+            rest = ""
+            while chunk := await process.stdout.read(_STREAM_CHUNK):
+                *lines, rest = (rest + chunk).split("\n")
+                for line in lines:
+                    yield line.rstrip("\r")
+            if rest:
+                yield rest.rstrip("\r")
             await process.wait()
             self.last_exit_status = process.exit_status
             if process.exit_signal is not None:
