@@ -523,6 +523,32 @@ echo dead
 )
 
 
+# The same wait, then the file ``$4`` (exit status 3 when it does not exist): what a device's end
+# needs, its agent gone and its checkpoint, in one SSH session instead of two.
+_WAIT_THEN_CAT_SCRIPT = (
+    IS_AGENT
+    + r"""
+n=0 ngb_w=dead
+while ngb_is_agent "$1" "$2"; do
+  n=$((n + 1))
+  if [ "$n" -gt "$3" ]; then ngb_w=alive; break; fi
+  sleep 0.1 2>/dev/null || sleep 1
+done
+echo "$ngb_w"
+test -f "$4" || exit 3
+exec cat "$4"
+"""
+)
+
+
+def wait_then_read_argv(pid: int | None, run_dir: str, limit_s: float, path: str) -> list[str]:
+    """``wait_exit_argv``'s wait, then print ``path``: the first line is ``dead`` or ``alive``,
+    the file follows; exit status 3 when the file does not exist."""
+    steps = max(1, round(limit_s / 0.1))
+    return ["sh", "-c", _WAIT_THEN_CAT_SCRIPT, "ngb-wait-read", str(pid or ""), run_dir,
+            str(steps), path]  # fmt: skip
+
+
 def wait_exit_argv(pid: int | None, run_dir: str, limit_s: float) -> list[str]:
     """Wait up to ``limit_s`` on the device for ``pid`` (the agent of the run in ``run_dir``) to
     exit; prints ``dead`` or, still running after the limit, ``alive``."""

@@ -258,12 +258,18 @@ async def read_pid(dev: DeviceRun) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-async def read_checkpoint(dev: DeviceRun, *, owner: bool = True) -> dict[str, dict[str, object]]:
+async def read_checkpoint(
+    dev: DeviceRun, *, owner: bool = True, exit_wait: float | None = None
+) -> dict[str, dict[str, object]]:
     """The finished trials, as this follower takes them: on a scheduler's device the owner also
     decides what a job the scheduler ended means (``job_end``), and every result is named by
-    the node that ran it."""
+    the node that ran it. ``exit_wait``: first give the agent up to that many seconds to exit
+    (``_checkpoint_after_exit``), in the same remote command."""
     assert dev.paths is not None
-    text = await fetch_text(dev, dev.paths.checkpoint)
+    if exit_wait is None:
+        text = await fetch_text(dev, dev.paths.checkpoint)
+    else:
+        text = await _checkpoint_after_exit(dev, exit_wait)
     text = await job_end.scheduler_end(dev, text or "", owner=owner)
     return await device_queue.stamped(dev, remote.parse_checkpoint(text))  # a Slurm job's node
 
@@ -300,14 +306,17 @@ async def alive(dev: DeviceRun, timeout: float) -> bool:
     return answer == "alive"
 
 
-async def wait_for_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> None:
+async def _checkpoint_after_exit(dev: DeviceRun, timeout: float, limit: float = 10.0) -> str | None:
     """After ``run_done``: give the agent up to ``limit`` seconds to exit (workers shut down),
-    waiting on the device in one command rather than asking it every 0.1 s."""
-    assert dev.transport is not None
-    argv = remote.wait_exit_argv(dev.pid, _run_dir(dev), limit)
-    res = await dev.transport.run(argv, timeout=timeout + limit)
-    if res.returncode != 0 or res.stdout.strip() not in ("alive", "dead"):
+    waiting on the device rather than asking it every 0.1 s, then read the checkpoint, in one
+    command (one SSH session less per device at a run's end); None when there is none."""
+    assert dev.transport is not None and dev.paths is not None
+    argv = remote.wait_then_read_argv(dev.pid, _run_dir(dev), limit, dev.paths.checkpoint)
+    res = await dev.transport.run(argv, timeout=max(120.0, timeout + limit))
+    word, _, text = res.stdout.partition("\n")
+    if res.returncode not in (0, 3) or word.strip() not in ("alive", "dead"):
         raise TransportError(f"{dev.name}: no answer while waiting for the agent to exit")
+    return None if res.returncode == 3 else text
 
 
 async def remote_workdir(transport: Transport, workdir: str) -> str:

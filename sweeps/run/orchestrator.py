@@ -132,6 +132,7 @@ class Orchestrator:
         self._writer = RunWriter(
             store,
             device_of=self._device_of,
+            following=self._following,
             publish=self._publish,
             on_unwritable=self._store_unwritable,
             flush_interval=flush_interval,
@@ -478,9 +479,9 @@ class Orchestrator:
         owner's row (``OwnerWatch.wait``): finishing itself, it would remove the run dir under
         the owner, whose row it may not write (the owner then read "vanished" and failed).
         """
-        if dev.run_done is not None:  # it said goodbye: let it exit (the device is free then)
-            await device_io.wait_for_exit(dev, self.connect_timeout)
-        checkpoint = await device_io.read_checkpoint(dev, owner=owner)
+        # it said goodbye: let it exit first (the device is free then), in the same command
+        exit_wait = self.connect_timeout if dev.run_done is not None else None
+        checkpoint = await device_io.read_checkpoint(dev, owner=owner, exit_wait=exit_wait)
         if not dev.keys:
             dev.keys = await device_io.read_trial_keys(dev)
         for key, data in checkpoint.items():
@@ -661,6 +662,15 @@ class Orchestrator:
 
     def _publish(self, item: RunEvent) -> None:
         self._events.publish(item)
+
+    def _following(self) -> int:
+        """Devices whose task still runs here (following, starting or tearing down)."""
+        return sum(
+            1
+            for run in self._runs.values()
+            for dev in run.devices.values()
+            if dev.task is not None and not dev.task.done()
+        )
 
     def _device_of(self, run_id: str, device: str) -> DeviceRun | None:
         run = self._runs.get(run_id)

@@ -16,7 +16,9 @@ The writer keeps to a duty cycle (``duty``, 5 %): after a flush that took ``w`` 
 one waits at least ``w * (1 / duty - 1)`` (at most ``local_flush_interval``, 10 s, however slow a
 loaded machine made the flush), a wake included; a ``flush_now`` (a teardown, which must see its
 results stored) waits at most as long as the last flush took, and never over 0.5 s
-(``URGENT_DUTY``), so devices that end one after another share flushes. Why: a flush costs per
+(``URGENT_DUTY``), once every device still running waits for one too; while others still
+follow their agents it waits up to ``SHARE_WAIT_S`` (1 s, or the duty cycle's time if sooner)
+for them, so devices that end one after another share flushes. Why: a flush costs per
 device (each device's trials, samples and row are statements of their own), so with 128 loopback
 devices one flush took ~1-2 s of CPU, a flush a second was more than the whole workstation could
 give, and the runs fell behind (64 devices did not finish in 595 s). Paced, a small run still
@@ -88,6 +90,11 @@ URGENT_DUTY = 0.5
 #: ... and never waits longer than this: a flush slowed by a loaded machine (9 s once, at 128
 #: devices) must not hold every teardown after it as long
 URGENT_WAIT_MAX_S = 0.5
+#: ... but while other devices of the runs still follow their agents, a ``flush_now`` waits up to
+#: this long for them to end too, so that devices ending one after another share a flush: a
+#: 128-device fleet's teardown made ~25 flushes of 20-100 ms CPU each in its last 8 s, paced by
+#: URGENT_DUTY alone (2026-12-01). The last device never waits for it (nobody is left to share)
+SHARE_WAIT_S = 1.0
 #: ``local_flush_interval``'s default, 10 s; ``NGB_LOCAL_FLUSH_S`` sets it (tests that wait for a
 #: ``localhost`` run's first stored trials, issue 47)
 LOCAL_FLUSH_S = float(os.environ.get("NGB_LOCAL_FLUSH_S", "10"))
@@ -171,6 +178,7 @@ class RunWriter:
         *,
         device_of: Callable[[str, str], DeviceRun | None],
         publish: Callable[[RunEvent], None],
+        following: Callable[[], int] | None = None,
         on_unwritable: Callable[[str], None],
         flush_interval: float = 1.0,
         offset_every: float = 5.0,
@@ -188,6 +196,8 @@ class RunWriter:
         self.waiting = False  # the store was busy at the last try
         self._device_of = device_of
         self._publish = publish
+        # how many device tasks still run (None: flush_now never waits for others to share)
+        self._following = following
         self._on_unwritable = on_unwritable
         self._pending: dict[tuple[str, str], PendingWrites] = {}
         self._store_lock = asyncio.Lock()
@@ -199,6 +209,7 @@ class RunWriter:
         self._urgent = 0  # flush_now calls waiting: they keep to URGENT_DUTY, not to duty
         self._next_at = 0.0  # loop time before which a timed or woken flush waits (duty cycle)
         self._urgent_at = 0.0  # ... and a flush_now (URGENT_DUTY)
+        self._asked_at: float | None = None  # loop time of the first flush_now since a flush
         # (run, device) -> keys of the results this writer stored (not written twice)
         self._stored: dict[tuple[str, str], set[str]] = {}
         # a store with a file: checkpoints deferred while this writer runs (``ensure_running``)
@@ -209,7 +220,11 @@ class RunWriter:
     # ------------------------------------------------------------ buffering
 
     def pending_for(self, dev: DeviceRun) -> PendingWrites:
-        return self._pending.setdefault((dev.run_id, dev.name), PendingWrites())
+        key = (dev.run_id, dev.name)
+        pending = self._pending.get(key)  # not setdefault: it would build one per agent event
+        if pending is None:
+            pending = self._pending[key] = PendingWrites()
+        return pending
 
     def mark_dirty(self, dev: DeviceRun) -> None:
         self.pending_for(dev).dirty = True
@@ -279,12 +294,23 @@ class RunWriter:
 
     async def _pace(self) -> None:
         """Keep to the duty cycle: wait until ``_next_at``, or ``_urgent_at`` while a
-        ``flush_now`` waits."""
+        ``flush_now`` waits (``_flush_at``)."""
         loop = asyncio.get_running_loop()
-        while (left := (self._urgent_at if self._urgent else self._next_at) - loop.time()) > 0:
+        while (left := self._flush_at() - loop.time()) > 0:
             self._wakeup.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), left)
+
+    def _flush_at(self) -> float:
+        """When the next flush may start: the duty cycle's time; while a ``flush_now`` waits,
+        the urgent one if every device still running waits too, else at most ``SHARE_WAIT_S``
+        after the first of them asked (others ending meanwhile share that flush)."""
+        if not self._urgent:
+            return self._next_at
+        running = self._following() if self._following is not None else 0
+        if self._urgent >= running or self._asked_at is None:
+            return self._urgent_at
+        return max(self._urgent_at, min(self._next_at, self._asked_at + SHARE_WAIT_S))
 
     async def _wait_for_gap(self) -> None:
         """Hold a timed flush while a local worker times (see the module docstring)."""
@@ -328,6 +354,8 @@ class RunWriter:
                 raise StoreUnwritable(self.broken)
             target = self._started + 1
             self._urgent += 1
+            if self._asked_at is None:
+                self._asked_at = asyncio.get_running_loop().time()
             try:
                 self._wakeup.set()
                 if self._flusher is None or self._flusher.done():
@@ -351,6 +379,7 @@ class RunWriter:
             return
         async with self._store_lock:
             self._started += 1
+            self._asked_at = None  # a flush_now from here on waits for the next one
             batch = self._take()
             try:
                 if batch:
