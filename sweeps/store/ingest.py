@@ -30,7 +30,7 @@ from ngb.sweeps.store import provenance as provenance_rows
 from ngb.sweeps.store.result_store import ErrorRow, IngestBatch
 from ngb.sweeps.store.timestamps import now as now  # re-exported
 from ngb.sweeps.store.timestamps import to_datetime as to_datetime  # re-exported
-from ngb.sweeps.store.values import values_relation
+from ngb.sweeps.store.values import columns_relation, storable, values_relation
 
 if TYPE_CHECKING:
     import duckdb
@@ -73,17 +73,6 @@ def _ts(seconds: object) -> int | None:
     return int(_float(seconds) * 1_000_000)
 
 
-def storable(text: str) -> str:
-    """``text`` as UTF-8 can hold it: a lone surrogate (a ``\\udcff`` escape in an agent's JSON,
-    bytes decoded with ``surrogateescape``) becomes its backslash escape. DuckDB refuses such a
-    string, and with it the whole batch it came in."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
 def to_json(value: object) -> str | None:
     if value is None:
         return None
@@ -123,32 +112,14 @@ def _stats(result_stats: object) -> dict[str, object]:
 # ---------------------------------------------------------------- rows and appends
 
 
-def _arrow_table(columns: Sequence[tuple[str, str]], data: Mapping[str, list[object]]) -> pa.Table:
-    """An Arrow table in the column order and types of a schema table."""
-    import pyarrow as pa
-
-    arrays = []
-    for name, sql_type in columns:
-        base = sql_type.split()[0]
-        typ = {
-            "VARCHAR": pa.string(),
-            "INTEGER": pa.int32(),
-            "BIGINT": pa.int64(),
-            "DOUBLE": pa.float64(),
-            "BOOLEAN": pa.bool_(),
-            "TIMESTAMP": pa.int64(),
-        }[base]
-        values = data[name]
-        if base == "VARCHAR":  # a trial's error text may hold a lone surrogate (``storable``)
-            values = [storable(v) if isinstance(v, str) else v for v in values]
-        arr = pa.array(values, type=typ)
-        if base == "TIMESTAMP":
-            arr = arr.cast(pa.timestamp("us"))
-        arrays.append(arr)
-    return pa.Table.from_arrays(arrays, names=[name for name, _ in columns])
+def _append(
+    conn: duckdb.DuckDBPyConnection, table: str, relation: tuple[str, list[object]]
+) -> None:
+    """Insert the rows of ``relation`` (``columns_relation`` of the table's columns)."""
+    conn.execute(f"INSERT INTO {table} SELECT * FROM {relation[0]}", relation[1])  # noqa: S608 - fixed names
 
 
-def _append(conn: duckdb.DuckDBPyConnection, table: str, arrow_table: pa.Table) -> None:
+def _append_arrow(conn: duckdb.DuckDBPyConnection, table: str, arrow_table: pa.Table) -> None:
     view = f"_ngb_new_{table}"
     conn.register(view, arrow_table)
     try:
@@ -201,41 +172,37 @@ def ingest_result_groups(
     every = [r for _, _, fresh in fresh_groups for r in fresh]
     provenance_rows.insert_environments(conn, provenance_rows.take_environments(every))
     trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
-    per_trial: dict[str, list[pa.Table]] = {"measurements": [], "cpu_samples": [], "latencies": []}
+    measurement_cols = _no_rows(schema.MEASUREMENT_COLUMNS)
+    sample_cols = _no_rows(schema.CPU_SAMPLE_COLUMNS)
+    timed_calls: list[tuple[str, str, Sequence[TrialResult]]] = []
     for run_id, device, fresh in fresh_groups:
         # a sweep's profile passes leave the trials' extra for `profiles` (issue 34)
         profile_rows.take_profiles(conn, run_id, device, fresh)
         for r in fresh:
             for name, value in _trial_row(run_id, device, r, now_us).items():
                 trial_cols[name].append(value)
-        measurements = _per_trial_rows(
-            run_id,
-            device,
-            fresh,
-            "repetitions",
-            {
-                "iters": "iters",
-                "elapsed_s": "elapsed_s",
-                "throughput": "throughput",
-                "worker": "worker",
-            },
+        _per_trial_rows(
+            measurement_cols, run_id, device, fresh, "repetitions",
+            {"iters": "iters", "elapsed_s": "elapsed_s", "throughput": "throughput",
+             "worker": "worker"},
             index_name="rep",
-        )
-        samples = _per_trial_rows(
-            run_id, device, fresh, "cpu_samples", {"t_s": 0, "sys_percent": 1, "proc_percent": 2}
-        )
-        latencies = _latency_rows(run_id, device, fresh)
-        for table, rows in (("measurements", measurements), ("cpu_samples", samples),
-                            ("latencies", latencies)):  # fmt: skip
-            if rows is not None:
-                per_trial[table].append(rows)
-    _append(conn, "trials", _arrow_table(schema.TRIAL_COLUMNS, trial_cols))
-    import pyarrow as pa
-
-    for table, parts in per_trial.items():
-        if parts:
-            _append(conn, table, pa.concat_tables(parts))
+        )  # fmt: skip
+        _per_trial_rows(sample_cols, run_id, device, fresh, "cpu_samples",
+                        {"t_s": 0, "sys_percent": 1, "proc_percent": 2})  # fmt: skip
+        timed_calls.append((run_id, device, fresh))
+    _append(conn, "trials", columns_relation(schema.TRIAL_COLUMNS, trial_cols))
+    for table, columns, cols in (
+        ("measurements", schema.MEASUREMENT_COLUMNS, measurement_cols),
+        ("cpu_samples", schema.CPU_SAMPLE_COLUMNS, sample_cols),
+    ):
+        if cols["run_id"]:
+            _append(conn, table, columns_relation(columns, cols))
+    _insert_latencies(conn, timed_calls)
     return len(every) + served
+
+
+def _no_rows(columns: Sequence[tuple[str, str]]) -> dict[str, list[object]]:
+    return {name: [] for name, _ in columns}
 
 
 def _take_served(
@@ -256,32 +223,58 @@ def _stored_keys(
     conn: duckdb.DuckDBPyConnection, keys: Sequence[tuple[str, str, str]]
 ) -> set[tuple[str, str, str]]:
     """Which of these (run, device, key) trials the store holds already (one query)."""
-    import pyarrow as pa
-
-    conn.register(
-        "_ngb_wanted_keys",
-        pa.table(
-            {
-                "run_id": [k[0] for k in keys],
-                "device": [k[1] for k in keys],
-                "key": [k[2] for k in keys],
-            }
-        ),  # fmt: skip
-    )
-    try:
-        rows = conn.execute(
-            "SELECT t.run_id, t.device, t.key FROM trials t "
-            "JOIN _ngb_wanted_keys w USING (run_id, device, key)"
-        ).fetchall()
-    finally:  # an aborted transaction refuses this too: keep the error that aborted it
-        with contextlib.suppress(Exception):
-            conn.unregister("_ngb_wanted_keys")
+    wanted, params = columns_relation(
+        [("run_id", "VARCHAR"), ("device", "VARCHAR"), ("key", "VARCHAR")],
+        {"run_id": [k[0] for k in keys], "device": [k[1] for k in keys],
+         "key": [k[2] for k in keys]},
+        alias="w",
+    )  # fmt: skip
+    rows = conn.execute(
+        f"SELECT t.run_id, t.device, t.key FROM trials t JOIN {wanted} "  # noqa: S608 - placeholders only
+        "USING (run_id, device, key)",
+        params,
+    ).fetchall()
     return {(str(r), str(d), str(k)) for r, d, k in rows}
 
 
-def _latency_rows(run_id: str, device: str, results: Sequence[TrialResult]) -> pa.Table | None:
+#: per-call latencies a flush stores as Python lists (``columns_relation``, ~4 us a sample);
+#: past this, through NumPy and Arrow, whose import (~0.35 s of CPU, once a process) then pays
+#: for itself. A no-op fleet's flush holds a few thousand, a long serving trial 4,096 alone.
+LATENCY_LISTS_MAX = 20_000
+
+
+def _insert_latencies(
+    conn: duckdb.DuckDBPyConnection, groups: Sequence[tuple[str, str, Sequence[TrialResult]]]
+) -> None:
     """The kept per-call latencies (``TrialResult.latency_sample_ns``) as ``latencies`` rows:
     ``call`` is the call's index among all the trial's timed calls (every k-th kept)."""
+    total = sum(len(r.latency_sample_ns or []) for _, _, results in groups for r in results)
+    if not total:
+        return
+    if total > LATENCY_LISTS_MAX:
+        import pyarrow as pa
+
+        tables = [_latency_table(run_id, device, results) for run_id, device, results in groups]
+        _append_arrow(conn, "latencies", pa.concat_tables([t for t in tables if t is not None]))
+        return
+    cols = _no_rows(schema.LATENCY_COLUMNS)
+    for run_id, device, results in groups:
+        for r in results:
+            kept = r.latency_sample_ns or []
+            n = len(kept)
+            if not n:
+                continue
+            every = max(int(r.latency_sample_every or 1), 1)
+            cols["run_id"] += [run_id] * n
+            cols["device"] += [device] * n
+            cols["key"] += [r.key] * n
+            cols["call"] += range(0, n * every, every)
+            cols["latency_ms"] += [ns / 1e6 for ns in kept]
+    _append(conn, "latencies", columns_relation(schema.LATENCY_COLUMNS, cols))
+
+
+def _latency_table(run_id: str, device: str, results: Sequence[TrialResult]) -> pa.Table | None:
+    """``_insert_latencies``' rows of one device's ``results`` as an Arrow table."""
     import numpy as np
     import pyarrow as pa
 
@@ -308,61 +301,40 @@ def _latency_rows(run_id: str, device: str, results: Sequence[TrialResult]) -> p
 
 
 def _per_trial_rows(
+    cols: dict[str, list[object]],
     run_id: str,
     device: str,
     results: Sequence[TrialResult],
     attr: str,
     fields: Mapping[str, str | int],
     index_name: str | None = None,
-) -> pa.Table | None:
-    """Arrow table of the per-trial rows in ``attr`` (repetitions or CPU samples).
-
-    This is the bulk of an ingest (100 repetitions per trial in the paper's presets), so the
-    repeated run/device/key columns are dictionary-encoded (one string per trial, not per row)
-    and values go to Arrow without per-value Python calls; NaN becomes NULL on the way.
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    counts = np.fromiter(
-        (len(getattr(r, attr)) for r in results), dtype=np.int64, count=len(results)
-    )
-    total = int(counts.sum())
-    if not total:
-        return None
-    rows = [row for r in results for row in getattr(r, attr)]
-    trial_index = np.repeat(np.arange(len(results), dtype=np.int32), counts)
-    zeros = np.zeros(total, dtype=np.int32)
-    columns: dict[str, pa.Array] = {
-        "run_id": pa.DictionaryArray.from_arrays(zeros, pa.array([run_id])),
-        "device": pa.DictionaryArray.from_arrays(zeros, pa.array([device])),
-        "key": pa.DictionaryArray.from_arrays(trial_index, pa.array([r.key for r in results])),
-    }
-    if attr == "repetitions":  # the trial's axes, repeated per row (see schema.py)
-        take = pa.array(trial_index)
-        specs = [r.spec or {} for r in results]
-        for name in ("model", "compiler", "optimisation"):
-            per_trial = pa.array([s.get(name) for s in specs], type=pa.string())
-            columns[name] = pa.DictionaryArray.from_arrays(trial_index, per_trial)
-        for name in ("batch", "depth", "width"):
-            columns[name] = pa.array([s.get(name) for s in specs], type=pa.int32()).take(take)
-    if index_name:
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        columns[index_name] = pa.array(np.arange(total, dtype=np.int32) - starts)
-    if attr == "cpu_samples":
-        columns["source"] = pa.DictionaryArray.from_arrays(zeros, pa.array(["trial"]))
-        columns["ts"] = pa.nulls(total, pa.timestamp("us"))
-    for name, field_key in fields.items():
-        if isinstance(field_key, int):
-            values = [row[field_key] if len(row) > field_key else None for row in rows]
-        else:
-            values = [row.get(field_key) for row in rows]
-        columns[name] = pa.array(values, from_pandas=True)
-    table_columns = (
-        schema.MEASUREMENT_COLUMNS if attr == "repetitions" else schema.CPU_SAMPLE_COLUMNS
-    )
-    names = [name for name, _ in table_columns]
-    return pa.table({name: columns[name] for name in names})
+) -> None:
+    """Append to ``cols`` (one list per column of ``measurements`` or ``cpu_samples``) the
+    per-trial rows in ``attr`` (repetitions or CPU samples): the bulk of an ingest (100
+    repetitions per trial in the paper's presets). NaN becomes NULL on the way."""
+    for r in results:
+        rows = getattr(r, attr)
+        n = len(rows)
+        if not n:
+            continue
+        cols["run_id"] += [run_id] * n
+        cols["device"] += [device] * n
+        cols["key"] += [r.key] * n
+        if attr == "repetitions":  # the trial's axes, repeated per row (see schema.py)
+            spec = r.spec or {}
+            for name in ("model", "compiler", "optimisation", "batch", "depth", "width"):
+                cols[name] += [spec.get(name)] * n
+        if index_name:
+            cols[index_name] += range(n)
+        if attr == "cpu_samples":
+            cols["source"] += ["trial"] * n
+            cols["ts"] += [None] * n
+        for name, field_key in fields.items():
+            if isinstance(field_key, int):
+                values = [row[field_key] if len(row) > field_key else None for row in rows]
+            else:
+                values = [row.get(field_key) for row in rows]
+            cols[name] += [None if v != v else v for v in values]  # NaN != NaN
 
 
 def _trial_row(run_id: str, device: str, r: TrialResult, now_us: int | None) -> dict[str, object]:
@@ -538,9 +510,9 @@ def ingest_cpu_samples(
         cols["proc_percent"].append(num(e.get("proc_percent")))
     if not cols["run_id"]:
         return 0
-    table = _arrow_table(schema.CPU_SAMPLE_COLUMNS, cols)
+    rows = columns_relation(schema.CPU_SAMPLE_COLUMNS, cols)
     same = ("run_id", "device", "key", "source", "ts")
-    return _append_new(conn, "cpu_samples", table, None, None, same)
+    return _append_new(conn, "cpu_samples", rows, None, None, same)
 
 
 #: ``tuning_progress``'s columns, in table order
@@ -573,14 +545,14 @@ def ingest_tuning(
         cols["tasks"].append(to_json(e.get("tasks")))
     if not cols["run_id"]:
         return 0
-    table = _arrow_table(TUNING_COLUMNS, cols)
-    return _append_new(conn, "tuning_progress", table, run_id, device, ("key", "ts", "trials_done"))
+    rows = columns_relation(TUNING_COLUMNS, cols)
+    return _append_new(conn, "tuning_progress", rows, run_id, device, ("key", "ts", "trials_done"))
 
 
 def _append_new(
     conn: duckdb.DuckDBPyConnection,
     table: str,
-    rows: pa.Table | tuple[str, list[object]],
+    rows: tuple[str, list[object]],
     run_id: str | None,
     device: str | None,
     same: Sequence[str],
@@ -589,27 +561,19 @@ def _append_new(
     when given), a row being the same as another when the columns ``same`` are (NULLs equal):
     inside the writer's transaction, and DuckDB lets one process write the file at a time, so
     however many followers pass an event on, it is stored once. Returns the rows appended.
-    ``rows``: an Arrow table, or a relation named ``n`` and its parameters (``values_relation``)."""
+    ``rows``: a relation named ``n`` and its parameters (``columns_relation``,
+    ``values_relation``)."""
     where = [f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in same]
     params: list[object] = []
     if run_id is not None and device is not None:
         where[:0] = ["o.run_id = ?", "o.device = ?"]
         params = [run_id, device]
-    view = f"_ngb_new_{table}"
-    if isinstance(rows, tuple):
-        source, params = rows[0], [*rows[1], *params]
-    else:
-        source = f"{view} n"
-        conn.register(view, rows)
-    try:
-        appended = conn.execute(
-            f"INSERT INTO {table} SELECT DISTINCT * FROM {source} "  # noqa: S608 - fixed names
-            f"WHERE NOT EXISTS (SELECT 1 FROM {table} o WHERE {' AND '.join(where)})",
-            params,
-        ).fetchone()
-    finally:
-        if not isinstance(rows, tuple):
-            conn.unregister(view)
+    source, params = rows[0], [*rows[1], *params]
+    appended = conn.execute(
+        f"INSERT INTO {table} SELECT DISTINCT * FROM {source} "  # noqa: S608 - fixed names
+        f"WHERE NOT EXISTS (SELECT 1 FROM {table} o WHERE {' AND '.join(where)})",
+        params,
+    ).fetchone()
     return int(appended[0]) if appended else 0
 
 
