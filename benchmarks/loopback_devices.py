@@ -200,12 +200,17 @@ async def bench(
             processes, nothing = _acct.stop_and_read(accounting)
             watchdog.accounting_off()
             ended = [f"--acct: {nothing}"] if nothing else _acct.fleet_lines(processes, os.getpid())
-        plain_wall = None
+        plain_wall, plain_cpu = None, 0.0
         if args.plain:  # the same devices, accounts and sshd, after ngb's run has ended
             load_plain = f"{os.getloadavg()[0]:.2f}"
             known = home / "config" / "known_hosts"
+            plain_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
             plain_wall = await plain_loop(
                 devices, known, args.trials, args.sleep, args.plain_imports
+            )
+            plain_cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+            plain_cpu = (plain_cpu1.ru_utime - plain_cpu0.ru_utime) + (
+                plain_cpu1.ru_stime - plain_cpu0.ru_stime
             )
     finally:
         server.stop()
@@ -276,6 +281,10 @@ async def bench(
             f"{', importing ' + args.plain_imports if args.plain_imports else ''}, "
             f"load before {load_plain}): wall {plain_wall:.2f} s, efficiency "
             f"{ideal / plain_wall:.3f}; ngb / plain: {plain_wall / wall:.3f}"
+        )
+        print(
+            f"plain loop's own process CPU (SSH sessions, no store): {plain_cpu:.2f} s over "
+            f"{plain_wall:.2f} s wall ({100 * plain_cpu / plain_wall:.1f} % of one core)"
         )
     print(
         f"live ingest through the orchestrator: {n_trials / wall:.1f} results/s, "
