@@ -509,22 +509,10 @@ def alive_argv(pid: int | None, run_dir: str = "") -> list[str]:
 # 0.1 s (a builtin read, a grep and a sleep each time), where a check from the workstation was an
 # SSH exec each (a channel, a session, a login shell): ~5 of them a device at the end of each run.
 # Arguments: PID RUN_DIR STEPS. Prints ``dead``, or ``alive`` after STEPS checks.
-_WAIT_EXIT_SCRIPT = (
-    IS_AGENT
-    + r"""
-n=0
-while ngb_is_agent "$1" "$2"; do
-  n=$((n + 1))
-  if [ "$n" -gt "$3" ]; then echo alive; exit 0; fi
-  sleep 0.1 2>/dev/null || sleep 1
-done
-echo dead
-"""
-)
-
-
-# The same wait, then the file ``$4`` (exit status 3 when it does not exist): what a device's end
-# needs, its agent gone and its checkpoint, in one SSH session instead of two.
+# After run_done: wait on the device for the agent ($1, of the run in $2) to exit, at most $3
+# steps of 0.1 s (not an SSH exec every 0.1 s), say ``dead`` or ``alive``, then print the file $4
+# (exit status 3 when it does not exist): what a device's end needs, its agent gone and its
+# checkpoint, in one SSH session instead of two.
 _WAIT_THEN_CAT_SCRIPT = (
     IS_AGENT
     + r"""
@@ -542,18 +530,12 @@ exec cat "$4"
 
 
 def wait_then_read_argv(pid: int | None, run_dir: str, limit_s: float, path: str) -> list[str]:
-    """``wait_exit_argv``'s wait, then print ``path``: the first line is ``dead`` or ``alive``,
-    the file follows; exit status 3 when the file does not exist."""
+    """Wait up to ``limit_s`` on the device for ``pid`` (the agent of the run in ``run_dir``) to
+    exit, then print ``path``: the first line is ``dead`` or, still running after the limit,
+    ``alive``; the file follows; exit status 3 when it does not exist."""
     steps = max(1, round(limit_s / 0.1))
     return ["sh", "-c", _WAIT_THEN_CAT_SCRIPT, "ngb-wait-read", str(pid or ""), run_dir,
             str(steps), path]  # fmt: skip
-
-
-def wait_exit_argv(pid: int | None, run_dir: str, limit_s: float) -> list[str]:
-    """Wait up to ``limit_s`` on the device for ``pid`` (the agent of the run in ``run_dir``) to
-    exit; prints ``dead`` or, still running after the limit, ``alive``."""
-    steps = max(1, round(limit_s / 0.1))
-    return ["sh", "-c", _WAIT_EXIT_SCRIPT, "ngb-wait-exit", str(pid or ""), run_dir, str(steps)]
 
 
 def agent_alive_argv(paths: RunPaths, pid: int | None) -> list[str]:

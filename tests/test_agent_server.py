@@ -135,7 +135,8 @@ def test_two_devices_of_one_host_get_forks_of_one_server_told_apart_by_run(tmp_p
         assert not Path(f"/proc/{pid_a}").exists() or wait_until(
             lambda: not Path(f"/proc/{pid_a}").exists(), 5
         )
-        assert answer(remote.wait_exit_argv(pid_a, a.run_dir, 1.0)) == "dead"
+        ended = sh(remote.wait_then_read_argv(pid_a, a.run_dir, 1.0, a.checkpoint))
+        assert ended.stdout.splitlines()[0] == "dead"
     finally:
         host.stop(b, pid_b)
 

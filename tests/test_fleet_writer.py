@@ -13,8 +13,10 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+import pytest
 from ngb.core.records.types import TrialResult
 from ngb.devices.inventory import Device
+from ngb.sweeps.run import writer as writer_module
 from ngb.sweeps.run.state import DeviceRun
 from ngb.sweeps.run.writer import URGENT_WAIT_MAX_S, RunWriter
 from ngb.sweeps.store.result_store import IngestBatch
@@ -97,6 +99,54 @@ async def test_devices_that_end_one_after_another_share_flushes() -> None:
     assert stored == sorted(devs)  # every device's result, once
     assert len(store.writes) <= 8, f"{len(store.writes)} flushes for 12 devices"
     assert max(waits) < 0.05 + URGENT_WAIT_MAX_S + 0.05 + 0.3, waits
+
+
+async def test_a_teardown_waits_for_devices_still_running_and_the_last_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While other devices still follow their agents, an ending device's flush waits up to
+    ``SHARE_WAIT_S`` for them to end too (a 128-device fleet's end made ~25 flushes, each of
+    20-100 ms of CPU); once every device still running waits, the flush comes at once."""
+    share = 2.0  # longer than the writer's 1 s: a wait for others stands out under any load
+    monkeypatch.setattr(writer_module, "SHARE_WAIT_S", share)
+    devs = {
+        f"d{i}": DeviceRun("r1", Device(name=f"d{i}", host="h.lab", transport="ssh"), {"a"})
+        for i in range(4)
+    }
+    running = set(devs)
+    store = SlowStore(write_s=0.01)
+    writer = RunWriter(
+        store,
+        device_of=lambda run, name: devs.get(name),
+        publish=lambda e: None,  # type: ignore[arg-type]
+        on_unwritable=lambda m: None,
+        following=lambda: len(running),
+        flush_interval=0.02,
+        duty=0.001,
+    )  # 10 ms a flush: 10 s apart by the duty
+    writer.ensure_running()
+    writer.pending_for(devs["d0"]).cpu.append({"type": "cpu", "ts": 0.0})
+    await writer.flush_now(devs["d0"])  # sets the duty cycle's next time 10 s away
+
+    async def end(name: str, after: float) -> float:
+        await asyncio.sleep(after)
+        writer.pending_for(devs[name]).results["a"] = TrialResult(key="a", spec={"model": "m"})
+        began = time.monotonic()
+        await writer.flush_now(devs[name])
+        running.discard(name)
+        return time.monotonic() - began
+
+    # d0 and d1 end 0.2 s apart while d2 and d3 run: one shared flush, ~``share`` after d0
+    waits = await asyncio.gather(end("d0", 0.0), end("d1", 0.2))
+    assert len(store.writes) == 2, [len(b.results) for _, b in store.writes]
+    assert share - 0.1 <= waits[0] < share + 1.0, waits
+    # the last two: d3 ends while d2 still runs and waits for it; d2 then finds nobody running
+    # but the two of them, so both go at once
+    waits = await asyncio.gather(end("d3", 0.0), end("d2", 0.1))
+    assert len(store.writes) == 3 and max(waits) < share - 0.5, waits
+    await writer.close()
+    stored = sorted(name for _, batch in store.writes for _, name, _ in batch.results)
+    assert stored == sorted(devs)
 
 
 async def test_results_already_stored_are_not_written_again() -> None:

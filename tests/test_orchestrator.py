@@ -634,29 +634,37 @@ def test_a_reused_pid_is_not_the_agent_nor_gets_its_cancel_nor_keeps_the_device(
             proc.wait()
 
 
-def test_the_wait_for_an_agents_exit_runs_on_the_device_and_ends_when_it_does():
-    """After run_done the workstation waits in one remote command (not an SSH exec every 0.1 s):
-    it answers ``dead`` soon after the agent exits, ``alive`` once the limit is spent."""
+def test_the_wait_for_an_agents_exit_runs_on_the_device_then_reads_its_checkpoint(tmp_path):
+    """After run_done the workstation waits in one remote command (not an SSH exec every 0.1 s),
+    which also prints the checkpoint (one SSH session for both): ``dead`` soon after the agent
+    exits, ``alive`` once the limit is spent, then the file; exit status 3 without one."""
     run_id = "r-20261130-000000-abcd"
+    checkpoint = tmp_path / "checkpoint.jsonl"
+    checkpoint.write_text('{"key": "a"}\n{"key": "b"}')  # the last line without its newline
     soon = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(0.3)", "--run-id", run_id]
     )
     late = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)", "--run-id", run_id]
     )
+
+    def wait_read(pid: int | None, run: str, limit: float, path: Path) -> tuple[int, str]:
+        out = subprocess.run(remote.wait_then_read_argv(pid, run, limit, str(path)),
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        return out.returncode, out.stdout
+
     try:
         began = time.monotonic()
-        out = subprocess.run(remote.wait_exit_argv(soon.pid, run_id, 10.0), capture_output=True,
-                             text=True, timeout=30)  # fmt: skip
-        assert out.stdout.strip() == "dead" and time.monotonic() - began < 5.0, out
+        assert wait_read(soon.pid, run_id, 10.0, checkpoint) == (
+            0,
+            'dead\n{"key": "a"}\n{"key": "b"}',
+        )
+        assert time.monotonic() - began < 5.0
         began = time.monotonic()
-        out = subprocess.run(remote.wait_exit_argv(late.pid, run_id, 0.3), capture_output=True,
-                             text=True, timeout=30)  # fmt: skip
-        assert out.stdout.strip() == "alive" and time.monotonic() - began >= 0.3, out
+        assert wait_read(late.pid, run_id, 0.3, tmp_path / "none.jsonl") == (3, "alive\n")
+        assert time.monotonic() - began >= 0.3
         for pid, run in ((late.pid, "another-run"), (None, run_id)):  # not this run's agent
-            out = subprocess.run(remote.wait_exit_argv(pid, run, 10.0), capture_output=True,
-                                 text=True, timeout=30)  # fmt: skip
-            assert out.stdout.strip() == "dead", (pid, run, out)
+            assert wait_read(pid, run, 10.0, tmp_path / "none.jsonl") == (3, "dead\n"), pid
     finally:
         for proc in (soon, late):
             proc.kill()

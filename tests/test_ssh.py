@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ngb.devices import hostkeys
+from ngb.devices import hostkeys, ssh_connect
 from ngb.devices.agent_remote import agent_bundle, deploy_agent, probe_device
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.local import LocalTransport
@@ -72,6 +72,45 @@ async def test_connect_run_stream_put_get(
             await t.run(["sleep", "30"], timeout=0.5)
     assert not t.connected
     await t.close()  # idempotent
+
+
+async def test_a_stream_gives_whole_lines_however_they_arrive(
+    sshd_server: SshdServer, known: list[Path]
+) -> None:
+    """Lines cut across writes (and so across SSH packets), CRLF endings, an empty line and a
+    last line without its newline come out as the lines they are (the stream splits what has
+    arrived itself, not one ``readline`` per line)."""
+    dev = sshd_server.device("dev-a")
+    script = "printf 'on'; sleep 0.2; printf 'e\\r\\ntw'; sleep 0.2; printf 'o\\n\\nthree'"
+    async with _ssh(dev, known) as t:
+        lines = [line async for line in t.stream(["sh", "-c", script])]
+        assert lines == ["one", "two", "", "three"]
+        assert t.last_exit_status == 0
+        many = [line async for line in t.stream(["seq", "1", "20000"])]  # many chunks' worth
+        assert many == [str(i) for i in range(1, 20001)]
+
+
+def test_known_hosts_and_identities_are_parsed_once_while_their_files_stay(
+    tmp_path: Path,
+) -> None:
+    """A fleet's connections share one parsed known_hosts table and one loaded identity; a file
+    that changes (``ngb devices trust`` adds a key) is read again."""
+    key = keygen(tmp_path / "id")
+    host_key = key.with_name("id.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[h1.lab]:2222 {' '.join(host_key)}\n")
+    first = ssh_connect.known_hosts_table([str(known)])
+    assert ssh_connect.known_hosts_table([str(known)]) is first
+    keys = ssh_connect.client_keys(str(key))
+    assert ssh_connect.client_keys(str(key)) is keys and len(keys) == 1
+    known.write_text(known.read_text() + f"[h2.lab]:2222 {' '.join(host_key)}\n")
+    second = ssh_connect.known_hosts_table([str(known)])
+    assert second is not first and second.match("h2.lab", "", 2222)[0]
+    os.unlink(key)
+    keygen(key)  # another key under the same name
+    assert ssh_connect.client_keys(str(key)) is not keys
+    with pytest.raises(Exception, match="No such file|not found|does not exist"):
+        ssh_connect.client_keys(str(tmp_path / "missing"))
 
 
 async def test_stream_stopped_early_stops_the_remote_command(
