@@ -135,8 +135,9 @@ if [ -n "${ngb_ready:-}" ] && [ -f events.jsonl ]; then ngb_events=$(wc -c < eve
 # that is there. Output: ``workdir <abs path>`` first, then ``need-agent`` (upload it to a
 # temporary name, call again with PART) and exit 0, or fall through with the agent in place.
 # PART may also be ``copy:<abs path>``: the same agent installed in another device's work dir on
-# this machine, copied and checked (a copy that fails or does not check out is no error: the
-# answer is need-agent, and the workstation uploads). A file just checked is not hashed again.
+# this machine, copied and checked unless the work dir has it already (a copy that fails or does
+# not check out is no error: the answer is need-agent, and the workstation uploads). A file just
+# checked is not hashed again.
 # sha256sum (coreutils, like tail) is preferred; the device's python hashes where it is missing.
 # Last, the interpreter must be able to start the agent (``agent ready`` imports it and exits):
 # a wrong ``python`` path or an old Python then fails here, once, with its own words (exit 5),
@@ -172,7 +173,8 @@ shift 5
 fresh=
 case $part in
 copy:/*)
-  if cp -f "${part#copy:}" "$name.$$.part" 2>/dev/null && [ "$(sum "$name.$$.part")" = "$sha" ]
+  if [ -f "$name" ] && [ "$(sum "$name")" = "$sha" ]; then fresh=1
+  elif cp -f "${part#copy:}" "$name.$$.part" 2>/dev/null && [ "$(sum "$name.$$.part")" = "$sha" ]
   then mv -f "$name.$$.part" "$name"; fresh=1
   else rm -f "$name.$$.part"
   fi;;

@@ -140,6 +140,13 @@ def test_launch_copies_the_agent_another_work_dir_of_the_machine_holds(tmp_path,
         res = sh(argv, "{}\n")
         assert res.returncode == 0 and "need-agent" in res.stdout.split(), res.stderr
         assert not (third / src.name).exists() and not list(third.glob("*.part"))
+    # a work dir that has the agent already keeps it, whatever the copy's source is now
+    gone = remote.copy_part(str(tmp_path / "nowhere" / src.name))
+    argv = remote.launch_argv(sys.executable, str(second), src.name, digest, "r2", part=gone)
+    res = sh(argv, "{}\n")
+    assert res.returncode == 0 and remote.parse_launch(res.stdout)[1] is not None, res.stdout
+    assert (second / src.name).read_bytes() == src.read_bytes()
+    wait_for_line(second / "runs" / "r2" / "events.jsonl")
     with pytest.raises(ConfigError):
         remote.copy_part("relative/agent.pyz")
 
@@ -253,7 +260,9 @@ async def test_first_start_costs_one_command_once_the_agent_is_deployed(tmp_path
 
 
 async def test_the_devices_of_one_machine_get_the_agent_over_ssh_once(tmp_path, monkeypatch):
-    """Four devices of one machine (a work dir each): one uploads, three copy it there."""
+    """Four devices of one machine (a work dir each): one uploads, three copy it there, each
+    with one launch (they wait for the first, not ask first); a second run, the agents in
+    place, is one launch each and no upload."""
     monkeypatch.setenv("NGB_HOME", str(tmp_path / "home"))
     devices = [
         Device(name=f"d{i}", host="localhost", transport="local", python=sys.executable,
@@ -271,9 +280,19 @@ async def test_the_devices_of_one_machine_get_the_agent_over_ssh_once(tmp_path, 
     await orch.close()
     assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
     assert log.count("put") == 1, log
-    assert log.count("ngb-launch") == 8  # each: asked, then installed (uploaded or copied)
+    assert log.count("ngb-launch") == 2 + 3  # the first: asked, then uploaded; the others: copied
     agents = [p for i in range(4) for p in (tmp_path / f"device{i}").glob("agent-*.pyz")]
     assert len(agents) == 4 and len({a.read_bytes() for a in agents}) == 1
+    log.clear()
+    orch = Orchestrator(
+        store, Inventory(devices),
+        transport_factory=lambda d: CountingTransport(make_transport(d), log),
+    )  # fmt: skip
+    run_id = await orch.start(one_trial_sweep(), "d0,d1,d2,d3", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
+    assert log.count("put") == 0 and log.count("ngb-launch") == 4, log
 
 
 def test_store_batch_shares_one_open_and_releases_the_file(tmp_path):
