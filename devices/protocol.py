@@ -737,9 +737,28 @@ class EventLogReader:
         self.offset += size
         return event
 
+    def skip(self, line: str) -> None:
+        """Count a whole line as consumed without decoding it (``is_later_snapshot``)."""
+        self.offset += self._pending + len(line.encode("utf-8")) + 1
+        self._pending = 0
+
     def end_of_stream(self) -> None:
         """The stream ended: whatever is pending may be a fragment; leave it to be re-read."""
         self._pending = 0
+
+
+#: how an agent's snapshot event begins, after its ``v`` and ``ts`` (``events.encode``)
+_SNAPSHOT_TYPE = '"type":"state",'
+
+
+def is_snapshot_line(line: str) -> bool:
+    """Whether a whole event line is the agent's periodic snapshot (``live_state.STATE``),
+    told without decoding it: its first ``"type":`` key says so, and the line ends its object.
+    A follower needs only the first after it starts following (to draw a trial it joined
+    mid-way); the later ones say nothing the events between them did not, and were ~30 % of a
+    fleet's lines (21 of 71 a device for four 5 s trials), each decoded and passed on."""
+    at = line.find('"type":')
+    return at > 0 and line.startswith(_SNAPSHOT_TYPE, at) and line.endswith("}")
 
 
 def parse_jsonl(text: str) -> list[dict[str, object]]:
