@@ -69,6 +69,8 @@ def client_keys(path: str) -> list[asyncssh.SSHKeyPair]:
     import asyncssh
 
     cert = f"{path}-cert.pub"
+    if os.path.exists(cert) and not os.path.isfile(cert):  # a FIFO would block the event loop
+        raise TransportError(f"identity certificate {cert} is not a regular file")
     paths = [path, cert] if os.path.exists(cert) else [path]
     return _parsed("identity", paths, lambda: list(asyncssh.load_keypairs([path])))
 

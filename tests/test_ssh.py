@@ -111,6 +111,9 @@ def test_known_hosts_and_identities_are_parsed_once_while_their_files_stay(
     assert ssh_connect.client_keys(str(key)) is not keys
     with pytest.raises(Exception, match="No such file|not found|does not exist"):
         ssh_connect.client_keys(str(tmp_path / "missing"))
+    os.mkfifo(f"{key}-cert.pub")  # read, it would block: refused in one line instead
+    with pytest.raises(TransportError, match="not a regular file"):
+        ssh_connect.client_keys(str(key))
 
 
 async def test_stream_stopped_early_stops_the_remote_command(
