@@ -738,7 +738,8 @@ class EventLogReader:
         return event
 
     def skip(self, line: str) -> None:
-        """Count a whole line as consumed without decoding it (``is_later_snapshot``)."""
+        """Count a whole line as consumed without decoding it (a later snapshot:
+        ``is_snapshot_line``)."""
         self.offset += self._pending + len(line.encode("utf-8")) + 1
         self._pending = 0
 

@@ -46,10 +46,10 @@ if TYPE_CHECKING:  # asyncssh is imported lazily (the console paints before it l
     import asyncssh
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
-#: most characters ``stream`` takes from the channel at once
-_STREAM_CHUNK = 1 << 16
 DEFAULT_KEEPALIVE = 15.0
 DEFAULT_HANDSHAKES = int(os.environ.get("NGB_SSH_HANDSHAKES", "64"))
+#: most characters ``stream`` takes from the channel at once
+_STREAM_CHUNK = 1 << 16
 #: handshakes at once with one server address (host, port): sshd's MaxStartups default begins at 10
 PER_SERVER_HANDSHAKES = 10
 _handshake_limit = DEFAULT_HANDSHAKES
@@ -151,7 +151,6 @@ class SshTransport(Transport):
         return [p for p in self.known_hosts if Path(p).is_file()]
 
     def _connect_options(self) -> _ConnectOptions:
-
         dev = self.device
         files = self._known_hosts_files()
         config = self.ssh_config if self.ssh_config is not None else default_ssh_config()
