@@ -271,27 +271,24 @@ async def test_the_devices_of_one_machine_get_the_agent_over_ssh_once(tmp_path, 
     ]  # fmt: skip
     store = Store(tmp_path / "results.duckdb")
     log: list[str] = []
-    orch = Orchestrator(
-        store, Inventory(devices),
-        transport_factory=lambda d: CountingTransport(make_transport(d), log),
-    )  # fmt: skip
-    run_id = await orch.start(one_trial_sweep(), "d0,d1,d2,d3", isolate="inprocess")
-    summary = await orch.wait(run_id)
-    await orch.close()
-    assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
+
+    async def run_all() -> None:
+        log.clear()
+        orch = Orchestrator(
+            store, Inventory(devices),
+            transport_factory=lambda d: CountingTransport(make_transport(d), log),
+        )  # fmt: skip
+        run_id = await orch.start(one_trial_sweep(), "d0,d1,d2,d3", isolate="inprocess")
+        summary = await orch.wait(run_id)
+        await orch.close()
+        assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
+
+    await run_all()
     assert log.count("put") == 1, log
     assert log.count("ngb-launch") == 2 + 3  # the first: asked, then uploaded; the others: copied
     agents = [p for i in range(4) for p in (tmp_path / f"device{i}").glob("agent-*.pyz")]
     assert len(agents) == 4 and len({a.read_bytes() for a in agents}) == 1
-    log.clear()
-    orch = Orchestrator(
-        store, Inventory(devices),
-        transport_factory=lambda d: CountingTransport(make_transport(d), log),
-    )  # fmt: skip
-    run_id = await orch.start(one_trial_sweep(), "d0,d1,d2,d3", isolate="inprocess")
-    summary = await orch.wait(run_id)
-    await orch.close()
-    assert {d["state"] for d in summary["devices"].values()} == {"finished"}, summary
+    await run_all()
     assert log.count("put") == 0 and log.count("ngb-launch") == 4, log
 
 
