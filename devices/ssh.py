@@ -343,14 +343,21 @@ class SshTransport(Transport):
         try:
             # Whatever has arrived, split into lines here: asyncssh's readline() is a coroutine
             # step and a buffer scan per line, and a fleet's event streams are ~70 lines per
-            # device for 4 short trials, often several in one packet. A last line without its
-            # newline comes at EOF, as readline() gave it.
-            rest = ""
+            # device for 4 short trials, often several in one packet. A line's pieces are
+            # joined once its newline comes (a long line costs its length, not its length
+            # times its chunks); a last line without its newline comes at EOF, as readline()
+            # gave it.
+            pieces: list[str] = []
             while chunk := await process.stdout.read(_STREAM_CHUNK):
-                *lines, rest = (rest + chunk).split("\n")
+                if "\n" not in chunk:
+                    pieces.append(chunk)
+                    continue
+                lines = chunk.split("\n")
+                lines[0] = "".join([*pieces, lines[0]])
+                pieces = [lines.pop()]
                 for line in lines:
                     yield line.rstrip("\r")
-            if rest:
+            if rest := "".join(pieces):
                 yield rest.rstrip("\r")
             await process.wait()
             self.last_exit_status = process.exit_status

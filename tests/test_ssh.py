@@ -88,6 +88,10 @@ async def test_a_stream_gives_whole_lines_however_they_arrive(
         assert t.last_exit_status == 0
         many = [line async for line in t.stream(["seq", "1", "20000"])]  # many chunks' worth
         assert many == [str(i) for i in range(1, 20001)]
+        # a 4 MiB line (a torn or foreign event log) comes whole, in linear time
+        long = "head -c 4194304 /dev/zero | tr '\\0' x; echo; echo after"
+        lines = [line async for line in t.stream(["sh", "-c", long])]
+        assert [len(line) for line in lines] == [4 * 2**20, 5] and lines[1] == "after"
 
 
 def test_known_hosts_and_identities_are_parsed_once_while_their_files_stay(
