@@ -139,8 +139,8 @@ async def _launch_once_per_machine(
     first of them launches, which finds the agent in its work dir or not (then it uploads it);
     the others wait for that and launch once, copying the agent from its work dir where theirs
     has none (a copy that fails is no error: they upload it themselves). Before, every device
-    asked first and most were told to wait: two launches each, ~10-20 ms of the device's CPU
-    apiece, 128 of them on a loopback fleet's two cores."""
+    asked first and most were told to wait: two launches each, an SSH session and a shell more
+    per device (the need-agent answer itself is ~2 ms of the device's CPU, run locally)."""
     other = hosts.installer(dev.device)
     if other is not None:
         try:  # the other device's launch, upload and check: seconds; a stalled one is not waited
