@@ -33,13 +33,7 @@ from typing import TYPE_CHECKING, TypedDict
 from ngb.devices.device_checks import first_problem
 from ngb.devices.hostkeys import fingerprint, key_status, known_hosts_files
 from ngb.devices.inventory import Device, Inventory
-from ngb.devices.ssh_connect import (
-    ciphers_for,
-    client_keys,
-    default_ssh_config,
-    known_hosts_table,
-    map_connect_error,
-)
+from ngb.devices.ssh_connect import ciphers_for, default_ssh_config, map_connect_error
 from ngb.devices.transport import CommandResult, HostKeyError, Transport, TransportError
 
 if TYPE_CHECKING:  # asyncssh is imported lazily (the console paints before it loads)
@@ -98,7 +92,7 @@ class _ConnectOptions(TypedDict, total=False):
     keepalive_count_max: int
     port: int
     username: str
-    client_keys: list[asyncssh.SSHKeyPair]
+    client_keys: list[str]
     tunnel: asyncssh.SSHClientConnection
     encryption_algs: list[str]
 
@@ -151,12 +145,14 @@ class SshTransport(Transport):
         return [p for p in self.known_hosts if Path(p).is_file()]
 
     def _connect_options(self) -> _ConnectOptions:
+        import asyncssh
+
         dev = self.device
         files = self._known_hosts_files()
         config = self.ssh_config if self.ssh_config is not None else default_ssh_config()
         opts: _ConnectOptions = {
             # an empty table (not None) keeps verification on when no file exists yet
-            "known_hosts": known_hosts_table(files),
+            "known_hosts": asyncssh.read_known_hosts(files) if files else asyncssh.SSHKnownHosts(),
             "config": config,
             "connect_timeout": self.connect_timeout,
             "keepalive_interval": self.keepalive_interval,
@@ -173,7 +169,7 @@ class SshTransport(Transport):
         if problem is not None:
             raise TransportError(f"{dev.name}: {problem}")
         if dev.identity_file:
-            opts["client_keys"] = client_keys(str(Path(dev.identity_file).expanduser()))
+            opts["client_keys"] = [str(Path(dev.identity_file).expanduser())]
         return opts
 
     async def open_jump(self) -> SshTransport | None:

@@ -8,71 +8,14 @@ keys) need these; keeping them here lets ``ssh`` import ``hostkeys`` without a l
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
 
 from ngb.core.base.errors import NgbError
 from ngb.core.base.safe_files import check_readable, read_bytes
 from ngb.devices.inventory import Device
 from ngb.devices.transport import TransportError
-
-if TYPE_CHECKING:
-    import asyncssh
-
-T = TypeVar("T")
-
-
-#: parsed known_hosts tables and loaded identity files, by the files' identities (path, inode,
-#: size, mtime): a fleet's connections share them. Parsing both per connection cost ~2.5 ms of
-#: CPU each, ~0.3 CPU-s for 128 loopback devices (2026-12-01); a file that changes (a `trust`
-#: adds a key) has another identity and is read again.
-_PARSED: dict[tuple[object, ...], object] = {}
-_PARSED_KEPT = 16
-
-
-def _identity(paths: Sequence[str]) -> tuple[object, ...]:
-    out: list[object] = []
-    for path in paths:
-        st = os.stat(path)
-        out.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
-def _parsed(kind: str, paths: Sequence[str], parse: Callable[[], T]) -> T:
-    try:
-        key = (kind, *_identity(paths))
-    except OSError:
-        return parse()  # gone or unreadable: the library says why, as before
-    if key not in _PARSED:
-        while len(_PARSED) >= _PARSED_KEPT:
-            _PARSED.pop(next(iter(_PARSED)))
-        _PARSED[key] = parse()
-    return cast(T, _PARSED[key])
-
-
-def known_hosts_table(files: Sequence[str]) -> asyncssh.SSHKnownHosts:
-    """``asyncssh.read_known_hosts(files)``, parsed once while the files stay as they are
-    (an empty table for no files: verification stays on)."""
-    import asyncssh
-
-    if not files:
-        return asyncssh.SSHKnownHosts()
-    return _parsed("known_hosts", files, lambda: asyncssh.read_known_hosts(list(files)))
-
-
-def client_keys(path: str) -> list[asyncssh.SSHKeyPair]:
-    """The key pairs of an identity file (and its ``-cert.pub``, as asyncssh loads it), loaded
-    once while the file stays as it is. Raises what asyncssh raises for a bad file."""
-    import asyncssh
-
-    cert = f"{path}-cert.pub"
-    if os.path.exists(cert) and not os.path.isfile(cert):  # a FIFO would block the event loop
-        raise TransportError(f"identity certificate {cert} is not a regular file")
-    paths = [path, cert] if os.path.exists(cert) else [path]
-    return _parsed("identity", paths, lambda: list(asyncssh.load_keypairs([path])))
 
 
 def default_ssh_config() -> list[str]:

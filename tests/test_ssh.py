@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ngb.devices import hostkeys, ssh_connect
+from ngb.devices import hostkeys
 from ngb.devices.agent_remote import agent_bundle, deploy_agent, probe_device
 from ngb.devices.inventory import Device, Inventory
 from ngb.devices.local import LocalTransport
@@ -92,32 +92,6 @@ async def test_a_stream_gives_whole_lines_however_they_arrive(
         long = "head -c 4194304 /dev/zero | tr '\\0' x; echo; echo after"
         lines = [line async for line in t.stream(["sh", "-c", long])]
         assert [len(line) for line in lines] == [4 * 2**20, 5] and lines[1] == "after"
-
-
-def test_known_hosts_and_identities_are_parsed_once_while_their_files_stay(
-    tmp_path: Path,
-) -> None:
-    """A fleet's connections share one parsed known_hosts table and one loaded identity; a file
-    that changes (``ngb devices trust`` adds a key) is read again."""
-    key = keygen(tmp_path / "id")
-    host_key = key.with_name("id.pub").read_text().split()[:2]
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[h1.lab]:2222 {' '.join(host_key)}\n")
-    first = ssh_connect.known_hosts_table([str(known)])
-    assert ssh_connect.known_hosts_table([str(known)]) is first
-    keys = ssh_connect.client_keys(str(key))
-    assert ssh_connect.client_keys(str(key)) is keys and len(keys) == 1
-    known.write_text(known.read_text() + f"[h2.lab]:2222 {' '.join(host_key)}\n")
-    second = ssh_connect.known_hosts_table([str(known)])
-    assert second is not first and second.match("h2.lab", "", 2222)[0]
-    os.unlink(key)
-    keygen(key)  # another key under the same name
-    assert ssh_connect.client_keys(str(key)) is not keys
-    with pytest.raises(Exception, match="No such file|not found|does not exist"):
-        ssh_connect.client_keys(str(tmp_path / "missing"))
-    os.mkfifo(f"{key}-cert.pub")  # read, it would block: refused in one line instead
-    with pytest.raises(TransportError, match="not a regular file"):
-        ssh_connect.client_keys(str(key))
 
 
 async def test_stream_stopped_early_stops_the_remote_command(
