@@ -986,6 +986,7 @@ async def test_a_follower_takes_the_first_snapshot_of_a_follow_and_skips_the_lat
     assert [remote.is_snapshot_line(line) for line in lines] == [
         False, True, False, True, False, True, False]  # fmt: skip
     assert not remote.is_snapshot_line(lines[1][:-5])  # a fragment still being written
+    assert remote.SNAPSHOT == STATE
     gone = subprocess.Popen(["true"])
     gone.wait()
     dev = DeviceRun("r1", Device(name="localhost", host="localhost", transport="local"), {"a"})

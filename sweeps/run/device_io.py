@@ -16,7 +16,6 @@ from pathlib import Path
 from ngb.core.base.errors import NgbError
 from ngb.core.records import events as ev
 from ngb.core.records.types import TrialSpec
-from ngb.core.trial.live_state import STATE
 from ngb.devices import protocol as remote
 from ngb.devices.artifacts import describe as describe_shipment
 from ngb.devices.artifacts import ship_run_artifacts
@@ -367,15 +366,9 @@ async def follow_events(
 
     async def consume() -> None:
         nonlocal last_line
-        snapshot_seen = False  # the first since this follow began is passed on, not the later
         async for line in stream:
             last_line = loop.time()
-            if snapshot_seen and remote.is_snapshot_line(line):
-                reader.skip(line)
-                dev.offset = reader.offset
-                continue
-            event = reader.feed(line)
-            snapshot_seen = snapshot_seen or (event or {}).get("type") == STATE
+            event = reader.feed(line)  # None too for the agent's later snapshots
             if event is not None:  # a scheduler's reason for a failure (or withheld), a node
                 event = await device_queue.amend(dev, event)
             dev.offset = reader.offset

@@ -171,7 +171,7 @@ def ingest_result_groups(
     # package lists leave the trials' extra for `environments`, once per hash (issue 35)
     every = [r for _, _, fresh in fresh_groups for r in fresh]
     provenance_rows.insert_environments(conn, provenance_rows.take_environments(every))
-    trial_cols: dict[str, list[object]] = {name: [] for name, _ in schema.TRIAL_COLUMNS}
+    trial_cols = _no_rows(schema.TRIAL_COLUMNS)
     measurement_cols = _no_rows(schema.MEASUREMENT_COLUMNS)
     sample_cols = _no_rows(schema.CPU_SAMPLE_COLUMNS)
     timed_calls: list[tuple[str, str, Sequence[TrialResult]]] = []
@@ -202,6 +202,7 @@ def ingest_result_groups(
 
 
 def _no_rows(columns: Sequence[tuple[str, str]]) -> dict[str, list[object]]:
+    """An empty list per column: what ``columns_relation`` takes, filled row by row."""
     return {name: [] for name, _ in columns}
 
 
@@ -498,7 +499,7 @@ def ingest_cpu_samples(
 ) -> int:
     """``ingest_cpu_events`` for the samples of any runs and devices in one statement: a flush
     of 128 devices' samples took 128 of them (~0.65 s of CPU) one device at a time."""
-    cols: dict[str, list[object]] = {name: [] for name, _ in schema.CPU_SAMPLE_COLUMNS}
+    cols = _no_rows(schema.CPU_SAMPLE_COLUMNS)
     for run_id, device, e in samples:
         cols["run_id"].append(run_id)
         cols["device"].append(device)
@@ -533,7 +534,7 @@ def ingest_tuning(
 ) -> int:
     """Tuning progress, each event stored once whatever follows the run (see
     ``ingest_cpu_events``): named by its trial, agent-clock ``ts`` and trials done."""
-    cols: dict[str, list[object]] = {name: [] for name, _ in TUNING_COLUMNS}
+    cols = _no_rows(TUNING_COLUMNS)
     for e in events:
         cols["run_id"].append(run_id)
         cols["device"].append(device)
