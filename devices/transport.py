@@ -60,6 +60,8 @@ class Transport(ABC):
 
     name: str  # the device name, for messages
     queue: JobQueue | None = None  # a scheduler's answers, where one hands the device out
+    # the exit status of the last ``stream`` once it ended (None: unknown, or it did not end)
+    last_exit_status: int | None = None
 
     @abstractmethod
     async def connect(self) -> None:

@@ -671,6 +671,40 @@ def test_the_wait_for_an_agents_exit_runs_on_the_device_then_reads_its_checkpoin
             proc.wait()
 
 
+async def test_a_run_streamed_whole_ends_without_a_checkpoint_read(env, monkeypatch):
+    """After the goodbye the follower reads on until ``tail --pid`` ends the stream (the agent
+    exited): with every result streamed, a device's end is its release alone (one SSH session
+    less a device). Where that end does not come in time, the end waits on the device and reads
+    the checkpoint as before. Either way every trial is stored once and the agent is gone."""
+    from ngb.sweeps.run import device_io
+
+    inventory, store, _ = env
+    reads: list[str] = []
+    read_checkpoint = device_io.read_checkpoint
+
+    async def counted(dev, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(dev.name)
+        return await read_checkpoint(dev, **kwargs)
+
+    monkeypatch.setattr(device_io, "read_checkpoint", counted)
+    for exit_seen_s, checkpoint_reads in ((device_io.EXIT_SEEN_S, 0), (0.0, 1)):
+        monkeypatch.setattr(device_io, "EXIT_SEEN_S", exit_seen_s)
+        reads.clear()
+        sweep = noop_sweep(3, failing=1)
+        orch = Orchestrator(store, inventory)
+        run_id = await orch.start(sweep, "localhost", isolate="inprocess")
+        summary = await orch.wait(run_id)
+        await orch.close()
+        dev = summary["devices"]["localhost"]
+        assert (dev["state"], dev["done"], dev["failed"]) == ("finished", 4, 1), exit_seen_s
+        counts = trial_counts(store, run_id)
+        assert sorted(k for _, k in counts) == sorted(t.key for t in sweep.trials())
+        assert set(counts.values()) == {1}
+        assert len(reads) == checkpoint_reads, exit_seen_s
+        row = store.run_devices(run_id)[0]
+        assert row["state"] == "finished" and not pid_alive(int(row["extra"]["pid"]))
+
+
 # ---------------------------------------------------------------- the store misbehaves (issue 8)
 
 

@@ -94,6 +94,9 @@ async def deploy_and_launch(
 
 
 COPY_WAIT_S = 120.0
+#: seconds a follower keeps reading after the agent's goodbye, for the stream's end that tells
+#: the agent exited (``follow_events``); it normally comes within ``tail``'s 0.5 s poll of it
+EXIT_SEEN_S = 3.0
 
 
 class HostAgents:
@@ -364,18 +367,34 @@ async def follow_events(
     reader = EventLogReader(dev.offset)
     stream = transport.stream(remote.follow_argv(paths, dev.offset, dev.pid))
 
-    async def consume() -> None:
+    async def take(line: str) -> bool:
+        """One line of the log; True for the agent's goodbye."""
         nonlocal last_line
+        last_line = loop.time()
+        event = reader.feed(line)  # None too for the agent's later snapshots
+        if event is not None:  # a scheduler's reason for a failure (or withheld), a node
+            event = await device_queue.amend(dev, event)
+        dev.offset = reader.offset
+        if event is None or await device_queue.foreign_cancel(dev, event):
+            return False
+        on_event(dev, event)
+        return event.get("type") == ev.RUN_DONE
+
+    async def consume() -> None:
         async for line in stream:
-            last_line = loop.time()
-            event = reader.feed(line)  # None too for the agent's later snapshots
-            if event is not None:  # a scheduler's reason for a failure (or withheld), a node
-                event = await device_queue.amend(dev, event)
-            dev.offset = reader.offset
-            if event is not None and not await device_queue.foreign_cancel(dev, event):
-                on_event(dev, event)
-                if event.get("type") == ev.RUN_DONE:
-                    return
+            if await take(line):
+                break
+        else:
+            return
+        # After the goodbye the agent exits once its workers are down, and ``tail --pid`` ends
+        # the stream by itself (exit status 0): seen here, the device's end needs no command of
+        # its own to wait for the exit (``streamed_whole``). Not seen in time (a zombie tail
+        # cannot tell from a live agent, a lost link), the end waits on the device as before.
+        with contextlib.suppress(TimeoutError, TransportError, OSError):
+            async with asyncio.timeout(EXIT_SEEN_S):
+                async for line in stream:
+                    await take(line)
+                dev.exit_seen = transport.last_exit_status == 0
 
     consumer = asyncio.create_task(consume())
     poller = asyncio.create_task(device_queue.poll(dev, say))  # a scheduler's queue state
@@ -395,6 +414,17 @@ async def follow_events(
         reader.end_of_stream()
         with contextlib.suppress(Exception):
             await stream.aclose()  # type: ignore[attr-defined]
+
+
+def streamed_whole(dev: DeviceRun) -> bool:
+    """Whether this follower has every result of the device's run and saw its agent exit after
+    the goodbye: then the checkpoint holds nothing it lacks, and the device is free. Not on a
+    scheduler's slot, whose end (``job_end``) and nodes (``device_queue.stamped``) are read
+    from the device."""
+    return (
+        dev.exit_seen and job_end.queue_of(dev) is None and bool(dev.keys)
+        and dev.keys <= dev.results.keys()
+    )  # fmt: skip
 
 
 def is_link_error(exc: BaseException) -> bool:

@@ -449,6 +449,7 @@ class Orchestrator:
             self._pending_for(dev).fields["started_at"] = time.time()
         dev.started = True
         dev.run_done = None
+        dev.exit_seen = False
         self._mark_dirty(dev)
         self._writer.wake()  # record pid + paths soon: `attach` needs them
 
@@ -479,17 +480,20 @@ class Orchestrator:
         owner's row (``OwnerWatch.wait``): finishing itself, it would remove the run dir under
         the owner, whose row it may not write (the owner then read "vanished" and failed).
         """
-        # it said goodbye: let it exit first (the device is free then), in the same command
-        exit_wait = self.connect_timeout if dev.run_done is not None else None
-        checkpoint = await device_io.read_checkpoint(dev, owner=owner, exit_wait=exit_wait)
-        if not dev.keys:
-            dev.keys = await device_io.read_trial_keys(dev)
-        for key, data in checkpoint.items():
-            result = TrialResult.from_dict(data)
-            dev.results[key] = result.ok and key not in dev.rejected
-            self._pending_for(dev).results[key] = result
+        if device_io.streamed_whole(dev):  # every result came live, the agent's exit too
+            complete = True
+        else:
+            # it said goodbye: let it exit first (the device is free then), in the same command
+            exit_wait = self.connect_timeout if dev.run_done is not None else None
+            checkpoint = await device_io.read_checkpoint(dev, owner=owner, exit_wait=exit_wait)
+            if not dev.keys:
+                dev.keys = await device_io.read_trial_keys(dev)
+            for key, data in checkpoint.items():
+                result = TrialResult.from_dict(data)
+                dev.results[key] = result.ok and key not in dev.rejected
+                self._pending_for(dev).results[key] = result
+            complete = bool(dev.keys) and dev.keys <= set(checkpoint)
         cancelled = bool(dev.run_done and dev.run_done.get("cancelled")) or dev.cancel_requested
-        complete = bool(dev.keys) and dev.keys <= set(checkpoint)
         if not owner or not (complete or cancelled):
             return False
         await self._writer.flush_now(dev)  # results stored before the run dir may go

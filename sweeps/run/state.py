@@ -47,6 +47,9 @@ class DeviceRun:
     pid: int | None = None
     offset: int = 0
     started: bool = False  # the agent was launched at least once
+    # this follow saw the agent's goodbye and then its exit (``tail --pid`` ended the stream):
+    # with every result streamed, its end needs no checkpoint read (``device_io.streamed_whole``)
+    exit_seen: bool = False
     results: dict[str, bool] = field(default_factory=dict)  # key -> ok
     rejected: set[str] = field(default_factory=set)  # results the store could not take as sent
     restarts: int = 0  # the agent died and was started again (an agent's fault, not the queue's)
