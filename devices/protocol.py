@@ -32,6 +32,7 @@ what the workstation has consumed; a re-attach continues from there without dupl
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -474,14 +475,12 @@ def parse_launch(out: str) -> tuple[str, int | None]:
 # as on the 2-core VM): a killed workstation left ~50 ``tail -F`` on its loopback devices. The
 # stdin of a background job is /dev/null unless redirected, hence fd 3. The watcher writes to
 # /dev/null, so its ``cat`` (left until the channel closes) holds none of the command's output.
-# tail polls every 0.5 s instead of waking on each write (``---disable-inotify``, GNU's own
-# option): what the agent wrote in between (a CPU sample and its snapshot, a trial's phases)
-# leaves in one write, one SSH packet, instead of one each. At 128 loopback devices that took
-# the workstation's CPU from 3.70 to 3.22 s over a 30 s run (steady state ~6 % -> ~4 % of a
-# core); events reach the console up to 0.5 s later, under the meters' 1 s period.
+# tail polls every POLL seconds ($4) instead of waking on each write (``---disable-inotify``,
+# GNU's own option): what the agent wrote in between (a CPU sample and its snapshot, a trial's
+# phases) leaves in one write, one SSH packet, instead of one each (``follow_argv``).
 _FOLLOW_SCRIPT = r"""
 exec 3<&0
-tail -c "+$1" -F -s 0.5 ---disable-inotify --pid="$2" -- "$3" &
+tail -c "+$1" -F -s "$4" ---disable-inotify --pid="$2" -- "$3" &
 t=$!
 (cat <&3 >/dev/null 2>&1; kill "$t" 2>/dev/null) >/dev/null 2>&1 &
 w=$!
@@ -493,16 +492,19 @@ exit "$s"
 """
 
 
-def follow_argv(paths: RunPaths, offset: int, pid: int) -> list[str]:
+def follow_argv(paths: RunPaths, offset: int, pid: int, poll_s: float = 0.5) -> list[str]:
     """Stream the event log from byte ``offset`` on; ends by itself once the agent ``pid`` is gone,
     and takes tail down when the follower goes (its stdin closes: ``_FOLLOW_SCRIPT``).
 
     GNU tail: ``-c +N`` is 1-based, ``-F`` survives the file appearing late, ``--pid`` makes tail
     read what is left and exit after the agent died, so a finished or dead agent ends the stream.
     The command's stdin must stay open while it is followed (SSH channels do; a local pipe).
+    tail looks for new lines and for the agent's exit every ``poll_s`` seconds (what is there
+    already comes at once): an event reaches the follower up to that much later.
     """
+    poll = min(max(poll_s, 0.1), 60.0) if math.isfinite(poll_s) else 0.5  # one tail takes
     return ["sh", "-c", _FOLLOW_SCRIPT, "ngb-follow", str(int(offset) + 1), str(int(pid)),
-            paths.events]  # fmt: skip
+            paths.events, f"{poll:.3f}"]  # fmt: skip
 
 
 def alive_argv(pid: int | None, run_dir: str = "") -> list[str]:

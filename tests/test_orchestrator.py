@@ -687,8 +687,9 @@ async def test_a_run_streamed_whole_ends_without_a_checkpoint_read(env, monkeypa
         return await read_checkpoint(dev, **kwargs)
 
     monkeypatch.setattr(device_io, "read_checkpoint", counted)
-    for exit_seen_s, checkpoint_reads in ((device_io.EXIT_SEEN_S, 0), (0.0, 1)):
-        monkeypatch.setattr(device_io, "EXIT_SEEN_S", exit_seen_s)
+    waits = device_io.exit_seen_wait_s
+    for exit_seen_s, checkpoint_reads in ((waits(device_io.FOLLOW_POLL_S), 0), (0.0, 1)):
+        monkeypatch.setattr(device_io, "exit_seen_wait_s", lambda poll_s, s=exit_seen_s: s)
         reads.clear()
         sweep = noop_sweep(3, failing=1)
         orch = Orchestrator(store, inventory)
@@ -993,6 +994,58 @@ async def test_a_timed_flush_waits_while_a_local_worker_times(tmp_path):
     record_agent_event(local, pending, {"type": ev.TRIAL_DONE, "key": "a"})
     assert not local.timing
     await writer.close()
+
+
+async def test_a_big_fleets_tails_poll_less_often_and_still_end_with_the_agent(tmp_path):
+    """tail polls a device's log every 0.5 s for a few devices, up to 2 s for 128 (each poll that
+    finds lines is an SSH packet, paid in the workstation's CPU). Whatever the poll, the lines
+    already there come at once, a line written later within a poll, and the stream ends by
+    itself, exit 0, within a poll of the agent's exit."""
+    from ngb.devices.local import LocalTransport
+    from ngb.sweeps.run import device_io
+    from ngb.sweeps.run.state import DeviceRun
+
+    polls = [device_io.follow_poll_s(n) for n in (1, 32, 64, 96, 128, 1000)]
+    assert polls == [0.5, 0.5, 1.0, 1.5, 2.0, 2.0]
+    paths = remote.RunPaths(str(tmp_path), "r1")
+    given = {v: remote.follow_argv(paths, 0, 1, v)[-1] for v in (float("nan"), float("inf"), -1.0)}
+    assert list(given.values()) == ["0.500", "0.500", "0.100"]  # always a number tail takes
+    Path(paths.run_dir).mkdir(parents=True)
+    Path(paths.events).write_text(ev.encode(ev.make_event(ev.RUN_STARTED, total=1)) + "\n")
+    agent = subprocess.Popen(["sleep", "60"])
+    dev = DeviceRun("r1", Device(name="localhost", host="localhost", transport="local"), {"a"})
+    dev.transport, dev.paths, dev.pid = LocalTransport(dev.device), paths, agent.pid
+    seen: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+    follow = asyncio.create_task(device_io.follow_events(
+        dev, lambda d, e: seen.append((str(e["type"]), loop.time())), watchdog=60, timeout=10,
+        poll_s=1.5,
+    ))  # fmt: skip
+
+    async def until(n: int) -> None:
+        while len(seen) < n:
+            await asyncio.sleep(0.02)
+
+    try:
+        began = loop.time()
+        await asyncio.wait_for(until(1), 5.0)
+        assert seen[0][1] - began < 1.5  # there already: not a poll later
+        with open(paths.events, "a") as log:
+            log.write(ev.encode(ev.make_event(ev.LOG, msg="later")) + "\n")
+        written = loop.time()
+        await asyncio.wait_for(until(2), 5.0)
+        assert seen[1][1] - written < 1.5 + 1.0  # within a poll (and the load's margin)
+        agent.kill()
+        agent.wait()
+        ended = loop.time()
+        await asyncio.wait_for(follow, 5.0)
+        assert loop.time() - ended < 1.5 + 1.0
+        assert dev.transport.last_exit_status == 0
+        assert [kind for kind, _ in seen] == [ev.RUN_STARTED, ev.LOG]
+    finally:
+        agent.kill()
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
 
 
 async def test_a_follower_takes_the_first_snapshot_of_a_follow_and_skips_the_later_ones(tmp_path):

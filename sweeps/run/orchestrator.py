@@ -455,8 +455,10 @@ class Orchestrator:
 
     async def _follow(self, dev: DeviceRun) -> None:
         say = functools.partial(self._say, dev)  # a scheduler's queue state (device_queue)
+        poll_s = device_io.follow_poll_s(self._following())  # a big fleet's tails poll less
         await device_io.follow_events(dev, self._on_agent_event, watchdog=self.watchdog,
-                                      timeout=self.connect_timeout, say=say)  # fmt: skip
+                                      timeout=self.connect_timeout, say=say,
+                                      poll_s=poll_s)  # fmt: skip
         self._mark_dirty(dev)
 
     def _on_agent_event(self, dev: DeviceRun, event: dict[str, object]) -> None:
