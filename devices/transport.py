@@ -60,8 +60,10 @@ class Transport(ABC):
 
     name: str  # the device name, for messages
     queue: JobQueue | None = None  # a scheduler's answers, where one hands the device out
-    # the exit status of the last ``stream`` once it ended (None: unknown, or it did not end)
+    # the exit status of the last ``stream`` once it ended (None: unknown, or it did not end),
+    # and what it wrote to stderr
     last_exit_status: int | None = None
+    last_stderr: str = ""
 
     @abstractmethod
     async def connect(self) -> None:

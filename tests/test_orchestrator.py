@@ -1048,6 +1048,45 @@ async def test_a_big_fleets_tails_poll_less_often_and_still_end_with_the_agent(t
         await asyncio.gather(follow, return_exceptions=True)
 
 
+async def test_a_tail_that_cannot_follow_is_said_once_and_the_run_still_ends_whole(
+    env, monkeypatch
+):
+    """A device whose ``tail`` refuses the follow's options (no GNU tail): its error is said
+    once, the follower asks again every ``FOLLOW_RETRY_S`` rather than every second, and the
+    results come from the checkpoint at the end, each stored once."""
+    from ngb.sweeps.run import device_io
+
+    inventory, store, _ = env
+    script = remote._FOLLOW_SCRIPT.replace("---disable-inotify", "--no-such-option")
+    monkeypatch.setattr(remote, "_FOLLOW_SCRIPT", script)
+    monkeypatch.setattr(device_io, "FOLLOW_RETRY_S", 2.0)
+    follows: list[float] = []
+    follow_events = device_io.follow_events
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        follows.append(time.monotonic())
+        return await follow_events(*args, **kwargs)
+
+    monkeypatch.setattr(device_io, "follow_events", counted)
+    orch = Orchestrator(store, inventory)
+    sub = orch.subscribe()
+    seen: list[RunEvent] = []
+    consumer = asyncio.create_task(collect(sub, seen))
+    sweep = noop_sweep(3, compile_s=1.0)
+    run_id = await orch.start(sweep, "localhost", isolate="inprocess")
+    summary = await orch.wait(run_id)
+    await orch.close()
+    await consumer
+    dev = summary["devices"]["localhost"]
+    assert (dev["state"], dev["done"], dev["failed"]) == ("finished", 3, 0)
+    assert set(trial_counts(store, run_id).values()) == {1}
+    said = [e.message for e in seen if e.kind == "connection" and "live events" in e.message]
+    assert len(said) == 1 and "no-such-option" in said[0], said
+    assert not [e for e in seen if e.kind == "agent"]  # nothing came live
+    gaps = [b - a for a, b in zip(follows, follows[1:], strict=False)]
+    assert len(follows) >= 2 and all(g >= 2.0 for g in gaps), gaps  # not every second
+
+
 async def test_a_follower_takes_the_first_snapshot_of_a_follow_and_skips_the_later_ones(tmp_path):
     """The agent's periodic snapshot (``state``) serves a follower that joined mid-trial: the
     first after a follow starts is passed on, the later ones are counted (the offset covers

@@ -102,6 +102,8 @@ EXIT_SEEN_S = 3.0
 FOLLOW_POLL_S = 0.5
 FOLLOW_POLL_MAX_S = 2.0
 DEVICES_PER_POLL_S = 64
+#: seconds between follows of a device whose last follow failed at once (``follow_error``)
+FOLLOW_RETRY_S = 10.0
 
 
 def exit_seen_wait_s(poll_s: float) -> float:
@@ -387,6 +389,7 @@ async def follow_events(
         return  # nothing to follow: the caller's liveness check decides what comes next
     loop = asyncio.get_running_loop()
     last_line = loop.time()
+    began = dev.offset
     reader = EventLogReader(dev.offset)
     stream = transport.stream(remote.follow_argv(paths, dev.offset, dev.pid, poll_s))
 
@@ -437,6 +440,24 @@ async def follow_events(
         reader.end_of_stream()
         with contextlib.suppress(Exception):
             await stream.aclose()  # type: ignore[attr-defined]
+    _note_follow_error(dev, began, say)
+
+
+def _note_follow_error(dev: DeviceRun, began: int, say: Callable[[str], None] | None) -> None:
+    """A follow that ended by itself, failed and brought no line: the device's ``tail`` cannot
+    follow (no GNU tail, one without ``--pid``). The agent runs on and its results come from
+    its checkpoint at the end; the operator is told why the live view is empty, once, and the
+    follower asks again every ``FOLLOW_RETRY_S`` instead of every second."""
+    transport = dev.transport
+    status = transport.last_exit_status if transport is not None else None
+    if status in (None, 0) or dev.offset != began:
+        dev.follow_error = None
+        return
+    lines = [x.strip() for x in (transport.last_stderr if transport else "").splitlines()]
+    why = next((x for x in lines if x), f"exit status {status}")[:300]  # tail's error first
+    if why != dev.follow_error and say is not None:
+        say(f"live events unavailable ({why}); the results come from the device's checkpoint")
+    dev.follow_error = why
 
 
 def streamed_whole(dev: DeviceRun) -> bool:

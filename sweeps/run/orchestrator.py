@@ -419,7 +419,7 @@ class Orchestrator:
                 elif await self._owner.wait(dev):
                     return True
             else:  # the follower ended but the agent lives (tail killed?): follow again, calmly
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(device_io.FOLLOW_RETRY_S if dev.follow_error else 1.0)
 
     async def _deploy_and_start(self, run: Run, dev: DeviceRun) -> None:
         """Deploy and first start in as few round trips as the safety checks allow.

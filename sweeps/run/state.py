@@ -50,6 +50,9 @@ class DeviceRun:
     # this follow saw the agent's goodbye and then its exit (``tail --pid`` ended the stream):
     # with every result streamed, its end needs no checkpoint read (``device_io.streamed_whole``)
     exit_seen: bool = False
+    # why the last follow ended at once without a line (the device's tail refused its options):
+    # said once, and the next follow waits longer (``device_io.follow_events``)
+    follow_error: str | None = None
     results: dict[str, bool] = field(default_factory=dict)  # key -> ok
     rejected: set[str] = field(default_factory=set)  # results the store could not take as sent
     restarts: int = 0  # the agent died and was started again (an agent's fault, not the queue's)
