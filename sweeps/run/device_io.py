@@ -449,12 +449,11 @@ def _note_follow_error(dev: DeviceRun, began: int, say: Callable[[str], None] | 
     its checkpoint at the end; the operator is told why the live view is empty, once, and the
     follower asks again every ``FOLLOW_RETRY_S`` instead of every second."""
     transport = dev.transport
-    status = transport.last_exit_status if transport is not None else None
-    if status in (None, 0) or dev.offset != began:
+    if transport is None or transport.last_exit_status in (None, 0) or dev.offset != began:
         dev.follow_error = None
         return
-    lines = [x.strip() for x in (transport.last_stderr if transport else "").splitlines()]
-    why = next((x for x in lines if x), f"exit status {status}")[:300]  # tail's error first
+    lines = (x.strip() for x in transport.last_stderr.splitlines())  # tail says why first
+    why = next((x for x in lines if x), f"exit status {transport.last_exit_status}")[:300]
     if why != dev.follow_error and say is not None:
         say(f"live events unavailable ({why}); the results come from the device's checkpoint")
     dev.follow_error = why
